@@ -1,0 +1,199 @@
+"""Typed schemas for every config group, and the checks a type alone cannot express.
+
+Hydra merges each YAML option onto these dataclasses, so a typo or a wrong type fails at launch with
+Hydra's own message. `validate` then checks the combinations (ranges, mutually exclusive loader
+settings) once, before any training, and raises `ConfigError` with a message meant for the user.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING
+
+
+class ConfigError(ValueError):
+    """A setting that cannot run; the message names it and says what to do."""
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class DataSource(str, Enum):
+    synthetic = "synthetic"
+    folder = "folder"
+
+
+class TransferKind(str, Enum):
+    copy = "copy"  # fetch a batch on the host, then copy it to the device
+    resident = "resident"  # whole dataset on the device before training; batches are index gathers
+
+
+class ModelName(str, Enum):
+    googlenet = "googlenet"
+    tiny = "tiny"
+
+
+@dataclass
+class DataConfig:
+    source: DataSource = DataSource.synthetic
+    root: Optional[str] = None  # data=folder: an ImageFolder root with train/ and test/
+    fraction: float = 0.1  # share of the training set used (then split train/validation)
+    num_train: int = 50_000
+    num_test: int = 10_000
+    val_split: float = 0.2
+    image_size: int = 64
+    num_classes: int = 10
+    batch_size: int = 64
+    seed: int = II("seed")  # subset and split; synthetic images have their own seed below
+    synthetic_seed: int = 0  # the generated image set itself: the same for every run
+    noise: float = 0.35  # synthetic images: noise std relative to the class pattern
+    cache_dir: str = "${oc.env:WIF_CACHE_DIR,'~/.cache/wif'}"
+
+
+@dataclass
+class LoaderConfig:
+    name: str = MISSING
+    num_workers: int = 0
+    prefetch_factor: Optional[int] = None  # PyTorch: only with num_workers > 0
+    pin_memory: bool = False
+    background: bool = False  # wrap the loader in prefetch_generator.BackgroundGenerator
+    bg_max_prefetch: int = 1  # BackgroundGenerator's queue length (the library's default)
+    persistent_workers: bool = False
+    shuffle: bool = True
+
+
+@dataclass
+class TransferConfig:
+    kind: TransferKind = TransferKind.copy
+    non_blocking: bool = False
+
+
+@dataclass
+class ModelConfig:
+    name: ModelName = ModelName.googlenet
+    aux_logits: bool = True  # GoogLeNet v1's two auxiliary classifiers, as the original recipe trains it
+    aux_weight: float = 0.3  # their loss weight in the original paper
+    init_weights: bool = True  # torchvision's truncated-normal init; set explicitly to avoid its warning
+    channels: List[int] = field(default_factory=lambda: [16, 32, 64])  # model=tiny only
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 100
+    warmup_epochs: int = 1  # logged, but left out of the summary means
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+
+
+@dataclass
+class TrackingConfig:
+    uri: str = "${oc.env:MLFLOW_TRACKING_URI,'sqlite:///mlflow.db'}"
+    experiment: str = "who_is_faster"
+
+
+@dataclass
+class MeasureConfig:
+    rss_interval_s: float = 0.1  # RSS and CPU time: cheap (~0.05 ms a process)
+    tree_interval_s: float = 0.5  # re-list the worker processes: scanning /proc costs ~2.5 ms
+    pss_interval_s: float = 1.0  # USS/PSS read smaps_rollup: ~8 ms per resident GiB
+    pss_budget_pct: float = 2.0  # PSS reads back off so they never take more than this share of a core
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    repeat: int = 0
+    seed: int = II("repeat")
+    device: Device = Device.auto
+    resume: bool = True  # skip a job whose configuration and repeat already have a FINISHED run
+    progress: bool = True
+
+
+def register_configs() -> None:
+    """Make the schema known to Hydra; `conf/config.yaml` names it first in its defaults."""
+    ConfigStore.instance().store(name="config_schema", node=Config)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: Config) -> None:
+    """Refuse combinations that cannot run, before any data is built or any run is created."""
+    d, lo, tr = cfg.data, cfg.loader, cfg.trainer
+    _require(0.0 < d.fraction <= 1.0,
+             f"data.fraction={d.fraction} is outside (0, 1]: pass a share of the training set, e.g. data.fraction=0.1.")
+    _require(0.0 <= d.val_split < 1.0,
+             f"data.val_split={d.val_split} is outside [0, 1): it is the share of the subset kept for validation, e.g. 0.2.")
+    for key, value in (("data.batch_size", d.batch_size), ("trainer.epochs", tr.epochs),
+                       ("data.num_train", d.num_train), ("data.num_test", d.num_test),
+                       ("data.image_size", d.image_size)):
+        _require(value > 0, f"{key}={value} must be a positive whole number.")
+    _require(d.num_classes >= 2, f"data.num_classes={d.num_classes}: a classifier needs at least 2 classes.")
+    _require(0 <= tr.warmup_epochs < tr.epochs or tr.epochs == 1,
+             f"trainer.warmup_epochs={tr.warmup_epochs} leaves no measured epoch out of trainer.epochs={tr.epochs}: "
+             "lower warmup_epochs or raise epochs.")
+    _require(lo.num_workers >= 0, f"loader.num_workers={lo.num_workers}: the number of worker processes cannot be negative.")
+    _require(lo.bg_max_prefetch > 0, f"loader.bg_max_prefetch={lo.bg_max_prefetch} must be at least 1.")
+    _require(not (lo.background and lo.num_workers > 0),
+             f"loader={lo.name} combines BackgroundGenerator (loader.background=true) with loader.num_workers="
+             f"{lo.num_workers}; the study notes the two deadlock together. Use one of them: "
+             "loader.background=false, or loader.num_workers=0.")
+    if lo.num_workers == 0:
+        _require(lo.prefetch_factor is None,
+                 f"loader.prefetch_factor={lo.prefetch_factor} needs worker processes, but loader.num_workers=0. "
+                 "Set loader.num_workers>0, or loader.prefetch_factor=null.")
+        _require(not lo.persistent_workers,
+                 "loader.persistent_workers=true needs worker processes, but loader.num_workers=0. "
+                 "Set loader.num_workers>0, or loader.persistent_workers=false.")
+    else:
+        _require(lo.prefetch_factor is None or lo.prefetch_factor > 0,
+                 f"loader.prefetch_factor={lo.prefetch_factor} must be at least 1 (or null for PyTorch's default).")
+    if cfg.transfer.kind is TransferKind.resident:
+        _require(lo.num_workers == 0 and not lo.background and not lo.pin_memory,
+                 "transfer=resident holds the whole dataset on the device and uses no DataLoader; it cannot take "
+                 f"loader.num_workers={lo.num_workers}, loader.background={lo.background} or "
+                 f"loader.pin_memory={lo.pin_memory}. Use loader=gpu_resident, or another transfer option.")
+    if d.source is DataSource.folder:
+        _require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
+    n_subset = round(d.num_train * d.fraction)
+    n_val = round(n_subset * d.val_split)
+    _require(n_subset - n_val > 0 and (d.val_split == 0 or n_val > 0),
+             f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
+             f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
+             "Raise data.fraction or data.num_train so that neither split is empty.")
+
+
+def warnings_for(cfg: Config, cuda: bool) -> List[str]:
+    """Settings that are legal but have no effect; said once, never fatal."""
+    out = []
+    if cfg.transfer.non_blocking and not cfg.loader.pin_memory and cfg.transfer.kind is TransferKind.copy:
+        out.append("transfer.non_blocking=true without loader.pin_memory=true: a copy from pageable memory is "
+                   "synchronous, so non_blocking has no effect here.")
+    if not cuda and (cfg.loader.pin_memory or cfg.transfer.non_blocking):
+        out.append("No CUDA device: pin_memory and non_blocking have no effect on the CPU; this run's figures "
+                   "are CPU figures (tagged wif.device=cpu).")
+    return out
+
+
+def as_plain(cfg: Any) -> dict:
+    """A resolved, JSON-friendly dict of a config (enums as their names)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg) if not OmegaConf.is_config(cfg) else cfg,
+                                  resolve=True, enum_to_str=True)

@@ -1,0 +1,286 @@
+"""One job of a sweep: checked, recorded in MLflow, run in its own process, watched from outside.
+
+The supervising process (the one Hydra runs) has imported torch but never initializes CUDA and never
+loads data; each run is a child forked from it, so a run starts in milliseconds yet owns its memory
+high-water marks, CUDA context and DataLoader workers, and a hard crash of the run cannot take the
+sweep down. The child sends its figures through a pipe; the supervisor samples the child's process
+tree, logs to MLflow (store opened once per sweep), shows progress, and sets the run's final status.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import psutil
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from wif import sweep
+from wif.config import Config, ConfigError, Device, as_plain, validate, warnings_for
+from wif.sampler import TreeSampler
+from wif.sysinfo import host_tags
+from wif.tracking import FAILED, FINISHED, KILLED, Tracker, config_hash
+from wif.training import preload, train
+
+log = logging.getLogger("wif")
+# Keys that do not change what a run measures: left out of the identity that resume matches on.
+NOT_IDENTITY = ("tracking", "resume", "progress", "measure")
+ERROR_TAG_LIMIT = 4000
+EXIT_BAD_SETTING = 2
+
+
+def cuda_present() -> bool:
+    """Ask NVML, not the CUDA runtime: this process forks runs and must never hold a CUDA context."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return False
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return torch.cuda.is_available()
+
+
+def resolve_device(requested: Device) -> str:
+    cuda = cuda_present()
+    if requested is Device.cuda and not cuda:
+        raise ConfigError("device=cuda, but this machine has no usable CUDA device (or this torch build has no "
+                          "CUDA). Use device=auto or device=cpu.")
+    return "cuda" if requested is not Device.cpu and cuda else "cpu"
+
+
+# ----------------------------------------------------------------------------- the child
+def _child_main(conf: Config, device: str, conn: Any) -> None:
+    """Runs in the forked child: train, send everything through the pipe, never touch MLflow."""
+    import torch
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"),
+              lambda kind, payload: conn.send((kind, payload)))
+    except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
+        conn.send(("error", {"type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc(),
+                             "bad_setting": isinstance(err, ConfigError)}))
+        raise SystemExit(1)
+
+
+# ----------------------------------------------------------------------------- the supervisor
+@dataclass
+class Outcome:
+    status: str = FAILED
+    error: Optional[Dict[str, Any]] = None
+    summary: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Run:
+    conf: Config
+    tracker: Tracker
+    run_id: str
+    label: str
+    sampler: TreeSampler
+    epochs: List[Dict[str, Any]] = field(default_factory=list)
+    final: Dict[str, float] = field(default_factory=dict)
+    error: Optional[Dict[str, Any]] = None
+    done: bool = False
+
+    def on_message(self, kind: str, p: Dict[str, Any]) -> None:
+        if kind == "device":
+            tags = {"wif.gpu": p["name"]}
+            if p["type"] == "cuda":
+                self.sampler.attach_gpu(p["uuid"])
+                tags.update({"wif.gpu_uuid": p["uuid"], "wif.cuda": p["cuda"], "wif.gpu_capability": p["capability"],
+                             "wif.gpu_driver": self.sampler.gpu.driver if self.sampler.gpu else "unknown"})
+            self.tracker.set_tags(self.run_id, tags)
+        elif kind == "data":
+            self.final["data_load_s"] = p["data_load_s"]
+            self.tracker.set_tags(self.run_id, {f"wif.n_{k}": p[k] for k in ("train", "val", "test")})
+        elif kind == "setup":
+            self.final["setup_s"] = p["setup_s"]
+        elif kind == "epoch":
+            self._on_epoch(p)
+        elif kind == "result":
+            self.final.update(p)
+            self.done = True
+        elif kind == "error":
+            self.error = p
+
+    def _on_epoch(self, p: Dict[str, Any]) -> None:
+        t = p["epoch_time_s"]
+        m = {"epoch_time_s": t, "throughput_img_s": p["samples"] / t, "train_loss": p["train_loss"],
+             "val_loss": p["val_loss"], "val_acc": p["val_acc"], "val_time_s": p["val_time_s"],
+             "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "compute_s": p["compute_s"],
+             "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
+             "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"]}
+        m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
+        self.sampler.poke()
+        self.epochs.append({**p, **m})
+        self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
+        if self.conf.progress:
+            log.info("%s  epoch %d/%d  %.2f s  %.0f img/s  data wait %.0f%%  val_acc %.3f", self.label,
+                     p["epoch"] + 1, self.conf.trainer.epochs, t, m["throughput_img_s"],
+                     100 * m["data_wait_share"], p["val_acc"])
+
+    def summary(self, t_end: float) -> Dict[str, float]:
+        warm = self.conf.trainer.warmup_epochs
+        measured = self.epochs[warm:] or self.epochs
+        mean = lambda key: sum(e[key] for e in measured) / len(measured)  # noqa: E731
+        t0 = self.epochs[0]["t_start"]
+        out = dict(self.final)
+        out.update({"epoch_time_mean_s": mean("epoch_time_s"), "throughput_mean_img_s": mean("throughput_img_s"),
+                    "data_wait_share_mean": mean("data_wait_share"), "first_batch_mean_s": mean("first_batch_s"),
+                    "time_total_s": sum(e["epoch_time_s"] + e["val_time_s"] for e in self.epochs)
+                    + self.final["test_time_s"],
+                    "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"]})
+        if measured[0]["gpu_idle_s"] is not None:
+            out["gpu_idle_mean_s"] = mean("gpu_idle_s")
+        out.update(self.sampler.peaks(t0, t_end))
+        return out
+
+
+def _stop_tree(pid: int, grace_s: float = 5.0) -> None:
+    """Terminate a run and every worker it started; leave no orphan behind."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_main, args=(conf, device, send), name=f"wif-run {label}")
+    proc.start()
+    send.close()
+    sampler = TreeSampler(proc.pid, conf.measure)
+    sampler.start()
+    run = _Run(conf, tracker, run_id, label, sampler)
+    t_end = 0.0
+    try:
+        while proc.is_alive() or recv.poll():
+            if recv.poll(0.2):
+                try:
+                    kind, payload = recv.recv()
+                except EOFError:
+                    break
+                run.on_message(kind, payload)
+                if kind == "result":
+                    t_end = time.monotonic()
+    except KeyboardInterrupt:
+        _stop_tree(proc.pid)
+        sampler.stop()
+        return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C or SIGTERM)"})
+    proc.join()
+    _stop_tree(proc.pid)  # DataLoader workers outliving a crashed run
+    sampler.stop()
+    if run.done and proc.exitcode == 0:
+        summary = run.summary(t_end)
+        summary["sampler_cpu_pct"] = sampler.own_cost_pct()
+        return Outcome(FINISHED, summary=summary)
+    error = run.error or {"type": "ProcessDied", "message": f"the run's process ended with exit code {proc.exitcode} "
+                          "(killed by a signal, out of memory, or a crash in native code)", "traceback": ""}
+    return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error)
+
+
+# ----------------------------------------------------------------------------- the Hydra task
+_TRACKERS: Dict[tuple, Tracker] = {}
+
+
+def _tracker(uri: str, experiment: str) -> Tracker:
+    """One store connection per process and experiment: opening SQLite costs ~0.75 s."""
+    key = (uri, experiment)
+    if key not in _TRACKERS:
+        _TRACKERS[key] = Tracker(uri, experiment)
+    return _TRACKERS[key]
+
+
+def _sweep_position() -> tuple:
+    try:
+        hc = HydraConfig.get()
+    except ValueError:  # called outside a Hydra app (tests)
+        return "none", 0
+    multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
+    return (hc.sweep.dir if multirun else hc.run.dir), int(hc.job.get("num", 0) or 0)
+
+
+def run_job(cfg: DictConfig) -> Optional[float]:
+    """Hydra's task: returns the run's mean epoch time, or None when it was skipped or failed."""
+    preload()  # once per process; after that a no-op (a few microseconds)
+    t_job = time.monotonic()
+    try:
+        conf: Config = OmegaConf.to_object(cfg)
+        validate(conf)
+        device = resolve_device(conf.device)
+    except ConfigError as err:
+        log.error("Bad setting: %s", err)
+        raise SystemExit(EXIT_BAD_SETTING) from None
+    for message in warnings_for(conf, device == "cuda"):
+        log.warning(message)
+
+    plain = as_plain(conf)
+    identity = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}
+    identity["data"] = {k: v for k, v in identity["data"].items() if k != "cache_dir"}
+    identity["device"] = device
+    digest = config_hash(identity)
+    tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
+    sweep_id, pos = _sweep_position()
+    tally = sweep.TALLY
+    label = f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name} fraction={conf.data.fraction} repeat={conf.repeat}"
+    if conf.resume and tracker.finished_run(digest):
+        tally.skipped += 1
+        log.info("%s  skipped: a FINISHED run of this configuration exists (resume=false reruns it)", label)
+        return None
+
+    fraction = f"{conf.data.fraction:g}"
+    tags = {**host_tags(), "wif.kind": "train", "wif.loader": conf.loader.name, "wif.fraction": fraction,
+            "wif.cell": f"{conf.loader.name}@{fraction}", "wif.device": device, "wif.gpu": "none",
+            "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
+            "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
+            "wif.config_hash": digest}
+    run_id = tracker.start_run(f"{conf.loader.name}-f{fraction}-r{conf.repeat}", plain, tags, plain)
+    log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
+    outcome = supervise(conf, device, tracker, run_id, label)
+
+    if outcome.status == FINISHED:
+        s = outcome.summary
+        s["job_overhead_s"] = time.monotonic() - t_job - s["time_total_s"]
+        tracker.log_metrics(run_id, s)
+        tally.finished += 1
+        log.info("%s  finished: %.3f s/epoch (warm-up excluded), test_acc %.3f", label, s["epoch_time_mean_s"],
+                 s["test_acc"])
+    else:
+        err = outcome.error or {}
+        text = f"{err.get('type')}: {err.get('message')}"
+        tracker.set_tags(run_id, {"wif.error": text[:ERROR_TAG_LIMIT]})
+        if err.get("traceback"):
+            tracker.client.log_text(run_id, err["traceback"], "error.txt")
+            log.debug(err["traceback"])
+        if outcome.status == KILLED:
+            tally.killed += 1
+        else:
+            tally.failed += 1
+            tally.failures.append(f"{label}: {text}")
+        log.error("%s  %s: %s", label, outcome.status, text)
+    tracker.end_run(run_id, outcome.status)
+    if outcome.status == KILLED:
+        log.error("Interrupted: the run is marked KILLED and the sweep stops here; run the same command again "
+                  "to resume.")
+        raise SystemExit(130)
+    return outcome.summary.get("epoch_time_mean_s")

@@ -1,0 +1,74 @@
+"""Turn a loader option into something to iterate each epoch: a DataLoader, a BackgroundGenerator over
+one, or batches gathered from a dataset already resident on the device."""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol, Sized, Tuple
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from wif.config import LoaderConfig
+from wif.data import Split
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+class Batches(Protocol, Sized):
+    def __iter__(self) -> Iterator[Batch]: ...
+
+
+class BackgroundBatches:
+    """prefetch_generator.BackgroundGenerator over a fresh iterator each epoch (a thread fills its queue)."""
+
+    def __init__(self, loader: DataLoader, max_prefetch: int) -> None:
+        self.loader, self.max_prefetch = loader, max_prefetch
+
+    def __iter__(self) -> Iterator[Batch]:
+        from prefetch_generator import BackgroundGenerator
+
+        return iter(BackgroundGenerator(iter(self.loader), max_prefetch=self.max_prefetch))
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+class ResidentBatches:
+    """Batches gathered by index from tensors that already live on the device: no host work, no copy."""
+
+    def __init__(self, split: Split, batch_size: int, shuffle: bool, seed: int) -> None:
+        self.images, self.labels = split.images, split.labels
+        self.batch_size, self.shuffle = batch_size, shuffle
+        self.generator = torch.Generator(device=self.images.device).manual_seed(seed)
+
+    def __iter__(self) -> Iterator[Batch]:
+        n, device = len(self.labels), self.images.device
+        order = (torch.randperm(n, device=device, generator=self.generator) if self.shuffle
+                 else torch.arange(n, device=device))
+        for idx in order.split(self.batch_size):
+            yield self.images[idx], self.labels[idx]
+
+    def __len__(self) -> int:
+        return -(-len(self.labels) // self.batch_size)
+
+
+def build_batches(split: Split, cfg: LoaderConfig, batch_size: int, *, train: bool, seed: int,
+                  pin: bool, resident: bool) -> Batches:
+    """The one place where a loader option becomes an iterable of batches.
+
+    `pin` is `cfg.pin_memory` already checked against the device (pinning needs CUDA).
+    """
+    shuffle = cfg.shuffle and train
+    if resident:
+        return ResidentBatches(split, batch_size, shuffle, seed)
+    loader = DataLoader(
+        TensorDataset(split.images, split.labels),
+        batch_size=batch_size,
+        shuffle=shuffle,
+        num_workers=cfg.num_workers,
+        prefetch_factor=cfg.prefetch_factor,
+        pin_memory=pin,
+        persistent_workers=cfg.persistent_workers,
+        generator=torch.Generator().manual_seed(seed) if shuffle else None,
+    )
+    return BackgroundBatches(loader, cfg.bg_max_prefetch) if cfg.background else loader

@@ -1,0 +1,64 @@
+"""What a sweep knows about itself: how many jobs it launches, in which order, and how they ended.
+
+Hydra's basic launcher runs every job in this one process, so the tallies live here and a Hydra
+callback prints them when the multirun ends (and makes the command fail if any job failed).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, List, Mapping, Optional, Sequence
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger("wif")
+
+
+@dataclass
+class SweepTally:
+    total: Optional[int] = None
+    finished: int = 0
+    failed: int = 0
+    skipped: int = 0
+    killed: int = 0
+    failures: List[str] = field(default_factory=list)
+
+
+TALLY = SweepTally()
+
+
+def plan_jobs(sweeper_params: Mapping[str, Any], overrides: Sequence[str]) -> List[List[str]]:
+    """The jobs Hydra's basic sweeper will launch, in its order: the first key varies slowest.
+
+    `hydra.sweeper.params` come before the command line, so `repeat` (listed there first) makes every
+    repeat one pass over all cells. Needs an initialized Hydra (a running app, or `compose` in tests).
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # the sweeper's own expansion
+
+    params = [f"{k}={v}" for k, v in sweeper_params.items()] + list(overrides)
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
+    return batch
+
+
+class SweepCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global TALLY
+        TALLY = SweepTally()
+        try:
+            TALLY.total = len(plan_jobs(config.hydra.sweeper.params or {}, config.hydra.overrides.task))
+        except Exception as err:  # a progress nicety must never stop a sweep
+            log.debug("could not count the sweep's jobs: %s", err)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        t = TALLY
+        log.info("Sweep done: %d finished, %d failed, %d killed, %d skipped (already finished; resume=false "
+                 "reruns them).", t.finished, t.failed, t.killed, t.skipped)
+        for line in t.failures:
+            log.error("  failed: %s", line)
+        if t.failed or t.killed:
+            raise SystemExit(1)

@@ -1,0 +1,108 @@
+"""Everything the study writes to MLflow, in one place: the experiment, runs, params, tags, metrics.
+
+Uses an explicit `MlflowClient` (no fluent global state), so one long-lived supervising process can
+hold the store open for a whole sweep while each run's own work happens in a child process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+from urllib.parse import urlparse
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # the UI opens training runs, not its GenAI view
+BATCH_LIMIT = 100  # MLflow's log_batch accepts at most 100 params (1000 metrics) per call
+
+
+def default_tracking_uri() -> str:
+    """As every MLflow tool: MLFLOW_TRACKING_URI when set, else a SQLite store in the working directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _artifact_root(uri: str) -> Optional[str]:
+    """Beside a SQLite file, artifacts go next to it rather than into whatever directory is current."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "sqlite":
+        return None
+    db = Path(uri[len("sqlite:///"):]).expanduser().resolve()
+    return (db.parent / "mlartifacts").as_uri()
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str) -> None:
+        self.uri = uri
+        self.client = MlflowClient(uri)
+        self.experiment_id = self._experiment(experiment)
+
+    def _experiment(self, name: str) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return self.client.create_experiment(name, artifact_location=_artifact_root(self.uri),
+                                                 tags={EXPERIMENT_KIND_TAG: "custom_model_development"})
+        except MlflowException:  # another process created it first
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def finished_run(self, config_hash: str) -> Optional[str]:
+        """The id of a FINISHED run of exactly this configuration and repeat, if any."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = 'FINISHED'",
+            max_results=1)
+        return runs[0].info.run_id if runs else None
+
+    def start_run(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
+                  config: Mapping[str, Any]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()})
+        run_id = run.info.run_id
+        items = [Param(k, str(v)) for k, v in flatten(params).items()]
+        for i in range(0, len(items), BATCH_LIMIT):
+            self.client.log_batch(run_id, params=items[i:i + BATCH_LIMIT])
+        self.client.log_dict(run_id, dict(config), "config.yaml")
+        return run_id
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        if tags:
+            self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        """One batched call: per-epoch figures cost one round trip, outside any timed region."""
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        if items:
+            self.client.log_batch(run_id, metrics=items)
+
+    def end_run(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+
+def config_hash(identity: Mapping[str, Any]) -> str:
+    """Stable across processes and key order: the identity resume uses to find a finished run."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+FINISHED, FAILED, KILLED = (RunStatus.to_string(s) for s in (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.KILLED))

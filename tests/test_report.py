@@ -1,0 +1,245 @@
+"""wif-report on runs with known figures, logged into a real SQLite MLflow store, and its statistics alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+from scipy import stats as sps
+
+from wif.report import stats
+from wif.report.cli import main
+from wif.report.runs import RunFilter, load_runs
+
+CONFIDENCE = 0.95
+GPU = "NVIDIA H100 80GB HBM3"
+
+# Fraction 0.1: five complete blocks with a strong drift shared by every loader in a block.
+DRIFT = np.array([1.0, 1.3, 0.9, 1.2, 1.1])
+BASE_01 = 10.0 * DRIFT
+FAST_01 = 5.0 * DRIFT * np.array([1.01, 0.99, 1.0, 1.02, 0.98])  # 2x faster, small noise
+NOISY_01 = 10.0 * DRIFT * np.array([0.8, 1.25, 0.95, 1.15, 0.85])  # overlaps baseline
+NEAR_01 = 5.0 * DRIFT * np.array([1.03, 0.97, 1.04, 0.99, 1.01])  # a hair slower than FAST_01, lean in memory
+# Fraction 0.4: incomplete blocks (pin_nb misses block 4, pin ran once) -> Welch.
+BASE_04 = np.array([40.0, 41.0, 39.0, 40.5, 39.5])
+FAST_04 = np.array([20.0, 20.4, 19.8, 20.2])
+NOISY_04 = np.array([30.0, 45.0, 38.0, 50.0, 34.0])
+ONE_04 = np.array([45.0])
+
+
+def log_run(client: MlflowClient, exp_id: str, loader: str, fraction: float, block: int, time: float, *,
+            device: str = "cuda", status: str = "FINISHED", sweep_pos: int = 0, error: str | None = None,
+            ram: float = 2000.0, vram: float | None = 1500.0, source: str = "synthetic") -> str:
+    """One training run as train.py logs it (the MLflow contract), with a known mean epoch time."""
+    tags = {"wif.kind": "train", "wif.loader": loader, "wif.fraction": str(fraction),
+            "wif.cell": f"{loader}@{fraction}", "wif.device": device, "wif.gpu": GPU if device == "cuda" else "none",
+            "wif.model": "googlenet", "wif.block": str(block), "wif.sweep_pos": str(sweep_pos), "wif.sweep_id": "s1"}
+    if error:
+        tags["wif.error"] = error
+    run_id = client.create_run(exp_id, run_name=f"{loader}@{fraction}#{block}", tags=tags).info.run_id
+    final = {"epoch_time_mean_s": time, "throughput_mean_img_s": 1000.0 / time, "time_total_s": 4 * time,
+             "data_wait_share_mean": 0.2, "ram_peak_rss_mb": ram * 1.5, "ram_peak_uss_mb": ram * 0.5,
+             "ram_peak_pss_mb": ram, "test_acc": 0.7}
+    if vram is not None:
+        final.update(vram_peak_allocated_mb=vram * 0.5, vram_peak_reserved_mb=vram * 0.8, vram_peak_device_mb=vram)
+    metrics = [Metric(k, v, 0, 0) for k, v in final.items()]
+    metrics += [Metric("epoch_time_s", time * (2.0 if e == 0 else 1.0), 0, e) for e in range(4)]
+    metrics += [Metric("val_acc", 0.5 + 0.05 * e, 0, e) for e in range(4)]
+    params = [Param("data.batch_size", "64"), Param("data.fraction", str(fraction)), Param("data.source", source),
+              Param("loader.name", loader), Param("trainer.epochs", "4")]
+    client.log_batch(run_id, metrics=metrics, params=params)
+    if status != "RUNNING":
+        client.set_terminated(run_id, status)
+    return run_id
+
+
+def new_store(path) -> tuple[MlflowClient, str, str]:
+    uri = f"sqlite:///{path}/mlflow.db"
+    client = MlflowClient(uri)
+    return client, uri, client.create_experiment("who_is_faster", artifact_location=str(path / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A GPU study with a clear and an unclear case at two fractions, plus failed and running runs."""
+    path = tmp_path_factory.mktemp("study")
+    client, uri, exp_id = new_store(path)
+    pos = iter(range(1000))
+    for block in range(5):
+        for name, times in (("baseline", BASE_01), ("pin_nb", FAST_01), ("bg", NOISY_01), ("pin", NEAR_01)):
+            log_run(client, exp_id, name, 0.1, block, times[block], sweep_pos=next(pos),
+                    ram=1000.0 if name == "pin" else 2000.0, vram=3000.0 if name == "pin_nb" else 1500.0)
+        for name, times in (("baseline", BASE_04), ("pin_nb", FAST_04), ("bg", NOISY_04), ("pin", ONE_04)):
+            if block < len(times):
+                log_run(client, exp_id, name, 0.4, block, times[block], sweep_pos=next(pos))
+    log_run(client, exp_id, "baseline", 0.1, 5, 999.0, status="FAILED", error="CUDA out of memory")
+    log_run(client, exp_id, "pin_nb", 0.1, 5, 999.0, status="RUNNING")
+    out = path / "report"
+    assert main(["--tracking-uri", uri, "--out", str(out)]) == 0
+    summary = pd.read_csv(out / "summary.csv").set_index(["fraction", "loader"])
+    return {"client": client, "uri": uri, "exp_id": exp_id, "out": out, "summary": summary}
+
+
+def test_means_and_intervals_match_scipy(study):
+    s = study["summary"]
+    for fraction, loader, times in ((0.1, "baseline", BASE_01), (0.4, "bg", NOISY_04)):
+        low, high = sps.t.interval(CONFIDENCE, len(times) - 1, loc=times.mean(), scale=sps.sem(times))
+        row = s.loc[(fraction, loader)]
+        assert row["n"] == len(times)
+        assert row["epoch_time_mean_s"] == pytest.approx(times.mean())
+        assert (row["epoch_time_ci_low_s"], row["epoch_time_ci_high_s"]) == pytest.approx((low, high))
+
+
+def test_failed_and_running_runs_are_excluded_and_listed(study):
+    s, md = study["summary"], (study["out"] / "summary.md").read_text()
+    assert s.loc[(0.1, "baseline"), "n"] == 5 and s.loc[(0.1, "pin_nb"), "n"] == 5
+    assert s["epoch_time_mean_s"].max() < 999
+    excluded = md.split("## Excluded runs")[1]
+    assert "| baseline@0.1 | cuda | FAILED | CUDA out of memory |" in excluded
+    assert "| pin_nb@0.1 | cuda | RUNNING | not finished |" in excluded
+
+
+def test_complete_blocks_give_paired_speedups(study):
+    s = study["summary"].loc[0.1]
+    assert set(s["method"]) == {"paired"} and set(s["n_blocks"]) == {5}
+    logs = np.log(BASE_01 / FAST_01)
+    low, high = sps.t.interval(CONFIDENCE, 4, loc=logs.mean(), scale=sps.sem(logs))
+    fast = s.loc["pin_nb"]
+    assert fast["speedup"] == pytest.approx(np.exp(logs.mean()))
+    assert (fast["speedup_ci_low"], fast["speedup_ci_high"]) == pytest.approx((np.exp(low), np.exp(high)))
+    assert bool(fast["significant"]) and fast["rank"] == 1
+    assert not bool(s.loc["bg", "significant"])  # the unclear case
+    p_fast = sps.ttest_1samp(logs, 0).pvalue
+    p_others = [sps.ttest_1samp(np.log(BASE_01 / x), 0).pvalue for x in (NOISY_01, NEAR_01)]
+    assert fast["p_holm"] == pytest.approx(stats.holm([p_fast, *p_others])[0])
+
+
+def test_incomplete_blocks_fall_back_to_welch_and_one_repeat_has_no_interval(study):
+    s = study["summary"].loc[0.4]
+    assert set(s["method"]) == {"welch"}
+    fast = s.loc["pin_nb"]
+    assert fast["speedup"] == pytest.approx(BASE_04.mean() / FAST_04.mean())
+    p = [sps.ttest_ind(BASE_04, x, equal_var=False).pvalue for x in (FAST_04, NOISY_04)]
+    assert fast["p_holm"] == pytest.approx(min(1.0, 2 * min(p)))
+    assert bool(fast["significant"]) and not bool(s.loc["bg", "significant"])
+    one = s.loc["pin"]
+    assert one["n"] == 1 and np.isnan(one["epoch_time_ci_low_s"]) and np.isnan(one["p_holm"])
+    md = (study["out"] / "summary.md").read_text()
+    assert "| pin | 1 | 45 †" in md and "fewer than 2 repeats: mean shown without an interval" in md
+    assert "significance is weak" in md
+
+
+def test_verdicts_name_the_fastest_and_the_cheapest(study):
+    md = (study["out"] / "summary.md").read_text()
+    v01 = next(line for line in md.splitlines() if line.startswith("**Verdict.** At fraction 0.1,"))
+    assert "pin_nb is fastest (5.499 s/epoch, 2.00x (1.96-2.04) vs baseline)" in v01
+    assert "NOT significantly faster than the runner-up pin" in v01 and "tied" in v01
+    # pin is not significantly slower and the leanest in RAM and VRAM; pin_nb holds the most VRAM.
+    assert ("among the 2 settings not significantly slower than pin_nb, the cheapest in memory is pin "
+            "(peak RAM PSS 1,000 MB, peak VRAM device 1,500 MB)") in v01
+    v04 = next(line for line in md.splitlines() if line.startswith("**Verdict.** At fraction 0.4,"))
+    assert "pin_nb is fastest" in v04 and "it is significantly faster than the runner-up bg" in v04
+    assert GPU in md and "Figures from **cuda** on" in md
+
+
+def test_plots_and_report_run(study):
+    out, client = study["out"], study["client"]
+    names = ["epoch_time", "speedup_heatmap", "vram", "ram", "time_vs_memory", "epoch_curves", "drift", "overview"]
+    for name in names:
+        assert (out / f"{name}.png").stat().st_size > 10_000, name
+    assert "![overview.png](overview.png)" in (out / "summary.md").read_text()
+    reports = client.search_runs([study["exp_id"]], "tags.`wif.kind` = 'report'")
+    assert [r.info.run_name for r in reports] == ["report"]
+    artifacts = {a.path for a in client.list_artifacts(reports[0].info.run_id)}
+    assert {"summary.csv", "summary.md", "overview.png"} <= artifacts
+    # The report run is never read back as a training run.
+    runs = load_runs(client, "who_is_faster", RunFilter())
+    assert "report" not in set(runs["run_name"]) and len(runs) == 5 * 4 + 5 + 4 + 5 + 1 + 2
+
+
+def test_cpu_and_gpu_runs_are_never_pooled(tmp_path, capsys):
+    client, uri, exp_id = new_store(tmp_path)
+    for block in range(2):
+        for name, gpu_time, cpu_time in (("baseline", 10.0, 100.0), ("pin_nb", 5.0, 90.0)):
+            log_run(client, exp_id, name, 0.1, block, gpu_time + block)
+            log_run(client, exp_id, name, 0.1, block, cpu_time + block, device="cpu", vram=None)
+    log_run(client, exp_id, "baseline", 0.1, 0, 2.5, source="fixed")  # the synthetic upper bound: 400 img/s
+    out = tmp_path / "report"
+    assert main(["--tracking-uri", uri, "--out", str(out), "--no-log"]) == 0
+    s = pd.read_csv(out / "summary.csv")
+    cpu, gpu = s[s["testbed"] == "cpu, googlenet"], s[s["testbed"] == f"cuda, {GPU}, googlenet"]
+    assert list(cpu["n"]) == [2, 2] and list(gpu["n"]) == [2, 2]
+    assert cpu.set_index("loader")["epoch_time_mean_s"]["baseline"] == pytest.approx(100.5)
+    assert gpu.set_index("loader")["bound_share"]["pin_nb"] == pytest.approx((1000 / 5 + 1000 / 6) / 2 / 400)
+    assert cpu["bound_share"].isna().all()  # no CPU bound runs; never borrowed from the GPU
+    assert cpu["vram_peak_device_mb"].isna().all() and gpu["vram_peak_device_mb"].notna().all()
+    assert (out / "vram_cpu-googlenet.png").exists()
+    assert (out / "overview_cuda-nvidia-h100-80gb-hbm3-googlenet.png").exists()
+    md = (out / "summary.md").read_text()
+    assert "## cpu, googlenet" in md and "never pooled" in md and "| n/a / n/a |" in md
+    assert "## cpu, googlenet" in capsys.readouterr().out
+    assert not client.search_runs([exp_id], "tags.`wif.kind` = 'report'")  # --no-log
+    # --device narrows to one testbed; so do --tag and --sweep-id.
+    assert set(load_runs(client, "who_is_faster", RunFilter(device="cuda"))["device"]) == {"cuda"}
+    assert set(load_runs(client, "who_is_faster", RunFilter(tags={"wif.gpu": "none"}))["device"]) == {"cpu"}
+    assert len(load_runs(client, "who_is_faster", RunFilter(sweep_id="s1", since="2000-01-01"))) == 9
+
+
+def test_no_runs_or_unknown_experiment_exit_2(tmp_path, capsys):
+    _, uri, _ = new_store(tmp_path)
+    assert main(["--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 2
+    assert "no training runs" in capsys.readouterr().err
+    assert main(["--tracking-uri", uri, "--experiment", "nope", "--no-log"]) == 2
+    err = capsys.readouterr().err
+    assert "no experiment named 'nope'" in err and "Traceback" not in err
+    assert main(["--tracking-uri", uri, "--tag", "oops", "--no-log"]) == 2
+    missing = tmp_path / "elsewhere" / "mlflow.db"
+    assert main(["--tracking-uri", f"sqlite:///{missing}", "--no-log"]) == 2
+    assert "no MLflow store at" in capsys.readouterr().err and not missing.exists()
+
+
+def test_python_dash_m_runs_the_cli():
+    done = subprocess.run([sys.executable, "-m", "wif.report", "--help"], capture_output=True, text=True, check=True)
+    assert "--tracking-uri" in done.stdout and "--no-log" in done.stdout
+
+
+def test_mean_ci_without_spread_or_repeats():
+    assert np.isnan(stats.mean_ci([3.0], CONFIDENCE).low)
+    same = stats.mean_ci([2.0, 2.0], CONFIDENCE)
+    assert (same.low, same.high) == (2.0, 2.0)
+
+
+def test_holm_by_hand():
+    adjusted = stats.holm([0.01, 0.04, 0.03, float("nan")])
+    # sorted 0.01, 0.03, 0.04 -> 3*0.01, 2*0.03, max(0.06, 1*0.04)
+    assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and np.isnan(adjusted[3])
+
+
+def test_welch_ratio_delta_method_by_hand():
+    a, b = np.array([10.0, 11.0, 12.0]), np.array([5.0, 5.5, 6.5, 6.0])
+    c = stats.welch_ratio(a, b, CONFIDENCE)
+    va, vb = a.var(ddof=1) / (3 * a.mean() ** 2), b.var(ddof=1) / (4 * b.mean() ** 2)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
+    half = sps.t.ppf(0.975, df) * np.sqrt(va + vb)
+    ratio = a.mean() / b.mean()
+    assert (c.speedup.estimate, c.speedup.low, c.speedup.high) == pytest.approx(
+        (ratio, ratio * np.exp(-half), ratio * np.exp(half)))
+    assert c.p_value == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def test_blocks_cancel_drift_that_welch_cannot():
+    base = np.array([10.0, 20.0, 30.0, 40.0, 15.0])
+    other = base * 0.9 * np.array([1.0, 1.01, 0.99, 1.0, 1.005])
+    assert stats.welch_ratio(base, other, CONFIDENCE).p_value > 0.05
+    assert stats.paired_ratio(base, other, CONFIDENCE).p_value < 0.001
+
+
+def test_pareto_mask():
+    time = [1.0, 2.0, 3.0, 2.5, float("nan")]
+    memory = [5.0, 3.0, 1.0, 4.0, 0.5]
+    assert list(stats.pareto_mask(time, memory)) == [True, True, True, False, False]

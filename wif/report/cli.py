@@ -1,0 +1,140 @@
+"""`wif-report`: read the study's runs from MLflow, answer "who is faster" per fraction, write and log it.
+
+Steps: read runs -> set apart the unusable ones -> per testbed (device, GPU, model; never pooled) and
+fraction, summarize and compare -> write summary.csv, summary.md, PNGs -> log them as a `report` run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from wif.report import plots, runs as runs_io, stats, tables
+from wif.report.tables import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
+
+SUMMARY_METRICS = [m for m in runs_io.FINAL_METRICS if m != runs_io.TIME]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="wif-report", description="Who is faster, with confidence: tables, verdicts "
+                                "and plots from the study's training runs in MLflow, logged back as a 'report' run.")
+    p.add_argument("--tracking-uri", default=runs_io.default_tracking_uri(),
+                   help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db, as train.py)")
+    p.add_argument("--experiment", default=runs_io.DEFAULT_EXPERIMENT, help="experiment name (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=Path("report"), help="output folder (default: ./report)")
+    p.add_argument("--sweep-id", help="only runs of this sweep (tag wif.sweep_id)")
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                   help="only runs with this tag; repeatable")
+    p.add_argument("--since", metavar="YYYY-MM-DD", help="only runs started on or after this day (local time)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="only runs on this device")
+    p.add_argument("--baseline", default="baseline", help="loader option speedups are measured against (default: %(default)s)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of intervals (default: 0.95)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default: 0.05)")
+    p.add_argument("--ram", choices=sorted(RAM_COLUMNS), default="pss",
+                   help="peak RAM figure for 'cheapest' and the trade-off plot (default: pss, shared pages once)")
+    p.add_argument("--vram", choices=sorted(VRAM_COLUMNS), default="device",
+                   help="peak VRAM figure for 'cheapest' and the trade-off plot (default: device, as nvidia-smi)")
+    p.add_argument("--curves-fraction", type=float, help="fraction of the epoch-time curves (default: the largest)")
+    p.add_argument("--bound-source", default="fixed",
+                   help="data.source of the synthetic on-device upper-bound runs (default: %(default)s)")
+    p.add_argument("--no-log", action="store_true", help="do not log the report as a run in the experiment")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _report(args)
+    except runs_io.ReportInputError as error:
+        print(f"wif-report: {error}", file=sys.stderr)
+        return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    if not 0 < args.confidence < 1 or not 0 < args.alpha < 1:
+        raise runs_io.ReportInputError("--confidence and --alpha must lie strictly between 0 and 1")
+    client = runs_io.open_store(args.tracking_uri)
+    run_filter = runs_io.RunFilter(args.sweep_id, runs_io.parse_tags(args.tag), args.since, args.device)
+    try:
+        every = runs_io.load_runs(client, args.experiment, run_filter)
+    except MlflowException as error:
+        raise runs_io.ReportInputError(f"cannot read {args.tracking_uri}: {error.message}") from None
+    every["excluded"] = runs_io.exclusion_reasons(every)
+    excluded = every[every["excluded"] != ""]
+    usable = every[every["excluded"] == ""]
+    is_bound = usable["data_source"] == args.bound_source
+    bound, used = usable[is_bound], usable[~is_bound]
+    if used.empty:
+        raise runs_io.ReportInputError(f"none of the {len(every)} training runs is a finished study run "
+                                       f"({len(excluded)} excluded, {len(bound)} upper-bound runs)")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    testbeds = sorted(used["testbed"].unique())
+    sections = [_section(client, args, used[used["testbed"] == testbed], bound,
+                         "" if len(testbeds) == 1 else "_" + re.sub(r"[^a-z0-9]+", "-", testbed.lower()).strip("-"))
+                for testbed in testbeds]
+    rows = [tables.csv_rows(s, section.runs) for section in sections for s in section.summaries]
+    rules = Verdicts(args.alpha, args.ram, args.vram)
+    header = tables.Header(args.experiment, args.tracking_uri, run_filter.to_mlflow(), len(every), len(bound),
+                           datetime.now().strftime("%Y-%m-%d %H:%M"))
+    pd.concat(rows, ignore_index=True).to_csv(args.out / "summary.csv", index=False)
+    markdown = tables.render(header, sections, excluded, rules, args.confidence, images=True)
+    (args.out / "summary.md").write_text(markdown)
+    print(tables.render(header, sections, excluded, rules, args.confidence, images=False))
+    print(f"\nWrote {args.out}/: summary.csv, summary.md and {sum(len(s.images) for s in sections)} plots.")
+    if args.no_log:
+        return 0
+    try:
+        run_id = _log_report(client, args.experiment, args.out, run_filter)
+    except (MlflowException, OSError) as error:
+        print(f"wif-report: the files are written, but logging them to MLflow failed: {error}", file=sys.stderr)
+        return 1
+    print(f"Logged them as artifacts of run 'report' ({run_id}) in experiment {args.experiment!r}.")
+    return 0
+
+
+def _section(client: MlflowClient, args: argparse.Namespace, runs: pd.DataFrame, bound: pd.DataFrame,
+             suffix: str) -> tables.Section:
+    """One testbed: summaries per fraction and every plot, files named with `suffix`."""
+    testbed = runs["testbed"].iloc[0]
+    summaries = [stats.summarize_fraction(group, args.baseline, SUMMARY_METRICS, args.confidence, args.alpha,
+                                          _bound_img_s(bound, testbed, group))
+                 for _, group in runs.groupby("fraction")]
+    curve_fraction = args.curves_fraction or max(s.fraction for s in summaries)
+    curves = _curves(client, runs[runs["fraction"] == curve_fraction])
+    pngs = plots.write_plots(args.out, suffix, testbed, summaries, runs, curves, curve_fraction,
+                             (RAM_COLUMNS[args.ram], VRAM_COLUMNS[args.vram]), args.confidence, args.alpha)
+    return tables.Section(testbed, runs, summaries, [p.name for p in pngs])
+
+
+def _bound_img_s(bound: pd.DataFrame, testbed: str, runs: pd.DataFrame) -> float | None:
+    """Mean throughput of the upper-bound runs with the same testbed and batch size, if there are any."""
+    same = bound[(bound["testbed"] == testbed) & bound["batch_size"].isin(runs["batch_size"].mode())]
+    return float(same["throughput_mean_img_s"].mean()) if same["throughput_mean_img_s"].notna().any() else None
+
+
+def _curves(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per-epoch times of the given runs, labelled by loader (the only place histories are read)."""
+    history = runs_io.metric_histories(client, runs["run_id"], "epoch_time_s")
+    return history.merge(runs[["run_id", "loader"]], on="run_id")
+
+
+def _log_report(client: MlflowClient, experiment: str, out: Path, run_filter: runs_io.RunFilter) -> str:
+    """A `report` run holding the output folder, so the answer is one click away in the MLflow UI."""
+    run = client.create_run(runs_io.experiment_id(client, experiment), run_name="report",
+                            tags={runs_io.KIND_TAG: "report", "wif.report.filter": run_filter.to_mlflow()})
+    try:
+        client.log_artifacts(run.info.run_id, str(out))
+    except (MlflowException, OSError):
+        client.set_terminated(run.info.run_id, "FAILED")
+        raise
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id

@@ -1,0 +1,175 @@
+"""Reading the study's training runs from MLflow into one flat DataFrame, one row per run.
+
+The report depends on the tags and metrics training writes (its MLflow contract), never on the
+training code: this module is the only place that knows the names.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+from mlflow.entities import Run, ViewType
+from mlflow.tracking import MlflowClient
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # train.py's default, relative to the working directory
+DEFAULT_EXPERIMENT = "who_is_faster"
+KIND_TAG = "wif.kind"
+FINISHED = "FINISHED"
+TIME = "epoch_time_mean_s"  # the figure compared: mean epoch time, warm-up epoch excluded
+
+FINAL_METRICS = (
+    TIME, "throughput_mean_img_s", "time_total_s", "setup_s", "data_wait_share_mean",
+    "vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb",
+    "ram_peak_rss_mb", "ram_peak_uss_mb", "ram_peak_pss_mb", "workers_peak", "val_acc", "test_acc",
+)
+TAGS = {  # column: tag
+    "loader": "wif.loader", "fraction": "wif.fraction", "cell": "wif.cell", "device": "wif.device",
+    "gpu": "wif.gpu", "model": "wif.model", "block": "wif.block", "sweep_pos": "wif.sweep_pos",
+    "sweep_id": "wif.sweep_id", "error": "wif.error",
+}
+PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs"}
+PAGE_SIZE = 1000
+
+
+class ReportInputError(Exception):
+    """Nothing to report on (unknown experiment, no runs, a bad filter): said in one line to the user."""
+
+
+@dataclass
+class RunFilter:
+    """What narrows the runs read: a sweep, exact tags, a start date, a device."""
+
+    sweep_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    since: str | None = None  # YYYY-MM-DD, local time
+    device: str | None = None
+
+    def to_mlflow(self) -> str:
+        """The MLflow search filter string; train runs only."""
+        tags = {KIND_TAG: "train", **self.tags}
+        if self.sweep_id:
+            tags[TAGS["sweep_id"]] = self.sweep_id
+        if self.device:
+            tags[TAGS["device"]] = self.device
+        clauses = [f"tags.`{key}` = {_quote(value)}" for key, value in tags.items()]
+        if self.since:
+            clauses.append(f"attributes.start_time >= {_epoch_ms(self.since)}")
+        return " and ".join(clauses)
+
+
+def default_tracking_uri() -> str:
+    """The same store train.py writes to: MLFLOW_TRACKING_URI when set, else ./mlflow.db."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def open_store(uri: str) -> MlflowClient:
+    """A client on an existing store: MLflow would silently create an empty SQLite file where none is."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):]).expanduser()
+        if not path.is_file():
+            raise ReportInputError(f"no MLflow store at {path.resolve()}: run train.py first, or pass --tracking-uri")
+    return MlflowClient(uri)
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        raise ReportInputError(f"no experiment named {name!r} in {client.tracking_uri}")
+    return experiment.experiment_id
+
+
+def load_runs(client: MlflowClient, experiment: str, run_filter: RunFilter) -> pd.DataFrame:
+    """Every training run matching `run_filter`, whatever its status, one row each, oldest first."""
+    exp_id = experiment_id(client, experiment)
+    rows = [_row(run) for run in _search(client, exp_id, run_filter.to_mlflow())]
+    if not rows:
+        raise ReportInputError(f"no training runs in experiment {experiment!r} at {client.tracking_uri} "
+                               f"matching {run_filter.to_mlflow()}")
+    frame = pd.DataFrame(rows).sort_values("start_time", ignore_index=True)
+    frame["fraction"] = pd.to_numeric(frame["fraction"], errors="coerce")
+    frame["sweep_pos"] = pd.to_numeric(frame["sweep_pos"], errors="coerce")
+    frame["loader"] = [_setting(cell, loader) for cell, loader in zip(frame["cell"], frame["loader"])]
+    frame["testbed"] = [_testbed(*key) for key in zip(frame["device"], frame["gpu"], frame["model"])]
+    return frame
+
+
+def metric_histories(client: MlflowClient, run_ids: Iterable[str], key: str) -> pd.DataFrame:
+    """Per-step values of `key` for the given runs, as rows (run_id, step, value)."""
+    rows = [{"run_id": run_id, "step": m.step, "value": m.value}
+            for run_id in run_ids for m in client.get_metric_history(run_id, key)]
+    return pd.DataFrame(rows, columns=["run_id", "step", "value"])
+
+
+def exclusion_reasons(runs: pd.DataFrame) -> pd.Series:
+    """Why each run stays out of the statistics; '' for the runs that enter them."""
+    reasons = pd.Series("", index=runs.index)
+    reasons[runs["fraction"].isna()] = "no wif.fraction tag"
+    reasons[runs[TIME].isna()] = f"no {TIME}"
+    unfinished = runs["status"] != FINISHED
+    reasons[unfinished] = runs.loc[unfinished, "error"].fillna("").replace("", "not finished")
+    return reasons
+
+
+def _search(client: MlflowClient, exp_id: str, filter_string: str) -> Iterable[Run]:
+    token = None
+    while True:
+        page = client.search_runs([exp_id], filter_string, ViewType.ACTIVE_ONLY, PAGE_SIZE, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _row(run: Run) -> dict:
+    tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
+    row = {"run_id": run.info.run_id, "run_name": run.info.run_name, "status": run.info.status,
+           "start_time": pd.to_datetime(run.info.start_time, unit="ms")}
+    row.update({column: tags.get(tag) for column, tag in TAGS.items()})
+    row.update({column: params.get(param) for column, param in PARAMS.items()})
+    row.update({name: metrics.get(name) for name in FINAL_METRICS})
+    return row
+
+
+def _setting(cell: str | None, loader: str | None) -> str:
+    """The row label: the cell without its '@fraction' part (the loader option, plus any knobs that vary)."""
+    if cell and "@" in cell:
+        return cell.rsplit("@", 1)[0]
+    return loader or "?"
+
+
+def _testbed(device: str | None, gpu: str | None, model: str | None) -> str:
+    """What figures may be pooled under: the device, its GPU model, and the network trained."""
+    parts = [device or "unknown device"]
+    if gpu and gpu != "none":
+        parts.append(gpu)
+    parts.append(model or "unknown model")
+    return ", ".join(parts)
+
+
+def _quote(value: str) -> str:
+    if "'" in value:
+        raise ReportInputError(f"filter values cannot contain a single quote: {value!r}")
+    return f"'{value}'"
+
+
+def _epoch_ms(day: str) -> int:
+    try:
+        return int(datetime.strptime(day, "%Y-%m-%d").timestamp() * 1000)
+    except ValueError:
+        raise ReportInputError(f"--since {day!r}: expected a date as YYYY-MM-DD") from None
+
+
+def parse_tags(pairs: Sequence[str]) -> dict[str, str]:
+    """KEY=VALUE pairs from the command line."""
+    tags = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ReportInputError(f"--tag {pair!r}: expected KEY=VALUE")
+        tags[key] = value
+    return tags

@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
-from matplotlib.ticker import NullFormatter  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
 from wif.report.runs import TIME  # noqa: E402
 from wif.report.stats import FractionSummary, pareto_mask  # noqa: E402
@@ -28,6 +28,7 @@ DPI = 120
 LABEL_ROTATION = 35
 RAM_SERIES = ("rss", "pss", "uss")  # drawn nested, widest (largest) first
 VRAM_SERIES = ("device", "reserved", "allocated")
+HEATMAP_MIN_SPREAD = 1.5  # the colour scale spans at least 1/1.5x .. 1.5x
 
 
 def loader_order(summaries: Sequence[FractionSummary]) -> list[str]:
@@ -80,7 +81,8 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
     if np.isnan(values).all():
         _empty(ax, f"no {summaries[0].baseline} runs: no speedups")
         return
-    spread = max(np.nanmax(values), 1 / np.nanmin(values), 1.05)  # symmetric on a log scale: 2x and 0.5x alike
+    # Symmetric on a log scale (2x and 0.5x alike), never so narrow that a small speedup looks large.
+    spread = max(np.nanmax(values), 1 / np.nanmin(values), HEATMAP_MIN_SPREAD)
     norm = LogNorm(vmin=1 / spread, vmax=spread)
     cmap = plt.get_cmap("RdYlGn").with_extremes(bad="0.85")
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto")
@@ -96,7 +98,7 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
     ax.set_title(f"Speedup vs {summaries[0].baseline} (* significant, Holm, alpha={alpha:g})")
     bar = ax.figure.colorbar(image, ax=ax, label=f"{summaries[0].baseline} time / loader time")
     bar.set_ticks([1 / spread, spread ** -0.5, 1.0, spread**0.5, spread], labels=[
-        f"{v:.2g}x" for v in (1 / spread, spread ** -0.5, 1.0, spread**0.5, spread)])
+        f"{v:.3g}x" for v in (1 / spread, spread ** -0.5, 1.0, spread**0.5, spread)])
     bar.ax.yaxis.set_minor_formatter(NullFormatter())
 
 
@@ -175,12 +177,13 @@ def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequen
     if curves.empty:
         _empty(ax, "no per-epoch history")
         return
-    cmap = plt.get_cmap("tab20")
+    cmap = plt.get_cmap("tab10")
     for i, name in enumerate(n for n in loaders if n in set(curves["loader"])):
         mean = curves[curves["loader"] == name].groupby("step")["value"].mean()
-        ax.plot(mean.index, mean.to_numpy(), marker=".", color=cmap(i % 20), linestyle=("-", "--")[i // 10 % 2],
+        ax.plot(mean.index, mean.to_numpy(), marker=".", color=cmap(i % 10), linestyle=("-", "--", ":")[i // 10 % 3],
                 label=name)
     ax.axvspan(-0.5, 0.5, color="0.9", label="warm-up")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("epoch time (s)")
     ax.set_title(f"Epoch time across epochs, fraction {fraction:g} (mean over repeats)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -171,6 +172,9 @@ def validate(cfg: Config) -> None:
                  f"loader.pin_memory={lo.pin_memory}. Use loader=gpu_resident, or another transfer option.")
     if d.source is DataSource.folder:
         _require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
+        _require(Path(str(d.root)).expanduser().is_dir(),
+                 f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and test/, each "
+                 "holding one sub-folder of images per class.")
     n_subset = round(d.num_train * d.fraction)
     n_val = round(n_subset * d.val_split)
     _require(n_subset - n_val > 0 and (d.val_split == 0 or n_val > 0),

@@ -55,11 +55,12 @@ class Datasets:
 # ----------------------------------------------------------------------------- synthetic images
 def _synthetic_key(cfg: DataConfig) -> Dict[str, float]:
     return {"num_train": cfg.num_train, "num_test": cfg.num_test, "image_size": cfg.image_size,
-            "num_classes": cfg.num_classes, "seed": cfg.synthetic_seed, "noise": cfg.noise, "version": 1}
+            "num_classes": cfg.num_classes, "seed": cfg.synthetic_seed, "noise": cfg.noise, "version": 2}
 
 
 def generate_synthetic(cfg: DataConfig) -> Dict[str, np.ndarray]:
-    """A learnable set: each class is a smooth colour pattern; each image is its pattern, shifted, plus noise."""
+    """A learnable set: each class is a smooth colour pattern; each image is its pattern at its own
+    contrast, plus pixel noise."""
     g = torch.Generator().manual_seed(cfg.synthetic_seed)
     size, n_cls = cfg.image_size, cfg.num_classes
     coarse = torch.rand(n_cls, 3, 6, 6, generator=g)
@@ -70,9 +71,8 @@ def generate_synthetic(cfg: DataConfig) -> Dict[str, np.ndarray]:
         images = np.empty((n, 3, size, size), dtype=np.uint8)
         for lo in range(0, n, 4096):  # in chunks: never a float copy of the whole set
             y = labels[lo:lo + 4096]
-            shifts = torch.randint(-size // 8, size // 8 + 1, (2,), generator=g).tolist()
-            x = torch.roll(patterns[y], shifts=shifts, dims=(2, 3))
-            x = x + cfg.noise * torch.randn(x.shape, generator=g)
+            contrast = 0.6 + 0.8 * torch.rand(len(y), 1, 1, 1, generator=g)
+            x = 0.5 + (patterns[y] - 0.5) * contrast + cfg.noise * torch.randn(len(y), 3, size, size, generator=g)
             images[lo:lo + len(y)] = x.clamp_(0, 1).mul_(255).round_().to(torch.uint8).numpy()
         out[f"{part}_x"], out[f"{part}_y"] = images, labels.numpy().astype(np.int64)
     return out

@@ -1,7 +1,7 @@
 """One job of a sweep: checked, recorded in MLflow, run in its own process, watched from outside.
 
-The supervising process (the one Hydra runs) has imported torch but never initializes CUDA and never
-loads data; each run is a child forked from it, so a run starts in milliseconds yet owns its memory
+The supervising process (the one Hydra runs) has imported torch but never initializes CUDA, never
+loads data and never runs torch compute (its thread pools do not survive a fork); each run is a child forked from it, so a run starts in milliseconds yet owns its memory
 high-water marks, CUDA context and DataLoader workers, and a hard crash of the run cannot take the
 sweep down. The child sends its figures through a pipe; the supervisor samples the child's process
 tree, logs to MLflow (store opened once per sweep), shows progress, and sets the run's final status.
@@ -54,12 +54,17 @@ def resolve_device(requested: Device) -> str:
     return "cuda" if requested is not Device.cpu and cuda else "cpu"
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM (a scheduler, `kill`) ends a run the way Ctrl-C does: marked KILLED, workers stopped."""
+    raise KeyboardInterrupt
+
+
 # ----------------------------------------------------------------------------- the child
 def _child_main(conf: Config, device: str, conn: Any) -> None:
     """Runs in the forked child: train, send everything through the pipe, never touch MLflow."""
     import torch
 
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"),
               lambda kind, payload: conn.send((kind, payload)))
@@ -143,13 +148,16 @@ class _Run:
         return out
 
 
-def _stop_tree(pid: int, grace_s: float = 5.0) -> None:
-    """Terminate a run and every worker it started; leave no orphan behind."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.Error:
-        return
+def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
+    """Terminate a run and every worker it started, even those a crashed run left behind; `is_running`
+    compares start times, so a recycled PID is never hit."""
+    live = {p.pid: p for p in procs if p.is_running()}
+    for p in list(live.values()):
+        try:
+            live.update({c.pid: c for c in p.children(recursive=True)})  # started since the last sample
+        except psutil.Error:
+            pass
+    procs = list(live.values())
     for p in procs:
         try:
             p.terminate()
@@ -184,12 +192,13 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
                 if kind == "result":
                     t_end = time.monotonic()
     except KeyboardInterrupt:
-        _stop_tree(proc.pid)
+        _stop_tree(sampler.seen())
+        proc.join()
         sampler.stop()
         return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C or SIGTERM)"})
     proc.join()
-    _stop_tree(proc.pid)  # DataLoader workers outliving a crashed run
     sampler.stop()
+    _stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
     if run.done and proc.exitcode == 0:
         summary = run.summary(t_end)
         summary["sampler_cpu_pct"] = sampler.own_cost_pct()
@@ -222,7 +231,8 @@ def _sweep_position() -> tuple:
 
 def run_job(cfg: DictConfig) -> Optional[float]:
     """Hydra's task: returns the run's mean epoch time, or None when it was skipped or failed."""
-    preload()  # once per process; after that a no-op (a few microseconds)
+    preload()  # once per process; after that a no-op
+    signal.signal(signal.SIGTERM, _interrupt)
     t_job = time.monotonic()
     try:
         conf: Config = OmegaConf.to_object(cfg)
@@ -258,6 +268,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
     outcome = supervise(conf, device, tracker, run_id, label)
 
+    duplicate = outcome.status == FINISHED and tracker.finished_run(digest)
+    if duplicate:  # another process finished the same job meanwhile: one FINISHED run per job, ever
+        outcome = Outcome(KILLED, {"type": "Duplicate", "message": f"run {duplicate} finished the same job first"})
     if outcome.status == FINISHED:
         s = outcome.summary
         s["job_overhead_s"] = time.monotonic() - t_job - s["time_total_s"]
@@ -272,14 +285,16 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         if err.get("traceback"):
             tracker.client.log_text(run_id, err["traceback"], "error.txt")
             log.debug(err["traceback"])
-        if outcome.status == KILLED:
+        if duplicate:
+            tally.skipped += 1
+        elif outcome.status == KILLED:
             tally.killed += 1
         else:
             tally.failed += 1
             tally.failures.append(f"{label}: {text}")
         log.error("%s  %s: %s", label, outcome.status, text)
     tracker.end_run(run_id, outcome.status)
-    if outcome.status == KILLED:
+    if outcome.status == KILLED and not duplicate:
         log.error("Interrupted: the run is marked KILLED and the sweep stops here; run the same command again "
                   "to resume.")
         raise SystemExit(130)

@@ -100,6 +100,7 @@ class TreeSampler(threading.Thread):
         self._slow_now = threading.Event()
         self._lock = threading.Lock()
         self._cpu_prev: Dict[int, float] = {}
+        self._seen: Dict[int, psutil.Process] = {pid: self.root}
         self._t_prev = time.monotonic()
         self._shm0 = _shm_used()
         self.own_cpu_s = 0.0
@@ -111,9 +112,18 @@ class TreeSampler(threading.Thread):
 
     def _tree(self) -> List[psutil.Process]:
         try:
-            return [self.root] + self.root.children(recursive=True)
+            procs = [self.root] + self.root.children(recursive=True)
         except psutil.Error:
             return []
+        with self._lock:
+            for p in procs:
+                self._seen.setdefault(p.pid, p)
+        return procs
+
+    def seen(self) -> List[psutil.Process]:
+        """Every process of the tree ever sampled: what to clean up if the run dies without its workers."""
+        with self._lock:
+            return list(self._seen.values())
 
     def _sample_fast(self, procs: List[psutil.Process], now: float) -> None:
         rss, cpu_delta, cpu_now = 0, 0.0, {}

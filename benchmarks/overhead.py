@@ -1,0 +1,108 @@
+"""What the harness costs: wif's epoch time against a minimal hand-written PyTorch loop.
+
+Same model, same data, same batch size and epochs; the two alternate round by round in this one process
+run (each in its own forked child, as wif runs jobs), so drift on a shared machine hits both alike.
+Prints the ratio of median steady-state epoch times (target: at most 1.03 on a 2-core CPU) and the
+memory sampler's own CPU cost.
+
+    python benchmarks/overhead.py [--rounds 5] [--epochs 4] [--num-train 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from mlflow.tracking import MlflowClient
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from wif.config import register_configs  # noqa: E402
+from wif.data import load_datasets  # noqa: E402
+from wif.job import run_job  # noqa: E402
+from wif.model import build_model  # noqa: E402
+from wif.training import preload, seed_everything  # noqa: E402
+
+
+def bare_loop(conf, queue) -> None:
+    """The reference: nothing but the loop a user would write, timed per epoch on the host clock."""
+    seed_everything(conf.seed)
+    data = load_datasets(conf.data)
+    loader = DataLoader(TensorDataset(data.train.images, data.train.labels), batch_size=conf.data.batch_size,
+                        shuffle=True)
+    model = build_model(conf.model, data.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=conf.trainer.lr, momentum=conf.trainer.momentum,
+                          weight_decay=conf.trainer.weight_decay)
+    loss_fn = nn.CrossEntropyLoss()
+    times = []
+    for _ in range(conf.trainer.epochs):
+        model.train()
+        t0 = time.perf_counter()
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        times.append(time.perf_counter() - t0)
+    queue.put(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--num-train", type=int, default=5000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="wif-overhead-"))
+    store = f"sqlite:///{work / 'mlflow.db'}"
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            "preset=smoke", "device=cpu", "resume=false", f"trainer.epochs={args.epochs}", "data.fraction=1.0",
+            f"data.num_train={args.num_train}", f"tracking.uri={store}", f"data.cache_dir={work / 'cache'}"])
+    from omegaconf import OmegaConf
+
+    conf = OmegaConf.to_object(cfg)
+    preload()
+    warm = conf.trainer.warmup_epochs
+    ctx = mp.get_context("fork")
+    # Generate the data cache before timing anything, in a child: this process forks every run and must
+    # never start torch's compute thread pools itself (they do not survive a fork).
+    gen = ctx.Process(target=load_datasets, args=(conf.data,))
+    gen.start()
+    gen.join()
+    wif_times, bare_times = [], []
+    for r in range(args.rounds):
+        run_job(cfg)
+        q = ctx.Queue()
+        p = ctx.Process(target=bare_loop, args=(conf, q))
+        p.start()
+        bare = q.get()
+        p.join()
+        bare_times += bare[warm:]
+        print(f"round {r + 1}/{args.rounds}: bare {statistics.median(bare[warm:]):.3f} s/epoch", flush=True)
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name(conf.tracking.experiment)
+    runs = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'")
+    for run in runs:
+        wif_times += [m.value for m in client.get_metric_history(run.info.run_id, "epoch_time_s") if m.step >= warm]
+    sampler = [run.data.metrics["sampler_cpu_pct"] for run in runs]
+    w, b = statistics.median(wif_times), statistics.median(bare_times)
+    print(f"\nmedian epoch time over {len(wif_times)} epochs each: wif {w:.4f} s, bare loop {b:.4f} s")
+    print(f"ratio wif / bare: {w / b:.3f}  (target <= 1.03)")
+    print(f"sampler's own CPU: median {statistics.median(sampler):.2f}% of one core "
+          f"({statistics.median(sampler) / (torch.get_num_threads() or 1):.2f}% of {torch.get_num_threads()} threads)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Shared helpers: compose the real config, run the real train.py, read the real MLflow store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import pytest
+from hydra import compose, initialize_config_dir
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig
+
+from wif.config import register_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+LOADERS = sorted(p.stem for p in (CONF / "loader").glob("*.yaml"))
+STUDY_LOADERS = ["baseline", "gpu_resident", "bg", "bg_pin", "bg_pin_nb", "pin_nb_w4_pf2", "pin_nb_w4_pf8",
+                 "pin_nb_w8_pf2", "pin_nb_w8_pf8", "pin_nb", "pin"]
+
+register_configs()
+
+
+def compose_cfg(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One synthetic-data cache for the whole session: generation is paid once, as for a user."""
+    return tmp_path_factory.mktemp("wif-cache")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def run_train(tmp_path: Path, store: str, cache_dir: Path, *overrides: str, multirun: bool = True,
+              timeout: float = 900, env: Dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real command line, in a subprocess, in its own working directory (one repeat unless asked)."""
+    cmd = [sys.executable, str(ROOT / "train.py")] + (["-m"] if multirun else []) + one_repeat(overrides)
+    full_env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir),
+                "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def one_repeat(overrides: Sequence[str]) -> List[str]:
+    """A multirun sweeps ten repeats by default; tests want one unless they say otherwise."""
+    return list(overrides) + ([] if any(o.startswith("repeat=") for o in overrides) else ["repeat=0"])
+
+
+def train_runs(store: str, experiment: str = "who_is_faster", status: str | None = None) -> List[Run]:
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    filt = "tags.`wif.kind` = 'train'" + (f" and attributes.status = '{status}'" if status else "")
+    return list(client.search_runs([exp.experiment_id], filter_string=filt, max_results=5000))
+
+
+def by_name(runs: Sequence[Run]) -> Dict[str, Run]:
+    return {r.info.run_name: r for r in runs}

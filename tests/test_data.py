@@ -1,0 +1,99 @@
+"""The data: deterministic, cached once, verified on every load, split the same way every time."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tests.conftest import compose_cfg
+from wif.config import ConfigError
+from wif.data import folder_arrays, load_datasets, split_indices, synthetic_arrays
+
+
+def _data_cfg(cache: Path, *overrides: str):
+    return OmegaConf.to_object(compose_cfg("preset=smoke", f"data.cache_dir={cache}", *overrides)).data
+
+
+def test_synthetic_set_is_deterministic_and_cached(tmp_path: Path) -> None:
+    cfg = _data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
+    first = synthetic_arrays(cfg)
+    folders = list(tmp_path.iterdir())
+    assert len(folders) == 1 and (folders[0] / "manifest.json").exists()
+    stamp = (folders[0] / "train_x.npy").stat().st_mtime_ns
+    again = synthetic_arrays(cfg)
+    assert (folders[0] / "train_x.npy").stat().st_mtime_ns == stamp  # reused, not regenerated
+    for key in first:
+        np.testing.assert_array_equal(first[key], again[key])
+    assert first["train_x"].shape == (300, 3, 64, 64) and first["train_x"].dtype == np.uint8
+    assert set(np.unique(first["train_y"])) == set(range(10))
+    other = synthetic_arrays(_data_cfg(tmp_path, "data.num_train=200", "data.num_test=100"))
+    assert len(other["train_y"]) == 200 and len(list(tmp_path.iterdir())) == 2  # keyed by its parameters
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_cache_is_detected_and_regenerated(tmp_path: Path, damage: str,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    cfg = _data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
+    good = synthetic_arrays(cfg)
+    target = next(tmp_path.iterdir()) / "train_x.npy"
+    raw = bytearray(target.read_bytes())
+    if damage == "truncate":
+        target.write_bytes(raw[: len(raw) // 2])
+    else:
+        raw[-10] ^= 0xFF
+        target.write_bytes(raw)
+    with caplog.at_level(logging.WARNING):
+        again = synthetic_arrays(cfg)
+    assert "damaged" in caplog.text
+    np.testing.assert_array_equal(good["train_x"], again["train_x"])
+    assert synthetic_arrays(cfg)["train_x"].shape == good["train_x"].shape  # the rewritten cache verifies
+
+
+def test_fraction_and_split_are_seeded_and_disjoint() -> None:
+    train, val = split_indices(1000, 0.4, 0.2, seed=3)
+    assert (len(train), len(val)) == (320, 80) and not set(train) & set(val)
+    again = split_indices(1000, 0.4, 0.2, seed=3)
+    assert (train == again[0]).all() and (val == again[1]).all()
+    assert not (split_indices(1000, 0.4, 0.2, seed=4)[0] == train).all()
+
+
+def test_datasets_are_normalized_float_tensors(tmp_path: Path) -> None:
+    data = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5"))
+    assert (len(data.train), len(data.val), len(data.test)) == (800, 200, 500)
+    assert data.train.images.dtype == torch.float32 and data.train.labels.dtype == torch.int64
+    assert -3 < data.train.images.mean().item() < 3 and data.num_classes == 10
+
+
+def _image_folder(root: Path, bad: bool = False, empty_class: bool = False) -> Path:
+    from torchvision.io import write_png
+
+    for part in ("train", "test"):
+        for c, colour in enumerate((0, 255)):
+            d = root / part / f"class{c}"
+            d.mkdir(parents=True)
+            if empty_class and part == "train" and c == 1:
+                continue
+            for i in range(4):
+                write_png(torch.full((3, 20, 30), colour, dtype=torch.uint8), str(d / f"{i}.png"))
+    if bad:
+        (root / "train" / "class0" / "broken.png").write_bytes(b"not an image")
+    return root
+
+
+def test_image_folder_is_decoded_and_resized(tmp_path: Path) -> None:
+    arrays, n_classes = folder_arrays(_data_cfg(tmp_path, "data=folder", f"data.root={_image_folder(tmp_path / 'im')}"))
+    assert n_classes == 2 and arrays["train_x"].shape == (8, 3, 64, 64) and arrays["test_y"].tolist() == [0] * 4 + [1] * 4
+
+
+def test_image_folder_errors_name_the_problem(tmp_path: Path) -> None:
+    bad = _image_folder(tmp_path / "bad", bad=True)
+    with pytest.raises(ConfigError, match="broken.png"):
+        folder_arrays(_data_cfg(tmp_path, "data=folder", f"data.root={bad}"))
+    empty = _image_folder(tmp_path / "empty", empty_class=True)
+    with pytest.raises(ConfigError, match="class1"):
+        folder_arrays(_data_cfg(tmp_path, "data=folder", f"data.root={empty}"))

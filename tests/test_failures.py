@@ -1,0 +1,155 @@
+"""A sweep survives bad settings, crashes and interruptions: each case on the real train.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from tests.conftest import ROOT, one_repeat, run_train, train_runs
+from tests.test_data import _image_folder
+
+pytestmark = pytest.mark.slow
+
+BAD_SETTINGS = [
+    (("loader=bg", "loader.num_workers=2"), "loader.background"),
+    (("loader.prefetch_factor=4",), "loader.prefetch_factor"),
+    (("loader.persistent_workers=true",), "loader.persistent_workers"),
+    (("data.fraction=0",), "data.fraction"),
+    (("data.fraction=0.0001",), "data.fraction"),
+    (("data.val_split=1.0",), "data.val_split"),
+    (("data.batch_size=0",), "data.batch_size"),
+    (("trainer.epochs=-1",), "trainer.epochs"),
+    (("loader.num_workers=-1",), "loader.num_workers"),
+    (("data=folder", "data.root=/no/such/folder"), "data.root"),
+    (("loader.no_such_key=1",), "no_such_key"),
+    (("loader=no_such_option",), "no_such_option"),
+]
+if not torch.cuda.is_available():
+    BAD_SETTINGS.append((("device=cuda",), "device=cuda"))
+
+
+@pytest.mark.parametrize("overrides,named", BAD_SETTINGS, ids=[" ".join(o) for o, _ in BAD_SETTINGS])
+def test_a_bad_setting_stops_with_a_message(tmp_path: Path, store: str, cache_dir: Path, overrides: tuple,
+                                           named: str) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", *overrides, multirun=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert named in out, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert not train_runs(store, status="FINISHED")
+
+
+def test_non_blocking_without_pinned_memory_only_warns(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "transfer.non_blocking=true", multirun=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "non_blocking has no effect" in proc.stdout + proc.stderr
+
+
+def test_one_failing_job_does_not_stop_the_sweep(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    good, bad = _image_folder(tmp_path / "good"), _image_folder(tmp_path / "bad", bad=True)
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={bad},{good}",
+                     "data.fraction=1.0", "data.val_split=0.25")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0  # the sweep reports its failure in its exit status ...
+    runs = {r.data.params["data.root"]: r for r in train_runs(store)}
+    assert runs[str(good)].info.status == "FINISHED"  # ... after the other job ran to the end
+    assert runs[str(bad)].info.status == "FAILED"
+    assert "broken.png" in runs[str(bad)].data.tags["wif.error"]
+    assert "1 finished, 1 failed" in out and "Traceback" not in out
+
+
+def _start(tmp_path: Path, store: str, cache_dir: Path, *overrides: str) -> subprocess.Popen:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), "-m", *one_repeat(overrides)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 120) -> psutil.Process:
+    """The run's process (the child of train.py) once it has `n` DataLoader workers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(proc.pid).children():
+            if len(child.children()) >= n:
+                return child
+        time.sleep(0.2)
+    raise AssertionError("the run never started its workers")
+
+
+LONG_RUN = ("preset=smoke", "loader=pin_nb", "loader.num_workers=2", "loader.persistent_workers=true",
+            "data.fraction=1.0", "trainer.epochs=50")
+
+
+def test_a_killed_worker_fails_its_run_and_the_sweep_goes_on(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2")
+    run_process = _wait_for_workers(proc, 2)
+    run_process.children()[0].kill()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    runs = {r.data.params["trainer.epochs"]: r for r in train_runs(store)}
+    error = runs["50"].data.tags["wif.error"]
+    assert runs["50"].info.status == "FAILED" and "worker" in error.lower(), error
+    assert runs["2"].info.status == "FINISHED", out[-3000:]
+
+
+def test_a_hard_crash_of_a_run_is_recorded(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2")
+    run_process = _wait_for_workers(proc, 2)
+    workers = run_process.children()
+    run_process.kill()  # as the kernel's OOM killer would
+    out, _ = proc.communicate(timeout=300)
+    runs = {r.data.params["trainer.epochs"]: r for r in train_runs(store)}
+    assert runs["50"].info.status == "FAILED" and "ProcessDied" in runs["50"].data.tags["wif.error"]
+    assert runs["2"].info.status == "FINISHED", out[-3000:]
+    psutil.wait_procs(workers, timeout=10)
+    assert not [w for w in workers if w.is_running()], "the crashed run's workers were left behind"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_marks_the_run_killed_and_leaves_no_orphans(tmp_path: Path, store: str, cache_dir: Path,
+                                                                 sig: signal.Signals) -> None:
+    proc = _start(tmp_path, store, cache_dir, *LONG_RUN)
+    _wait_for_workers(proc, 2)
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # Ctrl-C in a terminal reaches the whole foreground group
+    else:
+        proc.send_signal(sig)  # a scheduler stops the command it started
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    (run,) = train_runs(store)
+    assert run.info.status == "KILLED"
+    time.sleep(1)
+    left = [p for p in psutil.process_iter(["pid"]) if _session(p) == proc.pid]
+    assert not left, f"orphans: {left}"
+
+
+def _session(p: psutil.Process) -> int:
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return -1
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    procs = []
+    for i, loaders in enumerate(("baseline,pin", "bg,bg_pin", "pin_nb,bg_pin_nb", "gpu_resident,baseline")):
+        work = tmp_path / f"w{i}"
+        work.mkdir()
+        procs.append(_start(work, store, cache_dir, "preset=smoke", f"loader={loaders}", f"repeat={i}"))
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[-1500:] for o in outs]
+    runs = train_runs(store, status="FINISHED")
+    assert len(runs) == 8
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    for run in runs:
+        assert len(client.get_metric_history(run.info.run_id, "epoch_time_s")) == 3
+        assert "epoch_time_mean_s" in run.data.metrics

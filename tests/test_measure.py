@@ -1,0 +1,61 @@
+"""The figures are right by construction: a run's peaks are its own, workers are counted, start-up is
+seen apart from the steady stream. Each test runs the real train.py and reads the real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_train, train_runs
+
+pytestmark = pytest.mark.slow
+
+
+def _metrics_by(store: str, param: str) -> dict:
+    return {r.data.params[param]: r.data.metrics for r in train_runs(store, status="FINISHED")}
+
+
+def test_a_runs_ram_peak_is_its_own(tmp_path: Path, cache_dir: Path) -> None:
+    """A small run measured right after a memory-heavy one in the same multirun matches it measured alone."""
+    common = ("preset=smoke", "loader=baseline", "data.num_train=10000", "trainer.epochs=2")
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "alone").mkdir()
+    sweep_store, alone_store = (f"sqlite:///{tmp_path / d / 'mlflow.db'}" for d in ("sweep", "alone"))
+    proc = run_train(tmp_path / "sweep", sweep_store, cache_dir, *common, "data.fraction=1.0,0.1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_train(tmp_path / "alone", alone_store, cache_dir, *common, "data.fraction=0.1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep, alone = _metrics_by(sweep_store, "data.fraction"), _metrics_by(alone_store, "data.fraction")
+    heavy, after, solo = sweep["1.0"], sweep["0.1"], alone["0.1"]
+    assert heavy["ram_peak_rss_mb"] > after["ram_peak_rss_mb"] + 300  # the first run really was heavy
+    for key in ("ram_peak_rss_mb", "ram_peak_pss_mb", "ram_peak_uss_mb"):
+        assert abs(after[key] - solo[key]) <= 0.10 * solo[key], (key, after[key], solo[key])
+
+
+def test_worker_start_up_shows_in_first_batch_time(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    """Without persistent workers every epoch starts its workers again; with them, it does not."""
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb", "loader.num_workers=2",
+                     "loader.persistent_workers=false,true", "trainer.epochs=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    later_epochs = {}
+    for run in train_runs(store, status="FINISHED"):
+        hist = client.get_metric_history(run.info.run_id, "first_batch_s")
+        values = [h.value for h in hist if h.step >= 1]
+        later_epochs[run.data.params["loader.persistent_workers"]] = sum(values) / len(values)
+    assert later_epochs["False"] > 2 * later_epochs["True"], later_epochs
+
+
+def test_ram_figures_are_ordered_and_grow_with_workers(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb", "loader.num_workers=0,2,4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = _metrics_by(store, "loader.num_workers")
+    for run in m.values():
+        assert run["ram_peak_uss_mb"] <= run["ram_peak_pss_mb"] <= run["ram_peak_rss_mb"]
+    assert [m[w]["workers_peak"] for w in ("0", "2", "4")] == [0, 2, 4]
+    assert m["0"]["ram_peak_pss_mb"] < m["2"]["ram_peak_pss_mb"] < m["4"]["ram_peak_pss_mb"]
+    assert m["0"]["ram_peak_rss_mb"] < m["2"]["ram_peak_rss_mb"] < m["4"]["ram_peak_rss_mb"]
+    assert all(run["sampler_cpu_pct"] < 25 for run in m.values())

@@ -1,0 +1,86 @@
+"""The study as a user runs it: one real multirun of train.py, read back from a real MLflow store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import STUDY_LOADERS, run_train, train_runs
+
+pytestmark = pytest.mark.slow
+
+EPOCH_METRICS = {"epoch_time_s", "throughput_img_s", "train_loss", "val_loss", "val_acc", "val_time_s",
+                 "data_wait_s", "compute_s", "data_wait_share", "compute_share", "first_batch_s", "cpu_util_pct"}
+RUN_METRICS = {"time_total_s", "epoch_time_mean_s", "test_acc", "setup_s", "ram_peak_rss_mb", "ram_peak_uss_mb",
+               "ram_peak_pss_mb", "workers_peak", "shm_peak_mb", "sampler_cpu_pct", "job_overhead_s"}
+GPU_ONLY = {"vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb", "gpu_idle_s", "gpu_util_pct"}
+GRID = ("loader=glob(*)", "data.fraction=0.1,0.4,0.7", "preset=smoke", "repeat=0")
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
+    """The README's smoke grid, run once for this module: 11 loaders x 3 fractions, one repeat."""
+    work = tmp_path_factory.mktemp("grid")
+    store = f"sqlite:///{work / 'mlflow.db'}"
+    proc = run_train(work, store, cache_dir, *GRID)
+    return work, store, proc
+
+
+def test_smoke_grid_leaves_33_finished_runs(grid) -> None:
+    _, store, proc = grid
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = train_runs(store, status="FINISHED")
+    assert len(runs) == 33
+    assert {r.data.tags["wif.loader"] for r in runs} == set(STUDY_LOADERS)
+    assert {r.data.tags["wif.fraction"] for r in runs} == {"0.1", "0.4", "0.7"}
+    assert {r.data.tags["wif.cell"] for r in runs} == {f"{lo}@{f}" for lo in STUDY_LOADERS for f in ("0.1", "0.4", "0.7")}
+    assert sorted(int(r.data.tags["wif.sweep_pos"]) for r in runs) == list(range(33))
+    assert {r.data.tags["wif.block"] for r in runs} == {"0"}
+    assert len({r.data.tags["wif.sweep_id"] for r in runs}) == 1
+    assert "[33/33]" in proc.stdout + proc.stderr  # progress names the job and the sweep's size
+
+
+def test_every_run_carries_its_figures_and_context(grid) -> None:
+    _, store, _ = grid
+    client = MlflowClient(store)
+    for run in train_runs(store):
+        m, tags, params = run.data.metrics, run.data.tags, run.data.params
+        assert EPOCH_METRICS | RUN_METRICS <= m.keys(), run.info.run_name
+        assert not GPU_ONLY & m.keys(), "a CPU run must not report GPU figures (never a false 0)"
+        assert tags["wif.device"] == "cpu" and tags["wif.gpu"] == "none"
+        for key in ("wif.cpu", "wif.cpu_logical_cores", "wif.ram_total_gb", "wif.host", "wif.git_commit",
+                    "wif.version.torch", "wif.config_hash"):
+            assert tags[key], key
+        assert params["loader.name"] == tags["wif.loader"] and params["data.fraction"] == tags["wif.fraction"]
+        assert int(params["trainer.epochs"]) == 3
+        history = client.get_metric_history(run.info.run_id, "epoch_time_s")
+        assert sorted(h.step for h in history) == [0, 1, 2]
+        assert m["ram_peak_uss_mb"] <= m["ram_peak_pss_mb"] <= m["ram_peak_rss_mb"]
+        assert 0 < m["data_wait_share"] < 1 and m["compute_s"] < m["epoch_time_s"]
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"config.yaml"}
+
+
+def test_workers_are_counted(grid) -> None:
+    _, store, _ = grid
+    runs = {(r.data.tags["wif.loader"], r.data.tags["wif.fraction"]): r.data.metrics for r in train_runs(store)}
+    for fraction in ("0.1", "0.4", "0.7"):
+        main, w8 = runs[("pin_nb", fraction)], runs[("pin_nb_w8_pf2", fraction)]
+        assert (main["workers_peak"], w8["workers_peak"]) == (0, 8)
+        assert w8["ram_peak_rss_mb"] > main["ram_peak_rss_mb"]
+        assert w8["ram_peak_pss_mb"] > main["ram_peak_pss_mb"]
+
+
+def test_the_smaller_model_learns(grid) -> None:
+    _, store, _ = grid
+    accs = [r.data.metrics["val_acc"] for r in train_runs(store) if r.data.tags["wif.fraction"] == "0.7"]
+    assert sum(accs) / len(accs) > 0.2  # ten classes: chance is 0.1
+
+
+def test_rerunning_the_same_command_resumes(grid, cache_dir: Path) -> None:
+    work, store, _ = grid
+    proc = run_train(work, store, cache_dir, *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(train_runs(store, status="FINISHED")) == 33
+    assert "33 skipped" in proc.stdout + proc.stderr

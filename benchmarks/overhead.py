@@ -83,6 +83,8 @@ def main() -> None:
     gen.join()
     wif_times, bare_times = [], []
     for r in range(args.rounds):
+        cfg.repeat = r  # a distinct job each round (the seed is fixed below, for both sides alike)
+        cfg.seed = 0
         run_job(cfg)
         q = ctx.Queue()
         p = ctx.Process(target=bare_loop, args=(conf, q))

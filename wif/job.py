@@ -33,6 +33,7 @@ log = logging.getLogger("wif")
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
 NOT_IDENTITY = ("tracking", "resume", "progress", "measure")
 ERROR_TAG_LIMIT = 4000
+INTERRUPT_GRACE_S = 5.0
 EXIT_BAD_SETTING = 2
 
 
@@ -65,10 +66,17 @@ def _child_main(conf: Config, device: str, conn: Any) -> None:
     import torch
 
     signal.signal(signal.SIGTERM, _interrupt)
+
+    def emit(kind: str, payload: Dict[str, Any]) -> None:
+        conn.send((kind, payload))
+        if kind == "epoch":
+            conn.recv()  # wait while the supervisor logs: MLflow's work never overlaps a timed epoch
+
     try:
-        train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"),
-              lambda kind, payload: conn.send((kind, payload)))
+        train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"), emit)
     except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
+            signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
         conn.send(("error", {"type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc(),
                              "bad_setting": isinstance(err, ConfigError)}))
         raise SystemExit(1)
@@ -150,7 +158,14 @@ class _Run:
 
 def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
     """Terminate a run and every worker it started, even those a crashed run left behind; `is_running`
-    compares start times, so a recycled PID is never hit."""
+    compares start times, so a recycled PID is never hit. The run goes first, so that it can shut its
+    DataLoader down itself; whatever is left after the grace period is terminated, then killed."""
+    if procs and procs[0].is_running():
+        try:
+            procs[0].terminate()
+            procs[0].wait(grace_s)
+        except psutil.Error:
+            pass
     live = {p.pid: p for p in procs if p.is_running()}
     for p in list(live.values()):
         try:
@@ -173,25 +188,28 @@ def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
 
 def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
     ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(conf, device, send), name=f"wif-run {label}")
+    conn, child_end = ctx.Pipe()
+    proc = ctx.Process(target=_child_main, args=(conf, device, child_end), name=f"wif-run {label}")
     proc.start()
-    send.close()
+    child_end.close()
     sampler = TreeSampler(proc.pid, conf.measure)
     sampler.start()
     run = _Run(conf, tracker, run_id, label, sampler)
     t_end = 0.0
     try:
-        while proc.is_alive() or recv.poll():
-            if recv.poll(0.2):
+        while proc.is_alive() or conn.poll():
+            if conn.poll(0.2):
                 try:
-                    kind, payload = recv.recv()
+                    kind, payload = conn.recv()
                 except EOFError:
                     break
                 run.on_message(kind, payload)
-                if kind == "result":
+                if kind == "epoch":
+                    conn.send("logged")
+                elif kind == "result":
                     t_end = time.monotonic()
     except KeyboardInterrupt:
+        proc.join(INTERRUPT_GRACE_S)  # Ctrl-C reached the run too: let it end by itself first
         _stop_tree(sampler.seen())
         proc.join()
         sampler.stop()
@@ -253,7 +271,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     sweep_id, pos = _sweep_position()
     tally = sweep.TALLY
     label = f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name} fraction={conf.data.fraction} repeat={conf.repeat}"
-    if conf.resume and tracker.finished_run(digest):
+    if conf.resume and tracker.finished_runs(digest):
         tally.skipped += 1
         log.info("%s  skipped: a FINISHED run of this configuration exists (resume=false reruns it)", label)
         return None
@@ -268,9 +286,15 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
     outcome = supervise(conf, device, tracker, run_id, label)
 
-    duplicate = outcome.status == FINISHED and tracker.finished_run(digest)
-    if duplicate:  # another process finished the same job meanwhile: one FINISHED run per job, ever
-        outcome = Outcome(KILLED, {"type": "Duplicate", "message": f"run {duplicate} finished the same job first"})
+    # One FINISHED run per configuration and repeat, ever: with resume (the default) a job another process
+    # finished meanwhile makes this run the duplicate; with resume=false this run supersedes the older ones.
+    earlier = tracker.finished_runs(digest) if outcome.status == FINISHED else []
+    duplicate = bool(earlier) and conf.resume
+    if duplicate:
+        outcome = Outcome(KILLED, {"type": "Duplicate", "message": f"run {earlier[0]} finished the same job first"})
+    for old in earlier if not conf.resume else []:
+        tracker.set_tags(old, {"wif.superseded_by": run_id})
+        tracker.end_run(old, KILLED)
     if outcome.status == FINISHED:
         s = outcome.summary
         s["job_overhead_s"] = time.monotonic() - t_job - s["time_total_s"]

@@ -2,12 +2,13 @@
 
 The sampler is a thread of the supervising process, so it takes no GIL time from the run it measures.
 It follows the run's process and every DataLoader worker it starts:
-- RSS summed over the tree, CPU time, and the worker count at `rss_interval_s` (cheap);
+- RSS summed over the tree at `rss_interval_s` (and the tree's device memory, with a GPU);
+- the worker list, CPU time, /dev/shm and GPU utilization at `tree_interval_s` (listing scans /proc);
 - USS and PSS summed over the tree at `pss_interval_s` (smaps_rollup costs ~8 ms per resident GiB):
   summed RSS counts shared pages once per process and overstates, summed USS leaves them out and
   understates, summed PSS counts each page once;
-- /dev/shm in use (worker-to-main tensors travel there), as a rise over its level at start;
-- with a GPU: this tree's device memory (NVML, CUDA context included) and the device's utilization.
+/dev/shm is counted as its rise over the level at start (worker-to-main tensors travel there); device
+memory comes from NVML, CUDA context included.
 Peaks and means are taken over windows the run reports (its epochs), never over the start-up.
 """
 
@@ -66,27 +67,19 @@ class GpuProbe:
 
 
 @dataclass
-class Sample:
-    t: float
-    rss: float
-    workers: int
-    cpu_pct: float
-    shm: Optional[float]
-    gpu_mem: Optional[float] = None
-    gpu_util: Optional[float] = None
-
-
-@dataclass
 class _Series:
-    t: List[float] = field(default_factory=list)
-    rows: List[object] = field(default_factory=list)
+    """Timestamped rows, appended in time order, cut into windows by bisection."""
 
-    def add(self, t: float, row: object) -> None:
+    t: List[float] = field(default_factory=list)
+    rows: List[tuple] = field(default_factory=list)
+
+    def add(self, t: float, *row: Optional[float]) -> None:
         self.t.append(t)
         self.rows.append(row)
 
-    def between(self, t0: float, t1: float) -> List:
-        return self.rows[bisect.bisect_left(self.t, t0): bisect.bisect_right(self.t, t1)]
+    def between(self, t0: float, t1: float, column: int) -> List[float]:
+        rows = self.rows[bisect.bisect_left(self.t, t0): bisect.bisect_right(self.t, t1)]
+        return [r[column] for r in rows if r[column] is not None]
 
 
 class TreeSampler(threading.Thread):
@@ -94,7 +87,9 @@ class TreeSampler(threading.Thread):
         super().__init__(name="wif-sampler", daemon=True)
         self.root = psutil.Process(pid)
         self.cfg = cfg
-        self.fast, self.slow = _Series(), _Series()
+        self.fast = _Series()  # (rss_mb, gpu_mem_mb)
+        self.mid = _Series()  # (workers, cpu_pct, shm_mb, gpu_util)
+        self.slow = _Series()  # (uss_mb, pss_mb)
         self.gpu: Optional[GpuProbe] = None
         self._halt = threading.Event()
         self._slow_now = threading.Event()
@@ -103,12 +98,18 @@ class TreeSampler(threading.Thread):
         self._seen: Dict[int, psutil.Process] = {pid: self.root}
         self._t_prev = time.monotonic()
         self._shm0 = _shm_used()
+        self._cores = psutil.cpu_count() or 1
         self.own_cpu_s = 0.0
         self.wall_s = 0.0
 
     def attach_gpu(self, uuid: str) -> None:
         with self._lock:
             self.gpu = GpuProbe(uuid)
+
+    def seen(self) -> List[psutil.Process]:
+        """Every process of the tree ever sampled: what to clean up if the run dies without its workers."""
+        with self._lock:
+            return list(self._seen.values())
 
     def _tree(self) -> List[psutil.Process]:
         try:
@@ -120,34 +121,33 @@ class TreeSampler(threading.Thread):
                 self._seen.setdefault(p.pid, p)
         return procs
 
-    def seen(self) -> List[psutil.Process]:
-        """Every process of the tree ever sampled: what to clean up if the run dies without its workers."""
-        with self._lock:
-            return list(self._seen.values())
-
     def _sample_fast(self, procs: List[psutil.Process], now: float) -> None:
-        rss, cpu_delta, cpu_now = 0, 0.0, {}
+        rss = 0
         for p in procs:
             try:
-                with p.oneshot():
-                    rss += p.memory_info().rss
-                    t = p.cpu_times()
+                rss += p.memory_info().rss
             except psutil.Error:
-                continue  # a worker that exited between listing and reading
+                continue  # a worker that exited since the tree was listed
+        with self._lock:
+            gpu_mem = self.gpu.memory({p.pid for p in procs}) / MB if self.gpu is not None else None
+        self.fast.add(now, rss / MB, gpu_mem)
+
+    def _sample_mid(self, procs: List[psutil.Process], now: float) -> None:
+        cpu_delta, cpu_now = 0.0, {}
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
             cpu_now[p.pid] = t.user + t.system
-            if p.pid in self._cpu_prev:
-                cpu_delta += max(cpu_now[p.pid] - self._cpu_prev[p.pid], 0.0)
-        dt = max(now - self._t_prev, 1e-9)
-        cpu_pct = 100.0 * cpu_delta / dt / (psutil.cpu_count() or 1)
+            cpu_delta += max(cpu_now[p.pid] - self._cpu_prev.get(p.pid, cpu_now[p.pid]), 0.0)
+        cpu_pct = 100.0 * cpu_delta / max(now - self._t_prev, 1e-9) / self._cores
         self._cpu_prev, self._t_prev = cpu_now, now
         shm = _shm_used()
-        row = Sample(now, rss / MB, max(len(procs) - 1, 0), cpu_pct,
-                     None if shm is None or self._shm0 is None else max(shm - self._shm0, 0) / MB)
+        shm_mb = None if shm is None or self._shm0 is None else max(shm - self._shm0, 0) / MB
         with self._lock:
-            if self.gpu is not None:
-                row.gpu_mem = self.gpu.memory({p.pid for p in procs}) / MB
-                row.gpu_util = self.gpu.utilization()
-        self.fast.add(now, row)
+            gpu_util = self.gpu.utilization() if self.gpu is not None else None
+        self.mid.add(now, max(len(procs) - 1, 0), cpu_pct, shm_mb, gpu_util)
 
     def _sample_slow(self, procs: List[psutil.Process], now: float) -> None:
         uss = pss = 0
@@ -158,7 +158,7 @@ class TreeSampler(threading.Thread):
                 continue
             uss += full.uss
             pss += full.pss
-        self.slow.add(now, (uss / MB, pss / MB))
+        self.slow.add(now, uss / MB, pss / MB)
 
     def run(self) -> None:
         cfg = self.cfg
@@ -169,9 +169,10 @@ class TreeSampler(threading.Thread):
             now = time.monotonic()
             if now >= next_tree:
                 procs = self._tree()
-                next_tree = now + cfg.tree_interval_s
                 if not procs:
                     break
+                self._sample_mid(procs, now)
+                next_tree = now + cfg.tree_interval_s
             self._sample_fast(procs, now)
             if now >= next_slow or self._slow_now.is_set():
                 self._slow_now.clear()
@@ -194,31 +195,22 @@ class TreeSampler(threading.Thread):
             self.gpu.close()
 
     def epoch_means(self, t0: float, t1: float) -> Dict[str, float]:
-        rows = self.fast.between(t0, t1)
         out: Dict[str, float] = {}
-        if rows:
-            out["cpu_util_pct"] = sum(r.cpu_pct for r in rows) / len(rows)
-            utils = [r.gpu_util for r in rows if r.gpu_util is not None]
-            if utils:
-                out["gpu_util_pct"] = sum(utils) / len(utils)
+        for key, column in (("cpu_util_pct", 1), ("gpu_util_pct", 3)):
+            values = self.mid.between(t0, t1, column)
+            if values:
+                out[key] = sum(values) / len(values)
         return out
 
     def peaks(self, t0: float, t1: float) -> Dict[str, float]:
         """High-water marks over [t0, t1]; a figure with no sample is left out rather than reported as 0."""
-        rows, slow = self.fast.between(t0, t1), self.slow.between(t0, t1)
         out: Dict[str, float] = {}
-        if rows:
-            out["ram_peak_rss_mb"] = max(r.rss for r in rows)
-            out["workers_peak"] = float(max(r.workers for r in rows))
-            shm = [r.shm for r in rows if r.shm is not None]
-            if shm:
-                out["shm_peak_mb"] = max(shm)
-            gpu = [r.gpu_mem for r in rows if r.gpu_mem is not None]
-            if gpu:
-                out["vram_peak_device_mb"] = max(gpu)
-        if slow:
-            out["ram_peak_uss_mb"] = max(u for u, _ in slow)
-            out["ram_peak_pss_mb"] = max(p for _, p in slow)
+        for key, series, column in (("ram_peak_rss_mb", self.fast, 0), ("vram_peak_device_mb", self.fast, 1),
+                                    ("workers_peak", self.mid, 0), ("shm_peak_mb", self.mid, 2),
+                                    ("ram_peak_uss_mb", self.slow, 0), ("ram_peak_pss_mb", self.slow, 1)):
+            values = series.between(t0, t1, column)
+            if values:
+                out[key] = float(max(values))
         return out
 
     def own_cost_pct(self) -> float:

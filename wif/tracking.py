@@ -11,7 +11,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 from urllib.parse import urlparse
 
 from mlflow.entities import Metric, Param, RunStatus, RunTag
@@ -67,13 +67,12 @@ class Tracker:
                 raise
             return exp.experiment_id
 
-    def finished_run(self, config_hash: str) -> Optional[str]:
-        """The id of a FINISHED run of exactly this configuration and repeat, if any."""
+    def finished_runs(self, config_hash: str) -> List[str]:
+        """Ids of the FINISHED runs of exactly this configuration and repeat (at most one, by design)."""
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = 'FINISHED'",
-            max_results=1)
-        return runs[0].info.run_id if runs else None
+            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = 'FINISHED'")
+        return [r.info.run_id for r in runs]
 
     def start_run(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
                   config: Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ from wif.transfer import Transfer
 class EpochStats:
     epoch_time_s: float
     samples: int
-    train_loss: float
+    train_loss: Optional[float]  # None in loader-only mode: there is no model
     data_wait_s: float  # host blocked in next() plus a blocking copy
     copy_s: float  # the host-side part of data_wait_s spent in the transfer call
     compute_s: float  # forward, backward, optimizer step (device time on CUDA)
@@ -70,6 +70,37 @@ def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimize
     return EpochStats(epoch_time_s=epoch_time, samples=samples, train_loss=loss_sum.item() / max(samples, 1),
                       data_wait_s=data_wait, copy_s=copy_time, compute_s=clock.compute_s(),
                       first_batch_s=first_batch, gpu_idle_s=clock.gpu_idle_s(),
+                      t_start=t_start, t_end=time.monotonic())
+
+
+def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> EpochStats:
+    """The loader and transfer alone, timed as `train_epoch` times them: how fast they can feed a device.
+
+    Nothing consumes the batches; the final synchronization waits for every queued copy, so a non_blocking
+    copy is counted in the epoch time even though the host did not wait for it.
+    """
+    samples, data_wait, copy_time, first_batch = 0, 0.0, 0.0, float("nan")
+    synchronize(device)  # sync point: nothing from before is counted in this epoch
+    t_start, t0 = time.monotonic(), time.perf_counter()
+    it = iter(batches)
+    while True:
+        t_wait = time.perf_counter()
+        try:
+            host_batch = next(it)
+        except StopIteration:
+            break
+        t_fetched = time.perf_counter()
+        if samples == 0:
+            first_batch = t_fetched - t0
+        _, y = transfer(host_batch)
+        t_ready = time.perf_counter()
+        copy_time += t_ready - t_fetched
+        data_wait += t_ready - t_wait
+        samples += len(y)
+    synchronize(device)  # sync point: every queued copy is done
+    epoch_time = time.perf_counter() - t0
+    return EpochStats(epoch_time_s=epoch_time, samples=samples, train_loss=None, data_wait_s=data_wait,
+                      copy_s=copy_time, compute_s=0.0, first_batch_s=first_batch, gpu_idle_s=None,
                       t_start=t_start, t_end=time.monotonic())
 
 

@@ -1,0 +1,255 @@
+"""The bottleneck tools of issue 6: loader-only mode, the data=fixed upper bound, the CUDA-stream prefetcher,
+wif-tune and wif-batch-size. CPU tests run the real commands on the smoke preset; GPU tests run where CUDA is."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from tests.conftest import compose_cfg, run_train, train_runs
+from wif.batch_size import find_largest
+from wif.config import ConfigError, DataSource, TransferKind, validate, warnings_for
+from wif.loaders import FixedBatches
+from wif.training import CappedBatches
+from wif.transfer import StreamPrefetcher, make_transfer
+from wif.tune import pick_best, search_workers
+
+# cpu_util_pct and workers_peak come from the sampler's 0.5 s tree samples: a smoke loader-only run is shorter.
+LOADER_FIGURES = {"epoch_time_s", "throughput_img_s", "data_wait_s", "first_batch_s", "data_wait_share",
+                  "epoch_time_mean_s", "throughput_mean_img_s", "first_batch_mean_s",
+                  "ram_peak_rss_mb", "ram_peak_uss_mb", "ram_peak_pss_mb", "setup_s"}
+
+
+def gpu_only(test: Callable) -> Callable:
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(test))
+
+
+def _runs(store: str, kind: str) -> list:
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("who_is_faster")
+    return [] if exp is None else client.search_runs([exp.experiment_id], f"tags.`wif.kind` = '{kind}'")
+
+
+def _tool(tmp_path: Path, store: str, cache_dir: Path, module: str, *args: str,
+          env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=full_env, capture_output=True,
+                          text=True, timeout=600)
+
+
+# ----------------------------------------------------------------------------- configuration
+def test_stream_and_fixed_options_compose() -> None:
+    conf = OmegaConf.to_object(compose_cfg("loader=pin", "transfer=stream"))
+    assert conf.transfer.kind is TransferKind.stream and conf.transfer.non_blocking and conf.loader.pin_memory
+    validate(conf)
+    assert any("falls back to a plain copy" in w for w in warnings_for(conf, cuda=False))
+    conf = OmegaConf.to_object(compose_cfg("data=fixed"))
+    assert conf.data.source is DataSource.fixed
+    validate(conf)
+    assert any("data=fixed" in w for w in warnings_for(conf, cuda=True))
+
+
+def test_stream_with_resident_data_is_refused() -> None:
+    conf = OmegaConf.to_object(compose_cfg("loader=gpu_resident", "transfer=stream"))
+    with pytest.raises(ConfigError, match="transfer=stream.*loader=gpu_resident"):
+        validate(conf)
+
+
+# ----------------------------------------------------------------------------- batches on the CPU
+def _host_batches(n: int = 5, size: int = 4) -> List[tuple]:
+    return [(torch.full((size, 3, 2, 2), float(i)), torch.full((size,), i)) for i in range(n)]
+
+
+def test_stream_prefetcher_falls_back_to_a_plain_copy_on_the_cpu() -> None:
+    batches = _host_batches()
+    out = list(StreamPrefetcher(batches, torch.device("cpu")))
+    assert len(StreamPrefetcher(batches, torch.device("cpu"))) == len(batches) == len(out)
+    for (x, y), (hx, hy) in zip(out, batches):
+        assert torch.equal(x, hx) and torch.equal(y, hy)
+    identity = make_transfer(OmegaConf.to_object(compose_cfg("transfer=stream")).transfer, torch.device("cpu"))
+    assert identity(batches[0]) is batches[0]  # the prefetcher already copied
+
+
+def test_fixed_batches_match_the_split_they_stand_for() -> None:
+    fixed = FixedBatches(samples=150, batch_size=64, image_size=8, num_classes=10, device=torch.device("cpu"), seed=0)
+    sizes = [len(y) for _, y in fixed]
+    assert sizes == [64, 64, 22] and len(fixed) == 3
+    first, last = next(iter(fixed))[0], list(fixed)[-1][0]
+    assert first.shape == (64, 3, 8, 8) and last.data_ptr() == first.data_ptr()  # one tensor, never copied
+    assert len(CappedBatches(fixed, 2)) == 2 and len(list(CappedBatches(fixed, 2))) == 2
+
+
+# ----------------------------------------------------------------------------- the search logic
+@pytest.mark.parametrize("threshold", [0, 1, 7, 63, 64, 65, 100, 1000, 4095, 4096, 10_000])
+def test_find_largest_finds_the_threshold_probing_each_size_once(threshold: int) -> None:
+    tried: List[int] = []
+
+    def fits(n: int) -> bool:
+        tried.append(n)
+        return n <= threshold
+
+    assert find_largest(fits, start=64, limit=4096) == min(threshold, 4096)
+    assert len(tried) == len(set(tried)) and len(tried) <= 2 * 12 + 2
+    assert all(1 <= n <= 4096 for n in tried)
+
+
+def test_find_largest_edges() -> None:
+    assert find_largest(lambda n: True, start=100, limit=50) == 50
+    assert find_largest(lambda n: n <= 3, start=1, limit=1) == 1
+    assert find_largest(lambda n: True, start=5, limit=0) == 0
+
+
+def test_worker_search_goes_coarse_then_refines_and_stops_early() -> None:
+    speed = {w: 100.0 + 50 * w if w <= 5 else 350.0 - 50 * (w - 5) for w in range(0, 33)}  # peak at 5
+    calls: List[tuple] = []
+
+    def measure(w: int, phase: str) -> float:
+        calls.append((w, phase))
+        return speed[w]
+
+    assert search_workers(measure, max_workers=32, step=4, radius=3, min_gain=0.05) == 5
+    coarse = [w for w, p in calls if p == "coarse"]
+    assert coarse == [0, 4, 8]  # 8 is slower than 4: the coarse walk stops there, never reaching 32
+    assert sorted(w for w, p in calls if p == "refine") == [1, 2, 3, 5, 6, 7]
+
+
+def test_worker_search_prefers_fewer_workers_and_survives_failures() -> None:
+    assert pick_best({0: 100.0, 2: 103.0, 4: 104.0}, min_gain=0.05) == 0  # within 5%: fewest workers
+    assert pick_best({0: None, 1: 10.0}, min_gain=0.05) == 1
+    assert pick_best({0: None}, min_gain=0.05) is None
+    fails_from_4 = lambda w, phase: None if w >= 4 else 100.0 * (w + 1)  # noqa: E731
+    assert search_workers(fails_from_4, max_workers=16, step=4, radius=3, min_gain=0.05) == 3
+
+
+# ----------------------------------------------------------------------------- the real commands
+def test_loader_only_mode_logs_the_loader_figures(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    # Ten epochs: a smoke loader-only epoch takes milliseconds, and the sampler reads RSS every 0.1 s.
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "trainer.mode=loader_only", "loader=pin_nb",
+                     "transfer=non_blocking,stream", "trainer.epochs=10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "falls back to a plain copy" in proc.stdout + proc.stderr
+    assert train_runs(store) == []  # never counted as study runs
+    runs = _runs(store, "loader")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    client = MlflowClient(store)
+    for run in runs:
+        m = run.data.metrics
+        assert LOADER_FIGURES <= m.keys(), LOADER_FIGURES - m.keys()
+        assert not {"train_loss", "val_loss", "val_acc", "test_acc"} & m.keys()  # no model, no false figures
+        assert m["compute_s"] == 0 and m["throughput_mean_img_s"] > 0
+        assert run.data.params["trainer.mode"] == "loader_only" and run.info.run_name.startswith("loader-")
+        assert sorted(h.step for h in client.get_metric_history(run.info.run_id, "epoch_time_s")) == list(range(10))
+
+
+def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=baseline", "data=synthetic,fixed")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {r.data.params["data.source"]: r for r in train_runs(store, status="FINISHED")}
+    assert runs.keys() == {"synthetic", "fixed"}
+    fixed, real = runs["fixed"], runs["synthetic"]
+    assert fixed.data.tags["wif.cell"] == "fixed@0.1"  # never pooled with the loader option's cell
+    assert fixed.data.tags["wif.n_train"] == real.data.tags["wif.n_train"]  # as many images per epoch
+    assert fixed.data.metrics["throughput_mean_img_s"] > 0
+
+    report = subprocess.run([sys.executable, "-m", "wif.report", "--tracking-uri", store, "--out",
+                             str(tmp_path / "report"), "--no-log"], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "1 as the on-device upper bound" in report.stdout
+    row = next(line for line in report.stdout.splitlines() if line.startswith("| baseline |"))
+    share = float(re.findall(r"(\d+)%", row)[-1]) / 100  # the 'of bound' column is the last
+    expected = real.data.metrics["throughput_mean_img_s"] / fixed.data.metrics["throughput_mean_img_s"]
+    assert share == pytest.approx(expected, abs=0.01)
+
+
+def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = _tool(tmp_path, store, cache_dir, "wif.tune", "preset=smoke", "data.fraction=0.4", "--batches", "3",
+                 "--epochs", "2", "--max-workers", "2", "--step", "2", "--radius", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    trials = [line for line in proc.stdout.splitlines() if re.match(r"^(False|True)\s+\d+\s", line)]
+    runs = _runs(store, "tune")
+    assert 2 <= len(trials) == len(runs) <= 3 and {r.info.status for r in runs} == {"FINISHED"}
+    assert {r.data.tags["wif.num_workers"] for r in runs} <= {"0", "1", "2"}
+    assert sum(r.data.tags.get("wif.tune_best") == "true" for r in runs) == 1
+    assert all(r.data.metrics["throughput_mean_img_s"] > 0 for r in runs)
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("Use it: python train.py "))
+    overrides = line.removeprefix("Use it: python train.py ").split()
+    assert overrides[0] == "loader=baseline" and "preset=smoke" in overrides and "data.fraction=0.4" in overrides
+    validate(OmegaConf.to_object(compose_cfg(*overrides)))  # the printed line is a valid train.py command
+
+
+def test_wif_tune_refuses_a_loader_it_cannot_tune(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = _tool(tmp_path, store, cache_dir, "wif.tune", "loader=bg")
+    assert proc.returncode == 2 and "BackgroundGenerator" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_wif_batch_size_says_it_needs_cuda(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = _tool(tmp_path, store, cache_dir, "wif.batch_size", "preset=smoke", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "needs a CUDA device" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- GPU
+@gpu_only
+@pytest.mark.parametrize("behind_cycles", [0, 20_000_000], ids=["compute-ahead", "compute-behind"])
+def test_stream_prefetcher_never_uses_a_batch_before_its_copy(behind_cycles: int) -> None:
+    """Large pinned batches, each filled with its index, read on the compute stream as soon as they are handed
+    over. Compute ahead of the copies (no delay) exposes a missing wait_stream: a batch read before its copy
+    landed. Compute far behind (a GPU sleep after each read) exposes a missing record_stream: a freed batch's
+    memory refilled by a later copy before the compute stream read it."""
+    device = torch.device("cuda", 0)
+    host = [(torch.full((64, 3, 256, 256), float(i)).pin_memory(), torch.full((64,), i).pin_memory())
+            for i in range(12)]
+    seen = []
+    for x, y in StreamPrefetcher(host, device):
+        seen.append((x.clone(), y.clone(), x.sum()))  # on the compute stream, right after the handoff
+        if behind_cycles:
+            torch.cuda._sleep(behind_cycles)
+    torch.cuda.synchronize()
+    assert len(seen) == len(host)
+    for i, (x, y, total) in enumerate(seen):
+        assert x.min().item() == x.max().item() == float(i) and torch.all(y == i)
+        assert total.item() == pytest.approx(float(i) * x.numel())
+
+
+@gpu_only
+def test_stream_prefetcher_trains_like_the_plain_copy(cache_dir: Path) -> None:
+    from wif.training import train
+
+    losses = {}
+    for transfer in ("non_blocking", "stream"):
+        conf = OmegaConf.to_object(compose_cfg("preset=smoke", "loader=pin_nb", f"transfer={transfer}",
+                                               "data.fraction=0.7", f"data.cache_dir={cache_dir}"))
+        epochs: List[dict] = []
+        torch.backends.cudnn.deterministic = True  # the two runs differ only in how batches arrive
+        try:
+            train(conf, torch.device("cuda", 0), lambda kind, p: epochs.append(p) if kind == "epoch" else None)
+        finally:
+            torch.backends.cudnn.deterministic = False
+        losses[transfer] = [(e["train_loss"], e["val_loss"]) for e in epochs]
+    for plain, stream in zip(losses["non_blocking"], losses["stream"]):
+        assert stream == pytest.approx(plain, rel=1e-3)
+
+
+@gpu_only
+def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = _tool(tmp_path, store, cache_dir, "wif.batch_size", "preset=smoke", "--max-batch", "512")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Largest batch size: 512" in proc.stdout and "Use it: python train.py data.batch_size=512" in proc.stdout
+    proc = _tool(tmp_path, store, cache_dir, "wif.batch_size", "preset=smoke", "--fill", "0.0001")
+    assert proc.returncode == 1 and "not even a batch" in proc.stderr and "Traceback" not in proc.stderr
+
+    from wif.batch_size import run_probe
+
+    conf = OmegaConf.to_object(compose_cfg("preset=smoke"))
+    probe = run_probe(conf, 64, 2)
+    assert probe.trained and not probe.error and 0 < probe.reserved_mb < probe.used_mb < probe.total_mb

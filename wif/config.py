@@ -27,13 +27,33 @@ class Device(str, Enum):
 
 
 class DataSource(str, Enum):
-    synthetic = "synthetic"
-    folder = "folder"
+    synthetic = "synthetic"  # preprocessed tensors in RAM, as the study holds its images
+    folder = "folder"  # the user's ImageFolder, decoded per sample (or once, with data.preload=true)
+    encoded = "encoded"  # the synthetic set stored as JPEG bytes, decoded per sample
+    fixed = "fixed"  # one random batch already on the device: the model's compute alone (an upper bound)
+
+
+class Augment(str, Enum):
+    none = "none"  # decode only
+    flip = "flip"  # random horizontal flip
+    standard = "standard"  # random resized crop back to data.image_size, flip
+
+
+class StartMethod(str, Enum):
+    fork = "fork"
+    forkserver = "forkserver"
+    spawn = "spawn"
 
 
 class TransferKind(str, Enum):
     copy = "copy"  # fetch a batch on the host, then copy it to the device
     resident = "resident"  # whole dataset on the device before training; batches are index gathers
+    stream = "stream"  # copy the next batch on a side CUDA stream while the current one computes
+
+
+class TrainerMode(str, Enum):
+    train = "train"  # the study: loader, transfer and model
+    loader_only = "loader_only"  # the loader and transfer alone, no model: how fast can it feed a device
 
 
 class ModelName(str, Enum):
@@ -56,6 +76,9 @@ class DataConfig:
     synthetic_seed: int = 0  # the generated image set itself: the same for every run
     noise: float = 0.35  # synthetic images: noise std relative to the class pattern
     cache_dir: str = "${oc.env:WIF_CACHE_DIR,'~/.cache/wif'}"
+    augment: Augment = Augment.none  # per-sample work for data=encoded and data=folder (training split only)
+    jpeg_quality: int = 90  # data=encoded
+    preload: bool = False  # data=folder: decode once and hold tensors in RAM, as the study did
 
 
 @dataclass
@@ -67,6 +90,8 @@ class LoaderConfig:
     background: bool = False  # wrap the loader in prefetch_generator.BackgroundGenerator
     bg_max_prefetch: int = 1  # BackgroundGenerator's queue length (the library's default)
     persistent_workers: bool = False
+    in_order: bool = True  # false: PyTorch may deliver batches out of order (torch >= 2.6)
+    multiprocessing_context: Optional[StartMethod] = None  # null: PyTorch's default start method
     shuffle: bool = True
 
 
@@ -92,6 +117,8 @@ class TrainerConfig:
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 5e-4
+    mode: TrainerMode = TrainerMode.train
+    max_batches: Optional[int] = None  # stop each training epoch after this many batches (null: the whole split)
 
 
 @dataclass
@@ -156,6 +183,12 @@ def validate(cfg: Config) -> None:
              f"{lo.num_workers}; the study notes the two deadlock together. Use one of them: "
              "loader.background=false, or loader.num_workers=0.")
     if lo.num_workers == 0:
+        _require(lo.in_order, "loader.in_order=false needs worker processes, but loader.num_workers=0. "
+                 "Set loader.num_workers>0, or loader.in_order=true.")
+        _require(lo.multiprocessing_context is None,
+                 f"loader.multiprocessing_context={lo.multiprocessing_context.value if lo.multiprocessing_context else ''} "
+                 "starts worker processes, but loader.num_workers=0. Set loader.num_workers>0, or "
+                 "loader.multiprocessing_context=null.")
         _require(lo.prefetch_factor is None,
                  f"loader.prefetch_factor={lo.prefetch_factor} needs worker processes, but loader.num_workers=0. "
                  "Set loader.num_workers>0, or loader.prefetch_factor=null.")
@@ -170,6 +203,18 @@ def validate(cfg: Config) -> None:
                  "transfer=resident holds the whole dataset on the device and uses no DataLoader; it cannot take "
                  f"loader.num_workers={lo.num_workers}, loader.background={lo.background} or "
                  f"loader.pin_memory={lo.pin_memory}. Use loader=gpu_resident, or another transfer option.")
+    _require(d.augment is Augment.none or d.source is not DataSource.synthetic,
+             f"data.augment={d.augment.value} needs images decoded per sample; data=synthetic holds preprocessed "
+             "tensors. Use data=encoded (or data=folder), or data.augment=none.")
+    _require(1 <= d.jpeg_quality <= 100, f"data.jpeg_quality={d.jpeg_quality} must be between 1 and 100.")
+    _require_supported_by_torch(lo)
+    if cfg.transfer.kind is TransferKind.stream:
+        _require(lo.name != "gpu_resident",
+                 "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "
+                 "keeps the whole dataset on the device and has no batches to copy. Use transfer=stream with a "
+                 "loader option that streams batches (e.g. loader=pin_nb transfer=stream), or drop transfer=stream.")
+    _require(tr.max_batches is None or tr.max_batches > 0,
+             f"trainer.max_batches={tr.max_batches} must be at least 1 (or null for whole epochs).")
     if d.source is DataSource.folder:
         _require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
         _require(Path(str(d.root)).expanduser().is_dir(),
@@ -183,6 +228,23 @@ def validate(cfg: Config) -> None:
              "Raise data.fraction or data.num_train so that neither split is empty.")
 
 
+# DataLoader keys that older torch releases lack: (key, the default that needs no support, first release)
+_NEWER_LOADER_KEYS = (("in_order", True, "2.6"),)
+
+
+def _require_supported_by_torch(lo: LoaderConfig) -> None:
+    import inspect
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    accepted = inspect.signature(DataLoader).parameters
+    for key, default, release in _NEWER_LOADER_KEYS:
+        _require(key in accepted or getattr(lo, key) == default,
+                 f"loader.{key}={getattr(lo, key)} needs torch >= {release}; this is torch {torch.__version__}. "
+                 f"Upgrade torch, or leave loader.{key} at its default ({default}).")
+
+
 def warnings_for(cfg: Config, cuda: bool) -> List[str]:
     """Settings that are legal but have no effect; said once, never fatal."""
     out = []
@@ -192,6 +254,11 @@ def warnings_for(cfg: Config, cuda: bool) -> List[str]:
     if not cuda and (cfg.loader.pin_memory or cfg.transfer.non_blocking):
         out.append("No CUDA device: pin_memory and non_blocking have no effect on the CPU; this run's figures "
                    "are CPU figures (tagged wif.device=cpu).")
+    if not cuda and cfg.transfer.kind is TransferKind.stream:
+        out.append("transfer=stream needs CUDA for its side stream: on the CPU it falls back to a plain copy.")
+    if cfg.data.source is DataSource.fixed:
+        out.append("data=fixed: every batch is one random tensor already on the device, so the loader and transfer "
+                   "settings have no effect; the run measures the model's compute alone (the upper bound).")
     return out
 
 

@@ -1,9 +1,13 @@
-"""The study's images: a synthetic set generated once and cached, or the user's ImageFolder.
+"""The study's images, at two operating points.
 
-Both end as float32 tensors held in host memory, the way the study holds its preprocessed images, so the
-loader options differ only in how batches reach the device. The fraction takes a seeded subset of the
-training set before the train/validation split; the subset is cut from the uint8 images so that only
-the images a run uses are ever converted to float.
+- Preprocessed tensors (`data=synthetic`, or `data=folder data.preload=true` without augmentation): float32
+  tensors in host memory, the way the study holds its images, so the loader options differ only in how
+  batches reach the device. The subset is cut from the uint8 images, so only the images a run uses are
+  ever converted to float.
+- Decoded per sample (`data=encoded`, `data=folder`): JPEG bytes or image files decoded, augmented and
+  normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
+The fraction takes a seeded subset of the training set before the train/validation split; every source
+splits the same way.
 """
 
 from __future__ import annotations
@@ -16,19 +20,19 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Protocol, Tuple, Union
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
-from wif.config import ConfigError, DataConfig, DataSource
+from wif.config import Augment, ConfigError, DataConfig, DataSource
 
 log = logging.getLogger(__name__)
 
 # Images are scaled to [0, 1] and then centred like this on every channel.
 NORMALIZE_MEAN, NORMALIZE_STD = 0.5, 0.25
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
-_ARRAYS = ("train_x", "train_y", "test_x", "test_y")
 
 
 @dataclass
@@ -44,11 +48,85 @@ class Split:
         return self.images.element_size() * self.images.nelement() + self.labels.element_size() * len(self)
 
 
+class Decoder(Protocol):
+    """Image i of a set as uint8 C x H x W. Implementations are plain classes: they pickle into workers."""
+
+    def __call__(self, i: int) -> torch.Tensor: ...
+
+
+class JpegBlob:
+    """An encoded set as one byte blob plus offsets: cheap to send to spawned workers."""
+
+    def __init__(self, blob: torch.Tensor, offsets: torch.Tensor) -> None:
+        self.blob, self.offsets = blob, offsets
+
+    def __call__(self, i: int) -> torch.Tensor:
+        from torchvision.io import decode_jpeg
+
+        return decode_jpeg(self.blob[self.offsets[i]:self.offsets[i + 1]])
+
+
+class ImageFiles:
+    """Image files decoded and resized on access, as torchvision's ImageFolder would."""
+
+    def __init__(self, paths: List[str], size: int) -> None:
+        self.paths, self.size = paths, size
+
+    def __call__(self, i: int) -> torch.Tensor:
+        return _read_image(Path(self.paths[i]), self.size)
+
+
+class HeldImages:
+    """Images already decoded (uint8) and held in RAM."""
+
+    def __init__(self, images: torch.Tensor) -> None:
+        self.images = images
+
+    def __call__(self, i: int) -> torch.Tensor:
+        return self.images[i]
+
+
+def make_transform(augment: Augment, size: int, train: bool):
+    """uint8 image to normalized float; random augmentation on the training split only."""
+    from torchvision.transforms import v2
+
+    steps = []
+    if train and augment is Augment.standard:
+        steps.append(v2.RandomResizedCrop(size, antialias=True))
+    if train and augment in (Augment.flip, Augment.standard):
+        steps.append(v2.RandomHorizontalFlip())
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([NORMALIZE_MEAN] * 3, [NORMALIZE_STD] * 3)]
+    return v2.Compose(steps)
+
+
+class DecodedSplit(Dataset):
+    """A split whose images are decoded (and augmented) in `__getitem__`: per-sample work for the loader."""
+
+    def __init__(self, decoder: Decoder, labels: torch.Tensor, indices: np.ndarray, transform) -> None:
+        self.decoder, self.labels, self.indices, self.transform = decoder, labels, indices, transform
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        j = int(self.indices[i])
+        return self.transform(self.decoder(j)), self.labels[j]
+
+    def materialize(self, size: int) -> Split:
+        """Decode every image once, without augmentation: for holding the set on the device."""
+        plain = make_transform(Augment.none, size, train=False)
+        images = torch.stack([plain(self.decoder(int(j))) for j in self.indices])
+        return Split(images, self.labels[torch.from_numpy(np.asarray(self.indices))])
+
+
+AnySplit = Union[Split, DecodedSplit]
+
+
 @dataclass
 class Datasets:
-    train: Split
-    val: Split
-    test: Split
+    train: AnySplit
+    val: AnySplit
+    test: AnySplit
     num_classes: int
 
 
@@ -100,7 +178,7 @@ def _read_cache(folder: Path) -> Dict[str, np.ndarray]:
     """Load and verify; raises ValueError on anything missing, truncated or altered."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-        arrays = {name: np.load(folder / f"{name}.npy") for name in _ARRAYS}
+        arrays = {name: np.load(folder / f"{name}.npy") for name in manifest["sha256"]}
     except (OSError, ValueError, EOFError) as err:
         raise ValueError(f"unreadable: {err}") from err
     for name, arr in arrays.items():
@@ -109,21 +187,48 @@ def _read_cache(folder: Path) -> Dict[str, np.ndarray]:
     return arrays
 
 
-def synthetic_arrays(cfg: DataConfig) -> Dict[str, np.ndarray]:
-    """The cached synthetic set for these parameters, generated on first use or when the cache is damaged."""
-    key = _synthetic_key(cfg)
+def _cached(cfg: DataConfig, kind: str, key: Dict[str, float], make) -> Dict[str, np.ndarray]:
+    """The cache entry for `key`, made on first use or when the cache is damaged."""
     tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    folder = Path(cfg.cache_dir).expanduser() / f"synthetic-{tag}"
+    folder = Path(cfg.cache_dir).expanduser() / f"{kind}-{tag}"
     if folder.exists():
         try:
             return _read_cache(folder)
         except ValueError as err:
-            log.warning("Synthetic data cache %s is damaged (%s); regenerating it.", folder, err)
+            log.warning("Data cache %s is damaged (%s); regenerating it.", folder, err)
             shutil.rmtree(folder, ignore_errors=True)
-    log.info("Generating the synthetic image set (%d train, %d test) into %s", cfg.num_train, cfg.num_test, folder)
-    arrays = generate_synthetic(cfg)
+    log.info("Generating the %s image set (%d train, %d test) into %s", kind, cfg.num_train, cfg.num_test, folder)
+    arrays = make()
     _write_cache(folder, arrays, key)
     return arrays
+
+
+def synthetic_arrays(cfg: DataConfig) -> Dict[str, np.ndarray]:
+    """The cached synthetic set for these parameters."""
+    return _cached(cfg, "synthetic", _synthetic_key(cfg), lambda: generate_synthetic(cfg))
+
+
+def _encode(images: np.ndarray, quality: int) -> Tuple[np.ndarray, np.ndarray]:
+    from torchvision.io import encode_jpeg
+
+    chunks = [encode_jpeg(torch.from_numpy(img), quality=quality).numpy() for img in images]
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(c) for c in chunks])
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.uint8), offsets
+
+
+def encoded_arrays(cfg: DataConfig) -> Dict[str, np.ndarray]:
+    """The synthetic set as JPEG bytes: the same images, stored the way most datasets are."""
+
+    def make() -> Dict[str, np.ndarray]:
+        raw = synthetic_arrays(cfg)
+        out = {}
+        for part in ("train", "test"):
+            out[f"{part}_blob"], out[f"{part}_offsets"] = _encode(raw[f"{part}_x"], cfg.jpeg_quality)
+            out[f"{part}_y"] = raw[f"{part}_y"]
+        return out
+
+    return _cached(cfg, "encoded", {**_synthetic_key(cfg), "jpeg_quality": cfg.jpeg_quality}, make)
 
 
 # ----------------------------------------------------------------------------- image folders
@@ -137,27 +242,31 @@ def _class_folders(part: Path) -> List[Path]:
     return classes
 
 
-def _decode_folder(part: Path, class_names: List[str], size: int) -> Tuple[np.ndarray, np.ndarray]:
+def _read_image(path: Path, size: int) -> torch.Tensor:
     from torchvision.io import ImageReadMode, decode_image
     from torchvision.transforms.v2.functional import resize
 
-    images, labels = [], []
+    try:
+        img = decode_image(str(path), mode=ImageReadMode.RGB)
+    except (RuntimeError, OSError, ValueError) as err:
+        raise ConfigError(f"data=folder: cannot read image {path} ({err}). Remove or replace the file.") from err
+    return resize(img, [size, size], antialias=True)
+
+
+def _list_part(part: Path, class_names: List[str]) -> Tuple[List[str], np.ndarray]:
+    paths, labels = [], []
     for label, name in enumerate(class_names):
-        files = sorted(f for f in (part / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(str(f) for f in (part / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
         if not files:
             raise ConfigError(f"data=folder: class folder {part / name} holds no images "
                               f"({', '.join(IMAGE_SUFFIXES)}). Remove it or add images.")
-        for f in files:
-            try:
-                img = decode_image(str(f), mode=ImageReadMode.RGB)
-            except (RuntimeError, OSError, ValueError) as err:
-                raise ConfigError(f"data=folder: cannot read image {f} ({err}). Remove or replace the file.") from err
-            images.append(resize(img, [size, size], antialias=True).numpy())
-            labels.append(label)
-    return np.stack(images), np.asarray(labels, dtype=np.int64)
+        paths += files
+        labels += [label] * len(files)
+    return paths, np.asarray(labels, dtype=np.int64)
 
 
-def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
+def folder_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
+    """The train/ and test/ image paths and labels of an ImageFolder root, checked class by class."""
     root = Path(str(cfg.root)).expanduser()
     if not root.is_dir():
         raise ConfigError(f"data=folder: data.root={root} does not exist. Point it at a folder with train/ and test/.")
@@ -165,9 +274,20 @@ def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
     test_names = [p.name for p in _class_folders(root / "test")]
     if test_names != names:
         raise ConfigError(f"data=folder: test/ classes {test_names} differ from train/ classes {names}.")
-    train_x, train_y = _decode_folder(root / "train", names, cfg.image_size)
-    test_x, test_y = _decode_folder(root / "test", names, cfg.image_size)
-    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y}, len(names)
+    out: Dict[str, object] = {}
+    for part in ("train", "test"):
+        out[f"{part}_paths"], out[f"{part}_y"] = _list_part(root / part, names)
+    return out, len(names)
+
+
+def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
+    """An ImageFolder decoded once into uint8 arrays (data.preload=true)."""
+    files, n_classes = folder_files(cfg)
+    arrays: Dict[str, np.ndarray] = {}
+    for part in ("train", "test"):
+        arrays[f"{part}_x"] = np.stack([_read_image(Path(p), cfg.image_size).numpy() for p in files[f"{part}_paths"]])
+        arrays[f"{part}_y"] = files[f"{part}_y"]
+    return arrays, n_classes
 
 
 # ----------------------------------------------------------------------------- subsets and splits
@@ -185,16 +305,37 @@ def _to_split(images_u8: np.ndarray, labels: np.ndarray) -> Split:
     return Split(x, torch.from_numpy(np.ascontiguousarray(labels)))
 
 
+def _decoded(decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool) -> DecodedSplit:
+    return DecodedSplit(decoder, torch.from_numpy(labels), idx, make_transform(cfg.augment, cfg.image_size, train))
+
+
 def load_datasets(cfg: DataConfig) -> Datasets:
-    """Train, validation and test splits as normalized float tensors in host memory."""
-    if cfg.source is DataSource.synthetic:
-        arrays, num_classes = synthetic_arrays(cfg), cfg.num_classes
+    """Train, validation and test splits: tensors in host memory, or images decoded per sample."""
+    if cfg.source is DataSource.encoded:
+        arrays, num_classes = encoded_arrays(cfg), cfg.num_classes
+        decoders = {p: JpegBlob(torch.from_numpy(arrays[f"{p}_blob"]), torch.from_numpy(arrays[f"{p}_offsets"]))
+                    for p in ("train", "test")}
+    elif cfg.source is DataSource.folder and not cfg.preload:
+        arrays, num_classes = folder_files(cfg)
+        decoders = {p: ImageFiles(arrays[f"{p}_paths"], cfg.image_size) for p in ("train", "test")}
     else:
-        arrays, num_classes = folder_arrays(cfg)
-    train_idx, val_idx = split_indices(len(arrays["train_y"]), cfg.fraction, cfg.val_split, cfg.seed)
+        if cfg.source is DataSource.synthetic:
+            arrays, num_classes = synthetic_arrays(cfg), cfg.num_classes
+        else:
+            arrays, num_classes = folder_arrays(cfg)
+        decoders = None if cfg.augment is Augment.none else {
+            p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
+    n_total = len(arrays["train_y"])
+    train_idx, val_idx = split_indices(n_total, cfg.fraction, cfg.val_split, cfg.seed)
     if len(train_idx) == 0:
-        raise ConfigError(f"data.fraction={cfg.fraction} of {len(arrays['train_y'])} training images leaves an "
+        raise ConfigError(f"data.fraction={cfg.fraction} of {n_total} training images leaves an "
                           "empty training split. Raise data.fraction.")
-    x, y = arrays["train_x"], arrays["train_y"]
+    y, test_y = arrays["train_y"], arrays["test_y"]
+    if decoders is not None:
+        return Datasets(train=_decoded(decoders["train"], y, train_idx, cfg, train=True),
+                        val=_decoded(decoders["train"], y, val_idx, cfg, train=False),
+                        test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, train=False),
+                        num_classes=num_classes)
+    x = arrays["train_x"]
     return Datasets(train=_to_split(x[train_idx], y[train_idx]), val=_to_split(x[val_idx], y[val_idx]),
-                    test=_to_split(arrays["test_x"], arrays["test_y"]), num_classes=num_classes)
+                    test=_to_split(arrays["test_x"], test_y), num_classes=num_classes)

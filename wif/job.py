@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from wif import sweep
-from wif.config import Config, ConfigError, Device, as_plain, validate, warnings_for
+from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
 from wif.sampler import TreeSampler
 from wif.sysinfo import host_tags
 from wif.tracking import FAILED, FINISHED, KILLED, Tracker, config_hash
@@ -113,6 +113,8 @@ class _Run:
         elif kind == "data":
             self.final["data_load_s"] = p["data_load_s"]
             self.tracker.set_tags(self.run_id, {f"wif.n_{k}": p[k] for k in ("train", "val", "test")})
+        elif kind == "tags":
+            self.tracker.set_tags(self.run_id, p)
         elif kind == "setup":
             self.final["setup_s"] = p["setup_s"]
         elif kind == "epoch":
@@ -126,7 +128,7 @@ class _Run:
     def _on_epoch(self, p: Dict[str, Any]) -> None:
         t = p["epoch_time_s"]
         m = {"epoch_time_s": t, "throughput_img_s": p["samples"] / t, "train_loss": p["train_loss"],
-             "val_loss": p["val_loss"], "val_acc": p["val_acc"], "val_time_s": p["val_time_s"],
+             "val_loss": p.get("val_loss"), "val_acc": p.get("val_acc"), "val_time_s": p.get("val_time_s"),
              "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "compute_s": p["compute_s"],
              "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
              "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"]}
@@ -135,9 +137,10 @@ class _Run:
         self.epochs.append({**p, **m})
         self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
         if self.conf.progress:
-            log.info("%s  epoch %d/%d  %.2f s  %.0f img/s  data wait %.0f%%  val_acc %.3f", self.label,
+            val = f"  val_acc {m['val_acc']:.3f}" if m["val_acc"] is not None else ""  # none in loader-only mode
+            log.info("%s  epoch %d/%d  %.2f s  %.0f img/s  data wait %.0f%%%s", self.label,
                      p["epoch"] + 1, self.conf.trainer.epochs, t, m["throughput_img_s"],
-                     100 * m["data_wait_share"], p["val_acc"])
+                     100 * m["data_wait_share"], val)
 
     def summary(self, t_end: float) -> Dict[str, float]:
         warm = self.conf.trainer.warmup_epochs
@@ -147,8 +150,8 @@ class _Run:
         out = dict(self.final)
         out.update({"epoch_time_mean_s": mean("epoch_time_s"), "throughput_mean_img_s": mean("throughput_img_s"),
                     "data_wait_share_mean": mean("data_wait_share"), "first_batch_mean_s": mean("first_batch_s"),
-                    "time_total_s": sum(e["epoch_time_s"] + e["val_time_s"] for e in self.epochs)
-                    + self.final["test_time_s"],
+                    "time_total_s": sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
+                    + self.final.get("test_time_s", 0.0),
                     "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"]})
         if measured[0]["gpu_idle_s"] is not None:
             out["gpu_idle_mean_s"] = mean("gpu_idle_s")
@@ -238,6 +241,19 @@ def _tracker(uri: str, experiment: str) -> Tracker:
     return _TRACKERS[key]
 
 
+def cell_name(conf: Config) -> str:
+    """Loader option, the loader knobs set away from PyTorch's defaults, and the fraction: what the
+    report compares across repeats. data=fixed runs (the report's upper bound) get a cell of their own,
+    so grouping by cell never pools them with a loader option."""
+    if conf.data.source is DataSource.fixed:
+        return f"fixed@{conf.data.fraction:g}"
+    lo = conf.loader
+    knobs = [name for name, on in (("persistent", lo.persistent_workers), ("out_of_order", not lo.in_order)) if on]
+    if lo.multiprocessing_context is not None:
+        knobs.append(lo.multiprocessing_context.value)
+    return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
+
+
 def _sweep_position() -> tuple:
     try:
         hc = HydraConfig.get()
@@ -277,12 +293,16 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         return None
 
     fraction = f"{conf.data.fraction:g}"
-    tags = {**host_tags(), "wif.kind": "train", "wif.loader": conf.loader.name, "wif.fraction": fraction,
-            "wif.cell": f"{conf.loader.name}@{fraction}", "wif.device": device, "wif.gpu": "none",
+    kind = "loader" if conf.trainer.mode is TrainerMode.loader_only else "train"  # loader-only: not in the report
+    cell = cell_name(conf)
+    setting = cell.rsplit("@", 1)[0]
+    tags = {**host_tags(), "wif.kind": kind, "wif.loader": conf.loader.name, "wif.fraction": fraction,
+            "wif.cell": cell, "wif.device": device, "wif.gpu": "none",
             "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
             "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
             "wif.config_hash": digest}
-    run_id = tracker.start_run(f"{conf.loader.name}-f{fraction}-r{conf.repeat}", plain, tags, plain)
+    prefix = "" if kind == "train" else f"{kind}-"
+    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", plain, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
     outcome = supervise(conf, device, tracker, run_id, label)
 
@@ -300,8 +320,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         s["job_overhead_s"] = time.monotonic() - t_job - s["time_total_s"]
         tracker.log_metrics(run_id, s)
         tally.finished += 1
-        log.info("%s  finished: %.3f s/epoch (warm-up excluded), test_acc %.3f", label, s["epoch_time_mean_s"],
-                 s["test_acc"])
+        result = f"test_acc {s['test_acc']:.3f}" if "test_acc" in s else f"{s['throughput_mean_img_s']:.0f} img/s"
+        log.info("%s  finished: %.3f s/epoch (warm-up excluded), %s", label, s["epoch_time_mean_s"], result)
     else:
         err = outcome.error or {}
         text = f"{err.get('type')}: {err.get('message')}"

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from wif.config import LoaderConfig
-from wif.data import Split
+from wif.data import AnySplit, Split
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
@@ -52,23 +52,54 @@ class ResidentBatches:
         return -(-len(self.labels) // self.batch_size)
 
 
-def build_batches(split: Split, cfg: LoaderConfig, batch_size: int, *, train: bool, seed: int,
+def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train: bool, seed: int,
                   pin: bool, resident: bool) -> Batches:
     """The one place where a loader option becomes an iterable of batches.
 
-    `pin` is `cfg.pin_memory` already checked against the device (pinning needs CUDA).
+    `pin` is `cfg.pin_memory` already checked against the device (pinning needs CUDA). Keys newer than
+    the oldest supported torch are passed only when set away from their default.
     """
     shuffle = cfg.shuffle and train
     if resident:
         return ResidentBatches(split, batch_size, shuffle, seed)
+    newer = {} if cfg.in_order else {"in_order": False}
     loader = DataLoader(
-        TensorDataset(split.images, split.labels),
+        TensorDataset(split.images, split.labels) if isinstance(split, Split) else split,
         batch_size=batch_size,
         shuffle=shuffle,
         num_workers=cfg.num_workers,
         prefetch_factor=cfg.prefetch_factor,
         pin_memory=pin,
         persistent_workers=cfg.persistent_workers,
+        multiprocessing_context=cfg.multiprocessing_context.value if cfg.multiprocessing_context else None,
         generator=torch.Generator().manual_seed(seed) if shuffle else None,
+        **newer,
     )
     return BackgroundBatches(loader, cfg.bg_max_prefetch) if cfg.background else loader
+
+
+class FixedBatches:
+    """One random batch made once on the device and handed out again and again (data=fixed).
+
+    No host work and no copy: a run over these measures the model's compute alone, the upper bound a
+    loader can approach (nanoGPT's bench.py, the DALI case study's synthetic pipeline). An epoch has as
+    many batches, and the last one as few images, as the real split of `samples` images would have.
+    """
+
+    def __init__(self, samples: int, batch_size: int, image_size: int, num_classes: int,
+                 device: torch.device, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        n = min(samples, batch_size)
+        self.images = torch.randn(n, 3, image_size, image_size, generator=g).to(device)
+        self.labels = torch.randint(0, num_classes, (n,), generator=g).to(device)
+        self.samples, self.batch_size = samples, batch_size
+
+    def __iter__(self) -> Iterator[Batch]:
+        full, rest = divmod(self.samples, self.batch_size)
+        for _ in range(full):
+            yield self.images, self.labels
+        if rest:
+            yield self.images[:rest], self.labels[:rest]  # a view: no copy
+
+    def __len__(self) -> int:
+        return -(-self.samples // self.batch_size)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
 from torch import nn
 
-from wif.loaders import Batches
+from wif.loaders import Batch, Batches
 from wif.model import training_loss
 from wif.timing import StepClock, synchronize
 from wif.transfer import Transfer
@@ -34,29 +34,51 @@ class EpochStats:
     t_end: float
 
 
+class TimedFeed:
+    """An epoch's batches, on the device, with the host's wait summed: time in `next()` plus the transfer
+    call (a blocking copy blocks; a non_blocking one from pinned memory returns at once). Compute between
+    two batches is not counted: the clock restarts when the next batch is asked for."""
+
+    def __init__(self, batches: Batches, transfer: Transfer) -> None:
+        self.batches, self.transfer = batches, transfer
+        self.samples, self.data_wait, self.copy, self.first_batch = 0, 0.0, 0.0, float("nan")
+
+    def __iter__(self) -> Iterator[Batch]:
+        t0 = time.perf_counter()
+        it = iter(self.batches)
+        while True:
+            t_wait = time.perf_counter()
+            try:
+                host_batch = next(it)
+            except StopIteration:
+                return
+            t_fetched = time.perf_counter()
+            if self.samples == 0:
+                self.first_batch = t_fetched - t0  # worker start-up shows here
+            x, y = self.transfer(host_batch)
+            t_ready = time.perf_counter()
+            self.copy += t_ready - t_fetched
+            self.data_wait += t_ready - t_wait
+            self.samples += len(y)
+            yield x, y
+
+    def stats(self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float,
+              gpu_idle_s: Optional[float]) -> EpochStats:
+        return EpochStats(epoch_time_s=time.perf_counter() - t0, samples=self.samples, train_loss=train_loss,
+                          data_wait_s=self.data_wait, copy_s=self.copy, compute_s=compute_s,
+                          first_batch_s=self.first_batch, gpu_idle_s=gpu_idle_s, t_start=t_start,
+                          t_end=time.monotonic())
+
+
 def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimizer: torch.optim.Optimizer,
                 loss_fn: nn.Module, aux_weight: float, device: torch.device) -> EpochStats:
     model.train()
     clock = StepClock(device)
     loss_sum = torch.zeros((), device=device)
-    samples, data_wait, copy_time, first_batch = 0, 0.0, 0.0, float("nan")
+    feed = TimedFeed(batches, transfer)
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()
-    it = iter(batches)
-    while True:
-        t_wait = time.perf_counter()
-        try:
-            host_batch = next(it)
-        except StopIteration:
-            break
-        t_fetched = time.perf_counter()
-        if samples == 0:
-            first_batch = t_fetched - t0
-        x, y = transfer(host_batch)  # blocks the host unless non_blocking from pinned memory
-        t_ready = time.perf_counter()
-        copy_time += t_ready - t_fetched
-        data_wait += t_ready - t_wait
-
+    for x, y in feed:
         clock.start()
         loss = training_loss(model(x), y, loss_fn, aux_weight)
         optimizer.zero_grad(set_to_none=True)
@@ -64,13 +86,8 @@ def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimize
         optimizer.step()
         loss_sum += loss.detach() * len(y)  # stays on the device: no per-step sync
         clock.stop()
-        samples += len(y)
     synchronize(device)  # sync point: the epoch's queued work is done
-    epoch_time = time.perf_counter() - t0
-    return EpochStats(epoch_time_s=epoch_time, samples=samples, train_loss=loss_sum.item() / max(samples, 1),
-                      data_wait_s=data_wait, copy_s=copy_time, compute_s=clock.compute_s(),
-                      first_batch_s=first_batch, gpu_idle_s=clock.gpu_idle_s(),
-                      t_start=t_start, t_end=time.monotonic())
+    return feed.stats(t_start, t0, loss_sum.item() / max(feed.samples, 1), clock.compute_s(), clock.gpu_idle_s())
 
 
 def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> EpochStats:
@@ -79,29 +96,13 @@ def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> 
     Nothing consumes the batches; the final synchronization waits for every queued copy, so a non_blocking
     copy is counted in the epoch time even though the host did not wait for it.
     """
-    samples, data_wait, copy_time, first_batch = 0, 0.0, 0.0, float("nan")
+    feed = TimedFeed(batches, transfer)
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()
-    it = iter(batches)
-    while True:
-        t_wait = time.perf_counter()
-        try:
-            host_batch = next(it)
-        except StopIteration:
-            break
-        t_fetched = time.perf_counter()
-        if samples == 0:
-            first_batch = t_fetched - t0
-        _, y = transfer(host_batch)
-        t_ready = time.perf_counter()
-        copy_time += t_ready - t_fetched
-        data_wait += t_ready - t_wait
-        samples += len(y)
+    for _ in feed:
+        pass
     synchronize(device)  # sync point: every queued copy is done
-    epoch_time = time.perf_counter() - t0
-    return EpochStats(epoch_time_s=epoch_time, samples=samples, train_loss=None, data_wait_s=data_wait,
-                      copy_s=copy_time, compute_s=0.0, first_batch_s=first_batch, gpu_idle_s=None,
-                      t_start=t_start, t_end=time.monotonic())
+    return feed.stats(t_start, t0, None, 0.0, None)
 
 
 @torch.inference_mode()

@@ -78,7 +78,10 @@ class _Series:
         self.rows.append(row)
 
     def between(self, t0: float, t1: float, column: int) -> List[float]:
-        rows = self.rows[bisect.bisect_left(self.t, t0): bisect.bisect_right(self.t, t1)]
+        """Values sampled in [t0, t1]; if none fell inside (a window shorter than the cadence), the last
+        value sampled before t1, which held during the window."""
+        lo, hi = bisect.bisect_left(self.t, t0), bisect.bisect_right(self.t, t1)
+        rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0):hi]
         return [r[column] for r in rows if r[column] is not None]
 
 
@@ -92,7 +95,8 @@ class TreeSampler(threading.Thread):
         self.slow = _Series()  # (uss_mb, pss_mb)
         self.gpu: Optional[GpuProbe] = None
         self._halt = threading.Event()
-        self._slow_now = threading.Event()
+        self._wake = threading.Event()  # set by stop() and poke(): the next sample is taken at once
+        self._poked = False
         self._lock = threading.Lock()
         self._cpu_prev: Dict[int, float] = {}
         self._seen: Dict[int, psutil.Process] = {pid: self.root}
@@ -167,28 +171,31 @@ class TreeSampler(threading.Thread):
         procs: List[psutil.Process] = []
         while not self._halt.is_set():
             now = time.monotonic()
-            if now >= next_tree:
+            poked, self._poked = self._poked, False
+            if now >= next_tree or poked:
                 procs = self._tree()
                 if not procs:
                     break
                 self._sample_mid(procs, now)
                 next_tree = now + cfg.tree_interval_s
             self._sample_fast(procs, now)
-            if now >= next_slow or self._slow_now.is_set():
-                self._slow_now.clear()
+            if now >= next_slow or poked:
                 c0 = time.thread_time()
                 self._sample_slow(procs, now)
                 cost = time.thread_time() - c0  # grows with resident memory: back off to stay in budget
                 next_slow = now + max(cfg.pss_interval_s, 100.0 * cost / cfg.pss_budget_pct)
-            self._halt.wait(cfg.rss_interval_s)
+            self._wake.wait(cfg.rss_interval_s)
+            self._wake.clear()
         self.own_cpu_s, self.wall_s = time.thread_time() - cpu0, time.monotonic() - start
 
     def poke(self) -> None:
-        """Take a USS/PSS sample on the next tick: every epoch gets one, however short."""
-        self._slow_now.set()
+        """Sample everything now, PSS included: every epoch gets a full sample, however short."""
+        self._poked = True
+        self._wake.set()
 
     def stop(self) -> None:
         self._halt.set()
+        self._wake.set()
         if self.is_alive():
             self.join()
         if self.gpu is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
@@ -49,10 +50,17 @@ def _artifact_root(uri: str) -> Optional[str]:
 
 
 class Tracker:
-    def __init__(self, uri: str, experiment: str) -> None:
+    def __init__(self, uri: str, experiment: str, attempts: int = 5) -> None:
         self.uri = uri
-        self.client = MlflowClient(uri)
-        self.experiment_id = self._experiment(experiment)
+        for attempt in range(attempts):
+            try:
+                self.client = MlflowClient(uri)
+                self.experiment_id = self._experiment(experiment)
+                break
+            except Exception:  # noqa: BLE001 - e.g. several processes creating one new SQLite schema at once
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.5 * 2 ** attempt + random.random())
 
     def _experiment(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)

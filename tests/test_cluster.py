@@ -322,13 +322,13 @@ def test_local_gpus_sweep_runs_each_job_in_its_own_process_one_per_gpu(tmp_path:
     assert runs[2].info.start_time >= first_batch_end
 
     tags = [r.data.tags for r in runs.values()]
-    if all(CLUSTER_TAGS <= t.keys() for t in tags):  # once run_job records cluster_tags()
-        assert {t["wif.launcher"] for t in tags} == {"local_gpus"}
-        assert {t["wif.node"] for t in tags} == {socket.gethostname()}
-        assert len({t["wif.submitit_job_id"] for t in tags}) == 3
-        assert {t["wif.cuda_visible_devices"] for t in tags} <= {"0", "1"}
-        assert runs[0].data.tags["wif.cuda_visible_devices"] != runs[1].data.tags["wif.cuda_visible_devices"]
-        assert all(int(t["wif.node_jobs"]) >= 1 for t in tags)
+    assert all(CLUSTER_TAGS <= t.keys() for t in tags)
+    assert {t["wif.launcher"] for t in tags} == {"local_gpus"}
+    assert {t["wif.node"] for t in tags} == {socket.gethostname()}
+    assert len({t["wif.submitit_job_id"] for t in tags}) == 3
+    assert {t["wif.cuda_visible_devices"] for t in tags} <= {"0", "1"}
+    assert runs[0].data.tags["wif.cuda_visible_devices"] != runs[1].data.tags["wif.cuda_visible_devices"]
+    assert all(int(t["wif.node_jobs"]) >= 1 for t in tags)
 
 
 def _free_port() -> int:

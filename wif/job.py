@@ -23,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from wif import sweep
+from wif.cluster import cluster_tags, pin_gpu
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
 from wif.sampler import TreeSampler
 from wif.sysinfo import host_tags
@@ -272,6 +273,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         conf: Config = OmegaConf.to_object(cfg)
         validate(conf)
         device = resolve_device(conf.device)
+        pin_gpu(device)  # never two timed jobs on one GPU
     except ConfigError as err:
         log.error("Bad setting: %s", err)
         raise SystemExit(EXIT_BAD_SETTING) from None
@@ -301,6 +303,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
             "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
             "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
             "wif.config_hash": digest}
+    tags.update(cluster_tags())
     prefix = "" if kind == "train" else f"{kind}-"
     run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", plain, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)

@@ -68,8 +68,7 @@ def test_workers_are_counted(grid) -> None:
     for fraction in ("0.1", "0.4", "0.7"):
         main, w8 = runs[("pin_nb", fraction)], runs[("pin_nb_w8_pf2", fraction)]
         assert (main["workers_peak"], w8["workers_peak"]) == (0, 8)
-        assert w8["ram_peak_rss_mb"] > main["ram_peak_rss_mb"]
-        assert w8["ram_peak_pss_mb"] > main["ram_peak_pss_mb"]
+        assert w8["ram_peak_rss_mb"] > main["ram_peak_rss_mb"]  # PSS growth is tested in test_measure.py
 
 
 def test_the_smaller_model_learns(grid) -> None:

@@ -153,3 +153,15 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: 
     for run in runs:
         assert len(client.get_metric_history(run.info.run_id, "epoch_time_s")) == 3
         assert "epoch_time_mean_s" in run.data.metrics
+
+
+def test_processes_opening_one_new_sqlite_store_together_all_succeed(tmp_path: Path) -> None:
+    """MLflow migrates a new SQLite schema on first use; racing migrations used to corrupt it for good."""
+    opener = "import sys; from wif.tracking import Tracker; print(Tracker(sys.argv[1], 'race').experiment_id)"
+    for round_ in range(3):
+        uri = f"sqlite:///{tmp_path / f'r{round_}' / 'mlflow.db'}"
+        procs = [subprocess.Popen([sys.executable, "-c", opener, uri], cwd=ROOT, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(4)]
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+        assert all(p.returncode == 0 for p in procs), [o[-800:] for o in outs]
+        assert len({o.strip().splitlines()[-1] for o in outs}) == 1, outs  # one experiment, the same id

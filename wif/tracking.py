@@ -6,6 +6,8 @@ hold the store open for a whole sweep while each run's own work happens in a chi
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -40,13 +42,37 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     return out
 
 
+def _sqlite_path(uri: str) -> Optional[Path]:
+    if urlparse(uri).scheme != "sqlite" or ":memory:" in uri:
+        return None
+    return Path(uri[len("sqlite:///"):]).expanduser().resolve()
+
+
 def _artifact_root(uri: str) -> Optional[str]:
     """Beside a SQLite file, artifacts go next to it rather than into whatever directory is current."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "sqlite":
-        return None
-    db = Path(uri[len("sqlite:///"):]).expanduser().resolve()
-    return (db.parent / "mlartifacts").as_uri()
+    db = _sqlite_path(uri)
+    return None if db is None else (db.parent / "mlartifacts").as_uri()
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str):
+    """One process at a time opens a SQLite store for the first time.
+
+    MLflow creates and migrates a new SQLite schema on first use; two processes doing it at once can
+    leave the file half-migrated (`_alembic_tmp_experiments already exists`) for good, so no retry
+    helps. A lock file beside the database serializes that step for every process on the machine.
+    """
+    db = _sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class Tracker:
@@ -54,10 +80,11 @@ class Tracker:
         self.uri = uri
         for attempt in range(attempts):
             try:
-                self.client = MlflowClient(uri)
-                self.experiment_id = self._experiment(experiment)
+                with _store_lock(uri):
+                    self.client = MlflowClient(uri)
+                    self.experiment_id = self._experiment(experiment)
                 break
-            except Exception:  # noqa: BLE001 - e.g. several processes creating one new SQLite schema at once
+            except Exception:  # noqa: BLE001 - e.g. a tracking server still starting, a busy database
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.5 * 2 ** attempt + random.random())

@@ -4,9 +4,11 @@ The sampler is a thread of the supervising process, so it takes no GIL time from
 It follows the run's process and every DataLoader worker it starts:
 - RSS summed over the tree at `rss_interval_s` (and the tree's device memory, with a GPU);
 - the worker list, CPU time, /dev/shm and GPU utilization at `tree_interval_s` (listing scans /proc);
-- USS and PSS summed over the tree at `pss_interval_s` (smaps_rollup costs ~8 ms per resident GiB):
-  summed RSS counts shared pages once per process and overstates, summed USS leaves them out and
-  understates, summed PSS counts each page once;
+- USS and PSS summed over the tree at `pss_interval_s`, sooner when workers start or an epoch ends, and
+  never more than `pss_budget_pct` of a core over the run (smaps_rollup costs ~17 ms for a process with
+  torch imported): summed RSS counts shared pages once per process and overstates, summed USS leaves
+  them out and understates, summed PSS counts each page once (pages still shared with the supervising
+  process the run was forked from are counted in full, as in a run started on its own);
 /dev/shm is counted as its rise over the level at start (worker-to-main tensors travel there); device
 memory comes from NVML, CUDA context included.
 Peaks and means are taken over windows the run reports (its epochs), never over the start-up.
@@ -36,6 +38,34 @@ def _shm_used() -> Optional[int]:
         return shutil.disk_usage(SHM).used
     except OSError:
         return None
+
+
+def _fork_shared_share(parent: psutil.Process) -> int:
+    """Bytes of `parent`'s PSS that are its share of the copy-on-write pages it still shares with the
+    processes it forked.
+
+    A run forked from the supervisor shares the pages the supervisor had (the imported libraries' heaps);
+    summed PSS over the run's tree splits them with the supervisor, and each new worker shifts more of
+    them into the tree: measured, four idle workers raised the plain sum by 157 MB and this corrected
+    figure by 6 MB. Adding the supervisor's share back counts those pages once, in full, as in a run
+    started on its own. Dirty shared pages are the fork's (library files are clean and shared with
+    unrelated processes too, so they keep their plain PSS share); kernels before 6.0 lack Pss_Dirty,
+    and there the whole shared part is used.
+    """
+    fields: Dict[str, int] = {}
+    try:
+        with open(f"/proc/{parent.pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                name, _, rest = line.partition(":")
+                parts = rest.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    fields[name] = int(parts[0]) * 1024
+    except OSError:
+        return 0
+    if "Pss_Dirty" in fields:
+        return max(fields["Pss_Dirty"] - fields.get("Private_Dirty", 0), 0)
+    private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    return max(fields.get("Pss", 0) - private, 0)
 
 
 class GpuProbe:
@@ -89,6 +119,8 @@ class TreeSampler(threading.Thread):
     def __init__(self, pid: int, cfg: MeasureConfig) -> None:
         super().__init__(name="wif-sampler", daemon=True)
         self.root = psutil.Process(pid)
+        me = psutil.Process()
+        self.forked_from: Optional[psutil.Process] = me if self.root.ppid() == me.pid else None
         self.cfg = cfg
         self.fast = _Series()  # (rss_mb, gpu_mem_mb)
         self.mid = _Series()  # (workers, cpu_pct, shm_mb, gpu_util)
@@ -97,6 +129,7 @@ class TreeSampler(threading.Thread):
         self._halt = threading.Event()
         self._wake = threading.Event()  # set by stop() and poke(): the next sample is taken at once
         self._poked = False
+        self._poke_done = threading.Event()
         self._lock = threading.Lock()
         self._cpu_prev: Dict[int, float] = {}
         self._seen: Dict[int, psutil.Process] = {pid: self.root}
@@ -104,6 +137,7 @@ class TreeSampler(threading.Thread):
         self._shm0 = _shm_used()
         self._cores = psutil.cpu_count() or 1
         self.own_cpu_s = 0.0
+        self.paused_cpu_s = 0.0  # spent on reads while the run waited between epochs
         self.wall_s = 0.0
 
     def attach_gpu(self, uuid: str) -> None:
@@ -153,22 +187,38 @@ class TreeSampler(threading.Thread):
             gpu_util = self.gpu.utilization() if self.gpu is not None else None
         self.mid.add(now, max(len(procs) - 1, 0), cpu_pct, shm_mb, gpu_util)
 
-    def _sample_slow(self, procs: List[psutil.Process], now: float) -> None:
+    def _sample_slow(self, now: float) -> Optional[set]:
+        """Sum USS and PSS over the tree, keeping the sum only if the tree held still while it was read;
+        the PIDs read, or None for a dropped read.
+
+        A page's PSS share depends on how many processes map it at the instant each one is read: a worker
+        forked or gone between two reads splits or merges shares already counted, and the sum lands far
+        above or below the truth (measured: 175 and 562 MB around a true 390). Such a sample is dropped.
+        """
+        procs = self._tree()
         uss = pss = 0
         for p in procs:
             try:
                 full = p.memory_full_info()
             except psutil.Error:
-                continue
+                return None  # a worker exited while the tree was being read
             uss += full.uss
             pss += full.pss
+        if self.forked_from is not None:
+            pss += _fork_shared_share(self.forked_from)
+        pids = {p.pid for p in procs}
+        if not uss or {p.pid for p in self._tree()} != pids:
+            return None
         self.slow.add(now, uss / MB, pss / MB)
+        return pids
 
     def run(self) -> None:
         cfg = self.cfg
         start, cpu0 = time.monotonic(), time.thread_time()
-        next_tree = next_slow = start
+        next_tree, next_slow = start, start + cfg.pss_interval_s  # the tree at its start is not measured
         procs: List[psutil.Process] = []
+        in_slow: set = set()  # the PIDs the last PSS read covered
+        slow_spent = 0.0  # CPU seconds of all PSS reads so far
         while not self._halt.is_set():
             now = time.monotonic()
             poked, self._poked = self._poked, False
@@ -178,20 +228,41 @@ class TreeSampler(threading.Thread):
                     break
                 self._sample_mid(procs, now)
                 next_tree = now + cfg.tree_interval_s
+                if {p.pid for p in procs} - in_slow:
+                    # New workers (each loader's start-up, every epoch unless persistent): read PSS at the
+                    # next tick, while they live, whatever the cadence. Otherwise workers of epochs shorter
+                    # than the PSS interval are never read.
+                    next_slow = min(next_slow, now + cfg.rss_interval_s)
             self._sample_fast(procs, now)
-            if now >= next_slow or poked:
+            if poked:
+                # The run waits for its ack: a still tree, and a read that costs the run nothing, so it is
+                # outside the budget. Every epoch gets a PSS figure, however short.
                 c0 = time.thread_time()
-                self._sample_slow(procs, now)
-                cost = time.thread_time() - c0  # grows with resident memory: back off to stay in budget
-                next_slow = now + max(cfg.pss_interval_s, 100.0 * cost / cfg.pss_budget_pct)
+                in_slow = self._sample_slow(now) or in_slow
+                self.paused_cpu_s += time.thread_time() - c0
+                self._poke_done.set()
+            # A PSS read costs tens of ms (smaps_rollup of every process): reads wait until the run so far
+            # has paid for them within the budget.
+            if now >= next_slow and slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start):
+                c0 = time.thread_time()
+                read = self._sample_slow(now)
+                if read is not None:  # else the tree moved during the read: again at the next tick
+                    in_slow = read
+                    next_slow = now + cfg.pss_interval_s
+                slow_spent += time.thread_time() - c0
             self._wake.wait(cfg.rss_interval_s)
             self._wake.clear()
         self.own_cpu_s, self.wall_s = time.thread_time() - cpu0, time.monotonic() - start
+        self._poke_done.set()  # nobody waits on a sampler that has stopped
 
-    def poke(self) -> None:
-        """Sample everything now, PSS included: every epoch gets a full sample, however short."""
+    def poke(self, timeout_s: float = 30.0) -> None:
+        """Sample everything now, PSS included, and return when it is done: called while the run waits
+        between epochs, so that the read disturbs nothing it measures."""
+        self._poke_done.clear()
         self._poked = True
         self._wake.set()
+        if self.is_alive():
+            self._poke_done.wait(timeout_s)
 
     def stop(self) -> None:
         self._halt.set()
@@ -221,5 +292,6 @@ class TreeSampler(threading.Thread):
         return out
 
     def own_cost_pct(self) -> float:
-        """The sampler thread's CPU time as a share of one core over its lifetime."""
-        return 100.0 * self.own_cpu_s / self.wall_s if self.wall_s else 0.0
+        """The sampler thread's CPU time as a share of one core over its lifetime, leaving out the reads
+        taken while the run waited between epochs: what it could have taken from the run."""
+        return 100.0 * (self.own_cpu_s - self.paused_cpu_s) / self.wall_s if self.wall_s else 0.0

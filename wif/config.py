@@ -132,7 +132,7 @@ class MeasureConfig:
     rss_interval_s: float = 0.1  # RSS and CPU time: cheap (~0.05 ms a process)
     tree_interval_s: float = 0.5  # re-list the worker processes: scanning /proc costs ~2.5 ms
     pss_interval_s: float = 1.0  # USS/PSS read smaps_rollup: ~17 ms for a process with torch imported
-    pss_budget_pct: float = 2.0  # PSS reads, summed over the run, never take more than this share of a core
+    pss_budget_pct: float = 1.0  # PSS reads, summed over the run, never take more than this share of a core
 
 
 @dataclass

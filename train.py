@@ -4,13 +4,16 @@ import hydra
 from omegaconf import DictConfig
 
 from wif.config import register_configs
-from wif.job import run_job
 
 register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> object:
+    # Imported here, not above: DataLoader workers started with spawn or forkserver import this file as
+    # their main module, and must not pay for MLflow and the job machinery they never use.
+    from wif.job import run_job
+
     return run_job(cfg)
 
 

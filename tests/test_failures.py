@@ -12,9 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, one_repeat, run_train, train_runs
+from tests.conftest import ROOT, compose_cfg, one_repeat, run_train, train_runs
 from tests.test_data import _image_folder
+from wif.job import _describe
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +167,13 @@ def test_processes_opening_one_new_sqlite_store_together_all_succeed(tmp_path: P
         outs = [p.communicate(timeout=300)[0] for p in procs]
         assert all(p.returncode == 0 for p in procs), [o[-800:] for o in outs]
         assert len({o.strip().splitlines()[-1] for o in outs}) == 1, outs  # one experiment, the same id
+
+
+def test_a_worker_dying_mid_hand_over_is_named_as_such() -> None:
+    """Killed while it passes a batch, a worker shows up as a reset connection; the run's error says why."""
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    with_workers = OmegaConf.to_object(compose_cfg("loader=pin_nb_w4_pf2"))
+    without = OmegaConf.to_object(compose_cfg("loader=baseline"))
+    assert "DataLoader worker process died" in _describe(reset, with_workers)
+    assert _describe(reset, without) == str(reset)
+    assert _describe(ValueError("bad"), with_workers) == "bad"

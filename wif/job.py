@@ -62,6 +62,14 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- the child
+def _describe(err: BaseException, conf: Config) -> str:
+    """The error's message, with the likely cause where Python's own would mislead: a DataLoader worker
+    killed while it hands a batch over shows up as a reset connection, not as PyTorch's "worker killed"."""
+    if isinstance(err, (ConnectionError, EOFError)) and conf.loader.num_workers > 0:
+        return f"{err} (a DataLoader worker process died while handing over a batch: killed, or out of memory?)"
+    return str(err)
+
+
 def _child_main(conf: Config, device: str, conn: Any) -> None:
     """Runs in the forked child: train, send everything through the pipe, never touch MLflow."""
     import torch
@@ -78,7 +86,8 @@ def _child_main(conf: Config, device: str, conn: Any) -> None:
     except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
             signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
-        conn.send(("error", {"type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc(),
+        conn.send(("error", {"type": type(err).__name__, "message": _describe(err, conf),
+                             "traceback": traceback.format_exc(),
                              "bad_setting": isinstance(err, ConfigError)}))
         raise SystemExit(1)
 

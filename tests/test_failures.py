@@ -79,8 +79,11 @@ def _wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 120) -> p
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for child in psutil.Process(proc.pid).children():
-            if len(child.children()) >= n:
-                return child
+            try:
+                if len(child.children()) >= n:
+                    return child
+            except psutil.NoSuchProcess:
+                continue  # a short-lived helper process that ended since it was listed
         time.sleep(0.2)
     raise AssertionError("the run never started its workers")
 

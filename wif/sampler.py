@@ -271,7 +271,9 @@ class TreeSampler(threading.Thread):
                 # The run waits for its ack: a still tree, and a read that costs the run nothing, so it is
                 # outside the budget. Every epoch gets a PSS figure, however short.
                 c0 = time.thread_time()
-                in_slow = self._sample_slow(now) or in_slow
+                read = self._sample_slow(now)
+                if read is not None:  # fresh: no periodic read is due again before the interval
+                    in_slow, next_slow = read, now + cfg.pss_interval_s
                 self.paused_cpu_s += time.thread_time() - c0
                 self._poke_done.set()
             # A PSS read costs tens of ms (smaps_rollup of every process): reads wait until the run so far

@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from wif.report import plots, runs as runs_io, stats, tables
 from wif.report.tables import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
+from wif.tracking import default_tracking_uri
 
 SUMMARY_METRICS = [m for m in runs_io.FINAL_METRICS if m != runs_io.TIME]
 
@@ -26,7 +27,7 @@ SUMMARY_METRICS = [m for m in runs_io.FINAL_METRICS if m != runs_io.TIME]
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wif-report", description="Who is faster, with confidence: tables, verdicts "
                                 "and plots from the study's training runs in MLflow, logged back as a 'report' run.")
-    p.add_argument("--tracking-uri", default=runs_io.default_tracking_uri(),
+    p.add_argument("--tracking-uri", default=default_tracking_uri(),
                    help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db, as train.py)")
     p.add_argument("--experiment", default=runs_io.DEFAULT_EXPERIMENT, help="experiment name (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("report"), help="output folder (default: ./report)")

@@ -6,7 +6,6 @@ training code: this module is the only place that knows the names.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +15,6 @@ import pandas as pd
 from mlflow.entities import Run, ViewType
 from mlflow.tracking import MlflowClient
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # train.py's default, relative to the working directory
 DEFAULT_EXPERIMENT = "who_is_faster"
 KIND_TAG = "wif.kind"
 FINISHED = "FINISHED"
@@ -60,11 +58,6 @@ class RunFilter:
         if self.since:
             clauses.append(f"attributes.start_time >= {_epoch_ms(self.since)}")
         return " and ".join(clauses)
-
-
-def default_tracking_uri() -> str:
-    """The same store train.py writes to: MLFLOW_TRACKING_URI when set, else ./mlflow.db."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 def open_store(uri: str) -> MlflowClient:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,7 +13,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from scipy import stats as sps
 
-from wif.report import stats
+from wif.report import plots, stats
 from wif.report.cli import main
 from wif.report.runs import RunFilter, load_runs
 
@@ -160,6 +161,28 @@ def test_plots_and_report_run(study):
     # The report run is never read back as a training run.
     runs = load_runs(client, "who_is_faster", RunFilter())
     assert "report" not in set(runs["run_name"]) and len(runs) == 5 * 4 + 5 + 4 + 5 + 1 + 2
+
+
+def test_many_cells_give_taller_plots_with_every_loader_named(study, tmp_path):
+    """A knobs-sized study (40 cells with long names) grows the bar charts instead of squeezing them."""
+    client, uri, exp_id = new_store(tmp_path)
+    names = ["baseline"] + [f"pin_nb_w8_pf{i}+persistent+out_of_order+forkserver" for i in range(39)]
+    for block in range(2):
+        for i, name in enumerate(names):
+            log_run(client, exp_id, name, 0.4, block, 1.0 + 0.1 * i + 0.01 * block, device="cpu", vram=None)
+    out = tmp_path / "report"
+    assert main(["--tracking-uri", uri, "--out", str(out), "--no-log"]) == 0
+    few, many = (matplotlib.image.imread(d / "epoch_time.png").shape for d in (study["out"], out))
+    assert many[0] > 2 * few[0]  # 40 loaders at one fraction need more height than 4 loaders at two
+    assert len(pd.read_csv(out / "summary.csv")) == 40
+
+
+def test_curve_loaders_spread_over_the_speed_order_and_keep_the_baseline():
+    loaders = [f"l{i}" for i in range(48)]
+    shown = plots.curve_loaders(loaders, "l20", limit=10)
+    assert len(shown) == 10 and shown[0] == "l0" and shown[-1] == "l47" and "l20" in shown
+    assert shown == sorted(shown, key=loaders.index)  # speed order kept
+    assert plots.curve_loaders(loaders[:5], "l20", limit=10) == loaders[:5]
 
 
 def test_cpu_and_gpu_runs_are_never_pooled(tmp_path, capsys):

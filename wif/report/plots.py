@@ -1,7 +1,9 @@
 """The report's pictures, one PNG per question, plus an overview that puts the main four side by side.
 
 Each `draw_*` function draws on a given Axes so the same picture serves both the single PNG and the
-overview. Loaders keep one order everywhere: fastest first at the largest fraction.
+overview. Loaders keep one order everywhere: fastest first (at the top) at the largest fraction. Loader
+names run along the vertical axis and figures grow with the number of loaders, so a study of 48 cells
+(`+study=knobs`) stays as readable as the 11 of the main one.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from wif.report.stats import FractionSummary, pareto_mask  # noqa: E402
 from wif.report.tables import RAM_COLUMNS, VRAM_COLUMNS  # noqa: E402
 
 DPI = 120
-LABEL_ROTATION = 35
+LABEL_INCH_PER_CHAR = 0.075  # room a loader name takes beside an axis, at the default tick font
+BAR_INCH = 0.16  # height of one bar in the bar charts
+LABEL_ALL_MAX = 15  # the time-vs-memory chart names every point up to this many; beyond, the frontier only
+CURVES_MAX = 12  # epoch-time curves drawn at most (the main study has 11); beyond, spread over the speed order
 RAM_SERIES = ("rss", "pss", "uss")  # drawn nested, widest (largest) first
 VRAM_SERIES = ("device", "reserved", "allocated")
 HEATMAP_MIN_SPREAD = 1.5  # the colour scale spans at least 1/1.5x .. 1.5x
@@ -39,9 +44,21 @@ def loader_order(summaries: Sequence[FractionSummary]) -> list[str]:
     return order
 
 
-def _loader_axis(ax: Axes, loaders: Sequence[str]) -> None:
-    ax.set_xticks(range(len(loaders)))
-    ax.set_xticklabels(loaders, rotation=LABEL_ROTATION, ha="right")
+def _loader_axis(ax: Axes, loaders: Sequence[str], labels: bool = True) -> None:
+    """Loaders down the vertical axis, the first (fastest) at the top."""
+    ax.set_yticks(range(len(loaders)))
+    ax.set_yticklabels(loaders if labels else [])
+    ax.set_ylim(len(loaders) - 0.5, -0.5)
+
+
+def label_inches(loaders: Sequence[str]) -> float:
+    """Width the longest loader name needs beside an axis."""
+    return LABEL_INCH_PER_CHAR * max((len(name) for name in loaders), default=0)
+
+
+def bar_chart_height(loaders: Sequence[str], bars_per_loader: int) -> float:
+    """Figure height that gives every bar the same room however many loaders there are."""
+    return max(4.0, 1.6 + len(loaders) * (bars_per_loader + 0.6) * BAR_INCH)
 
 
 def _empty(ax: Axes, message: str) -> None:
@@ -62,15 +79,15 @@ def draw_epoch_times(ax: Axes, summaries: Sequence[FractionSummary], confidence:
     width = 0.8 / len(summaries)
     for i, s in enumerate(sorted(summaries, key=lambda s: s.fraction)):
         t = s.table.reindex(loaders)
-        x = np.arange(len(loaders)) + (i - (len(summaries) - 1) / 2) * width
+        y = np.arange(len(loaders)) + (i - (len(summaries) - 1) / 2) * width
         err = (t["epoch_time_ci_high_s"] - t["epoch_time_ci_low_s"]).to_numpy() / 2
-        ax.bar(x, t["epoch_time_mean_s"], width, yerr=np.nan_to_num(err), capsize=2,
-               color=colors[s.fraction], label=f"fraction {s.fraction:g}")
+        ax.barh(y, t["epoch_time_mean_s"], width, xerr=np.nan_to_num(err), capsize=2,
+                color=colors[s.fraction], label=f"fraction {s.fraction:g}")
     _loader_axis(ax, loaders)
-    ax.set_ylabel("mean epoch time (s)")
+    ax.set_xlabel("mean epoch time (s)")
     ax.set_title(f"Epoch time per loader (warm-up excluded, {confidence:.0%} CI)")
-    ax.legend()
-    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="best")
+    ax.grid(axis="x", alpha=0.3)
 
 
 def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: float) -> None:
@@ -92,8 +109,7 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
         ax.text(col, row, "n/a" if np.isnan(value) else f"{value:.2f}x{mark}", ha="center", va="center", fontsize=9)
     ax.set_xticks(range(len(ordered)))
     ax.set_xticklabels([f"{s.fraction:g}" for s in ordered])
-    ax.set_yticks(range(len(loaders)))
-    ax.set_yticklabels(loaders)
+    _loader_axis(ax, loaders)
     ax.set_xlabel("data fraction")
     ax.set_title(f"Speedup vs {summaries[0].baseline} (* significant, Holm, alpha={alpha:g})")
     bar = ax.figure.colorbar(image, ax=ax, label=f"{summaries[0].baseline} time / loader time")
@@ -107,8 +123,8 @@ def draw_nested_bars(ax: Axes, s: FractionSummary, loaders: Sequence[str], serie
     t = s.table.reindex(loaders)
     present = {label: column for label, column in series.items() if column in t and t[column].notna().any()}
     for i, (label, column) in enumerate(present.items()):
-        ax.bar(range(len(loaders)), t[column].fillna(0), 0.8 * (1 - 0.3 * i), label=label,
-               color=plt.get_cmap("Blues")(0.35 + 0.25 * i))
+        ax.barh(range(len(loaders)), t[column].fillna(0), 0.8 * (1 - 0.3 * i), label=label,
+                color=plt.get_cmap("Blues")(0.35 + 0.25 * i))
     return bool(present)
 
 
@@ -117,21 +133,22 @@ def draw_memory(axes: Sequence[Axes], summaries: Sequence[FractionSummary], kind
     names, columns = (RAM_SERIES, RAM_COLUMNS) if kind == "RAM" else (VRAM_SERIES, VRAM_COLUMNS)
     series = {name.upper() if kind == "RAM" else name: columns[name] for name in names}
     loaders = loader_order(summaries)
-    for ax, s in zip(axes, sorted(summaries, key=lambda s: s.fraction)):
+    for i, (ax, s) in enumerate(zip(axes, sorted(summaries, key=lambda s: s.fraction))):
         if not draw_nested_bars(ax, s, loaders, series):
             _empty(ax, "no CUDA runs" if kind == "VRAM" else f"no {kind} figures")
             continue
-        _loader_axis(ax, loaders)
+        _loader_axis(ax, loaders, labels=i == 0)  # the panels share one loader axis
         ax.set_title(f"fraction {s.fraction:g}")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set_ylabel(f"peak {kind} (MB)")
+        ax.set_xlabel(f"peak {kind} (MB)")
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
 
 
 def draw_tradeoff(ax: Axes, s: FractionSummary, column: str, label: str) -> Callable[[], None]:
     """Epoch time against peak memory, Pareto frontier (nothing both faster and leaner) in red.
 
-    Returns the labelling of the points, to call once the whole figure is laid out.
+    Returns the labelling of the points, to call once the whole figure is laid out. Beyond
+    LABEL_ALL_MAX points only the frontier and the baseline are named: dozens of names cover the points.
     """
     t = s.table.dropna(subset=[column])
     if t.empty:
@@ -139,7 +156,8 @@ def draw_tradeoff(ax: Axes, s: FractionSummary, column: str, label: str) -> Call
         return lambda: None
     x, y = t["epoch_time_mean_s"].to_numpy(), t[column].to_numpy()
     front = pareto_mask(x, y)
-    ax.scatter(x[~front], y[~front], color="0.5", label="dominated")
+    named = np.ones_like(front) if len(t) <= LABEL_ALL_MAX else front | (t.index == s.baseline)
+    ax.scatter(x[~front], y[~front], color="0.5", label="dominated" if named.all() else "dominated (unnamed)")
     ax.scatter(x[front], y[front], color="tab:red", label="Pareto frontier")
     order = np.argsort(x[front])
     ax.plot(x[front][order], y[front][order], color="tab:red", drawstyle="steps-post", alpha=0.6)
@@ -149,7 +167,7 @@ def draw_tradeoff(ax: Axes, s: FractionSummary, column: str, label: str) -> Call
     ax.set_title(f"Time vs {label}, fraction {s.fraction:g}")
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
-    return lambda: label_points(ax, list(t.index), x, y)
+    return lambda: label_points(ax, list(t.index[named]), x[named], y[named])
 
 
 def label_points(ax: Axes, names: Sequence[str], x: np.ndarray, y: np.ndarray, fontsize: float = 8) -> None:
@@ -172,13 +190,23 @@ def label_points(ax: Axes, names: Sequence[str], x: np.ndarray, y: np.ndarray, f
                     va="bottom", arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5} if box[1] != py else None)
 
 
-def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequence[str]) -> None:
+def curve_loaders(loaders: Sequence[str], baseline: str, limit: int = CURVES_MAX) -> list[str]:
+    """At most `limit` loaders, spread evenly over the speed order (fastest and slowest kept) plus baseline."""
+    if len(loaders) <= limit:
+        return list(loaders)
+    picks = {int(round(i)) for i in np.linspace(0, len(loaders) - 1, limit - (baseline in loaders))}
+    return [name for i, name in enumerate(loaders) if i in picks or name == baseline]
+
+
+def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequence[str], baseline: str) -> None:
     """Epoch time across epochs, mean over repeats, per loader; epoch 0 (warm-up) shaded."""
     if curves.empty:
         _empty(ax, "no per-epoch history")
         return
+    present = [n for n in loaders if n in set(curves["loader"])]
+    shown = curve_loaders(present, baseline)
     cmap = plt.get_cmap("tab10")
-    for i, name in enumerate(n for n in loaders if n in set(curves["loader"])):
+    for i, name in enumerate(shown):
         mean = curves[curves["loader"] == name].groupby("step")["value"].mean()
         ax.plot(mean.index, mean.to_numpy(), marker=".", color=cmap(i % 10), linestyle=("-", "--", ":")[i // 10 % 3],
                 label=name)
@@ -186,8 +214,9 @@ def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequen
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("epoch time (s)")
-    ax.set_title(f"Epoch time across epochs, fraction {fraction:g} (mean over repeats)")
-    ax.legend(fontsize=7, ncol=2)
+    some = "" if len(shown) == len(present) else f"; {len(shown)} of {len(present)} loaders, spread over the speed order"
+    ax.set_title(f"Epoch time across epochs, fraction {fraction:g} (mean over repeats{some})")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a curve
     ax.grid(alpha=0.3)
 
 
@@ -231,7 +260,11 @@ def write_plots(
     """Every PNG of one testbed; `memory` names the RAM and VRAM columns used for the trade-off."""
     ram_column, vram_column = memory
     loaders, widest = loader_order(summaries), max(summaries, key=lambda s: s.fraction)
-    n, w = len(summaries), max(8.0, 0.7 * len(loaders))
+    n, names = len(summaries), label_inches(loaders)
+    bars_h, heat_h = bar_chart_height(loaders, n), bar_chart_height(loaders, 1)
+    memory_h = bar_chart_height(loaders, len(RAM_SERIES) / 2)
+    curve_names = label_inches(curve_loaders([l for l in loaders if l in set(curves.get("loader", []))],
+                                             widest.baseline))
     trade_columns = [(ram_column, "peak RAM")] + (
         [(vram_column, "peak VRAM")] if runs[vram_column].notna().any() else [])
 
@@ -250,26 +283,28 @@ def write_plots(
         return fig.subplots(rows, cols, squeeze=False)
 
     paths = [
-        single("epoch_time", "", (w, 5), lambda f: draw_epoch_times(f.subplots(), summaries, confidence)),
-        single("speedup_heatmap", "", (3 + 1.5 * n, 1.5 + 0.45 * len(loaders)),
+        single("epoch_time", "", (8 + names, bars_h), lambda f: draw_epoch_times(f.subplots(), summaries, confidence)),
+        single("speedup_heatmap", "", (3 + 1.5 * n + names, heat_h),
                lambda f: draw_speedup_heatmap(f.subplots(), summaries, alpha)),
-        single("vram", "Peak VRAM per loader", (5 * n, 5),
+        single("vram", "Peak VRAM per loader", (names + 4 * n, memory_h),
                lambda f: draw_memory(grid(1, n, f)[0], summaries, "VRAM")),
-        single("ram", "Peak RAM per loader, worker processes included", (5 * n, 5),
+        single("ram", "Peak RAM per loader, worker processes included", (names + 4 * n, memory_h),
                lambda f: draw_memory(grid(1, n, f)[0], summaries, "RAM")),
         single("time_vs_memory", "Speed against memory", (6 * n, 5 * len(trade_columns)), lambda f: [
             draw_tradeoff(ax, s, column, label)
             for row, (column, label) in zip(grid(len(trade_columns), n, f), trade_columns)
             for ax, s in zip(row, sorted(summaries, key=lambda s: s.fraction))]),
-        single("epoch_curves", "", (10, 5), lambda f: draw_curves(f.subplots(), curves, curve_fraction, loaders)),
+        single("epoch_curves", "", (10 + curve_names, 5),
+               lambda f: draw_curves(f.subplots(), curves, curve_fraction, loaders, widest.baseline)),
         single("drift", "", (10, 5), lambda f: draw_drift(f.subplots(), runs, widest.baseline, summaries)),
     ]
 
     def overview(fig: plt.Figure) -> list[Callable[[], None]]:
-        (a, b), (c, d) = grid(2, 2, fig)
+        (a, b), (c, d) = fig.subplots(2, 2, gridspec_kw={"height_ratios": [top_h, 5.0]})
         draw_epoch_times(a, summaries, confidence)
         draw_speedup_heatmap(b, summaries, alpha)
-        draw_curves(d, curves, curve_fraction, loaders)
+        draw_curves(d, curves, curve_fraction, loaders, widest.baseline)
         return [draw_tradeoff(c, widest, *trade_columns[0])]
 
-    return paths + [single("overview", "Who is faster", (max(16.0, 2 * w), 11), overview)]
+    top_h = max(bars_h, heat_h)
+    return paths + [single("overview", "Who is faster", (16 + 2 * names + curve_names, top_h + 6), overview)]

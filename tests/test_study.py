@@ -8,6 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import STUDY_LOADERS, run_train, train_runs
+from wif.sysinfo import usable_cores
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +41,14 @@ def test_smoke_grid_leaves_33_finished_runs(grid) -> None:
     assert {r.data.tags["wif.block"] for r in runs} == {"0"}
     assert len({r.data.tags["wif.sweep_id"] for r in runs}) == 1
     assert "[33/33]" in proc.stdout + proc.stderr  # progress names the job and the sweep's size
+
+
+def test_workers_beyond_the_cores_are_said_once_per_job_not_every_epoch(grid) -> None:
+    _, _, proc = grid
+    out = proc.stdout + proc.stderr
+    assert "This DataLoader will create" not in out  # PyTorch's warning, repeated per epoch, is replaced
+    if usable_cores() < 8:
+        assert out.count("loader.num_workers=8 is more than the") == 2 * 3  # pin_nb_w8_pf2/pf8 x 3 fractions
 
 
 def test_every_run_carries_its_figures_and_context(grid) -> None:

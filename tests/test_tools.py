@@ -58,6 +58,14 @@ def test_stream_and_fixed_options_compose() -> None:
     assert any("data=fixed" in w for w in warnings_for(conf, cuda=True))
 
 
+def test_more_workers_than_cores_is_said_once_per_job() -> None:
+    conf = OmegaConf.to_object(compose_cfg("loader=pin_nb_w8_pf2"))
+    said = [w for w in warnings_for(conf, cuda=True, cores=2) if "num_workers=8 is more than the 2 cores" in w]
+    assert len(said) == 1
+    assert not any("num_workers" in w for w in warnings_for(conf, cuda=True, cores=8))
+    assert not any("num_workers" in w for w in warnings_for(conf, cuda=True))  # no core count: not checked
+
+
 def test_stream_with_resident_data_is_refused() -> None:
     conf = OmegaConf.to_object(compose_cfg("loader=gpu_resident", "transfer=stream"))
     with pytest.raises(ConfigError, match="transfer=stream.*loader=gpu_resident"):

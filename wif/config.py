@@ -245,9 +245,16 @@ def _require_supported_by_torch(lo: LoaderConfig) -> None:
                  f"Upgrade torch, or leave loader.{key} at its default ({default}).")
 
 
-def warnings_for(cfg: Config, cuda: bool) -> List[str]:
-    """Settings that are legal but have no effect; said once, never fatal."""
+def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[str]:
+    """Settings that are legal but have no effect or work against themselves; said once, never fatal.
+
+    `cores` (the usable cores) adds the warning that the workers outnumber them; None leaves it out.
+    """
     out = []
+    workers = cfg.loader.num_workers
+    if cores is not None and workers > cores and cfg.data.source is not DataSource.fixed:
+        out.append(f"loader.num_workers={workers} is more than the {cores} cores this run may use: the workers "
+                   f"take turns on them, so this run measures contention as well as loading.")
     if cfg.transfer.non_blocking and not cfg.loader.pin_memory and cfg.transfer.kind is TransferKind.copy:
         out.append("transfer.non_blocking=true without loader.pin_memory=true: a copy from pageable memory is "
                    "synchronous, so non_blocking has no effect here.")

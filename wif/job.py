@@ -15,6 +15,7 @@ import os
 import signal
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -26,7 +27,7 @@ from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
 from wif.sampler import TreeSampler
-from wif.sysinfo import host_tags
+from wif.sysinfo import host_tags, usable_cores
 from wif.tracking import FAILED, FINISHED, KILLED, Tracker, config_hash
 from wif.training import preload, train
 
@@ -286,8 +287,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     except ConfigError as err:
         log.error("Bad setting: %s", err)
         raise SystemExit(EXIT_BAD_SETTING) from None
-    for message in warnings_for(conf, device == "cuda"):
+    for message in warnings_for(conf, device == "cuda", usable_cores()):
         log.warning(message)
+    # That list says it once per job; PyTorch would say it again at every epoch's workers.
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
     plain = as_plain(conf)
     identity = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}

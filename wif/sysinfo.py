@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import socket
 import subprocess
@@ -14,6 +15,14 @@ import psutil
 
 PACKAGES = ("torch", "torchvision", "numpy", "hydra-core", "omegaconf", "mlflow", "prefetch_generator",
             "psutil", "nvidia-ml-py")
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (a container's or taskset's limit), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _cpu_model() -> str:

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from wif.compose import load_config, setup_logging
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, as_plain, validate, warnings_for
 from wif.job import EXIT_BAD_SETTING, resolve_device, supervise
-from wif.sysinfo import host_tags
+from wif.sysinfo import host_tags, usable_cores
 from wif.tracking import FINISHED, KILLED, Tracker
 from wif.training import preload
 
@@ -170,14 +170,6 @@ def train_command(base: Config, overrides: Sequence[str], best: Trial) -> str:
 
 
 # ----------------------------------------------------------------------------- command line
-def usable_cores() -> int:
-    """Cores this process may run on (a container's or taskset's limit), not the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Search loader.num_workers for both pin_memory values with "
                                 "loader-only runs of the configured loader; print the best and its train.py line.")

@@ -15,7 +15,6 @@ import os
 import signal
 import time
 import traceback
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -26,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
+from wif.loaders import silence_worker_count_warning
 from wif.sampler import TreeSampler
 from wif.sysinfo import host_tags, usable_cores
 from wif.tracking import FAILED, FINISHED, KILLED, Tracker, config_hash
@@ -289,8 +289,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         raise SystemExit(EXIT_BAD_SETTING) from None
     for message in warnings_for(conf, device == "cuda", usable_cores()):
         log.warning(message)
-    # That list says it once per job; PyTorch would say it again at every epoch's workers.
-    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+    silence_worker_count_warning()
 
     plain = as_plain(conf)
     identity = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}

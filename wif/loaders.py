@@ -3,6 +3,7 @@ one, or batches gathered from a dataset already resident on the device."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterator, Protocol, Sized, Tuple
 
 import torch
@@ -12,6 +13,12 @@ from wif.config import LoaderConfig
 from wif.data import AnySplit, Split
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def silence_worker_count_warning() -> None:
+    """PyTorch warns at every epoch's workers when they outnumber the cores; wif says it once per job
+    (`warnings_for`), or means it (the tuner searches past the cores). Forked runs inherit the filter."""
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
 
 class Batches(Protocol, Sized):

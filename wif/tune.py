@@ -17,7 +17,6 @@ import copy
 import os
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -25,6 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from wif.compose import load_config, setup_logging
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, as_plain, validate, warnings_for
 from wif.job import EXIT_BAD_SETTING, resolve_device, supervise
+from wif.loaders import silence_worker_count_warning
 from wif.sysinfo import host_tags, usable_cores
 from wif.tracking import FINISHED, KILLED, Tracker
 from wif.training import preload
@@ -237,8 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"up to {args.batches} batches x {args.epochs} epochs per trial (first epoch left out), on {device}, "
           f"{cores} usable cores: num_workers 0..{max_workers}", flush=True)
     preload()
-    # The search goes to twice the cores on purpose (note 001); trials are forked, so this filter holds there.
-    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
     tuner = Tuner(base, device, args)
     best_per_pin: Dict[bool, Optional[int]] = {}
     try:

@@ -190,6 +190,13 @@ def label_points(ax: Axes, names: Sequence[str], x: np.ndarray, y: np.ndarray, f
                     va="bottom", arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5} if box[1] != py else None)
 
 
+def curves_shown(curves: pd.DataFrame, loaders: Sequence[str], baseline: str) -> tuple[list[str], int]:
+    """The loaders whose epoch curves are drawn, and how many have curves at all."""
+    with_curves = set(curves["loader"]) if not curves.empty else set()
+    present = [name for name in loaders if name in with_curves]
+    return curve_loaders(present, baseline), len(present)
+
+
 def curve_loaders(loaders: Sequence[str], baseline: str, limit: int = CURVES_MAX) -> list[str]:
     """At most `limit` loaders, spread evenly over the speed order (fastest and slowest kept) plus baseline."""
     if len(loaders) <= limit:
@@ -203,8 +210,7 @@ def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequen
     if curves.empty:
         _empty(ax, "no per-epoch history")
         return
-    present = [n for n in loaders if n in set(curves["loader"])]
-    shown = curve_loaders(present, baseline)
+    shown, present = curves_shown(curves, loaders, baseline)
     cmap = plt.get_cmap("tab10")
     for i, name in enumerate(shown):
         mean = curves[curves["loader"] == name].groupby("step")["value"].mean()
@@ -214,7 +220,7 @@ def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequen
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("epoch time (s)")
-    some = "" if len(shown) == len(present) else f"; {len(shown)} of {len(present)} loaders, spread over the speed order"
+    some = "" if len(shown) == present else f"; {len(shown)} of {present} loaders, spread over the speed order"
     ax.set_title(f"Epoch time across epochs, fraction {fraction:g} (mean over repeats{some})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, never over a curve
     ax.grid(alpha=0.3)
@@ -261,10 +267,8 @@ def write_plots(
     ram_column, vram_column = memory
     loaders, widest = loader_order(summaries), max(summaries, key=lambda s: s.fraction)
     n, names = len(summaries), label_inches(loaders)
-    bars_h, heat_h = bar_chart_height(loaders, n), bar_chart_height(loaders, 1)
-    memory_h = bar_chart_height(loaders, len(RAM_SERIES) / 2)
-    curve_names = label_inches(curve_loaders([l for l in loaders if l in set(curves.get("loader", []))],
-                                             widest.baseline))
+    bars_h, row_h = bar_chart_height(loaders, n), bar_chart_height(loaders, 1)  # row_h: one slot per loader
+    curve_names = label_inches(curves_shown(curves, loaders, widest.baseline)[0])
     trade_columns = [(ram_column, "peak RAM")] + (
         [(vram_column, "peak VRAM")] if runs[vram_column].notna().any() else [])
 
@@ -284,11 +288,11 @@ def write_plots(
 
     paths = [
         single("epoch_time", "", (8 + names, bars_h), lambda f: draw_epoch_times(f.subplots(), summaries, confidence)),
-        single("speedup_heatmap", "", (3 + 1.5 * n + names, heat_h),
+        single("speedup_heatmap", "", (3 + 1.5 * n + names, row_h),
                lambda f: draw_speedup_heatmap(f.subplots(), summaries, alpha)),
-        single("vram", "Peak VRAM per loader", (names + 4 * n, memory_h),
+        single("vram", "Peak VRAM per loader", (names + 4 * n, row_h),
                lambda f: draw_memory(grid(1, n, f)[0], summaries, "VRAM")),
-        single("ram", "Peak RAM per loader, worker processes included", (names + 4 * n, memory_h),
+        single("ram", "Peak RAM per loader, worker processes included", (names + 4 * n, row_h),
                lambda f: draw_memory(grid(1, n, f)[0], summaries, "RAM")),
         single("time_vs_memory", "Speed against memory", (6 * n, 5 * len(trade_columns)), lambda f: [
             draw_tradeoff(ax, s, column, label)
@@ -306,5 +310,5 @@ def write_plots(
         draw_curves(d, curves, curve_fraction, loaders, widest.baseline)
         return [draw_tradeoff(c, widest, *trade_columns[0])]
 
-    top_h = max(bars_h, heat_h)
+    top_h = max(bars_h, row_h)
     return paths + [single("overview", "Who is faster", (16 + 2 * names + curve_names, top_h + 6), overview)]

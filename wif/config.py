@@ -133,6 +133,14 @@ class MeasureConfig:
     tree_interval_s: float = 0.5  # re-list the worker processes: scanning /proc costs ~2.5 ms
     pss_interval_s: float = 1.0  # USS/PSS read smaps_rollup: ~17 ms for a process with torch imported
     pss_budget_pct: float = 1.0  # PSS reads, summed over the run, never take more than this share of a core
+    # Others' CPU use during the measured epochs (percent of one core) above which a run is tagged
+    # wif.contended=true and left out of the report's fit by default. An idle machine shows a few percent.
+    contended_pct: float = 25.0
+
+
+@dataclass
+class SweepConfig:
+    shuffle: bool = True  # run each block's cells in an order seeded by the block (hydra/sweeper=blocks)
 
 
 @dataclass
@@ -144,6 +152,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     repeat: int = 0
     seed: int = II("repeat")
     device: Device = Device.auto

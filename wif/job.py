@@ -13,6 +13,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
+from wif.contention import HostCpuMeter
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
 from wif.loaders import silence_worker_count_warning
 from wif.sampler import TreeSampler
@@ -33,7 +35,7 @@ from wif.training import preload, train
 
 log = logging.getLogger("wif")
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
-NOT_IDENTITY = ("tracking", "resume", "progress", "measure")
+NOT_IDENTITY = ("tracking", "resume", "progress", "measure", "sweep")
 ERROR_TAG_LIMIT = 4000
 INTERRUPT_GRACE_S = 5.0
 EXIT_BAD_SETTING = 2
@@ -108,6 +110,7 @@ class _Run:
     run_id: str
     label: str
     sampler: TreeSampler
+    meter: HostCpuMeter
     epochs: List[Dict[str, Any]] = field(default_factory=list)
     final: Dict[str, float] = field(default_factory=dict)
     error: Optional[Dict[str, Any]] = None
@@ -137,21 +140,34 @@ class _Run:
             self.error = p
 
     def _on_epoch(self, p: Dict[str, Any]) -> None:
+        self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
         t = p["epoch_time_s"]
         m = {"epoch_time_s": t, "throughput_img_s": p["samples"] / t, "train_loss": p["train_loss"],
              "val_loss": p.get("val_loss"), "val_acc": p.get("val_acc"), "val_time_s": p.get("val_time_s"),
              "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "compute_s": p["compute_s"],
              "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
-             "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"]}
+             "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
+             "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
         m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
         self.sampler.poke()
         self.epochs.append({**p, **m})
         self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
         if self.conf.progress:
             val = f"  val_acc {m['val_acc']:.3f}" if m["val_acc"] is not None else ""  # none in loader-only mode
-            log.info("%s  epoch %d/%d  %.2f s  %.0f img/s  data wait %.0f%%%s", self.label,
+            log.info("%s  epoch %d/%d  %.2f s  %.0f img/s  data wait %.0f%%%s%s", self.label,
                      p["epoch"] + 1, self.conf.trainer.epochs, t, m["throughput_img_s"],
-                     100 * m["data_wait_share"], val)
+                     100 * m["data_wait_share"], val, self.contention_note(m["host_other_cpu_pct"]))
+
+    def contention_note(self, other_pct: Optional[float]) -> str:
+        """What the progress line says when other processes took a share of the cores above the threshold."""
+        if other_pct is None or other_pct <= self.conf.measure.contended_pct:
+            return ""
+        return f"  CONTENDED: other processes used {other_pct:.0f}% of a core"
+
+    def measured_other_cpu_pct(self) -> Optional[float]:
+        """Others' CPU share over the measured epochs: from the mark that ended the warm-up to the last."""
+        warm = self.conf.trainer.warmup_epochs if len(self.epochs) > self.conf.trainer.warmup_epochs else 0
+        return self.meter.other_pct(warm, len(self.epochs))
 
     def summary(self, t_end: float) -> Dict[str, float]:
         warm = self.conf.trainer.warmup_epochs
@@ -159,7 +175,9 @@ class _Run:
         mean = lambda key: sum(e[key] for e in measured) / len(measured)  # noqa: E731
         t0 = self.epochs[0]["t_start"]
         out = dict(self.final)
-        out.update({"epoch_time_mean_s": mean("epoch_time_s"), "throughput_mean_img_s": mean("throughput_img_s"),
+        out.update({"epoch_time_mean_s": mean("epoch_time_s"),
+                    "epoch_time_median_s": statistics.median(e["epoch_time_s"] for e in measured),
+                    "throughput_mean_img_s": mean("throughput_img_s"),
                     "data_wait_share_mean": mean("data_wait_share"), "first_batch_mean_s": mean("first_batch_s"),
                     "time_total_s": sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
                     + self.final.get("test_time_s", 0.0),
@@ -167,6 +185,9 @@ class _Run:
         if measured[0]["gpu_idle_s"] is not None:
             out["gpu_idle_mean_s"] = mean("gpu_idle_s")
         out.update(self.sampler.peaks(t0, t_end))
+        other = self.measured_other_cpu_pct()
+        if other is not None:
+            out["host_other_cpu_pct"] = other
         return out
 
 
@@ -208,7 +229,9 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
     child_end.close()
     sampler = TreeSampler(proc.pid, conf.measure)
     sampler.start()
-    run = _Run(conf, tracker, run_id, label, sampler)
+    meter = HostCpuMeter(proc.pid)
+    meter.mark()
+    run = _Run(conf, tracker, run_id, label, sampler, meter)
     t_end = 0.0
     try:
         while proc.is_alive() or conn.poll():
@@ -333,9 +356,15 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         s = outcome.summary
         s["job_overhead_s"] = time.monotonic() - t_job - s["time_total_s"]
         tracker.log_metrics(run_id, s)
+        other = s.get("host_other_cpu_pct")
+        contended = other is not None and other > conf.measure.contended_pct
+        tracker.set_tags(run_id, {"wif.contended": str(contended).lower()})
         tally.finished += 1
         result = f"test_acc {s['test_acc']:.3f}" if "test_acc" in s else f"{s['throughput_mean_img_s']:.0f} img/s"
-        log.info("%s  finished: %.3f s/epoch (warm-up excluded), %s", label, s["epoch_time_mean_s"], result)
+        note = (f"; CONTENDED: other processes used {other:.0f}% of a core during its measured epochs "
+                f"(measure.contended_pct={conf.measure.contended_pct:g}), tagged wif.contended=true") if contended else ""
+        log.info("%s  finished: %.3f s/epoch median (warm-up excluded), %s%s", label, s["epoch_time_median_s"], result,
+                 note)
     else:
         err = outcome.error or {}
         text = f"{err.get('type')}: {err.get('message')}"

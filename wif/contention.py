@@ -1,0 +1,79 @@
+"""How much CPU other processes took on the machine while a run was measured.
+
+A run that shared its cores with a compile, another user's job or a second benchmark is slower for a
+reason that has nothing to do with its settings. The machine's busy time comes from /proc/stat; the
+job's own from its process tree (the run, its workers, and reaped workers through the run's children
+times) plus the supervising process. What is left was spent by others. Readings are taken only at
+epoch boundaries, while the run waits for its epoch to be logged: nothing is added inside an epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+import psutil
+
+PROC_STAT = "/proc/stat"
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice. Busy is all but
+# idle and iowait; guest time is already inside user and nice.
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+
+
+def machine_busy_s() -> Optional[float]:
+    """CPU seconds every core of the machine has spent busy since boot; None where /proc/stat is missing."""
+    try:
+        with open(PROC_STAT) as stat:
+            fields = stat.readline().split()[1:]
+    except OSError:
+        return None
+    return sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields)) / _TICKS
+
+
+def tree_cpu_s(root: psutil.Process) -> float:
+    """CPU seconds of `root`, its live descendants, and the children it has reaped (workers that ended)."""
+    try:
+        t = root.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        children = root.children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    for child in children:
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except psutil.Error:
+            continue  # ended since it was listed: its time is now in the parent's children times
+    return total
+
+
+@dataclass(frozen=True)
+class _Mark:
+    t: float
+    busy_s: Optional[float]
+    ours_s: float
+
+
+class HostCpuMeter:
+    """Marks taken at epoch boundaries; the CPU share others used between any two of them."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root = psutil.Process(root_pid)
+        self.me = psutil.Process()  # the supervisor: its sampler thread and MLflow calls are the job's own
+        self.marks: List[_Mark] = []
+
+    def mark(self) -> None:
+        own = self.me.cpu_times()
+        ours = tree_cpu_s(self.root) + own.user + own.system
+        self.marks.append(_Mark(time.monotonic(), machine_busy_s(), ours))
+
+    def other_pct(self, first: int, last: int) -> Optional[float]:
+        """Percent of one core others used between marks `first` and `last`; None without /proc/stat."""
+        a, b = self.marks[first], self.marks[last]
+        if a.busy_s is None or b.busy_s is None or b.t <= a.t:
+            return None
+        other = (b.busy_s - a.busy_s) - (b.ours_s - a.ours_s)
+        return max(100.0 * other / (b.t - a.t), 0.0)

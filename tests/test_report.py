@@ -13,7 +13,9 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from scipy import stats as sps
 
-from wif.report import plots, stats
+import statsmodels.formula.api as smf
+
+from wif.report import plots
 from wif.report.cli import main
 from wif.report.runs import RunFilter, load_runs
 
@@ -35,15 +37,19 @@ ONE_04 = np.array([45.0])
 
 def log_run(client: MlflowClient, exp_id: str, loader: str, fraction: float, block: int, time: float, *,
             device: str = "cuda", status: str = "FINISHED", sweep_pos: int = 0, error: str | None = None,
-            ram: float = 2000.0, vram: float | None = 1500.0, source: str = "synthetic") -> str:
-    """One training run as train.py logs it (the MLflow contract), with a known mean epoch time."""
+            ram: float = 2000.0, vram: float | None = 1500.0, source: str = "synthetic", other_cpu: float = 3.0,
+            median: float | None = None) -> str:
+    """One training run as train.py logs it (the MLflow contract), with a known epoch time (median and mean
+    alike unless `median` is given); a run with `other_cpu` above 25 is tagged contended, as train.py does."""
     tags = {"wif.kind": "train", "wif.loader": loader, "wif.fraction": str(fraction),
             "wif.cell": f"{loader}@{fraction}", "wif.device": device, "wif.gpu": GPU if device == "cuda" else "none",
             "wif.model": "googlenet", "wif.block": str(block), "wif.sweep_pos": str(sweep_pos), "wif.sweep_id": "s1"}
     if error:
         tags["wif.error"] = error
+    tags["wif.contended"] = str(other_cpu > 25).lower()
     run_id = client.create_run(exp_id, run_name=f"{loader}@{fraction}#{block}", tags=tags).info.run_id
-    final = {"epoch_time_mean_s": time, "throughput_mean_img_s": 1000.0 / time, "time_total_s": 4 * time,
+    final = {"epoch_time_mean_s": time, "epoch_time_median_s": time if median is None else median,
+             "host_other_cpu_pct": other_cpu, "throughput_mean_img_s": 1000.0 / time, "time_total_s": 4 * time,
              "data_wait_share_mean": 0.2, "ram_peak_rss_mb": ram * 1.5, "ram_peak_uss_mb": ram * 0.5,
              "ram_peak_pss_mb": ram, "test_acc": 0.7}
     if vram is not None:
@@ -52,7 +58,7 @@ def log_run(client: MlflowClient, exp_id: str, loader: str, fraction: float, blo
     metrics += [Metric("epoch_time_s", time * (2.0 if e == 0 else 1.0), 0, e) for e in range(4)]
     metrics += [Metric("val_acc", 0.5 + 0.05 * e, 0, e) for e in range(4)]
     params = [Param("data.batch_size", "64"), Param("data.fraction", str(fraction)), Param("data.source", source),
-              Param("loader.name", loader), Param("trainer.epochs", "4")]
+              Param("loader.name", loader), Param("trainer.epochs", "4"), Param("measure.contended_pct", "25.0")]
     client.log_batch(run_id, metrics=metrics, params=params)
     if status != "RUNNING":
         client.set_terminated(run_id, status)
@@ -92,60 +98,115 @@ def test_means_and_intervals_match_scipy(study):
         low, high = sps.t.interval(CONFIDENCE, len(times) - 1, loc=times.mean(), scale=sps.sem(times))
         row = s.loc[(fraction, loader)]
         assert row["n"] == len(times)
-        assert row["epoch_time_mean_s"] == pytest.approx(times.mean())
-        assert (row["epoch_time_ci_low_s"], row["epoch_time_ci_high_s"]) == pytest.approx((low, high))
+        assert row["time_s"] == pytest.approx(times.mean())
+        assert (row["time_ci_low_s"], row["time_ci_high_s"]) == pytest.approx((low, high))
 
 
 def test_failed_and_running_runs_are_excluded_and_listed(study):
     s, md = study["summary"], (study["out"] / "summary.md").read_text()
     assert s.loc[(0.1, "baseline"), "n"] == 5 and s.loc[(0.1, "pin_nb"), "n"] == 5
-    assert s["epoch_time_mean_s"].max() < 999
-    excluded = md.split("## Excluded runs")[1]
+    assert s["time_s"].max() < 999
+    excluded = md.split("### Excluded")[1]
     assert "| baseline@0.1 | cuda | FAILED | CUDA out of memory |" in excluded
     assert "| pin_nb@0.1 | cuda | RUNNING | not finished |" in excluded
 
 
-def test_complete_blocks_give_paired_speedups(study):
+def _statsmodels_contrasts(times: dict[str, np.ndarray], blocks: dict[str, list[int]]) -> pd.Series:
+    """log(baseline) - log(setting) from statsmodels' formula interface: an independent fit of the same model."""
+    rows = [(name, b, t) for name, values in times.items() for b, t in zip(blocks[name], values)]
+    frame = pd.DataFrame(rows, columns=["loader", "block", "t"])
+    res = smf.ols("np.log(t) ~ C(loader, Treatment(reference='baseline')) + C(block)", frame).fit()
+    return pd.Series({name: -res.params[f"C(loader, Treatment(reference='baseline'))[T.{name}]"]
+                      for name in times if name != "baseline"}), res
+
+
+def test_complete_blocks_one_model_simultaneous_intervals(study):
     s = study["summary"].loc[0.1]
-    assert set(s["method"]) == {"paired"} and set(s["n_blocks"]) == {5}
-    logs = np.log(BASE_01 / FAST_01)
-    low, high = sps.t.interval(CONFIDENCE, 4, loc=logs.mean(), scale=sps.sem(logs))
-    fast = s.loc["pin_nb"]
-    assert fast["speedup"] == pytest.approx(np.exp(logs.mean()))
-    assert (fast["speedup_ci_low"], fast["speedup_ci_high"]) == pytest.approx((np.exp(low), np.exp(high)))
-    assert bool(fast["significant"]) and fast["rank"] == 1
+    assert set(s["blocked"]) == {True} and set(s["n_blocks"]) == {5} and set(s["residual_df"]) == {12}
+    times = {"baseline": BASE_01, "pin_nb": FAST_01, "bg": NOISY_01, "pin": NEAR_01}
+    contrasts, res = _statsmodels_contrasts(times, {name: list(range(5)) for name in times})
+    for name, log_ratio in contrasts.items():
+        assert s.loc[name, "speedup"] == pytest.approx(np.exp(log_ratio))
+    # Complete blocks: the contrast is the mean within-block log ratio, as the paired figure was.
+    assert s.loc["pin_nb", "speedup"] == pytest.approx(np.exp(np.log(BASE_01 / FAST_01).mean()))
+    # Simultaneous: wider than the one-at-a-time t interval of the same model, narrower than Bonferroni over 3.
+    se = res.bse["C(loader, Treatment(reference='baseline'))[T.pin_nb]"]
+    half = np.log(s.loc["pin_nb", "speedup_ci_high"] / s.loc["pin_nb", "speedup"])
+    assert sps.t.ppf(0.975, 12) * se < half < sps.t.ppf(1 - 0.025 / 3, 12) * se
+    assert bool(s.loc["pin_nb", "significant"]) and s.loc["pin_nb", "rank"] == 1
     assert not bool(s.loc["bg", "significant"])  # the unclear case
-    p_fast = sps.ttest_1samp(logs, 0).pvalue
-    p_others = [sps.ttest_1samp(np.log(BASE_01 / x), 0).pvalue for x in (NOISY_01, NEAR_01)]
-    assert fast["p_holm"] == pytest.approx(stats.holm([p_fast, *p_others])[0])
+    assert list(s.loc[s["possibly_fastest"]].index) == ["pin_nb", "pin"]
 
 
-def test_incomplete_blocks_fall_back_to_welch_and_one_repeat_has_no_interval(study):
+def test_incomplete_blocks_stay_in_the_model_and_one_repeat_has_no_interval(study):
     s = study["summary"].loc[0.4]
-    assert set(s["method"]) == {"welch"}
-    fast = s.loc["pin_nb"]
-    assert fast["speedup"] == pytest.approx(BASE_04.mean() / FAST_04.mean())
-    p = [sps.ttest_ind(BASE_04, x, equal_var=False).pvalue for x in (FAST_04, NOISY_04)]
-    assert fast["p_holm"] == pytest.approx(min(1.0, 2 * min(p)))
-    assert bool(fast["significant"]) and not bool(s.loc["bg", "significant"])
+    assert set(s["blocked"]) == {True}  # pin_nb misses block 4, pin ran once: unbalanced, still blocked
+    times = {"baseline": BASE_04, "pin_nb": FAST_04, "bg": NOISY_04, "pin": ONE_04}
+    contrasts, _ = _statsmodels_contrasts(times, {name: list(range(len(t))) for name, t in times.items()})
+    for name, log_ratio in contrasts.items():
+        assert s.loc[name, "speedup"] == pytest.approx(np.exp(log_ratio))
+    assert bool(s.loc["pin_nb", "significant"]) and not bool(s.loc["bg", "significant"])
     one = s.loc["pin"]
-    assert one["n"] == 1 and np.isnan(one["epoch_time_ci_low_s"]) and np.isnan(one["p_holm"])
+    assert one["n"] == 1 and np.isnan(one["time_ci_low_s"]) and not np.isnan(one["speedup_ci_low"])
     md = (study["out"] / "summary.md").read_text()
     assert "| pin | 1 | 45 †" in md and "fewer than 2 repeats: mean shown without an interval" in md
-    assert "significance is weak" in md
 
 
-def test_verdicts_name_the_fastest_and_the_cheapest(study):
+def test_verdicts_name_the_possibly_fastest_the_cheapest_and_the_clearly_slower(study):
     md = (study["out"] / "summary.md").read_text()
     v01 = next(line for line in md.splitlines() if line.startswith("**Verdict.** At fraction 0.1,"))
-    assert "pin_nb is fastest (5.499 s/epoch, 2.00x (1.96-2.04) vs baseline)" in v01
-    assert "NOT significantly faster than the runner-up pin" in v01 and "tied" in v01
-    # pin is not significantly slower and the leanest in RAM and VRAM; pin_nb holds the most VRAM.
-    assert ("among the 2 settings not significantly slower than pin_nb, the cheapest in memory is pin "
-            "(peak RAM PSS 1,000 MB, peak VRAM device 1,500 MB)") in v01
+    assert "the fastest is one of **pin_nb, pin**" in v01
+    # pin is the leanest in RAM and VRAM of the two; pin_nb holds the most VRAM.
+    assert "the cheapest in memory among them is **pin** (peak RAM PSS 1,000 MB, peak VRAM device 1,500 MB)" in v01
+    assert "Clearly slower: baseline (at least 1.72x slower), bg (at least 1.69x slower)." in v01
+    assert "Against baseline: 2 faster, 0 slower, 1 not significantly different" in v01
     v04 = next(line for line in md.splitlines() if line.startswith("**Verdict.** At fraction 0.4,"))
-    assert "pin_nb is fastest" in v04 and "it is significantly faster than the runner-up bg" in v04
+    assert "**pin_nb is the fastest**" in v04
     assert GPU in md and "Figures from **cuda** on" in md
+
+
+def test_contended_runs_are_left_out_unless_kept_and_outliers_are_flagged(tmp_path):
+    client, uri, exp_id = new_store(tmp_path)
+    drift = [1.0, 1.1, 0.95, 1.05, 1.0]
+    for block, d in enumerate(drift):
+        for i, (name, t) in enumerate((("baseline", 10.0), ("fast", 5.0), ("mid", 8.0), ("same", 10.0))):
+            wobble = 1 + 0.01 * ((block * 3 + i) % 5 - 2)
+            log_run(client, exp_id, name, 0.4, block, t * d * wobble, device="cpu", vram=None)
+    log_run(client, exp_id, "mid", 0.4, 5, 80.0, device="cpu", vram=None, other_cpu=140.0)  # shared the machine
+    for name, t in (("baseline", 10.0), ("fast", 5.0), ("same", 10.0)):
+        log_run(client, exp_id, name, 0.4, 5, t, device="cpu", vram=None)
+    out = tmp_path / "report"
+    assert main(["--tracking-uri", uri, "--out", str(out), "--no-log"]) == 0
+    md = (out / "summary.md").read_text()
+    contended = md.split("### Contended")[1].split("###")[0]
+    assert "| mid@0.4 | 140 | 80 |" in contended and "left out of the fit" in contended
+    assert pd.read_csv(out / "summary.csv").set_index("loader").loc["mid", "n"] == 5
+    assert "1 contended (left out)" in md
+    kept = tmp_path / "kept"
+    assert main(["--tracking-uri", uri, "--out", str(kept), "--no-log", "--keep-contended"]) == 0
+    md = (kept / "summary.md").read_text()
+    assert pd.read_csv(kept / "summary.csv").set_index("loader").loc["mid", "n"] == 6
+    outliers = md.split("### Outliers")[1].split("###")[0]
+    assert "mid@0.4 | 5 | 80 |" in outliers  # the 10x run, found by the model's residuals
+    assert "Outliers (residual beyond 3.5 robust SDs, kept in the table above): mid block 5" in md
+
+
+def test_median_is_the_default_and_mean_is_a_choice(tmp_path):
+    client, uri, exp_id = new_store(tmp_path)
+    for block in range(3):
+        for name, t in (("baseline", 10.0), ("a", 5.0)):
+            hiccup = 3.0 if (name, block) == ("a", 1) else 1.0  # one slow epoch raised this run's mean only
+            log_run(client, exp_id, name, 0.1, block, t * hiccup * (1 + 0.01 * block), median=t * (1 + 0.01 * block),
+                    device="cpu", vram=None)
+    for statistic, expected in (("median", 2.0), ("mean", None)):
+        out = tmp_path / statistic
+        args = ["--tracking-uri", uri, "--out", str(out), "--no-log"] + (["--statistic", "mean"] if expected is None else [])
+        assert main(args) == 0
+        row = pd.read_csv(out / "summary.csv").set_index("loader").loc["a"]
+        if expected:
+            assert row["speedup"] == pytest.approx(expected) and row["statistic"] == "epoch_time_median_s"
+        else:
+            assert row["speedup"] < 1.5 and row["statistic"] == "epoch_time_mean_s"
 
 
 def test_plots_and_report_run(study):
@@ -197,7 +258,7 @@ def test_cpu_and_gpu_runs_are_never_pooled(tmp_path, capsys):
     s = pd.read_csv(out / "summary.csv")
     cpu, gpu = s[s["testbed"] == "cpu, googlenet"], s[s["testbed"] == f"cuda, {GPU}, googlenet"]
     assert list(cpu["n"]) == [2, 2] and list(gpu["n"]) == [2, 2]
-    assert cpu.set_index("loader")["epoch_time_mean_s"]["baseline"] == pytest.approx(100.5)
+    assert cpu.set_index("loader")["time_s"]["baseline"] == pytest.approx(100.5)
     assert gpu.set_index("loader")["bound_share"]["pin_nb"] == pytest.approx((1000 / 5 + 1000 / 6) / 2 / 400)
     assert cpu["bound_share"].isna().all()  # no CPU bound runs; never borrowed from the GPU
     assert cpu["vram_peak_device_mb"].isna().all() and gpu["vram_peak_device_mb"].notna().all()
@@ -231,38 +292,17 @@ def test_python_dash_m_runs_the_cli():
     assert "--tracking-uri" in done.stdout and "--no-log" in done.stdout
 
 
-def test_mean_ci_without_spread_or_repeats():
-    assert np.isnan(stats.mean_ci([3.0], CONFIDENCE).low)
-    same = stats.mean_ci([2.0, 2.0], CONFIDENCE)
-    assert (same.low, same.high) == (2.0, 2.0)
+@pytest.mark.parametrize("args, message", [
+    (["--margin", "-0.1"], "--margin '-0.1': must lie in [0, 1)"),
+    (["--statistic", "p90"], "argument --statistic: invalid choice: 'p90'"),
+])
+def test_bad_options_stop_in_one_line(args, message):
+    done = subprocess.run([sys.executable, "-m", "wif.report", *args], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and message in done.stderr and "Traceback" not in done.stderr
 
 
-def test_holm_by_hand():
-    adjusted = stats.holm([0.01, 0.04, 0.03, float("nan")])
-    # sorted 0.01, 0.03, 0.04 -> 3*0.01, 2*0.03, max(0.06, 1*0.04)
-    assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and np.isnan(adjusted[3])
-
-
-def test_welch_ratio_delta_method_by_hand():
-    a, b = np.array([10.0, 11.0, 12.0]), np.array([5.0, 5.5, 6.5, 6.0])
-    c = stats.welch_ratio(a, b, CONFIDENCE)
-    va, vb = a.var(ddof=1) / (3 * a.mean() ** 2), b.var(ddof=1) / (4 * b.mean() ** 2)
-    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
-    half = sps.t.ppf(0.975, df) * np.sqrt(va + vb)
-    ratio = a.mean() / b.mean()
-    assert (c.speedup.estimate, c.speedup.low, c.speedup.high) == pytest.approx(
-        (ratio, ratio * np.exp(-half), ratio * np.exp(half)))
-    assert c.p_value == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue)
-
-
-def test_blocks_cancel_drift_that_welch_cannot():
-    base = np.array([10.0, 20.0, 30.0, 40.0, 15.0])
-    other = base * 0.9 * np.array([1.0, 1.01, 0.99, 1.0, 1.005])
-    assert stats.welch_ratio(base, other, CONFIDENCE).p_value > 0.05
-    assert stats.paired_ratio(base, other, CONFIDENCE).p_value < 0.001
-
-
-def test_pareto_mask():
-    time = [1.0, 2.0, 3.0, 2.5, float("nan")]
-    memory = [5.0, 3.0, 1.0, 4.0, 0.5]
-    assert list(stats.pareto_mask(time, memory)) == [True, True, True, False, False]
+def test_help_documents_the_new_options():
+    done = subprocess.run([sys.executable, "-m", "wif.report", "--help"], capture_output=True, text=True, check=True)
+    for option in ("--margin", "--statistic", "--keep-contended"):
+        assert option in done.stdout

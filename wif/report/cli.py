@@ -21,12 +21,31 @@ from wif.report import plots, runs as runs_io, stats, tables
 from wif.report.tables import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
 from wif.tracking import default_tracking_uri
 
-SUMMARY_METRICS = [m for m in runs_io.FINAL_METRICS if m != runs_io.TIME]
+SUMMARY_METRICS = [m for m in runs_io.FINAL_METRICS if m not in runs_io.STATISTICS.values()]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments in one line (and exit 2), not argparse's usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def _margin(text: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--margin {text!r}: expected a share such as 0.02 or 2%") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"--margin {text!r}: must lie in [0, 1) (0.02 is 2%)")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="wif-report", description="Who is faster, with confidence: tables, verdicts "
-                                "and plots from the study's training runs in MLflow, logged back as a 'report' run.")
+    p = _Parser(prog="wif-report", description="Who is faster, with confidence: tables, verdicts "
+                "and plots from the study's training runs in MLflow, logged back as a 'report' run. Per fraction "
+                "and testbed one model, log(epoch time) = setting + block, decides: speedups against the baseline "
+                "with simultaneous intervals (Dunnett) and the set of settings that may be fastest (Hsu's MCB).")
     p.add_argument("--tracking-uri", default=default_tracking_uri(),
                    help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db, as train.py)")
     p.add_argument("--experiment", default=runs_io.DEFAULT_EXPERIMENT, help="experiment name (default: %(default)s)")
@@ -38,7 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cpu", "cuda"], help="only runs on this device")
     p.add_argument("--baseline", default="baseline", help="loader option speedups are measured against (default: %(default)s)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of intervals (default: 0.95)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm (default: 0.05)")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level of the simultaneous tests against the baseline (default: 0.05)")
+    p.add_argument("--margin", type=_margin, default=0.02, metavar="SHARE",
+                   help="practical tie: settings whose interval against the fastest stays within this share "
+                        "(0.02 or 2%%) are 'tied with the fastest' (default: 2%%)")
+    p.add_argument("--statistic", choices=sorted(runs_io.STATISTICS), default="median",
+                   help="each run's figure: the median of its measured epochs, which one slow epoch cannot move, "
+                        "or their mean (default: median)")
+    p.add_argument("--keep-contended", action="store_true",
+                   help="keep runs tagged wif.contended=true (other processes took CPU during their measured "
+                        "epochs) in the fit; by default they are left out and listed at the end")
     p.add_argument("--ram", choices=sorted(RAM_COLUMNS), default="pss",
                    help="peak RAM figure for 'cheapest' and the trade-off plot (default: pss, shared pages once)")
     p.add_argument("--vram", choices=sorted(VRAM_COLUMNS), default="device",
@@ -68,28 +97,38 @@ def _report(args: argparse.Namespace) -> int:
         every = runs_io.load_runs(client, args.experiment, run_filter)
     except MlflowException as error:
         raise runs_io.ReportInputError(f"cannot read {args.tracking_uri}: {error.message}") from None
-    every["excluded"] = runs_io.exclusion_reasons(every)
+    value = runs_io.STATISTICS[args.statistic]
+    if value == runs_io.MEDIAN and every[value].isna().all():
+        print("wif-report: these runs predate epoch_time_median_s; comparing run means (--statistic mean).",
+              file=sys.stderr)
+        value = runs_io.MEAN
+    every["excluded"] = runs_io.exclusion_reasons(every, value)
     excluded = every[every["excluded"] != ""]
     usable = every[every["excluded"] == ""]
     is_bound = usable["data_source"] == args.bound_source
     bound, used = usable[is_bound], usable[~is_bound]
+    contended = used[used["contended"]]
+    if not args.keep_contended:
+        used = used[~used["contended"]]
     if used.empty:
         raise runs_io.ReportInputError(f"none of the {len(every)} training runs is a finished study run "
                                        f"({len(excluded)} excluded, {len(bound)} upper-bound runs)")
     args.out.mkdir(parents=True, exist_ok=True)
 
     testbeds = sorted(used["testbed"].unique())
-    sections = [_section(client, args, used[used["testbed"] == testbed], bound,
+    sections = [_section(client, args, value, used[used["testbed"] == testbed], bound,
                          "" if len(testbeds) == 1 else "_" + re.sub(r"[^a-z0-9]+", "-", testbed.lower()).strip("-"))
                 for testbed in testbeds]
     rows = [tables.csv_rows(s, section.runs) for section in sections for s in section.summaries]
     rules = Verdicts(args.alpha, args.ram, args.vram)
+    thresholds = sorted(set(every["contended_pct"].dropna()))
     header = tables.Header(args.experiment, args.tracking_uri, run_filter.to_mlflow(), len(every), len(bound),
-                           datetime.now().strftime("%Y-%m-%d %H:%M"))
+                           datetime.now().strftime("%Y-%m-%d %H:%M"), value, args.keep_contended,
+                           f"{thresholds[0]}%" if len(thresholds) == 1 else "the threshold")
     pd.concat(rows, ignore_index=True).to_csv(args.out / "summary.csv", index=False)
-    markdown = tables.render(header, sections, excluded, rules, args.confidence, images=True)
+    markdown = tables.render(header, sections, excluded, contended, rules, args.confidence, images=True)
     (args.out / "summary.md").write_text(markdown)
-    print(tables.render(header, sections, excluded, rules, args.confidence, images=False))
+    print(tables.render(header, sections, excluded, contended, rules, args.confidence, images=False))
     print(f"\nWrote {args.out}/: summary.csv, summary.md and {sum(len(s.images) for s in sections)} plots.")
     if args.no_log:
         return 0
@@ -102,12 +141,12 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _section(client: MlflowClient, args: argparse.Namespace, runs: pd.DataFrame, bound: pd.DataFrame,
+def _section(client: MlflowClient, args: argparse.Namespace, value: str, runs: pd.DataFrame, bound: pd.DataFrame,
              suffix: str) -> tables.Section:
     """One testbed: summaries per fraction and every plot, files named with `suffix`."""
     testbed = runs["testbed"].iloc[0]
-    summaries = [stats.summarize_fraction(group, args.baseline, SUMMARY_METRICS, args.confidence, args.alpha,
-                                          _bound_img_s(bound, testbed, group))
+    summaries = [stats.summarize_fraction(group, args.baseline, value, SUMMARY_METRICS, args.confidence, args.alpha,
+                                          args.margin, _bound_img_s(bound, testbed, group))
                  for _, group in runs.groupby("fraction")]
     curve_fraction = args.curves_fraction or max(s.fraction for s in summaries)
     curves = _curves(client, runs[runs["fraction"] == curve_fraction])

@@ -22,7 +22,6 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
-from wif.report.runs import TIME  # noqa: E402
 from wif.report.stats import FractionSummary, pareto_mask  # noqa: E402
 from wif.report.tables import RAM_COLUMNS, VRAM_COLUMNS  # noqa: E402
 
@@ -61,6 +60,10 @@ def bar_chart_height(loaders: Sequence[str], bars_per_loader: int) -> float:
     return max(4.0, 1.6 + len(loaders) * (bars_per_loader + 0.6) * BAR_INCH)
 
 
+def _statistic(summaries: Sequence[FractionSummary]) -> str:
+    return "medians" if summaries[0].value == "epoch_time_median_s" else "means"
+
+
 def _empty(ax: Axes, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize=13, color="0.4")
     ax.set_xticks([])
@@ -80,11 +83,11 @@ def draw_epoch_times(ax: Axes, summaries: Sequence[FractionSummary], confidence:
     for i, s in enumerate(sorted(summaries, key=lambda s: s.fraction)):
         t = s.table.reindex(loaders)
         y = np.arange(len(loaders)) + (i - (len(summaries) - 1) / 2) * width
-        err = (t["epoch_time_ci_high_s"] - t["epoch_time_ci_low_s"]).to_numpy() / 2
-        ax.barh(y, t["epoch_time_mean_s"], width, xerr=np.nan_to_num(err), capsize=2,
+        err = (t["time_ci_high_s"] - t["time_ci_low_s"]).to_numpy() / 2
+        ax.barh(y, t["time_s"], width, xerr=np.nan_to_num(err), capsize=2,
                 color=colors[s.fraction], label=f"fraction {s.fraction:g}")
     _loader_axis(ax, loaders)
-    ax.set_xlabel("mean epoch time (s)")
+    ax.set_xlabel(f"epoch time (s): mean of the runs' {_statistic(summaries)}")
     ax.set_title(f"Epoch time per loader (warm-up excluded, {confidence:.0%} CI)")
     ax.legend(loc="best")
     ax.grid(axis="x", alpha=0.3)
@@ -104,14 +107,14 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
     cmap = plt.get_cmap("RdYlGn").with_extremes(bad="0.85")
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto")
     for (row, col), value in np.ndenumerate(values):
-        p = ordered[col].table["p_holm"].get(loaders[row], np.nan)
-        mark = "*" if p < alpha else ""
+        p = ordered[col].table["p_adj"].get(loaders[row], np.nan)
+        mark = "*" if p is not None and p < alpha else ""
         ax.text(col, row, "n/a" if np.isnan(value) else f"{value:.2f}x{mark}", ha="center", va="center", fontsize=9)
     ax.set_xticks(range(len(ordered)))
     ax.set_xticklabels([f"{s.fraction:g}" for s in ordered])
     _loader_axis(ax, loaders)
     ax.set_xlabel("data fraction")
-    ax.set_title(f"Speedup vs {summaries[0].baseline} (* significant, Holm, alpha={alpha:g})")
+    ax.set_title(f"Speedup vs {summaries[0].baseline} (* significant, simultaneous, alpha={alpha:g})")
     bar = ax.figure.colorbar(image, ax=ax, label=f"{summaries[0].baseline} time / loader time")
     bar.set_ticks([1 / spread, spread ** -0.5, 1.0, spread**0.5, spread], labels=[
         f"{v:.3g}x" for v in (1 / spread, spread ** -0.5, 1.0, spread**0.5, spread)])
@@ -154,7 +157,7 @@ def draw_tradeoff(ax: Axes, s: FractionSummary, column: str, label: str) -> Call
     if t.empty:
         _empty(ax, "no CUDA runs" if column.startswith("vram") else f"no {label} figures")
         return lambda: None
-    x, y = t["epoch_time_mean_s"].to_numpy(), t[column].to_numpy()
+    x, y = t["time_s"].to_numpy(), t[column].to_numpy()
     front = pareto_mask(x, y)
     named = np.ones_like(front) if len(t) <= LABEL_ALL_MAX else front | (t.index == s.baseline)
     ax.scatter(x[~front], y[~front], color="0.5", label="dominated" if named.all() else "dominated (unnamed)")
@@ -162,7 +165,7 @@ def draw_tradeoff(ax: Axes, s: FractionSummary, column: str, label: str) -> Call
     order = np.argsort(x[front])
     ax.plot(x[front][order], y[front][order], color="tab:red", drawstyle="steps-post", alpha=0.6)
     ax.set_ylim(0, 1.15 * y.max())  # from zero, so small differences in memory do not look large
-    ax.set_xlabel("mean epoch time (s)")
+    ax.set_xlabel(f"epoch time (s): mean of the runs' {_statistic([s])}")
     ax.set_ylabel(f"{label} (MB)")
     ax.set_title(f"Time vs {label}, fraction {s.fraction:g}")
     ax.legend(fontsize=8, loc="upper right")
@@ -240,11 +243,11 @@ def draw_drift(ax: Axes, runs: pd.DataFrame, baseline: str, summaries: Sequence[
         ax.axvspan(span["min"] - 0.5, span["max"] + 0.5, color="0.93" if i % 2 == 0 else "white", zorder=0)
         ax.text((span["min"] + span["max"]) / 2, 1.0, f"block {block}", transform=ax.get_xaxis_transform(),
                 ha="center", va="bottom", fontsize=8, color="0.4")
-    colors = _fraction_colors(summaries)
+    colors, value = _fraction_colors(summaries), summaries[0].value
     for fraction, group in base.sort_values("sweep_pos").groupby("fraction"):
-        relative = group[TIME] / group[TIME].mean()
+        relative = group[value] / group[value].mean()
         ax.plot(group["sweep_pos"], relative, marker="o", color=colors.get(fraction, "0.5"),
-                label=f"fraction {fraction:g} (mean {group[TIME].mean():.3g} s)")
+                label=f"fraction {fraction:g} (mean {group[value].mean():.3g} s)")
     ax.axhline(1.0, color="0.3", lw=0.8)
     ax.set_xlabel("position in the sweep (wif.sweep_pos)")
     ax.set_ylabel(f"{baseline} epoch time / its cell mean")

@@ -18,19 +18,22 @@ from mlflow.tracking import MlflowClient
 DEFAULT_EXPERIMENT = "who_is_faster"
 KIND_TAG = "wif.kind"
 FINISHED = "FINISHED"
-TIME = "epoch_time_mean_s"  # the figure compared: mean epoch time, warm-up epoch excluded
+MEDIAN, MEAN = "epoch_time_median_s", "epoch_time_mean_s"  # a run's figure: over its epochs, warm-up left out
+STATISTICS = {"median": MEDIAN, "mean": MEAN}
+OTHER_CPU = "host_other_cpu_pct"
 
 FINAL_METRICS = (
-    TIME, "throughput_mean_img_s", "time_total_s", "setup_s", "data_wait_share_mean",
+    MEDIAN, MEAN, OTHER_CPU, "throughput_mean_img_s", "time_total_s", "setup_s", "data_wait_share_mean",
     "vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb",
     "ram_peak_rss_mb", "ram_peak_uss_mb", "ram_peak_pss_mb", "workers_peak", "val_acc", "test_acc",
 )
 TAGS = {  # column: tag
     "loader": "wif.loader", "fraction": "wif.fraction", "cell": "wif.cell", "device": "wif.device",
     "gpu": "wif.gpu", "model": "wif.model", "block": "wif.block", "sweep_pos": "wif.sweep_pos",
-    "sweep_id": "wif.sweep_id", "error": "wif.error",
+    "sweep_id": "wif.sweep_id", "error": "wif.error", "contended": "wif.contended",
 }
-PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs"}
+PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs",
+          "contended_pct": "measure.contended_pct"}
 PAGE_SIZE = 1000
 
 
@@ -88,6 +91,7 @@ def load_runs(client: MlflowClient, experiment: str, run_filter: RunFilter) -> p
     frame["sweep_pos"] = pd.to_numeric(frame["sweep_pos"], errors="coerce")
     frame["loader"] = [_setting(cell, loader) for cell, loader in zip(frame["cell"], frame["loader"])]
     frame["testbed"] = [_testbed(*key) for key in zip(frame["device"], frame["gpu"], frame["model"])]
+    frame["contended"] = frame["contended"].fillna("false").str.lower() == "true"
     return frame
 
 
@@ -98,11 +102,13 @@ def metric_histories(client: MlflowClient, run_ids: Iterable[str], key: str) -> 
     return pd.DataFrame(rows, columns=["run_id", "step", "value"])
 
 
-def exclusion_reasons(runs: pd.DataFrame) -> pd.Series:
+def exclusion_reasons(runs: pd.DataFrame, value: str) -> pd.Series:
     """Why each run stays out of the statistics; '' for the runs that enter them."""
     reasons = pd.Series("", index=runs.index)
     reasons[runs["fraction"].isna()] = "no wif.fraction tag"
-    reasons[runs[TIME].isna()] = f"no {TIME}"
+    missing = f"no {value}" + (" (logged before wif recorded it: --statistic mean reads these runs)"
+                               if value == MEDIAN else "")
+    reasons[runs[value].isna()] = missing
     unfinished = runs["status"] != FINISHED
     reasons[unfinished] = runs.loc[unfinished, "error"].fillna("").replace("", "not finished")
     return reasons

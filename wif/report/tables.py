@@ -11,9 +11,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from wif.report.stats import PAIRED, Comparison, FractionSummary
+from wif.report import model
+from wif.report.stats import FractionSummary
 
-FEW_REPEATS = 9  # Google Benchmark warns that fewer repeats make significance weak
+VERDICT_NAMES = 5  # clearly slower settings named in the verdict; the table lists them all
 NO_INTERVAL_MARK = "†"
 RAM_COLUMNS = {"rss": "ram_peak_rss_mb", "uss": "ram_peak_uss_mb", "pss": "ram_peak_pss_mb"}
 VRAM_COLUMNS = {"allocated": "vram_peak_allocated_mb", "reserved": "vram_peak_reserved_mb",
@@ -31,6 +32,9 @@ class Header:
     runs_read: int
     bound_runs: int  # synthetic on-device upper-bound runs: a reference, not a setting
     generated: str
+    statistic: str  # the run figure compared: epoch_time_median_s or epoch_time_mean_s
+    contended_kept: bool
+    contended_pct: str  # the threshold the runs were tagged with, as text ('25%', or 'the threshold')
 
 
 @dataclass
@@ -68,7 +72,7 @@ def _ratio(estimate: float, low: float, high: float) -> str:
 
 
 def _test(speedup: float, p: float, alpha: float) -> str:
-    if math.isnan(p):
+    if p is None or math.isnan(p):
         return "n/a"
     word = ("faster" if speedup > 1 else "slower") if p < alpha else "n.s."
     return f"{word} ({_p(p)})"
@@ -79,107 +83,147 @@ def _p(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}"
 
 
-def method_note(s: FractionSummary) -> str:
-    """Which comparison produced the speedups and tests, in one line."""
-    family = "p-values Holm-adjusted within the fraction; intervals are not adjusted."
-    if s.method == PAIRED:
-        return (f"Speedups are geometric means of within-block ratios {s.baseline}/loader over {s.n_blocks} "
-                f"complete blocks (t-interval and t-test on log ratios); {family}")
-    why = "no wif.block tags or fewer than 2 blocks"
-    if s.missing:
-        why = "; ".join(f"block {block} lacks {', '.join(names)}" for block, names in sorted(s.missing.items()))
-        why += " (resume the sweep to complete them)"
-    return ("Speedups are ratios of mean epoch times (delta-method interval on the log ratio), tested with "
-            f"Welch's t-test, unpaired because blocks are incomplete: {why}; {family}")
+def method_note(s: FractionSummary, confidence: float) -> str:
+    """How the comparisons were made, in words a practitioner can check."""
+    f = s.fit
+    what = "run medians of epoch time" if s.value == "epoch_time_median_s" else "run means of epoch time"
+    design = (f"setting + block ({f.n_blocks} blocks)" if f.blocked else "setting (no usable blocks: "
+              + ("; ".join(f"block {b} lacks {', '.join(n)}" for b, n in sorted(s.missing.items()))
+                 or "no wif.block tags or a single block") + ")")
+    if f.df <= 0:
+        return (f"One model over {f.n_runs} runs: log({what}) = {design}; no residual degrees of freedom "
+                "(one run per setting), so nothing can be tested: run more repeats.")
+    return (f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
+            f"of freedom, run-to-run noise {math.expm1(f.sigma):.1%}. Speedups vs {s.baseline} carry "
+            f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is Hsu's "
+            f"multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}.")
+
+
+def _vs_fastest(r: pd.Series) -> str:
+    """The MCB column: may this setting be the fastest, and how much slower than the fastest at least/most."""
+    if not bool(r["possibly_fastest"]):
+        return f"≥ {r['slower_at_least']:.2f}x slower" + (", within margin" if bool(r["tied"]) else "")
+    at_most = r["slower_at_most"]
+    if math.isinf(at_most) or at_most <= 1:
+        return "may be fastest"
+    return f"may be fastest (≤ {at_most:.2f}x slower{', tied' if bool(r['tied']) else ''})"
 
 
 def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     """One row per loader, fastest first, the figures a reader compares."""
     level = f"{confidence:.0%}"
     bound = "bound_share" in s.table
-    header = ["loader", "n", f"epoch time s ({level} CI)", "img/s", f"speedup vs {s.baseline} ({level} CI)",
-              f"vs {s.baseline} (Holm)", "data wait", "VRAM alloc / device MB", "RAM RSS / USS / PSS MB",
-              "val acc", "test acc"] + (["of bound"] if bound else [])
+    stat = "median" if s.value == "epoch_time_median_s" else "mean"
+    header = ["loader", "n", f"epoch time s ({stat}, ± {level})", "img/s", f"speedup vs {s.baseline} ({level} sim.)",
+              f"vs {s.baseline}", "vs fastest (MCB)", "data wait", "VRAM alloc / device MB",
+              "RAM RSS / USS / PSS MB", "test acc"] + (["of bound"] if bound else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for loader, r in s.table.iterrows():
         if r["n"] < 2:
-            time = f"{_num(r['epoch_time_mean_s'], '.4g')} {NO_INTERVAL_MARK}"
+            time = f"{_num(r['time_s'], '.4g')} {NO_INTERVAL_MARK}"
         else:
-            time = f"{r['epoch_time_mean_s']:.4g} ± {_num((r['epoch_time_ci_high_s'] - r['epoch_time_ci_low_s']) / 2)}"
-        test = "—" if loader == s.baseline else _test(r["speedup"], r["p_holm"], alpha)
+            time = f"{r['time_s']:.4g} ± {_num((r['time_ci_high_s'] - r['time_ci_low_s']) / 2)}"
+        test = "—" if loader == s.baseline else _test(r["speedup"], r["p_adj"], alpha)
         cells = [str(loader), str(int(r["n"])), time, _num(r["throughput_mean_img_s"], ",.0f"),
-                 _ratio(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]), test,
+                 _ratio(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]), test, _vs_fastest(r),
                  _num(r["data_wait_share_mean"], ".1%"),
                  f"{_mb(r['vram_peak_allocated_mb'])} / {_mb(r['vram_peak_device_mb'])}",
                  " / ".join(_mb(r[c]) for c in RAM_COLUMNS.values()),
-                 _num(r["val_acc"]), _num(r["test_acc"])] + ([_num(r["bound_share"], ".0%")] if bound else [])
+                 _num(r["test_acc"])] + ([_num(r["bound_share"], ".0%")] if bound else [])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def footnotes(s: FractionSummary) -> list[str]:
-    """Warnings the reader needs to weigh the table: missing intervals, few repeats."""
-    notes = [method_note(s)]
-    n = s.table["n"]
-    if (n < 2).any():
-        notes.append(f"{NO_INTERVAL_MARK} fewer than 2 repeats: mean shown without an interval, not tested.")
-    if (n < FEW_REPEATS).any():
-        notes.append(f"Fewer than {FEW_REPEATS} repeats in {int((n < FEW_REPEATS).sum())} of {len(n)} cells "
-                     f"(min {int(n.min())}): significance is weak (Google Benchmark's advice).")
+def footnotes(s: FractionSummary, confidence: float) -> list[str]:
+    """What the reader needs to weigh the table: the method, missing intervals, outliers."""
+    notes = [method_note(s, confidence)]
+    if (s.table["n"] < 2).any():
+        notes.append(f"{NO_INTERVAL_MARK} fewer than 2 repeats: mean shown without an interval.")
     if "bound_share" in s.table:
         notes.append("'of bound': throughput as a share of the synthetic on-device upper bound "
                      "(same testbed and batch size): near 100% means loading is not the bottleneck.")
-    return notes
+    if s.sensitivity is not None:
+        notes.append(sensitivity_note(s))
+    return notes + s.notes
+
+
+def sensitivity_note(s: FractionSummary) -> str:
+    """Whether the answer moves once the runs flagged as outliers are left out."""
+    sens = s.sensitivity
+    runs = ", ".join(f"{r['loader']} block {r['block']} ({r['z']:+.1f} SD)" for _, r in sens.left_out.iterrows())
+    before = s.possibly_fastest
+    fastest = ("the same possibly-fastest set" if set(sens.possibly_fastest) == set(before)
+               else f"possibly fastest {', '.join(sens.possibly_fastest)} (was {', '.join(before)})")
+    now = {n: bool(v) for n, v in s.table["significant"].items() if v is not None and v == v}
+    flips = [f"{n} {'becomes' if sens.significant[n] else 'is no longer'} significant"
+             for n in sorted(now) if n in sens.significant and sens.significant[n] != now[n]]
+    change = "; ".join([fastest] + flips) if flips or fastest != "the same possibly-fastest set" else None
+    return (f"Outliers (residual beyond {model.OUTLIER_SDS:g} robust SDs, kept in the table above): {runs}. "
+            + (f"Without them: {change}." if change else
+               f"Without them the answer is unchanged ({fastest}, same significant differences vs {s.baseline})."))
 
 
 def verdict(s: FractionSummary, rules: Verdicts) -> str:
-    """One sentence: the fastest, by how much against baseline and the runner-up, the cheapest in memory."""
+    """The answer to act on: who may be fastest, who is tied, the cheapest of those, who is clearly slower."""
     t = s.table
-    fastest = t.index[0]
-    row = t.loc[fastest]
-    text = f"At fraction {s.fraction:g}, {fastest} is fastest ({row['epoch_time_mean_s']:.4g} s/epoch"
-    if fastest == s.baseline:
-        text += ", the baseline itself)"
-    elif s.baseline in t.index:
-        text += f", {_ratio(row['speedup'], row['speedup_ci_low'], row['speedup_ci_high'])} vs {s.baseline})"
-    else:
-        text += f"; no {s.baseline} runs to compare with)"
     if len(t) == 1:
-        return text + "; it is the only setting that ran."
-    text += _against_runner_up(t.index[1], s.vs_fastest[t.index[1]], rules.alpha)
-    return text + _cheapest(s, rules) + "."
+        return f"At fraction {s.fraction:g}, {t.index[0]} is the only setting that ran."
+    if s.fit.df <= 0:
+        return (f"At fraction {s.fraction:g}, {t.index[0]} has the lowest epoch time, but with one run per setting "
+                "nothing can be decided: run more repeats.")
+    best = s.possibly_fastest
+    tied = [n for n in t.index if bool(t.loc[n, "tied"]) and n in best]
+    pct = f"{s.margin:.0%}"
+    if len(best) == 1:
+        text = f"At fraction {s.fraction:g}, **{best[0]} is the fastest** (every other setting is slower, 95% MCB)"
+    else:
+        text = f"At fraction {s.fraction:g}, the fastest is one of **{', '.join(best)}**"
+        if len(tied) == len(best):
+            text += f", tied within {pct}"
+        elif len(tied) > 1:
+            text += f"; {', '.join(tied)} are tied within {pct}; more repeats would settle the rest"
+        else:
+            text += " (not yet separable: more repeats would tell)"
+    near = [n for n in t.index if bool(t.loc[n, "tied"]) and n not in best]
+    if near:
+        text += f"; {', '.join(near)} slower, but by less than {pct}"
+    text += _cheapest(t.loc[best + near], rules) + "."
+    slower = t[~t.index.isin(best + near)].sort_values("slower_at_least", ascending=False)
+    if not slower.empty:
+        named = [f"{n} (at least {r['slower_at_least']:.2f}x slower)" for n, r in slower.head(VERDICT_NAMES).iterrows()]
+        rest = len(slower) - len(named)
+        text += (" Clearly slower: " + ", ".join(named)
+                 + (f", and {rest} more, each at least {slower['slower_at_least'].min():.2f}x slower" if rest else "")
+                 + ".")
+    return text + _against_baseline(s, rules.alpha)
 
 
-def _against_runner_up(runner: str, c: Comparison, alpha: float) -> str:
-    margin = f"{1 / c.speedup.estimate:.2f}x"
-    if math.isnan(c.p_value):
-        return f"; whether it beats the runner-up {runner} ({margin}) cannot be tested with these repeats"
-    if c.p_value < alpha:
-        return f"; it is significantly faster than the runner-up {runner} ({margin}, Holm {_p(c.p_value)})"
-    return (f"; it is NOT significantly faster than the runner-up {runner} ({margin}, Holm {_p(c.p_value)}), "
-            "so treat them as tied")
+def _against_baseline(s: FractionSummary, alpha: float) -> str:
+    t = s.table
+    if s.baseline not in t.index:
+        return f" No {s.baseline} runs to compare with."
+    others = t.drop(index=s.baseline)
+    sig = others["significant"].fillna(False).astype(bool)
+    faster, slower = int((sig & (others["speedup"] > 1)).sum()), int((sig & (others["speedup"] < 1)).sum())
+    return (f" Against {s.baseline}: {faster} faster, {slower} slower, {len(others) - faster - slower} "
+            f"not significantly different (simultaneous, alpha={alpha:g}).")
 
 
-def _cheapest(s: FractionSummary, rules: Verdicts) -> str:
-    fastest = s.table.index[0]
-    keep = [fastest] + [n for n, c in s.vs_fastest.items() if not c.p_value < rules.alpha]
-    pool = s.table.loc[keep]
+def _cheapest(pool: pd.DataFrame, rules: Verdicts) -> str:
     picks = {}
     for label, columns, choice in (("RAM", RAM_COLUMNS, rules.ram), ("VRAM", VRAM_COLUMNS, rules.vram)):
         column = _present(pool, [columns[choice], *columns.values()])
         if column:
             best = pool[column].idxmin()
             picks[label] = (best, f"{_column_label(column)} {_mb(pool.loc[best, column])} MB")
-    if not picks:
+    if not picks or len(pool) < 2:
         return ""
-    figures = ", ".join(f"peak {label} {what}" for label, (_, what) in picks.items())
-    if len(keep) == 1:
-        return f"; every other setting is significantly slower, so it is also the memory pick ({figures})"
-    text = f"; among the {len(keep)} settings not significantly slower than {fastest}, the cheapest "
     names = {name for name, _ in picks.values()}
     if len(names) == 1:
-        return text + f"in memory is {names.pop()} ({figures})"
-    return text + " and ".join(f"in {label} is {name} (peak {what})" for label, (name, what) in picks.items())
+        figures = ", ".join(f"peak {label} {what}" for label, (_, what) in picks.items())
+        return f"; the cheapest in memory among them is **{names.pop()}** ({figures})"
+    return "; the cheapest among them " + " and ".join(f"in {label} is **{name}** (peak {what})"
+                                                        for label, (name, what) in picks.items())
 
 
 def _present(frame: pd.DataFrame, columns: Sequence[str]) -> str | None:
@@ -200,8 +244,11 @@ def csv_rows(s: FractionSummary, runs: pd.DataFrame) -> pd.DataFrame:
         rows.insert(i, column, value)
     rows.insert(len(where) + 1, "cell", [f"{name}@{s.fraction:g}" for name in rows["loader"]])
     rows.insert(len(where) + 2, "rank", range(1, len(rows) + 1))
-    rows["method"] = s.method
-    rows["n_blocks"] = s.n_blocks
+    rows["statistic"] = s.value
+    rows["blocked"] = s.fit.blocked
+    rows["n_blocks"] = s.fit.n_blocks
+    rows["residual_df"] = s.fit.df
+    rows["noise_pct"] = 100 * math.expm1(s.fit.sigma) if s.fit.df > 0 else float("nan")
     return rows
 
 
@@ -233,15 +280,44 @@ def mixed_settings_note(runs: pd.DataFrame) -> str | None:
     return f"**Warning:** these runs differ in {'; '.join(mixed)}; narrow them with --sweep-id or --tag."
 
 
-def render(header: Header, sections: Sequence[Section], excluded: pd.DataFrame, rules: Verdicts,
-           confidence: float, images: bool) -> str:
+def contended_table(runs: pd.DataFrame, value: str) -> str:
+    """Runs that shared the machine: how much CPU others took, and the figure they would have contributed."""
+    if runs.empty:
+        return "None."
+    lines = ["| run | cell | others' CPU (% of a core) | epoch time s |", "|---|---|---|---|"]
+    for _, r in runs.sort_values("host_other_cpu_pct", ascending=False).iterrows():
+        lines.append(f"| {r['run_name']} (`{r['run_id'][:8]}`) | {r['cell']} | {_num(r['host_other_cpu_pct'], '.0f')} | "
+                     f"{_num(r[value], '.4g')} |")
+    return "\n".join(lines)
+
+
+def outliers_table(sections: Sequence[Section]) -> str:
+    """Runs the model flags as far out, with their robust z-score (kept in the fit; each fraction's note says
+    whether leaving them out changes the answer)."""
+    lines = ["| run | cell | block | epoch time s | residual (robust SD) |", "|---|---|---|---|---|"]
+    for section in sections:
+        names = section.runs.set_index("run_id")
+        for s in section.summaries:
+            if s.sensitivity is None:
+                continue
+            for _, r in s.sensitivity.left_out.iterrows():
+                run = names.loc[r["run_id"]]
+                lines.append(f"| {run['run_name']} (`{r['run_id'][:8]}`) | {run['cell']} | {r['block']} | "
+                             f"{r[s.value]:.4g} | {r['z']:+.1f} |")
+    return "\n".join(lines) if len(lines) > 2 else "None."
+
+
+def render(header: Header, sections: Sequence[Section], excluded: pd.DataFrame, contended: pd.DataFrame,
+           rules: Verdicts, confidence: float, images: bool) -> str:
     """The whole report as Markdown; `images=False` gives the same text for a terminal."""
     used = sum(len(s.runs) for s in sections)
     bound = f"{header.bound_runs} as the on-device upper bound, " if header.bound_runs else ""
+    apart = "" if header.contended_kept else f"{len(contended)} contended (left out), "
     out = ["# Who is faster", "",
            f"Experiment `{header.experiment}` at `{header.tracking_uri}`, generated {header.generated}. "
-           f"Filter: `` {header.filter} ``. {header.runs_read} training runs read: {used} used, {bound}"
-           f"{len(excluded)} excluded (listed at the end)."]
+           f"Filter: `` {header.filter} ``. {header.runs_read} training runs read: {used} used, {bound}{apart}"
+           f"{len(excluded)} excluded (all listed at the end). Each run's figure: its "
+           f"{'median' if header.statistic == 'epoch_time_median_s' else 'mean'} epoch time, warm-up left out."]
     if len(sections) > 1:
         out.append(f"\nRuns come from {len(sections)} testbeds; they are never pooled: one section each.")
     for section in sections:
@@ -251,9 +327,15 @@ def render(header: Header, sections: Sequence[Section], excluded: pd.DataFrame, 
         for s in sorted(section.summaries, key=lambda s: s.fraction):
             out += ["", f"### Fraction {s.fraction:g}", "", f"**Verdict.** {verdict(s, rules)}", "",
                     markdown_table(s, rules.alpha, confidence), ""]
-            out += [f"- {note}" for note in footnotes(s)]
+            out += [f"- {note}" for note in footnotes(s, confidence)]
         if images:
             out += ["", "### Plots", ""] + [f"![{name}]({name})" for name in section.images]
-    out += ["", "## Excluded runs (failed, killed, running or incomplete; in no statistic)", "",
-            excluded_table(excluded)]
+    kept = "kept in the fit (--keep-contended)" if header.contended_kept else "left out of the fit (--keep-contended keeps them)"
+    out += ["", "## Runs set apart", "",
+            f"### Contended: other processes used more than {header.contended_pct} of a core during the measured "
+            f"epochs; {kept}", "", contended_table(contended, header.statistic), "",
+            "### Outliers: residual beyond "
+            f"{model.OUTLIER_SDS:g} robust SDs in a robust fit; kept in the fit, each fraction's notes say what "
+            "changes without them", "", outliers_table(sections), "",
+            "### Excluded: failed, killed, running or incomplete; in no statistic", "", excluded_table(excluded)]
     return "\n".join(out) + "\n"

@@ -1,0 +1,219 @@
+"""One model per fraction and testbed, and the simultaneous answers drawn from it (pure functions).
+
+log(run's epoch time) = setting + block, fitted by ordinary least squares over every usable run: the
+noise is estimated once from all cells, with (k-1)(b-1) residual degrees of freedom in complete blocks
+instead of the b-1 of a test per pair. Without a usable block structure (no block tags, one block, or
+blocks that do not connect the settings) the block term is dropped. Unbalanced designs (a failed run,
+settings a race dropped) are fitted as they are; every interval below uses the fitted covariance.
+
+Two families of simultaneous 95% statements come out of one fit:
+- every setting against the baseline (Dunnett: two-sided max-|t| critical value);
+- multiple comparisons with the best (Hsu's constrained MCB, one-sided max-t critical values): the
+  settings that may be fastest, and for each setting bounds on how much slower than the fastest it is.
+Critical values are the quantiles of the max-t statistic under the fitted design, drawn by simulation
+with a fixed seed (exact for any correlation pattern, reproducible run to run, cached per design).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+
+DRAWS = 100_000  # Monte Carlo draws per critical value: its 95% quantile to about 0.3%
+SEED = 20261122
+OUTLIER_SDS = 3.5  # robust standard deviations beyond which a run's residual is flagged
+MIN_OUTLIER_DF = 4  # fewer residual degrees of freedom than this: no robust scale worth the name
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted model of one fraction: per-setting mean log time (block-adjusted) and its covariance."""
+
+    settings: list[str]
+    estimate: np.ndarray  # mean log time per setting, averaged over blocks
+    cov: np.ndarray  # covariance of `estimate` (k x k)
+    df: int  # residual degrees of freedom
+    sigma: float  # residual standard deviation on the log scale (~ relative run-to-run noise)
+    blocked: bool
+    n_blocks: int
+    n_runs: int
+
+    def index(self, setting: str) -> int:
+        return self.settings.index(setting)
+
+    def se(self, i: int, j: int) -> float:
+        """Standard error of estimate[i] - estimate[j]."""
+        return float(np.sqrt(max(self.cov[i, i] + self.cov[j, j] - 2 * self.cov[i, j], 0.0)))
+
+
+def design(runs: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
+    """Cell-means columns for the settings, then sum-to-zero columns for the blocks (so a setting's
+    coefficient is its mean over blocks) when the blocks are usable and identifiable; the setting names and
+    the block names (none when the block term is dropped)."""
+    loader = runs["loader"].to_numpy()
+    settings = list(dict.fromkeys(loader))
+    x = (loader[:, None] == np.array(settings, dtype=object)[None, :]).astype(float)
+    block = runs["block"].to_numpy()
+    if pd.isna(block).any():
+        return x, settings, []
+    block = np.array([str(b) for b in block], dtype=object)
+    blocks = list(dict.fromkeys(block))
+    if len(blocks) < 2:
+        return x, settings, []
+    sums = np.array([(block == name).astype(float) - (block == blocks[-1]) for name in blocks[:-1]]).T
+    blocked = np.hstack([x, sums])
+    if np.linalg.matrix_rank(blocked) < blocked.shape[1]:  # blocks that do not connect the settings
+        return x, settings, []
+    return blocked, settings, blocks
+
+
+def fit(runs: pd.DataFrame, value: str) -> Fit:
+    """Least squares of log(`value`) on setting (+ block where the blocks are usable and identifiable)."""
+    y = np.log(runs[value].to_numpy(dtype=float))
+    x, settings, blocks = design(runs)
+    k = len(settings)
+    res = sm.OLS(y, x).fit()
+    df = int(round(res.df_resid))
+    if df > 0:
+        scale = float(res.scale)
+        cov = np.asarray(res.normalized_cov_params)[:k, :k] * scale
+    else:  # one run per setting: estimates without any spread to judge them by
+        scale, cov = float("nan"), np.full((k, k), np.nan)
+    return Fit(settings, np.asarray(res.params[:k]), cov, df, float(np.sqrt(scale)), len(blocks) > 1,
+               len(blocks), len(y))
+
+
+# ----------------------------------------------------------------------------- critical values
+def _draws(cov_unit: np.ndarray, df: int) -> tuple[np.ndarray, np.ndarray]:
+    """Estimation errors (in units of sigma) and the chi-square scale of the residual variance, seeded."""
+    rng = np.random.default_rng(SEED)
+    z = rng.multivariate_normal(np.zeros(len(cov_unit)), cov_unit, size=DRAWS, method="eigh")
+    w = np.sqrt(rng.chisquare(df, size=DRAWS) / df)
+    return z, w
+
+
+@functools.lru_cache(maxsize=256)
+def _max_t(key: bytes, k: int, df: int, controls: tuple, two_sided: bool) -> np.ndarray:
+    """Sorted draws of max_j t(control - j) for each control (rows); cached per design."""
+    cov_unit = np.frombuffer(key).reshape(k, k)
+    z, w = _draws(cov_unit, df)
+    out = []
+    for c in controls:
+        others = [j for j in range(k) if j != c]
+        se = np.sqrt(np.maximum(cov_unit[c, c] + cov_unit.diagonal()[others] - 2 * cov_unit[c, others], 1e-300))
+        t = (z[:, [c]] - z[:, others]) / se / w[:, None]
+        out.append(np.sort((np.abs(t) if two_sided else t).max(axis=1)))
+    return np.array(out)
+
+
+def _max_t_draws(f: Fit, controls: Sequence[int], two_sided: bool) -> np.ndarray:
+    unit = np.round(f.cov / f.sigma**2, 10)
+    return _max_t(unit.tobytes(), len(f.settings), f.df, tuple(controls), two_sided)
+
+
+def _quantile(sorted_draws: np.ndarray, confidence: float) -> float:
+    return float(sorted_draws[min(int(np.ceil(confidence * len(sorted_draws))) - 1, len(sorted_draws) - 1)])
+
+
+# ----------------------------------------------------------------------------- against the baseline
+@dataclass(frozen=True)
+class VsBaseline:
+    """Speedup = baseline time / setting time, with a simultaneous interval and an adjusted p-value."""
+
+    speedup: float
+    low: float
+    high: float
+    p_adj: float
+    critical: float  # the max-|t| critical value the intervals use
+
+
+def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
+    """Every setting against `baseline`, intervals simultaneous over the family (Dunnett, max-|t|)."""
+    b = f.index(baseline)
+    out: dict[str, VsBaseline] = {}
+    if f.df <= 0 or len(f.settings) < 2:
+        for j, name in enumerate(f.settings):
+            if j != b:
+                r = float(np.exp(f.estimate[b] - f.estimate[j]))
+                out[name] = VsBaseline(r, np.nan, np.nan, np.nan, np.nan)
+        return out
+    draws = _max_t_draws(f, [b], two_sided=True)[0]
+    c = _quantile(draws, confidence)
+    for j, name in enumerate(f.settings):
+        if j == b:
+            continue
+        diff, se = f.estimate[b] - f.estimate[j], f.se(b, j)
+        t = abs(diff) / se if se > 0 else np.inf
+        p = float(1.0 - np.searchsorted(draws, t, side="left") / len(draws))
+        out[name] = VsBaseline(float(np.exp(diff)), float(np.exp(diff - c * se)), float(np.exp(diff + c * se)),
+                               max(p, 1.0 / len(draws)) if np.isfinite(t) else 0.0, c)
+    return out
+
+
+# ----------------------------------------------------------------------------- the best
+@dataclass(frozen=True)
+class VsBest:
+    """How much slower than the fastest setting (whichever it is), as time ratios >= 1."""
+
+    possibly_fastest: bool  # in the set that holds the fastest with the stated confidence
+    at_least: float  # slower than the fastest by at least this factor (1.0: may be the fastest)
+    at_most: float  # and by at most this factor
+    tied: bool  # at_most within the margin: as fast as the fastest for any practical purpose
+
+
+def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
+    """Hsu's constrained multiple comparisons with the best, smaller (faster) being better.
+
+    With d_j the one-sided max-t critical value when j is taken as the best, the set
+    S = {i: y_i - y_j - d_i se_ij <= 0 for every j} holds the fastest; for each i, the time ratio to the
+    fastest lies in [exp(max(0, min over j in S, j != i, of y_i - y_j - d_j se_ij)),
+    exp(max(0, max over j in S, j != i, of y_i - y_j + d_j se_ij))], all simultaneously at `confidence`
+    (Hsu, Multiple Comparisons, 1996, ch. 4). `margin` (e.g. 0.02) is the practical tie.
+    """
+    k, y = len(f.settings), f.estimate
+    if k == 1:
+        return {f.settings[0]: VsBest(True, 1.0, 1.0, True)}
+    if f.df <= 0:
+        return {name: VsBest(True, 1.0, np.inf, False) for name in f.settings}
+    draws = _max_t_draws(f, range(k), two_sided=False)
+    d = np.array([_quantile(row, confidence) for row in draws])
+    var = f.cov.diagonal()
+    se = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2 * f.cov, 0.0))
+    diff = y[:, None] - y[None, :]
+    s = [i for i in range(k) if all(diff[i, j] - d[i] * se[i, j] <= 0 for j in range(k) if j != i)]
+    out = {}
+    for i, name in enumerate(f.settings):
+        rivals = [j for j in s if j != i]
+        low = max(0.0, min((diff[i, j] - d[j] * se[i, j] for j in rivals), default=0.0))
+        high = max(0.0, max((diff[i, j] + d[j] * se[i, j] for j in rivals), default=0.0))
+        out[name] = VsBest(i in s, float(np.exp(low)), float(np.exp(high)), bool(np.exp(high) <= 1 + margin))
+    return out
+
+
+# ----------------------------------------------------------------------------- outliers
+def outliers(runs: pd.DataFrame, value: str, limit: float = OUTLIER_SDS) -> pd.Series:
+    """Runs whose residual in a robust fit of the same model lies beyond `limit` robust SDs.
+
+    A least-squares residual spreads one bad run over its whole cell and block (with 3 blocks the run's
+    two siblings get half its residual, opposite in sign); a Huber fit leaves it on the run. The scale is
+    the MAD of those residuals, corrected for the degrees of freedom the fit uses. Returns the robust
+    z-score of each flagged run, indexed like `runs`; empty when the design leaves too few degrees of freedom.
+    """
+    if len(runs) == 0:
+        return pd.Series(dtype=float)
+    x, _, _ = design(runs)
+    n, p = x.shape
+    if n - p < MIN_OUTLIER_DF:
+        return pd.Series(dtype=float)
+    y = np.log(runs[value].to_numpy(dtype=float))
+    resid = sm.RLM(y, x, M=sm.robust.norms.HuberT()).fit().resid
+    scale = sm.robust.mad(resid, center=0.0) * np.sqrt(n / (n - p))
+    if scale <= 0:
+        return pd.Series(dtype=float)
+    z = pd.Series(resid / scale, index=runs.index)
+    return z[z.abs() > limit]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 EPOCH_METRICS = {"epoch_time_s", "throughput_img_s", "train_loss", "val_loss", "val_acc", "val_time_s",
                  "data_wait_s", "compute_s", "data_wait_share", "compute_share", "first_batch_s", "cpu_util_pct"}
-RUN_METRICS = {"time_total_s", "epoch_time_mean_s", "test_acc", "setup_s", "ram_peak_rss_mb", "ram_peak_uss_mb",
+RUN_METRICS = {"time_total_s", "epoch_time_mean_s", "epoch_time_median_s", "host_other_cpu_pct", "test_acc", "setup_s", "ram_peak_rss_mb", "ram_peak_uss_mb",
                "ram_peak_pss_mb", "workers_peak", "shm_peak_mb", "sampler_cpu_pct", "job_overhead_s"}
 GPU_ONLY = {"vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb", "gpu_idle_s", "gpu_util_pct"}
 GRID = ("loader=glob(*)", "data.fraction=0.1,0.4,0.7", "preset=smoke", "repeat=0")
@@ -38,6 +38,9 @@ def test_smoke_grid_leaves_33_finished_runs(grid) -> None:
     assert {r.data.tags["wif.fraction"] for r in runs} == {"0.1", "0.4", "0.7"}
     assert {r.data.tags["wif.cell"] for r in runs} == {f"{lo}@{f}" for lo in STUDY_LOADERS for f in ("0.1", "0.4", "0.7")}
     assert sorted(int(r.data.tags["wif.sweep_pos"]) for r in runs) == list(range(33))
+    ran = [r.data.tags["wif.cell"] for r in sorted(runs, key=lambda r: int(r.data.tags["wif.sweep_pos"]))]
+    grid_order = [f"{lo}@{f}" for lo in sorted(STUDY_LOADERS) for f in ("0.1", "0.4", "0.7")]
+    assert ran != grid_order  # the block's cells run in shuffled order (hydra/sweeper=blocks)
     assert {r.data.tags["wif.block"] for r in runs} == {"0"}
     assert len({r.data.tags["wif.sweep_id"] for r in runs}) == 1
     assert "[33/33]" in proc.stdout + proc.stderr  # progress names the job and the sweep's size
@@ -59,6 +62,7 @@ def test_every_run_carries_its_figures_and_context(grid) -> None:
         assert EPOCH_METRICS | RUN_METRICS <= m.keys(), run.info.run_name
         assert not GPU_ONLY & m.keys(), "a CPU run must not report GPU figures (never a false 0)"
         assert tags["wif.device"] == "cpu" and tags["wif.gpu"] == "none"
+        assert tags["wif.contended"] in ("true", "false")
         for key in ("wif.cpu", "wif.cpu_logical_cores", "wif.ram_total_gb", "wif.host", "wif.git_commit",
                     "wif.version.torch", "wif.config_hash"):
             assert tags[key], key

@@ -50,6 +50,11 @@ def tree_cpu_s(root: psutil.Process) -> float:
     return total
 
 
+def is_contended(other_pct: Optional[float], threshold_pct: float) -> bool:
+    """Others took more than `threshold_pct` of a core: the run's figure may reflect them, not its settings."""
+    return other_pct is not None and other_pct > threshold_pct
+
+
 @dataclass(frozen=True)
 class _Mark:
     t: float

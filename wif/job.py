@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
-from wif.contention import HostCpuMeter
+from wif.contention import HostCpuMeter, is_contended
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
 from wif.loaders import silence_worker_count_warning
 from wif.sampler import TreeSampler
@@ -160,7 +160,7 @@ class _Run:
 
     def contention_note(self, other_pct: Optional[float]) -> str:
         """What the progress line says when other processes took a share of the cores above the threshold."""
-        if other_pct is None or other_pct <= self.conf.measure.contended_pct:
+        if not is_contended(other_pct, self.conf.measure.contended_pct):
             return ""
         return f"  CONTENDED: other processes used {other_pct:.0f}% of a core"
 
@@ -357,7 +357,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         s["job_overhead_s"] = time.monotonic() - t_job - s["time_total_s"]
         tracker.log_metrics(run_id, s)
         other = s.get("host_other_cpu_pct")
-        contended = other is not None and other > conf.measure.contended_pct
+        contended = is_contended(other, conf.measure.contended_pct)
         tracker.set_tags(run_id, {"wif.contended": str(contended).lower()})
         tally.finished += 1
         result = f"test_acc {s['test_acc']:.3f}" if "test_acc" in s else f"{s['throughput_mean_img_s']:.0f} img/s"

@@ -144,6 +144,17 @@ class SweepConfig:
 
 
 @dataclass
+class RaceConfig:
+    """hydra/sweeper=race: blocks run until each fraction's possibly-fastest set is settled."""
+
+    min_blocks: int = 3  # the first look comes after this many blocks
+    max_blocks: int = 10  # and the race stops here whatever it has seen
+    margin: float = 0.02  # settings within this share of the fastest count as tied
+    confidence: float = 0.95  # over the whole race: each look spends (1 - confidence) / looks
+    id: str = ""  # set by the race sweeper on its jobs (tag wif.race_id); not to be set by hand
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
@@ -153,6 +164,7 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    race: RaceConfig = field(default_factory=RaceConfig)
     repeat: int = 0
     seed: int = II("repeat")
     device: Device = Device.auto

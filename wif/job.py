@@ -35,7 +35,7 @@ from wif.training import preload, train
 
 log = logging.getLogger("wif")
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
-NOT_IDENTITY = ("tracking", "resume", "progress", "measure", "sweep")
+NOT_IDENTITY = ("tracking", "resume", "progress", "measure", "sweep", "race")
 ERROR_TAG_LIMIT = 4000
 INTERRUPT_GRACE_S = 5.0
 EXIT_BAD_SETTING = 2
@@ -338,6 +338,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
             "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
             "wif.config_hash": digest}
     tags.update(cluster_tags())
+    if conf.race.id:
+        tags["wif.race_id"] = conf.race.id
     prefix = "" if kind == "train" else f"{kind}-"
     run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", plain, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)

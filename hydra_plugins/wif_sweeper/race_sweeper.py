@@ -1,0 +1,109 @@
+"""`hydra/sweeper=race`: the grid run in blocks, dropping after each block the settings already clearly
+slower than those that may be fastest (wif.race), until each fraction is settled or race.max_blocks.
+
+Each block is one repeat of every cell still in the race, in the order `sweep.shuffle` gives, launched
+through whatever launcher is configured. The race reads its runs back from MLflow (tag wif.race_id), so
+the same command again recomputes every look from the store and launches only what is missing: finished
+runs are skipped by the job itself. Hydra finds it in the `hydra_plugins` namespace package.
+"""
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence, Tuple
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf, open_dict
+
+from wif import sweep
+from wif.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
+from wif.race import FractionState, RaceRules, look
+
+log = logging.getLogger("wif")
+EXIT_BAD_SETTING = 2
+
+
+@dataclass
+class RaceSweeperConf(BasicSweeperConf):
+    _target_: str = "hydra_plugins.wif_sweeper.race_sweeper.RaceSweeper"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweeperConf, provider="wif")
+
+
+class RaceSweeper(BasicSweeper):
+    def sweep(self, arguments: List[str]) -> Any:
+        from wif.race_log import RaceLog  # the job machinery: imported once the sweep starts
+
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        (grid,) = BasicSweeper.split_arguments(parser.parse_overrides(self._parse_config() + arguments), None)
+        cells = list(dict.fromkeys(tuple(o for o in job if block_of([o]) == "") for job in grid))
+        cfg = self.config
+        rules = RaceRules(cfg.race.min_blocks, cfg.race.max_blocks, cfg.race.margin, cfg.race.confidence)
+        names = self._name_cells(cells)
+        problems = rules.problems() + _single_settings(names)
+        if problems:
+            for problem in problems:
+                log.error("Bad setting: %s", problem)
+            raise SystemExit(EXIT_BAD_SETTING)
+        race_id = hashlib.sha256(json.dumps([sorted(cells), [rules.min_blocks, rules.max_blocks, rules.margin,
+                                                              rules.confidence]]).encode()).hexdigest()[:16]
+        shuffle = bool(OmegaConf.select(cfg, "sweep.shuffle", default=True))
+        sweep.TALLY.total = len(cells) * rules.max_blocks  # at most: the progress label counts against it
+        record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, len(cells))
+        states = {fr: FractionState(fr, sorted({s for s, f in names.values() if f == fr})) for fr in _fractions(names)}
+        t0, launched, returns = time.monotonic(), 0, []
+        for block in range(rules.max_blocks):
+            alive = {fr: set(st.alive) for fr, st in states.items() if not st.settled}
+            if not alive:
+                break
+            jobs = [list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"] for cell in cells
+                    if names[cell][0] in alive.get(names[cell][1], set())]
+            jobs = shuffle_within_blocks(jobs) if shuffle else jobs
+            self.validate_batch_is_legal(jobs)
+            returns.append(self.launcher.launch(jobs, initial_job_idx=launched))
+            launched += len(jobs)
+            runs = record.usable_runs()
+            for fr, state in states.items():
+                states[fr] = look(state, runs[runs["fraction"] == fr], record.value, rules, block + 1)
+            if block + 1 >= rules.min_blocks:
+                record.look(block + 1, states, runs, time.monotonic() - t0)
+            else:
+                log.info("Race: block %d of at least %d done, %d runs; the first look comes after block %d",
+                         block + 1, rules.min_blocks, len(runs), rules.min_blocks)
+        record.finish(states)
+        return returns
+
+    def _name_cells(self, cells: Sequence[Tuple[str, ...]]) -> Dict[Tuple[str, ...], Tuple[str, float]]:
+        """Each cell's setting (the report's row name) and fraction, from its composed configuration."""
+        from wif.job import cell_name
+
+        loader = self.hydra_context.config_loader
+        out = {}
+        for cell in cells:
+            composed = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(cell))
+            with open_dict(composed):
+                del composed["hydra"]
+            conf = OmegaConf.to_object(composed)
+            setting, _, fraction = cell_name(conf).rpartition("@")
+            out[cell] = (setting, float(fraction))
+        return out
+
+
+def _fractions(names: Dict[Any, Tuple[str, float]]) -> List[float]:
+    return sorted({fr for _, fr in names.values()})
+
+
+def _single_settings(names: Dict[Any, Tuple[str, float]]) -> List[str]:
+    """A race needs rivals: a fraction with one setting has nothing to race against."""
+    out = []
+    for fr in _fractions(names):
+        settings = {s for s, f in names.values() if f == fr}
+        if len(settings) < 2:
+            out.append(f"hydra/sweeper=race at data.fraction={fr:g} has one setting ({settings.pop()}): a race needs "
+                       "at least two; sweep more loader options, or use the default sweeper")
+    return out

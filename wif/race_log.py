@@ -1,0 +1,69 @@
+"""What a race says and keeps: its runs read back from MLflow, each look printed and logged as a row of
+an MLflow run of its own (wif.kind=race), the final possibly-fastest sets as that run's tags."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Dict
+
+import pandas as pd
+
+from wif.race import FractionState, RaceRules
+from wif.report import runs as runs_io
+from wif.tracking import FINISHED, Tracker
+
+log = logging.getLogger("wif")
+
+
+class RaceLog:
+    def __init__(self, uri: str, experiment: str, race_id: str, rules: RaceRules, n_cells: int) -> None:
+        self.tracker = Tracker(uri, experiment)
+        self.experiment, self.race_id, self.rules, self.n_cells = experiment, race_id, rules, n_cells
+        self.value = runs_io.MEDIAN
+        self.rows: list[dict] = []
+        self.run_id = self.tracker.client.create_run(
+            self.tracker.experiment_id, run_name=f"race-{race_id[:8]}",
+            tags={"wif.kind": "race", "wif.race_id": race_id}).info.run_id
+        self.tracker.client.log_batch(self.run_id, params=[])
+        for key, value in (("race.min_blocks", rules.min_blocks), ("race.max_blocks", rules.max_blocks),
+                           ("race.margin", rules.margin), ("race.confidence", rules.confidence),
+                           ("race.cells", n_cells)):
+            self.tracker.client.log_param(self.run_id, key, value)
+
+    def usable_runs(self) -> pd.DataFrame:
+        """The race's finished, uncontended training runs (the report's default selection)."""
+        try:
+            runs = runs_io.load_runs(self.tracker.client, self.experiment,
+                                     runs_io.RunFilter(tags={"wif.race_id": self.race_id}))
+        except runs_io.ReportInputError:  # no run finished yet
+            return pd.DataFrame(columns=["loader", "fraction", "block", self.value, "time_total_s"])
+        ok = (runs_io.exclusion_reasons(runs, self.value) == "") & ~runs["contended"]
+        return runs[ok]
+
+    def look(self, blocks: int, states: Dict[float, FractionState], runs: pd.DataFrame, wall_s: float) -> None:
+        fixed = self.n_cells * self.rules.max_blocks
+        log.info("Race, look after block %d (each look at %.2f%% confidence): %d runs so far, %.0f%% of the "
+                 "fixed grid's %d; %.0f s of run time, %.0f s wall", blocks, 100 * self.rules.look_confidence,
+                 len(runs), 100 * len(runs) / fixed, fixed, runs["time_total_s"].sum(), wall_s)
+        for fr, st in sorted(states.items()):
+            dropped = ", ".join(f"{n} (>= {x:.2f}x slower)" for n, x in sorted(st.dropped.items(), key=lambda i: -i[1]))
+            log.info("  fraction %g: %s %s%s", fr, "settled:" if st.settled else "in the race:", ", ".join(st.alive),
+                     f" ({st.settled})" if st.settled else "" + (f"; dropped: {dropped}" if dropped else ""))
+            self.rows.append({"block": blocks, "fraction": fr, "alive": " ".join(st.alive),
+                              "dropped": " ".join(st.dropped), "settled": st.settled, "runs": len(runs),
+                              "fixed_grid_runs": fixed, "run_time_s": runs["time_total_s"].sum(), "wall_s": wall_s})
+
+    def finish(self, states: Dict[float, FractionState]) -> None:
+        """The looks as looks.csv, the possibly-fastest set of each fraction as tags."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "looks.csv"
+            pd.DataFrame(self.rows).to_csv(path, index=False)
+            self.tracker.client.log_artifact(self.run_id, str(path))
+        self.tracker.set_tags(self.run_id, {f"wif.race.fastest.f{fr:g}": " ".join(st.alive)
+                                            for fr, st in states.items()})
+        self.tracker.end_run(self.run_id, FINISHED)
+        for fr, st in sorted(states.items()):
+            log.info("Race done: at fraction %g the possibly-fastest set is %s%s", fr, ", ".join(st.alive),
+                     f" ({st.settled})" if st.settled else "")

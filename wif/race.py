@@ -74,6 +74,7 @@ def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules,
     f = model.fit(runs, value)
     best = model.mcb(f, rules.look_confidence, rules.margin)
     alive = [name for name in state.alive if name not in best or best[name].possibly_fastest]
+    alive.sort(key=lambda name: f.estimate[f.index(name)] if name in best else float("inf"))  # fastest first
     dropped = dict(state.dropped)
     dropped.update({name: best[name].at_least for name in state.alive if name not in alive and name in best})
     settled = ""

@@ -1,0 +1,87 @@
+"""The race against the fixed grid, on the same cells, side by side in one run.
+
+Runs the fixed grid (every cell, `--blocks` repeats, the default sweeper) and the race
+(`hydra/sweeper=race`, race.max_blocks=`--blocks`) into two stores, then prints the ratio of runs and of
+wall time (race / fixed), each fraction's possibly-fastest set from `wif-report`'s model on the fixed
+grid, and whether the race's fastest lies in it. Targets: the race uses at most 50% of the fixed
+grid's runs, and names a fastest setting the fixed grid places in its possibly-fastest set.
+
+    python benchmarks/race.py                                       # the smoke grid: 11 x 3 x 10 = 330 runs
+    python benchmarks/race.py --loaders baseline,pin,bg,pin_nb_w4_pf2 --fractions 0.4 --blocks 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from wif.race import RaceRules
+from wif.report import runs as runs_io
+from wif.report.stats import summarize_fraction
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sweep(work: Path, name: str, args: list[str], cache: Path) -> tuple[str, float]:
+    """One real multirun into its own store; its URI and wall time."""
+    store = f"sqlite:///{work / name / 'mlflow.db'}"
+    (work / name).mkdir()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache)}
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *args], cwd=work / name, env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{name} sweep failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return store, time.monotonic() - t0
+
+
+def usable(store: str):
+    client = MlflowClient(store)
+    runs = runs_io.load_runs(client, runs_io.DEFAULT_EXPERIMENT, runs_io.RunFilter())
+    keep = (runs_io.exclusion_reasons(runs, runs_io.MEDIAN) == "") & ~runs["contended"]
+    return client, runs, runs[keep]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--loaders", default="glob(*)", help="loader options (default: all 11)")
+    p.add_argument("--fractions", default="0.1,0.4,0.7")
+    p.add_argument("--blocks", type=int, default=10, help="repeats of the fixed grid = race.max_blocks")
+    p.add_argument("--baseline", default="baseline")
+    a = p.parse_args()
+    rules = RaceRules(max_blocks=a.blocks)
+    work = Path(tempfile.mkdtemp(prefix="wif-race-bench-"))
+    cache = work / "cache"
+    common = [f"loader={a.loaders}", f"data.fraction={a.fractions}", "preset=smoke"]
+    fixed_uri, fixed_s = sweep(work, "fixed", common + [f"repeat=range(0,{a.blocks})"], cache)
+    race_uri, race_s = sweep(work, "race", common + ["hydra/sweeper=race", f"race.max_blocks={a.blocks}"], cache)
+
+    _, fixed_all, fixed = usable(fixed_uri)
+    client, race_all, _ = usable(race_uri)
+    exp = client.get_experiment_by_name(runs_io.DEFAULT_EXPERIMENT)
+    (record,) = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race'", max_results=1)
+    print(f"runs: race {len(race_all)} / fixed {len(fixed_all)} = {len(race_all) / len(fixed_all):.2f} (target <= 0.50)")
+    print(f"wall time: race {race_s:.0f} s / fixed {fixed_s:.0f} s = {race_s / fixed_s:.2f}")
+    print(f"fixed runs contended (left out): {int(fixed_all['contended'].sum())}; looks at "
+          f"{100 * rules.look_confidence:.2f}% each")
+    agree = True
+    for fraction, runs in fixed.groupby("fraction"):
+        s = summarize_fraction(runs, a.baseline, runs_io.MEDIAN, [], 0.95, 0.05, rules.margin)
+        raced = record.data.tags.get(f"wif.race.fastest.f{fraction:g}", "").split()
+        fastest = raced[0] if raced else None  # the race lists its possibly-fastest set fastest first
+        inside = fastest in s.possibly_fastest
+        agree &= inside
+        print(f"fraction {fraction:g}: fixed grid possibly fastest {', '.join(s.possibly_fastest)}; race ended with "
+              f"{', '.join(raced) or 'nothing'}; race's fastest {fastest} in the fixed set: {'yes' if inside else 'NO'}")
+    print(f"both agree on every fraction: {'yes' if agree else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -26,6 +26,7 @@ from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
 from wif.loaders import silence_worker_count_warning
+from wif.orphans import close_stale_runs, die_with_parent, owner_tags
 from wif.sampler import TreeSampler
 from wif.sysinfo import host_tags, usable_cores
 from wif.tracking import FAILED, FINISHED, KILLED, Tracker, config_hash
@@ -71,8 +72,10 @@ def _describe(err: BaseException, conf: Config) -> str:
     return str(err)
 
 
-def _child_main(conf: Config, device: str, conn: Any) -> None:
-    """Runs in the forked child: train, send everything through the pipe, never touch MLflow."""
+def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
+    """Runs in the forked child: train, send everything through the pipe, never touch MLflow; dies with
+    the supervisor, even one killed with SIGKILL."""
+    die_with_parent(supervisor)
     import torch
 
     signal.signal(signal.SIGTERM, _interrupt)
@@ -203,7 +206,7 @@ def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
 def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe()
-    proc = ctx.Process(target=_child_main, args=(conf, device, child_end), name=f"wif-run {label}")
+    proc = ctx.Process(target=_child_main, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
     proc.start()
     child_end.close()
     sampler = TreeSampler(proc.pid, conf.measure)
@@ -300,6 +303,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     sweep_id, pos = _sweep_position()
     tally = sweep.TALLY
     label = f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name} fraction={conf.data.fraction} repeat={conf.repeat}"
+    close_stale_runs(tracker, digest, label)
     if conf.resume and tracker.finished_runs(digest):
         tally.skipped += 1
         log.info("%s  skipped: a FINISHED run of this configuration exists (resume=false reruns it)", label)
@@ -315,6 +319,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
             "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
             "wif.config_hash": digest}
     tags.update(cluster_tags())
+    tags.update(owner_tags())  # a later sweep can tell a run orphaned by a dead process
     prefix = "" if kind == "train" else f"{kind}-"
     run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", plain, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)

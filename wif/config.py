@@ -79,6 +79,7 @@ class DataConfig:
     augment: Augment = Augment.none  # per-sample work for data=encoded and data=folder (training split only)
     jpeg_quality: int = 90  # data=encoded
     preload: bool = False  # data=folder: decode once and hold tensors in RAM, as the study did
+    skip_bad: bool = False  # data=folder: leave out files that cannot be read as images (else: stop, naming them)
 
 
 @dataclass

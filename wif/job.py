@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
+from wif.folder_check import require_readable
 from wif.loaders import silence_worker_count_warning
 from wif.orphans import close_stale_runs, die_with_parent, owner_tags
 from wif.sampler import TreeSampler
@@ -286,6 +287,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         conf: Config = OmegaConf.to_object(cfg)
         validate(conf)
         device = resolve_device(conf.device)
+        folder = require_readable(conf.data) if conf.data.source is DataSource.folder else None
         pin_gpu(device)  # never two timed jobs on one GPU
     except ConfigError as err:
         log.error("Bad setting: %s", err)
@@ -296,7 +298,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
 
     plain = as_plain(conf)
     identity = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}
-    identity["data"] = {k: v for k, v in identity["data"].items() if k != "cache_dir"}
+    identity["data"] = {k: v for k, v in identity["data"].items()
+                        if k != "cache_dir" and not (k == "skip_bad" and not v)}  # runs before skip_bad keep theirs
     identity["device"] = device
     digest = config_hash(identity)
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
@@ -320,8 +323,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
             "wif.config_hash": digest}
     tags.update(cluster_tags())
     tags.update(owner_tags())  # a later sweep can tell a run orphaned by a dead process
+    params = plain if folder is None else {**plain, "data": {**plain["data"], "skipped_files": len(folder.bad)}}
     prefix = "" if kind == "train" else f"{kind}-"
-    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", plain, tags, plain)
+    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", params, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
     outcome = supervise(conf, device, tracker, run_id, label)
 

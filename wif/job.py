@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
+from wif.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, describe, to_log_file
 from wif.folder_check import require_readable
 from wif.loaders import silence_worker_count_warning
 from wif.orphans import close_stale_runs, die_with_parent, owner_tags
@@ -38,7 +39,6 @@ log = logging.getLogger("wif")
 NOT_IDENTITY = ("tracking", "resume", "progress", "measure")
 ERROR_TAG_LIMIT = 4000
 INTERRUPT_GRACE_S = 5.0
-EXIT_BAD_SETTING = 2
 
 
 def cuda_present() -> bool:
@@ -65,14 +65,6 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- the child
-def _describe(err: BaseException, conf: Config) -> str:
-    """The error's message, with the likely cause where Python's own would mislead: a DataLoader worker
-    killed while it hands a batch over shows up as a reset connection, not as PyTorch's "worker killed"."""
-    if isinstance(err, (ConnectionError, EOFError)) and conf.loader.num_workers > 0:
-        return f"{err} (a DataLoader worker process died while handing over a batch: killed, or out of memory?)"
-    return str(err)
-
-
 def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     """Runs in the forked child: train, send everything through the pipe, never touch MLflow; dies with
     the supervisor, even one killed with SIGKILL."""
@@ -91,8 +83,8 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
             signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
-        conn.send(("error", {"type": type(err).__name__, "message": _describe(err, conf),
-                             "traceback": traceback.format_exc(),
+        name, message = describe(err, conf.loader.num_workers)
+        conn.send(("error", {"type": name, "message": message, "traceback": traceback.format_exc(),
                              "bad_setting": isinstance(err, ConfigError)}))
         raise SystemExit(1)
 
@@ -270,12 +262,13 @@ def cell_name(conf: Config) -> str:
 
 
 def _sweep_position() -> tuple:
+    """(sweep id, position in the sweep, whether this job is one of a multirun)."""
     try:
         hc = HydraConfig.get()
     except ValueError:  # called outside a Hydra app (tests)
-        return "none", 0
+        return "none", 0, False
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
-    return (hc.sweep.dir if multirun else hc.run.dir), int(hc.job.get("num", 0) or 0)
+    return (hc.sweep.dir if multirun else hc.run.dir), int(hc.job.get("num", 0) or 0), multirun
 
 
 def run_job(cfg: DictConfig) -> Optional[float]:
@@ -303,7 +296,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     identity["device"] = device
     digest = config_hash(identity)
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
-    sweep_id, pos = _sweep_position()
+    sweep_id, pos, multirun = _sweep_position()
     tally = sweep.TALLY
     label = f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name} fraction={conf.data.fraction} repeat={conf.repeat}"
     close_stale_runs(tracker, digest, label)
@@ -351,7 +344,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         tracker.set_tags(run_id, {"wif.error": text[:ERROR_TAG_LIMIT]})
         if err.get("traceback"):
             tracker.client.log_text(run_id, err["traceback"], "error.txt")
-            log.debug(err["traceback"])
+            to_log_file(f"{label}  traceback of the run's error:\n{err['traceback']}", log)
         if duplicate:
             tally.skipped += 1
         elif outcome.status == KILLED:
@@ -362,7 +355,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         log.error("%s  %s: %s", label, outcome.status, text)
     tracker.end_run(run_id, outcome.status)
     if outcome.status == KILLED and not duplicate:
-        log.error("Interrupted: the run is marked KILLED and the sweep stops here; run the same command again "
-                  "to resume.")
-        raise SystemExit(130)
+        log.error("Interrupted: the run is marked KILLED%s; run the same command again to resume.",
+                  " and the sweep stops here" if multirun else "")
+        raise SystemExit(EXIT_INTERRUPTED)
+    if outcome.status == FAILED and not multirun:  # a multirun goes on, and fails at its end (wif.sweep)
+        raise SystemExit(EXIT_FAILED)
     return outcome.summary.get("epoch_time_mean_s")

@@ -15,6 +15,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from wif.exits import EXIT_FAILED
+
 log = logging.getLogger("wif")
 
 
@@ -61,4 +63,4 @@ class SweepCallback(Callback):
         for line in t.failures:
             log.error("  failed: %s", line)
         if t.failed or t.killed:
-            raise SystemExit(1)
+            raise SystemExit(EXIT_FAILED)

@@ -68,3 +68,15 @@ def test_a_corrupt_file_stops_the_run_before_training_unless_skipped(tmp_path: P
     (run,) = train_runs(store)
     assert run.info.status == "FINISHED" and run.data.params["data.skipped_files"] == "1"
     assert int(run.data.tags["wif.n_train"]) + int(run.data.tags["wif.n_val"]) == 8  # the 8 good ones, not 9
+
+
+@pytest.mark.slow
+def test_a_sweep_checks_each_folder_once_and_refuses_before_its_first_job(tmp_path: Path, store: str,
+                                                                          cache_dir: Path) -> None:
+    good, bad = _image_folder(tmp_path / "good"), _image_folder(tmp_path / "bad", bad=True)
+    proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.root={bad},{good}", "loader=baseline,pin")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "2 of 4 jobs" in out and f"data.root={bad}" in out and "broken.png" in out, out[-3000:]
+    assert out.count(f"image files under {bad} on") == 1  # decoded once for its two jobs
+    assert "started on" not in out and "Traceback" not in out and not train_runs(store)

@@ -1,7 +1,8 @@
 """What a sweep knows about itself: how many jobs it launches, in which order, and how they ended.
 
 Hydra's basic launcher runs every job in this one process, so the tallies live here and a Hydra
-callback prints them when the multirun ends (and makes the command fail if any job failed).
+callback prints them when the multirun ends (and makes the command fail if any job failed). The same
+callback checks every job before the first starts (wif.preflight).
 """
 
 from __future__ import annotations
@@ -49,12 +50,18 @@ def plan_jobs(sweeper_params: Mapping[str, Any], overrides: Sequence[str]) -> Li
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Count the jobs, and refuse the sweep (exit 2) before its first job if any job cannot run."""
         global TALLY
         TALLY = SweepTally()
         try:
-            TALLY.total = len(plan_jobs(config.hydra.sweeper.params or {}, config.hydra.overrides.task))
-        except Exception as err:  # a progress nicety must never stop a sweep
-            log.debug("could not count the sweep's jobs: %s", err)
+            jobs = plan_jobs(config.hydra.sweeper.params or {}, config.hydra.overrides.task)
+        except Exception as err:  # a sweeper whose syntax the basic one lacks: each job checks itself
+            log.warning("Could not plan the sweep's jobs (%s): each job's settings are checked when it starts.", err)
+            return
+        TALLY.total = len(jobs)
+        from wif.preflight import refuse_bad_jobs
+
+        refuse_bad_jobs(config, jobs)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         t = TALLY

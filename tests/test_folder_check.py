@@ -78,5 +78,5 @@ def test_a_sweep_checks_each_folder_once_and_refuses_before_its_first_job(tmp_pa
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
     assert "2 of 4 jobs" in out and f"data.root={bad}" in out and "broken.png" in out, out[-3000:]
-    assert out.count(f"image files under {bad} on") == 1  # decoded once for its two jobs
+    assert out.count(f"image file(s) under {bad} on") == 1  # decoded once for its two jobs
     assert "started on" not in out and "Traceback" not in out and not train_runs(store)

@@ -256,8 +256,9 @@ def _read_image(path: Path, size: int) -> torch.Tensor:
 def _list_part(part: Path, class_names: List[str], skip: AbstractSet[str]) -> Tuple[List[str], np.ndarray]:
     paths, labels = [], []
     for label, name in enumerate(class_names):
-        files = sorted(str(f) for f in (part / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-        files = [f for f in files if f not in skip]
+        with os.scandir(part / name) as entries:  # plain strings: 50,000 Path objects would cost 0.3 s
+            files = sorted(e.path for e in entries
+                           if os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES and e.path not in skip)
         if not files:
             raise ConfigError(f"data=folder: class folder {part / name} holds no {'readable ' if skip else ''}"
                               f"images ({', '.join(IMAGE_SUFFIXES)}). Remove it or add images.")

@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Sequence, Tuple
 
 from wif.config import ConfigError, DataConfig
 from wif.orphans import die_with_parent
@@ -77,17 +77,24 @@ def check_folder(cfg: DataConfig) -> Verdict:
         st = os.stat(path)
         listing[path[len(prefix):]] = (st.st_size, st.st_mtime_ns)
     cache = _cache_file(cfg, root)
-    known, known_bad = _read_cache(cache)
-    bad = {rel: known_bad[rel] for rel, entry in listing.items() if known.get(rel) == entry and rel in known_bad}
-    todo = [rel for rel, entry in listing.items() if known.get(rel) != entry]
-    if todo:
-        log.info("data=folder: checking %d image files under %s on %d process(es), once: the verdict is cached",
-                 len(todo), root, _processes(len(todo)))
-        bad.update(_decode_all(todo, prefix, cfg.image_size))
-        _write_cache(cache, root, listing, bad)
+    stamp = _fingerprint(listing)
+    bad = _read_json(cache).get(stamp)  # the whole folder as it was last checked: nothing to decode
+    todo: List[str] = []
+    if bad is None:
+        known = _read_json(_entries_file(cache))  # file -> [size, mtime, why or None] of the last check
+        bad = {rel: known[rel][2] for rel, entry in listing.items() if known.get(rel, [])[:2] == list(entry)
+               and known[rel][2] is not None}
+        todo = [rel for rel, entry in listing.items() if known.get(rel, [])[:2] != list(entry)]
+        if todo:
+            log.info("data=folder: checking %d image file(s) under %s on %d process(es), once: the verdict is "
+                     "cached", len(todo), root, _processes(len(todo)))
+            bad.update(_decode_all(todo, prefix, cfg.image_size))
+        _write_json(_entries_file(cache), {rel: [*entry, bad.get(rel)] for rel, entry in listing.items()})
+        _write_json(cache, {stamp: bad})
     verdict = Verdict(root, len(listing), bad, len(todo), time.perf_counter() - t0, cache)
     if todo:
-        log.info("data=folder: %d files checked in %.1f s, %d unreadable", len(todo), verdict.seconds, len(bad))
+        log.info("data=folder: checked in %.1f s; %d of %d files cannot be read", verdict.seconds, len(bad),
+                 verdict.total)
     return verdict
 
 
@@ -108,34 +115,41 @@ def unreadable(cfg: DataConfig) -> FrozenSet[str]:
 
 
 # ----------------------------------------------------------------------------- the cache
+# Two files per folder: the verdict, keyed on a digest of the whole listing (the next run of an unchanged
+# folder reads a few bytes), and every file's size, mtime and verdict (a changed folder decodes the changes).
 def _cache_file(cfg: DataConfig, root: Path) -> Path:
     key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return Path(cfg.cache_dir).expanduser() / "folder-check" / f"{key}.json"
 
 
-def _read_cache(cache: Path) -> Tuple[Dict[str, Tuple[int, int]], Dict[str, str]]:
+def _entries_file(cache: Path) -> Path:
+    return cache.with_suffix(".files.json")
+
+
+def _fingerprint(listing: Listing) -> str:
+    text = "\n".join(f"{rel}\t{size}\t{mtime}" for rel, (size, mtime) in listing.items())
+    return hashlib.sha256(f"{CACHE_VERSION}\n{text}".encode()).hexdigest()
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
     try:
-        saved = json.loads(cache.read_text())
-        if saved.get("version") != CACHE_VERSION:
-            return {}, {}
-        return {rel: tuple(entry) for rel, entry in saved["files"].items()}, dict(saved["bad"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none yet, or damaged: check again
-        return {}, {}
+        saved = json.loads(path.read_text())
+        return saved if isinstance(saved, dict) and saved.pop("version", None) == CACHE_VERSION else {}
+    except (OSError, ValueError):  # none yet, or damaged: check again
+        return {}
 
 
-def _write_cache(cache: Path, root: Path, listing: Listing, bad: Dict[str, str]) -> None:
+def _write_json(path: Path, body: Dict[str, Any]) -> None:
     """Write a temporary file, then rename: a reader never sees half a verdict."""
-    body = {"version": CACHE_VERSION, "root": str(root.resolve()), "bad": bad,
-            "files": {rel: list(entry) for rel, entry in listing.items()}}
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=cache.name + ".", dir=cache.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
         with os.fdopen(fd, "w") as handle:
-            json.dump(body, handle, separators=(",", ":"))
-        os.replace(tmp, cache)
+            json.dump({"version": CACHE_VERSION, **body}, handle, separators=(",", ":"))
+        os.replace(tmp, path)
     except OSError as err:
         log.warning("data=folder: could not cache the check's verdict in %s (%s); the next run checks again.",
-                    cache, err)
+                    path, err)
 
 
 # ----------------------------------------------------------------------------- decoding

@@ -184,6 +184,8 @@ def _decode_chunk(task: Tuple[str, Sequence[str], int]) -> Tuple[int, List[Tuple
 
 
 def _decode_all(rels: List[str], prefix: str, size: int) -> Dict[str, str]:
+    import torchvision.io  # noqa: F401 - imported once here, not again in every checking process
+
     tasks = [(prefix, rels[i:i + CHUNK], size) for i in range(0, len(rels), CHUNK)]
     bad: Dict[str, str] = {}
     progress = _Progress(len(rels))

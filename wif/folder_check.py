@@ -74,8 +74,11 @@ def check_folder(cfg: DataConfig) -> Verdict:
     prefix = str(root / "x")[:-1]  # "" for the root ".", else the root and a separator, as folder_files joins
     listing: Listing = {}
     for path in paths:
-        st = os.stat(path)
-        listing[path[len(prefix):]] = (st.st_size, st.st_mtime_ns)
+        try:
+            st = os.stat(path)
+            listing[path[len(prefix):]] = (st.st_size, st.st_mtime_ns)
+        except OSError:  # a dangling link, or gone since it was listed: never cached, its decode says why
+            listing[path[len(prefix):]] = (-1, time.time_ns())
     cache = _cache_file(cfg, root)
     stamp = _fingerprint(listing)
     bad = _read_json(cache).get(stamp)  # the whole folder as it was last checked: nothing to decode

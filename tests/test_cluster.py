@@ -305,6 +305,7 @@ def test_local_gpus_sweep_runs_each_job_in_its_own_process_one_per_gpu(tmp_path:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "local_gpus: 2 job(s) at a time, one per GPU" in out
+    assert "Sweep done: 3 finished, 0 failed" in out  # read from the store: the jobs ran in other processes
     runs = _runs_by_pos(store)
     assert sorted(runs) == [0, 1, 2] and {r.info.status for r in runs.values()} == {"FINISHED"}
 

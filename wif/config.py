@@ -79,6 +79,7 @@ class DataConfig:
     augment: Augment = Augment.none  # per-sample work for data=encoded and data=folder (training split only)
     jpeg_quality: int = 90  # data=encoded
     preload: bool = False  # data=folder: decode once and hold tensors in RAM, as the study did
+    skip_bad: bool = False  # data=folder: leave out files that cannot be read as images (else: stop, naming them)
 
 
 @dataclass
@@ -182,8 +183,9 @@ def _require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def validate(cfg: Config) -> None:
-    """Refuse combinations that cannot run, before any data is built or any run is created."""
+def validate(cfg: Config, here: bool = True) -> None:
+    """Refuse combinations that cannot run, before any data is built or any run is created. `here=False`
+    (a sweep submitted to other machines) leaves out what only the machine that runs the job can tell."""
     d, lo, tr = cfg.data, cfg.loader, cfg.trainer
     _require(0.0 < d.fraction <= 1.0,
              f"data.fraction={d.fraction} is outside (0, 1]: pass a share of the training set, e.g. data.fraction=0.1.")
@@ -238,7 +240,7 @@ def validate(cfg: Config) -> None:
              f"trainer.max_batches={tr.max_batches} must be at least 1 (or null for whole epochs).")
     if d.source is DataSource.folder:
         _require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
-        _require(Path(str(d.root)).expanduser().is_dir(),
+        _require(not here or Path(str(d.root)).expanduser().is_dir(),
                  f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and test/, each "
                  "holding one sub-folder of images per class.")
     n_subset = round(d.num_train * d.fraction)

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Protocol, Tuple, Union
+from typing import AbstractSet, Dict, List, Protocol, Tuple, Union
 
 import numpy as np
 import torch
@@ -253,20 +253,23 @@ def _read_image(path: Path, size: int) -> torch.Tensor:
     return resize(img, [size, size], antialias=True)
 
 
-def _list_part(part: Path, class_names: List[str]) -> Tuple[List[str], np.ndarray]:
+def _list_part(part: Path, class_names: List[str], skip: AbstractSet[str]) -> Tuple[List[str], np.ndarray]:
     paths, labels = [], []
     for label, name in enumerate(class_names):
-        files = sorted(str(f) for f in (part / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        with os.scandir(part / name) as entries:  # plain strings: 50,000 Path objects would cost 0.3 s
+            files = sorted(e.path for e in entries
+                           if os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES and e.path not in skip)
         if not files:
-            raise ConfigError(f"data=folder: class folder {part / name} holds no images "
-                              f"({', '.join(IMAGE_SUFFIXES)}). Remove it or add images.")
+            raise ConfigError(f"data=folder: class folder {part / name} holds no {'readable ' if skip else ''}"
+                              f"images ({', '.join(IMAGE_SUFFIXES)}). Remove it or add images.")
         paths += files
         labels += [label] * len(files)
     return paths, np.asarray(labels, dtype=np.int64)
 
 
-def folder_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
-    """The train/ and test/ image paths and labels of an ImageFolder root, checked class by class."""
+def folder_files(cfg: DataConfig, skip: AbstractSet[str] = frozenset()) -> Tuple[Dict[str, object], int]:
+    """The train/ and test/ image paths and labels of an ImageFolder root, checked class by class, without
+    the paths in `skip`."""
     root = Path(str(cfg.root)).expanduser()
     if not root.is_dir():
         raise ConfigError(f"data=folder: data.root={root} does not exist. Point it at a folder with train/ and test/.")
@@ -276,13 +279,22 @@ def folder_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
         raise ConfigError(f"data=folder: test/ classes {test_names} differ from train/ classes {names}.")
     out: Dict[str, object] = {}
     for part in ("train", "test"):
-        out[f"{part}_paths"], out[f"{part}_y"] = _list_part(root / part, names)
+        out[f"{part}_paths"], out[f"{part}_y"] = _list_part(root / part, names, skip)
     return out, len(names)
+
+
+def _usable_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
+    """folder_files without the unreadable files when data.skip_bad=true (wif.folder_check found them)."""
+    if not cfg.skip_bad:
+        return folder_files(cfg)
+    from wif.folder_check import unreadable
+
+    return folder_files(cfg, unreadable(cfg))
 
 
 def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
     """An ImageFolder decoded once into uint8 arrays (data.preload=true)."""
-    files, n_classes = folder_files(cfg)
+    files, n_classes = _usable_files(cfg)
     arrays: Dict[str, np.ndarray] = {}
     for part in ("train", "test"):
         arrays[f"{part}_x"] = np.stack([_read_image(Path(p), cfg.image_size).numpy() for p in files[f"{part}_paths"]])
@@ -316,7 +328,7 @@ def load_datasets(cfg: DataConfig) -> Datasets:
         decoders = {p: JpegBlob(torch.from_numpy(arrays[f"{p}_blob"]), torch.from_numpy(arrays[f"{p}_offsets"]))
                     for p in ("train", "test")}
     elif cfg.source is DataSource.folder and not cfg.preload:
-        arrays, num_classes = folder_files(cfg)
+        arrays, num_classes = _usable_files(cfg)
         decoders = {p: ImageFiles(arrays[f"{p}_paths"], cfg.image_size) for p in ("train", "test")}
     else:
         if cfg.source is DataSource.synthetic:

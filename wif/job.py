@@ -27,7 +27,10 @@ from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
 from wif.contention import HostCpuMeter, is_contended
 from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
+from wif.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, describe, to_log_file
+from wif.folder_check import require_readable
 from wif.loaders import silence_worker_count_warning
+from wif.orphans import close_stale_runs, die_with_parent, owner_tags
 from wif.sampler import TreeSampler
 from wif.sysinfo import host_tags, usable_cores
 from wif.tracking import FAILED, FINISHED, KILLED, Tracker, config_hash
@@ -38,7 +41,6 @@ log = logging.getLogger("wif")
 NOT_IDENTITY = ("tracking", "resume", "progress", "measure", "sweep", "race")
 ERROR_TAG_LIMIT = 4000
 INTERRUPT_GRACE_S = 5.0
-EXIT_BAD_SETTING = 2
 
 
 def cuda_present() -> bool:
@@ -65,16 +67,10 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- the child
-def _describe(err: BaseException, conf: Config) -> str:
-    """The error's message, with the likely cause where Python's own would mislead: a DataLoader worker
-    killed while it hands a batch over shows up as a reset connection, not as PyTorch's "worker killed"."""
-    if isinstance(err, (ConnectionError, EOFError)) and conf.loader.num_workers > 0:
-        return f"{err} (a DataLoader worker process died while handing over a batch: killed, or out of memory?)"
-    return str(err)
-
-
-def _child_main(conf: Config, device: str, conn: Any) -> None:
-    """Runs in the forked child: train, send everything through the pipe, never touch MLflow."""
+def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
+    """Runs in the forked child: train, send everything through the pipe, never touch MLflow; dies with
+    the supervisor, even one killed with SIGKILL."""
+    die_with_parent(supervisor)
     import torch
 
     signal.signal(signal.SIGTERM, _interrupt)
@@ -89,8 +85,8 @@ def _child_main(conf: Config, device: str, conn: Any) -> None:
     except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
             signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
-        conn.send(("error", {"type": type(err).__name__, "message": _describe(err, conf),
-                             "traceback": traceback.format_exc(),
+        name, message = describe(err, conf.loader.num_workers)
+        conn.send(("error", {"type": name, "message": message, "traceback": traceback.format_exc(),
                              "bad_setting": isinstance(err, ConfigError)}))
         raise SystemExit(1)
 
@@ -224,7 +220,7 @@ def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
 def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe()
-    proc = ctx.Process(target=_child_main, args=(conf, device, child_end), name=f"wif-run {label}")
+    proc = ctx.Process(target=_child_main, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
     proc.start()
     child_end.close()
     sampler = TreeSampler(proc.pid, conf.measure)
@@ -289,12 +285,13 @@ def cell_name(conf: Config) -> str:
 
 
 def _sweep_position() -> tuple:
+    """(sweep id, position in the sweep, whether this job is one of a multirun)."""
     try:
         hc = HydraConfig.get()
     except ValueError:  # called outside a Hydra app (tests)
-        return "none", 0
+        return "none", 0, False
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
-    return (hc.sweep.dir if multirun else hc.run.dir), int(hc.job.get("num", 0) or 0)
+    return (hc.sweep.dir if multirun else hc.run.dir), int(hc.job.get("num", 0) or 0), multirun
 
 
 def run_job(cfg: DictConfig) -> Optional[float]:
@@ -306,6 +303,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         conf: Config = OmegaConf.to_object(cfg)
         validate(conf)
         device = resolve_device(conf.device)
+        folder = require_readable(conf.data) if conf.data.source is DataSource.folder else None
         pin_gpu(device)  # never two timed jobs on one GPU
     except ConfigError as err:
         log.error("Bad setting: %s", err)
@@ -316,13 +314,15 @@ def run_job(cfg: DictConfig) -> Optional[float]:
 
     plain = as_plain(conf)
     identity = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}
-    identity["data"] = {k: v for k, v in identity["data"].items() if k != "cache_dir"}
+    identity["data"] = {k: v for k, v in identity["data"].items()
+                        if k != "cache_dir" and not (k == "skip_bad" and not v)}  # runs before skip_bad keep theirs
     identity["device"] = device
     digest = config_hash(identity)
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
-    sweep_id, pos = _sweep_position()
+    sweep_id, pos, multirun = _sweep_position()
     tally = sweep.TALLY
     label = f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name} fraction={conf.data.fraction} repeat={conf.repeat}"
+    close_stale_runs(tracker, digest, label)
     if conf.resume and tracker.finished_runs(digest):
         tally.skipped += 1
         log.info("%s  skipped: a FINISHED run of this configuration exists (resume=false reruns it)", label)
@@ -340,8 +340,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     tags.update(cluster_tags())
     if conf.race.id:
         tags["wif.race_id"] = conf.race.id
+    tags.update(owner_tags())  # a later sweep can tell a run orphaned by a dead process
+    params = plain if folder is None else {**plain, "data": {**plain["data"], "skipped_files": len(folder.bad)}}
     prefix = "" if kind == "train" else f"{kind}-"
-    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", plain, tags, plain)
+    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", params, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
     outcome = supervise(conf, device, tracker, run_id, label)
 
@@ -373,7 +375,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         tracker.set_tags(run_id, {"wif.error": text[:ERROR_TAG_LIMIT]})
         if err.get("traceback"):
             tracker.client.log_text(run_id, err["traceback"], "error.txt")
-            log.debug(err["traceback"])
+            to_log_file(f"{label}  traceback of the run's error:\n{err['traceback']}", log)
         if duplicate:
             tally.skipped += 1
         elif outcome.status == KILLED:
@@ -384,7 +386,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         log.error("%s  %s: %s", label, outcome.status, text)
     tracker.end_run(run_id, outcome.status)
     if outcome.status == KILLED and not duplicate:
-        log.error("Interrupted: the run is marked KILLED and the sweep stops here; run the same command again "
-                  "to resume.")
-        raise SystemExit(130)
+        log.error("Interrupted: the run is marked KILLED%s; run the same command again to resume.",
+                  " and the sweep stops here" if multirun else "")
+        raise SystemExit(EXIT_INTERRUPTED)
+    if outcome.status == FAILED and not multirun:  # a multirun goes on, and fails at its end (wif.sweep)
+        raise SystemExit(EXIT_FAILED)
     return outcome.summary.get("epoch_time_mean_s")

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from wif.config import LoaderConfig
 from wif.data import AnySplit, Split
+from wif.orphans import dataloader_worker_init
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
@@ -80,6 +81,7 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train:
         persistent_workers=cfg.persistent_workers,
         multiprocessing_context=cfg.multiprocessing_context.value if cfg.multiprocessing_context else None,
         generator=torch.Generator().manual_seed(seed) if shuffle else None,
+        worker_init_fn=dataloader_worker_init if cfg.num_workers > 0 else None,  # workers die with their run
         **newer,
     )
     return BackgroundBatches(loader, cfg.bg_max_prefetch) if cfg.background else loader

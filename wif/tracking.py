@@ -104,10 +104,18 @@ class Tracker:
 
     def finished_runs(self, config_hash: str) -> List[str]:
         """Ids of the FINISHED runs of exactly this configuration and repeat (at most one, by design)."""
+        return list(self._runs(config_hash, "FINISHED"))
+
+    def running_runs(self, config_hash: str) -> Dict[str, Dict[str, str]]:
+        """The RUNNING runs of this configuration and repeat, with their tags: live ones, or stale ones whose
+        process died without closing them (wif.orphans.owner_gone tells them apart)."""
+        return self._runs(config_hash, "RUNNING")
+
+    def _runs(self, config_hash: str, status: str) -> Dict[str, Dict[str, str]]:
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = 'FINISHED'")
-        return [r.info.run_id for r in runs]
+            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = '{status}'")
+        return {r.info.run_id: r.data.tags for r in runs}
 
     def start_run(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
                   config: Mapping[str, Any]) -> str:

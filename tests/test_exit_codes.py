@@ -1,0 +1,134 @@
+"""Exit codes a script can trust, a whole sweep checked before its first job, and errors raised in
+DataLoader workers shown as one line (the traceback in the job's log file and the run's error.txt)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, List, Tuple
+
+import pytest
+import torch
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig
+from torch.utils.data import DataLoader, Dataset
+
+from tests.conftest import CONF, run_train, train_runs
+from tests.test_data import _data_cfg, _image_folder
+from wif.config import ConfigError, as_plain
+from wif.exits import describe
+from wif.folder_check import check_folder
+from wif.preflight import _Composer, _typed, bad_jobs, job_names
+from wif.sweep import plan_jobs
+
+
+@pytest.fixture
+def sweep() -> Iterator:
+    """plan(*overrides): the master config and planned jobs of `train.py -m OVERRIDES`, composed by Hydra
+    as a multirun composes them (the Hydra context stays open for the checks)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+
+        def plan(*overrides: str) -> Tuple[DictConfig, List[List[str]]]:
+            master = loader.load_configuration("config", list(overrides), run_mode=RunMode.MULTIRUN)
+            return master, plan_jobs(master.hydra.sweeper.params, master.hydra.overrides.task)
+
+        yield plan
+
+
+def test_every_bad_job_is_listed_with_its_reason(sweep) -> None:
+    master, jobs = sweep("loader=baseline,no_such_option", "data.fraction=0.1,1.5", "repeat=0")
+    bad = dict(zip((" ".join(job) for job, _ in bad_jobs(master, jobs)), (why for _, why in bad_jobs(master, jobs))))
+    assert len(jobs) == 4 and len(bad) == 3
+    assert "is outside (0, 1]" in bad["repeat=0 loader=baseline data.fraction=1.5"]
+    assert all("Could not find 'loader/no_such_option'" in why for key, why in bad.items() if "no_such" in key)
+    assert job_names(jobs)[1] == "loader=baseline data.fraction=1.5"  # named by what varies across the sweep
+
+
+def test_shared_composition_gives_each_job_the_config_hydra_composes(sweep) -> None:
+    master, jobs = sweep("loader=baseline,pin_nb_w4_pf2", "data=synthetic,encoded", "data.fraction=0.1,0.4",
+                         "loader.num_workers=2", "preset=smoke", "repeat=0,1")
+    composer = _Composer(master)
+    assert len(jobs) == 16
+    for job in jobs:
+        full = _typed(composer.loader.load_sweep_config(master, list(job)))
+        assert as_plain(composer.config(job)) == as_plain(full), job
+    assert len(composer.bases) == 4  # one Hydra composition per loader x data choice
+
+
+def test_a_sweep_for_other_machines_is_not_judged_by_this_one(sweep) -> None:
+    job = ("device=cuda", "data=folder", "data.root=/only/on/the/nodes", "data.fraction=0.1,0.4", "repeat=0")
+    assert len(bad_jobs(*sweep(*job))) == 2  # run here: no such folder
+    assert not bad_jobs(*sweep("hydra/launcher=slurm", *job))  # each job checks its own node
+
+
+@pytest.mark.slow
+def test_a_bad_value_refuses_the_sweep_before_any_job(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "loader=baseline", "data.fraction=0.1,1.5,0.4", "preset=smoke")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "1 of 3 jobs" in out and "data.fraction=1.5" in out, out[-3000:]
+    assert "started on" not in out and "Traceback" not in out
+    assert not train_runs(store)
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_jobs_run_in_their_own_processes_fails_when_one_of_them_failed(
+        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    root = _image_folder(tmp_path / "images")  # 5% of its 8 training images is none: that job fails
+    proc = run_train(tmp_path, store, cache_dir, "hydra/launcher=submitit_local", "hydra.launcher.gpus_per_node=0",
+                     "preset=smoke", "data=folder", f"data.root={root}", "data.fraction=0.05,1.0",
+                     "data.val_split=0.25", "trainer.epochs=2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "1 finished, 1 failed" in out and "failed: baseline-f0.05-r0: ConfigError" in out, out[-3000:]
+
+
+class _Unreadable(Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        try:
+            raise OSError("disk gone")
+        except OSError as err:  # chained, as wif.data raises its own error from the decoder's
+            raise ConfigError(f"cannot read sample {i}. Replace it.") from err
+
+
+def test_an_error_from_a_worker_is_described_in_one_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        next(iter(DataLoader(_Unreadable(), num_workers=1)))
+    assert "Traceback" in str(caught.value)  # as PyTorch hands it over
+    name, message = describe(caught.value, num_workers=1)
+    assert (name, message) == ("ConfigError", "cannot read sample 0. Replace it. (raised in DataLoader worker 0)")
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    assert "DataLoader worker process died" in describe(reset, num_workers=2)[1]
+    assert describe(reset, num_workers=0) == ("ConnectionResetError", str(reset))
+
+
+@pytest.mark.slow
+def test_a_failing_single_run_exits_1_and_keeps_the_worker_traceback_for_the_log(tmp_path: Path, store: str,
+                                                                                   cache_dir: Path) -> None:
+    root = _image_folder(tmp_path / "images")
+    check_folder(_data_cfg(cache_dir, "data=folder", f"data.root={root}"))  # an earlier run's check, cached
+    damaged = root / "train" / "class1" / "2.png"  # since damaged in place: same size, same mtime
+    st = damaged.stat()
+    damaged.write_bytes(b"x" * st.st_size)
+    os.utime(damaged, ns=(st.st_atime_ns, st.st_mtime_ns))
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={root}",
+                     "data.fraction=1.0", "data.val_split=0.25", "loader=pin_nb_w4_pf2", "loader.num_workers=2",
+                     multirun=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    (line,) = [line for line in out.splitlines() if "FAILED" in line]
+    assert "class1/2.png" in line and "DataLoader worker" in line
+    (run,) = train_runs(store)
+    assert run.info.status == "FAILED"
+    (log_file,) = tmp_path.glob("outputs/*/*/train.log")
+    assert "Traceback" in log_file.read_text() and "_worker_loop" in log_file.read_text()
+    error_txt = MlflowClient(store).download_artifacts(run.info.run_id, "error.txt", str(tmp_path))
+    assert "_worker_loop" in Path(error_txt).read_text()

@@ -1,0 +1,52 @@
+"""A run never outlives its sweep: killed with SIGKILL, the supervisor takes its run and workers with it,
+and the next sweep closes the run record it left RUNNING and runs the job again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import run_train, train_runs
+from tests.test_failures import _session, _start, _wait_for_workers
+
+pytestmark = pytest.mark.slow
+
+JOB = ("preset=smoke", "loader=pin_nb", "loader.num_workers=2", "loader.persistent_workers=true",
+       "data.fraction=1.0", "trainer.epochs=4")
+GONE_WITHIN_S = 10
+
+
+def _left(session: int) -> list:
+    """Processes of the session still alive (a zombie waits only for its parent to read its status)."""
+    out = []
+    for p in psutil.process_iter(["status"]):
+        if _session(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE:
+            out.append(p)
+    return out
+
+
+def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_job(
+        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = _start(tmp_path, store, cache_dir, *JOB)
+    run_process = _wait_for_workers(proc, 2)
+    tree = [run_process, *run_process.children()]
+    os.kill(proc.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    proc.communicate(timeout=60)
+    _, alive = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
+    assert not alive and time.monotonic() - killed_at < GONE_WITHIN_S, f"still running: {alive}"
+    assert not _left(proc.pid)
+    (stale,) = train_runs(store)
+    assert stale.info.status == "RUNNING" and stale.data.tags["wif.pid"] == str(proc.pid)
+
+    again = run_train(tmp_path, store, cache_dir, *JOB)  # the same command
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    runs = {r.info.run_id: r for r in train_runs(store)}
+    assert runs[stale.info.run_id].info.status == "KILLED"
+    assert "Orphaned" in runs[stale.info.run_id].data.tags["wif.error"]
+    assert sorted(r.info.status for r in runs.values()) == ["FINISHED", "KILLED"]

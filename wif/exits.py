@@ -1,0 +1,65 @@
+"""How a job's end reaches the user: exit codes a script can trust, one line on the terminal, and the full
+traceback only where someone looking for it will read it (the job's log file, the run's `error.txt`).
+
+Exit codes of `train.py` (README, "Exit codes"): 0 the run FINISHED or was skipped (resume); 1 the run
+FAILED, or a multirun had a job that failed; 2 a bad setting, found before any run was created; 130 the
+run was interrupted (Ctrl-C, SIGTERM) and is KILLED, as shells report an interrupted command.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Optional, Tuple
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_SETTING = 2
+EXIT_INTERRUPTED = 130
+
+# torch.utils.data re-raises a worker's exception in the main process as "Caught <Type> in DataLoader
+# worker process <n>.\nOriginal Traceback (most recent call last): ..." (torch/_utils.py ExceptionWrapper).
+_WORKER = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)\.\nOriginal (.*)", re.S)
+_TRACEBACK_HEAD = "Traceback (most recent call last):\n"
+
+
+def worker_error(err: BaseException) -> Optional[Tuple[str, str]]:
+    """(type name, one-line message) of the exception a DataLoader worker raised, or None when `err` was
+    not raised in a worker. The message is the original one; the worker's traceback is left out."""
+    found = _WORKER.match(str(err))
+    if found is None:
+        return None
+    name, worker, original = found.groups()
+    last = original.rsplit(_TRACEBACK_HEAD, 1)[-1]  # a chained exception lists its causes first
+    lines = [line for line in last.splitlines() if line and not line.startswith(" ")]
+    text = lines[0] if lines else name  # the first line not indented under a frame: "pkg.Type: message"
+    head, sep, rest = text.partition(": ")
+    message = " ".join((rest if sep and head.rsplit(".", 1)[-1] == name else text).split())
+    return name, f"{message} (raised in DataLoader worker {worker})"
+
+
+def describe(err: BaseException, num_workers: int) -> Tuple[str, str]:
+    """A run's error as (type name, one-line message), with the likely cause where Python's own would
+    mislead: an error raised in a DataLoader worker arrives wrapped in the worker's traceback, and a worker
+    killed while it hands a batch over shows up as a reset connection."""
+    in_worker = worker_error(err)
+    if in_worker is not None:
+        return in_worker
+    if isinstance(err, (ConnectionError, EOFError)) and num_workers > 0:
+        return type(err).__name__, (f"{err} (a DataLoader worker process died while handing over a batch: "
+                                    "killed, or out of memory?)")
+    return type(err).__name__, str(err)
+
+
+def to_log_file(text: str, logger: logging.Logger) -> None:
+    """Write `text` to the log files the logging set-up writes (Hydra's `<job>.log` for every job), not to
+    the terminal: a traceback is for whoever debugs the job, the terminal gets the one-line message."""
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, text, None, None)
+    seen = set()
+    source: Optional[logging.Logger] = logger
+    while source is not None:
+        for handler in source.handlers:
+            if isinstance(handler, logging.FileHandler) and id(handler) not in seen:
+                seen.add(id(handler))
+                handler.handle(record)
+        source = source.parent if source.propagate else None

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
-from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
+from wif.config import (Config, ConfigError, DataSource, Device, EngineName, TrainerMode, as_plain, validate,
+                        warnings_for)
 from wif.loaders import silence_worker_count_warning
 from wif.sampler import TreeSampler
 from wif.sysinfo import host_tags, usable_cores
@@ -253,8 +254,9 @@ def _tracker(uri: str, experiment: str) -> Tracker:
 
 
 def cell_name(conf: Config) -> str:
-    """Loader option, the loader knobs set away from PyTorch's defaults, and the fraction: what the
-    report compares across repeats. data=fixed runs (the report's upper bound) get a cell of their own,
+    """Loader option, the loader knobs set away from PyTorch's defaults, the engine when it is not
+    DataLoader, and the fraction: what the report compares across repeats. data=fixed runs (the report's
+    upper bound) get a cell of their own,
     so grouping by cell never pools them with a loader option."""
     if conf.data.source is DataSource.fixed:
         return f"fixed@{conf.data.fraction:g}"
@@ -262,6 +264,8 @@ def cell_name(conf: Config) -> str:
     knobs = [name for name, on in (("persistent", lo.persistent_workers), ("out_of_order", not lo.in_order)) if on]
     if lo.multiprocessing_context is not None:
         knobs.append(lo.multiprocessing_context.value)
+    if conf.engine.name is not EngineName.dataloader:
+        knobs.append(conf.engine.name.value)
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 
@@ -295,11 +299,15 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     identity = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}
     identity["data"] = {k: v for k, v in identity["data"].items() if k != "cache_dir"}
     identity["device"] = device
+    if conf.engine.name is EngineName.dataloader:  # runs from before engines existed resume as the same jobs
+        identity.pop("engine")
     digest = config_hash(identity)
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
     sweep_id, pos = _sweep_position()
     tally = sweep.TALLY
-    label = f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name} fraction={conf.data.fraction} repeat={conf.repeat}"
+    engine = "" if conf.engine.name is EngineName.dataloader else f"+{conf.engine.name.value}"
+    label = (f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name}{engine} fraction={conf.data.fraction} "
+             f"repeat={conf.repeat}")
     if conf.resume and tracker.finished_runs(digest):
         tally.skipped += 1
         log.info("%s  skipped: a FINISHED run of this configuration exists (resume=false reruns it)", label)
@@ -311,12 +319,14 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     setting = cell.rsplit("@", 1)[0]
     tags = {**host_tags(), "wif.kind": kind, "wif.loader": conf.loader.name, "wif.fraction": fraction,
             "wif.cell": cell, "wif.device": device, "wif.gpu": "none",
-            "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
+            "wif.engine": conf.engine.name.value, "wif.model": conf.model.name.value,
+            "wif.transfer": conf.transfer.kind.value,
             "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
             "wif.config_hash": digest}
     tags.update(cluster_tags())
     prefix = "" if kind == "train" else f"{kind}-"
-    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", plain, tags, plain)
+    params = {**plain, "wif": {"engine": conf.engine.name.value}}  # param wif.engine, beside the tag
+    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", params, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
     outcome = supervise(conf, device, tracker, run_id, label)
 

@@ -9,6 +9,7 @@ way (SPDL's own `transfer_tensor_h2d` would hide it inside the pipeline).
 
 from __future__ import annotations
 
+import logging
 from typing import Iterator
 
 from spdl.pipeline import PipelineBuilder
@@ -29,6 +30,7 @@ class SpdlBatches:
         self.batch_size, self.pin, self.threads = batch_size, pin, loader.num_workers
         self.order = "input" if loader.in_order else "completion"
         self.buffer = in_flight(loader, engine)
+        logging.getLogger("spdl").setLevel(logging.WARNING)  # its per-stage statistics at every epoch's end
 
     def _pipeline(self):
         builder = (PipelineBuilder()

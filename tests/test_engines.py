@@ -140,3 +140,15 @@ def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
     # counts a shared page in every process) more than doubles, while PSS (which counts it once) does not.
     assert many["ram_peak_rss_mb"] > 2 * threads["ram_peak_rss_mb"]
     assert many["ram_peak_uss_mb"] <= many["ram_peak_pss_mb"] < many["ram_peak_rss_mb"] / 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("engine", ["spdl", "nodes_threads", "nodes_procs"])
+def test_an_engine_pins_its_batches_on_cuda(engine: str, cache_dir: Path) -> None:
+    conf = _conf(f"engine={engine}", "loader=pin_nb_w4_pf2", "loader.num_workers=2", f"data.cache_dir={cache_dir}")
+    data = load_datasets(conf.data)
+    batches = build_engine_batches(data.train, conf.loader, conf.engine, 64, train=True, seed=0, pin=True,
+                                   resident=False)
+    x, y = next(iter(batches))
+    assert x.is_pinned() and y.is_pinned()

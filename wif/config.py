@@ -224,7 +224,9 @@ def validate(cfg: Config) -> None:
              "tensors. Use data=encoded (or data=folder), or data.augment=none.")
     _require(1 <= d.jpeg_quality <= 100, f"data.jpeg_quality={d.jpeg_quality} must be between 1 and 100.")
     _require_supported_by_torch(lo)
-    _validate_engine(cfg)
+    from wif.engines.checks import validate_engine  # the engines' own rules live beside them
+
+    validate_engine(cfg)
     if cfg.transfer.kind is TransferKind.stream:
         _require(lo.name != "gpu_resident",
                  "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "
@@ -243,42 +245,6 @@ def validate(cfg: Config) -> None:
              f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
              f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
              "Raise data.fraction or data.num_train so that neither split is empty.")
-
-
-# Each engine other than DataLoader: (the package it needs, whether its workers are processes)
-ENGINE_PACKAGES = {EngineName.spdl: "spdl", EngineName.nodes_threads: "torchdata.nodes",
-                   EngineName.nodes_procs: "torchdata.nodes"}
-
-
-def _validate_engine(cfg: Config) -> None:
-    """Settings a pipeline engine cannot take, and the extra it needs when it is not installed."""
-    import importlib.util
-
-    engine, lo = cfg.engine.name, cfg.loader
-    _require(cfg.engine.prefetch_factor > 0, f"engine.prefetch_factor={cfg.engine.prefetch_factor} must be at least 1.")
-    if engine is EngineName.dataloader:
-        return
-    name = f"engine={engine.value}"
-    _require(cfg.data.source is not DataSource.fixed and cfg.transfer.kind is not TransferKind.resident,
-             f"{name} builds batches on the host, but data=fixed and loader=gpu_resident make none there. "
-             "Use engine=dataloader with them.")
-    _require(not lo.background, f"{name} prefetches itself; loader.background=true (BackgroundGenerator) on top of it "
-             "is not supported. Use a loader option without bg, or engine=dataloader.")
-    _require(not lo.persistent_workers, f"{name} has no persistent workers (torchdata.nodes 0.11 starts its workers "
-             "at every epoch; SPDL's threads cost nothing to start). Set loader.persistent_workers=false.")
-    _require(lo.num_workers > 0 or engine is EngineName.nodes_threads,
-             f"{name} needs at least one worker: loader.num_workers=0 has no meaning for it "
-             "(engine=nodes_threads runs inline at 0 workers). Set loader.num_workers>=1.")
-    _require(lo.multiprocessing_context is None or engine is EngineName.nodes_procs,
-             f"{name} runs its workers on threads; loader.multiprocessing_context starts processes. "
-             "Set loader.multiprocessing_context=null, or use engine=nodes_procs.")
-    package = ENGINE_PACKAGES[engine]
-    try:
-        found = importlib.util.find_spec(package) is not None
-    except ModuleNotFoundError:  # the parent package (torchdata) is missing
-        found = False
-    _require(found, f"{name} needs the {package.split('.')[0]} package, which is not installed: "
-             "pip install -e \".[pipelines]\"")
 
 
 # DataLoader keys that older torch releases lack: (key, the default that needs no support, first release)

@@ -133,9 +133,10 @@ def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
         assert _samples_per_epoch(store, run.info.run_id) == [int(ref.tags["wif.n_train"])] * 3, engine
         assert m["val_acc"] > 0.2, engine  # ten classes: chance is 0.1
     threads, procs = (runs[(e, w)].data.metrics for e, w in (("nodes_threads", "1"), ("nodes_procs", "1")))
-    assert threads["workers_peak"] == 0 and procs["workers_peak"] == 1
+    # A finished epoch's workers exit within torchdata's queue timeout, so they may overlap the next loader's
+    # (train, validation, test): at least the configured workers, at most those of the three loaders.
     many = runs[("nodes_procs", "4")].data.metrics
-    assert many["workers_peak"] == 4
+    assert threads["workers_peak"] == 0 and 1 <= procs["workers_peak"] <= 3 and 4 <= many["workers_peak"] <= 12
     # The workers are in the RAM figures: each forked worker maps most of its parent's pages, so RSS (which
     # counts a shared page in every process) more than doubles, while PSS (which counts it once) does not.
     assert many["ram_peak_rss_mb"] > 2 * threads["ram_peak_rss_mb"]

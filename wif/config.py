@@ -56,6 +56,13 @@ class TrainerMode(str, Enum):
     loader_only = "loader_only"  # the loader and transfer alone, no model: how fast can it feed a device
 
 
+class EngineName(str, Enum):
+    dataloader = "dataloader"  # torch.utils.data.DataLoader (the study's engine)
+    spdl = "spdl"  # an SPDL pipeline: per-sample map on threads, batching, collate, prefetch
+    nodes_threads = "nodes_threads"  # torchdata.nodes ParallelMapper on threads
+    nodes_procs = "nodes_procs"  # torchdata.nodes ParallelMapper on processes
+
+
 class ModelName(str, Enum):
     googlenet = "googlenet"
     tiny = "tiny"
@@ -94,6 +101,14 @@ class LoaderConfig:
     in_order: bool = True  # false: PyTorch may deliver batches out of order (torch >= 2.6)
     multiprocessing_context: Optional[StartMethod] = None  # null: PyTorch's default start method
     shuffle: bool = True
+
+
+@dataclass
+class EngineConfig:
+    """What turns a loader option into batches; the loader option's knobs keep their meaning under each."""
+
+    name: EngineName = EngineName.dataloader
+    prefetch_factor: int = 2  # batches in flight per worker when loader.prefetch_factor is null (DataLoader's default)
 
 
 @dataclass
@@ -159,6 +174,7 @@ class RaceConfig:
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -231,6 +247,9 @@ def validate(cfg: Config, here: bool = True) -> None:
              "tensors. Use data=encoded (or data=folder), or data.augment=none.")
     _require(1 <= d.jpeg_quality <= 100, f"data.jpeg_quality={d.jpeg_quality} must be between 1 and 100.")
     _require_supported_by_torch(lo)
+    from wif.engines.checks import validate_engine  # the engines' own rules live beside them
+
+    validate_engine(cfg)
     if cfg.transfer.kind is TransferKind.stream:
         _require(lo.name != "gpu_resident",
                  "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "

@@ -25,8 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from wif import sweep
 from wif.cluster import cluster_tags, pin_gpu
+from wif.config import (Config, ConfigError, DataSource, Device, EngineName, TrainerMode, as_plain, validate,
+                        warnings_for)
 from wif.contention import HostCpuMeter, is_contended
-from wif.config import Config, ConfigError, DataSource, Device, TrainerMode, as_plain, validate, warnings_for
 from wif.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, describe, to_log_file
 from wif.folder_check import require_readable
 from wif.loaders import silence_worker_count_warning
@@ -272,8 +273,9 @@ def _tracker(uri: str, experiment: str) -> Tracker:
 
 
 def cell_name(conf: Config) -> str:
-    """Loader option, the loader knobs set away from PyTorch's defaults, and the fraction: what the
-    report compares across repeats. data=fixed runs (the report's upper bound) get a cell of their own,
+    """Loader option, the loader knobs set away from PyTorch's defaults, the engine when it is not
+    DataLoader, and the fraction: what the report compares across repeats. data=fixed runs (the report's
+    upper bound) get a cell of their own,
     so grouping by cell never pools them with a loader option."""
     if conf.data.source is DataSource.fixed:
         return f"fixed@{conf.data.fraction:g}"
@@ -281,6 +283,8 @@ def cell_name(conf: Config) -> str:
     knobs = [name for name, on in (("persistent", lo.persistent_workers), ("out_of_order", not lo.in_order)) if on]
     if lo.multiprocessing_context is not None:
         knobs.append(lo.multiprocessing_context.value)
+    if conf.engine.name is not EngineName.dataloader:
+        knobs.append(conf.engine.name.value)
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 
@@ -317,11 +321,15 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     identity["data"] = {k: v for k, v in identity["data"].items()
                         if k != "cache_dir" and not (k == "skip_bad" and not v)}  # runs before skip_bad keep theirs
     identity["device"] = device
+    if conf.engine.name is EngineName.dataloader:  # runs from before engines existed resume as the same jobs
+        identity.pop("engine")
     digest = config_hash(identity)
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
     sweep_id, pos, multirun = _sweep_position()
     tally = sweep.TALLY
-    label = f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name} fraction={conf.data.fraction} repeat={conf.repeat}"
+    engine = "" if conf.engine.name is EngineName.dataloader else f"+{conf.engine.name.value}"
+    label = (f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name}{engine} fraction={conf.data.fraction} "
+             f"repeat={conf.repeat}")
     close_stale_runs(tracker, digest, label)
     if conf.resume and tracker.finished_runs(digest):
         tally.skipped += 1
@@ -334,14 +342,17 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     setting = cell.rsplit("@", 1)[0]
     tags = {**host_tags(), "wif.kind": kind, "wif.loader": conf.loader.name, "wif.fraction": fraction,
             "wif.cell": cell, "wif.device": device, "wif.gpu": "none",
-            "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
+            "wif.engine": conf.engine.name.value, "wif.model": conf.model.name.value,
+            "wif.transfer": conf.transfer.kind.value,
             "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
             "wif.config_hash": digest}
     tags.update(cluster_tags())
     if conf.race.id:
         tags["wif.race_id"] = conf.race.id
     tags.update(owner_tags())  # a later sweep can tell a run orphaned by a dead process
-    params = plain if folder is None else {**plain, "data": {**plain["data"], "skipped_files": len(folder.bad)}}
+    params = {**plain, "wif": {"engine": conf.engine.name.value}}  # param wif.engine, beside the tag
+    if folder is not None:
+        params["data"] = {**plain["data"], "skipped_files": len(folder.bad)}
     prefix = "" if kind == "train" else f"{kind}-"
     run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", params, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)

@@ -19,7 +19,8 @@ from torch import nn
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind
 from wif.data import Datasets, DecodedSplit, Split, load_datasets, split_indices
-from wif.loaders import Batch, Batches, FixedBatches, build_batches
+from wif.engines import build_engine_batches
+from wif.loaders import Batch, Batches, FixedBatches
 from wif.loop import evaluate, loader_epoch, train_epoch
 from wif.model import build_model
 from wif.timing import synchronize
@@ -111,8 +112,8 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[
         emit("tags", {"wif.resident_decoded": isinstance(data.train, DecodedSplit)})
         data = _to_device(data, device, cfg.data.image_size)
     pin = cfg.loader.pin_memory and device.type == "cuda"
-    batches = {name: build_batches(split, cfg.loader, cfg.data.batch_size, train=name == "train", seed=cfg.seed,
-                                   pin=pin, resident=resident)
+    batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
+                                          seed=cfg.seed, pin=pin, resident=resident)
                for name, split in (("train", data.train), ("val", data.val), ("test", data.test))}
     return batches, data.num_classes, t_setup
 

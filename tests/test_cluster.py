@@ -406,6 +406,6 @@ def test_a_sweep_logs_to_a_tracking_server_resumes_from_it_and_is_reported_from_
     assert len(train_runs(uri)) == 2
 
     report = subprocess.run([sys.executable, "-m", "wif.report", "--tracking-uri", uri, "--out",
-                             str(tmp_path / "report")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                             str(tmp_path / "report"), "--keep-contended"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (tmp_path / "report" / "summary.md").read_text().strip()

@@ -169,7 +169,7 @@ def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache
     assert fixed.data.metrics["throughput_mean_img_s"] > 0
 
     report = subprocess.run([sys.executable, "-m", "wif.report", "--tracking-uri", store, "--out",
-                             str(tmp_path / "report"), "--no-log"], capture_output=True, text=True, timeout=300)
+                             str(tmp_path / "report"), "--no-log", "--keep-contended"], capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     assert "1 as the on-device upper bound" in report.stdout
     row = next(line for line in report.stdout.splitlines() if line.startswith("| baseline |"))

@@ -23,7 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from wif.compose import load_config, setup_logging
 from wif.config import Config, ConfigError
-from wif.job import EXIT_BAD_SETTING, cuda_present
+from wif.exits import EXIT_BAD_SETTING
+from wif.supervise import cuda_present
 
 PROG = "wif-batch-size"
 MB = 1024 * 1024

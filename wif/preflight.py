@@ -95,7 +95,7 @@ class _Checks:
         self.folders: Dict[Tuple[str, str], Any] = {}
 
     def device(self, conf: Config) -> None:
-        from wif.job import resolve_device
+        from wif.supervise import resolve_device
 
         if conf.device not in self.devices:
             try:

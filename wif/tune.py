@@ -3,7 +3,7 @@
 Coarse steps from 0 workers up to twice the usable cores, stopping as soon as more workers stop helping,
 then every count within a small radius of the best. Each trial is a loader-only run of the configured
 loader (`trainer.mode=loader_only`, `trainer.max_batches` batches per epoch): the same loop, the same
-forked and sampled child (`wif.job.supervise`) and the same MLflow store as the study, tagged
+forked and sampled child (`wif.supervise.supervise`) and the same MLflow store as the study, tagged
 `wif.kind=tune` so the study's report never mixes them in. The pick is the fewest workers within
 `--min-gain` of the fastest (note 003: more workers for no gain only cost CPU and RAM).
 
@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from wif.compose import load_config, setup_logging
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, as_plain, validate, warnings_for
-from wif.job import EXIT_BAD_SETTING, resolve_device, supervise
+from wif.exits import EXIT_BAD_SETTING
+from wif.supervise import resolve_device, supervise
 from wif.loaders import silence_worker_count_warning
 from wif.sysinfo import host_tags, usable_cores
 from wif.tracking import FINISHED, KILLED, Tracker

@@ -111,8 +111,10 @@ def _report(args: argparse.Namespace) -> int:
     if not args.keep_contended:
         used = used[~used["contended"]]
     if used.empty:
+        left_out = "" if args.keep_contended else (f", {len(contended)} contended left out: --keep-contended "
+                                                   "keeps them" if len(contended) else "")
         raise runs_io.ReportInputError(f"none of the {len(every)} training runs is a finished study run "
-                                       f"({len(excluded)} excluded, {len(bound)} upper-bound runs)")
+                                       f"({len(excluded)} excluded, {len(bound)} upper-bound runs{left_out})")
     args.out.mkdir(parents=True, exist_ok=True)
 
     testbeds = sorted(used["testbed"].unique())

@@ -57,7 +57,7 @@ def test_one_failing_job_does_not_stop_the_sweep(tmp_path: Path, store: str, cac
     # 5% of the folder's 8 training images is none: only the job that loads the folder can tell
     good = _image_folder(tmp_path / "good")
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={good}",
-                     "data.fraction=0.05,1.0", "data.val_split=0.25")
+                     "data.fraction=0.05,1.0", "data.val_split=0.25", IN_ORDER)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1  # the sweep reports its failure in its exit status ...
     runs = {r.data.params["data.fraction"]: r for r in train_runs(store)}
@@ -91,10 +91,11 @@ def _wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 120) -> p
 
 LONG_RUN = ("preset=smoke", "loader=pin_nb", "loader.num_workers=2", "loader.persistent_workers=true",
             "data.fraction=1.0", "trainer.epochs=50")
+IN_ORDER = "sweep.shuffle=false"  # these tests act on the sweep's first job: the grid's order, not shuffled
 
 
 def test_a_killed_worker_fails_its_run_and_the_sweep_goes_on(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2")
+    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2", IN_ORDER)
     run_process = _wait_for_workers(proc, 2)
     run_process.children()[0].kill()
     out, _ = proc.communicate(timeout=300)
@@ -106,7 +107,7 @@ def test_a_killed_worker_fails_its_run_and_the_sweep_goes_on(tmp_path: Path, sto
 
 
 def test_a_hard_crash_of_a_run_is_recorded(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2")
+    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2", IN_ORDER)
     run_process = _wait_for_workers(proc, 2)
     workers = run_process.children()
     run_process.kill()  # as the kernel's OOM killer would

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Dict
 
 import pandas as pd
+from mlflow.entities import Param
 
 from wif.race import FractionState, RaceRules
 from wif.report import runs as runs_io
@@ -26,11 +27,9 @@ class RaceLog:
         self.run_id = self.tracker.client.create_run(
             self.tracker.experiment_id, run_name=f"race-{race_id[:8]}",
             tags={"wif.kind": "race", "wif.race_id": race_id}).info.run_id
-        self.tracker.client.log_batch(self.run_id, params=[])
-        for key, value in (("race.min_blocks", rules.min_blocks), ("race.max_blocks", rules.max_blocks),
-                           ("race.margin", rules.margin), ("race.confidence", rules.confidence),
-                           ("race.cells", n_cells)):
-            self.tracker.client.log_param(self.run_id, key, value)
+        self.tracker.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in (
+            ("race.min_blocks", rules.min_blocks), ("race.max_blocks", rules.max_blocks),
+            ("race.margin", rules.margin), ("race.confidence", rules.confidence), ("race.cells", n_cells))])
 
     def usable_runs(self) -> pd.DataFrame:
         """The race's finished, uncontended training runs (the report's default selection)."""
@@ -49,8 +48,8 @@ class RaceLog:
                  len(runs), 100 * len(runs) / fixed, fixed, runs["time_total_s"].sum(), wall_s)
         for fr, st in sorted(states.items()):
             dropped = ", ".join(f"{n} (>= {x:.2f}x slower)" for n, x in sorted(st.dropped.items(), key=lambda i: -i[1]))
-            log.info("  fraction %g: %s %s%s", fr, "settled:" if st.settled else "in the race:", ", ".join(st.alive),
-                     f" ({st.settled})" if st.settled else "" + (f"; dropped: {dropped}" if dropped else ""))
+            log.info("  fraction %g: %s %s%s%s", fr, "settled:" if st.settled else "in the race:", ", ".join(st.alive),
+                     f" ({st.settled})" if st.settled else "", f"; dropped: {dropped}" if dropped else "")
             self.rows.append({"block": blocks, "fraction": fr, "alive": " ".join(st.alive),
                               "dropped": " ".join(st.dropped), "settled": st.settled, "runs": len(runs),
                               "fixed_grid_runs": fixed, "run_time_s": runs["time_total_s"].sum(), "wall_s": wall_s})

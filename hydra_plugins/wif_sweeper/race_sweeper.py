@@ -21,10 +21,10 @@ from omegaconf import OmegaConf, open_dict
 
 from wif import sweep
 from wif.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
+from wif.exits import EXIT_BAD_SETTING
 from wif.race import FractionState, RaceRules, look
 
 log = logging.getLogger("wif")
-EXIT_BAD_SETTING = 2
 
 
 @dataclass

@@ -148,5 +148,9 @@ def _without(kept: pd.DataFrame, dropped: pd.DataFrame, z: pd.Series, baseline: 
     columns = comparison_columns(f, baseline, confidence, alpha, margin)
     fastest = list(columns.index[columns["possibly_fastest"].fillna(False).astype(bool)])
     order = np.argsort([f.estimate[f.index(name)] for name in fastest])
-    significant = {name: bool(v) for name, v in columns["significant"].items() if v is not None and v == v}
-    return Sensitivity(left_out, [fastest[i] for i in order], significant, f)
+    return Sensitivity(left_out, [fastest[i] for i in order], significance(columns), f)
+
+
+def significance(table: pd.DataFrame) -> dict[str, bool]:
+    """Each setting's verdict against the baseline, leaving out those that could not be tested."""
+    return {name: bool(v) for name, v in table["significant"].items() if v is not None and not pd.isna(v)}

@@ -12,7 +12,7 @@ from typing import Sequence
 import pandas as pd
 
 from wif.report import model
-from wif.report.stats import FractionSummary
+from wif.report.stats import FractionSummary, significance
 
 VERDICT_NAMES = 5  # clearly slower settings named in the verdict; the table lists them all
 NO_INTERVAL_MARK = "†"
@@ -154,7 +154,7 @@ def sensitivity_note(s: FractionSummary) -> str:
     before = s.possibly_fastest
     fastest = ("the same possibly-fastest set" if set(sens.possibly_fastest) == set(before)
                else f"possibly fastest {', '.join(sens.possibly_fastest)} (was {', '.join(before)})")
-    now = {n: bool(v) for n, v in s.table["significant"].items() if v is not None and v == v}
+    now = significance(s.table)
     flips = [f"{n} {'becomes' if sens.significant[n] else 'is no longer'} significant"
              for n in sorted(now) if n in sens.significant and sens.significant[n] != now[n]]
     change = "; ".join([fastest] + flips) if flips or fastest != "the same possibly-fastest set" else None

@@ -1,9 +1,10 @@
 """The race against the fixed grid, on the same cells, side by side in one run.
 
-Runs the fixed grid (every cell, `--blocks` repeats, the default sweeper) and the race
-(`hydra/sweeper=race`, race.max_blocks=`--blocks`) into two stores, then prints the ratio of runs and of
-wall time (race / fixed), each fraction's possibly-fastest set from `wif-report`'s model on the fixed
-grid, and whether the race's fastest lies in it. Targets: the race uses at most 50% of the fixed
+Runs the race (`hydra/sweeper=race`, race.max_blocks=`--blocks`) and then the fixed grid (every cell,
+`--blocks` repeats, the default sweeper) into two stores in one work folder, which it keeps with each
+sweep's log, then prints the ratio of runs and of wall time (race / fixed), each fraction's
+possibly-fastest set from `wif-report`'s model on the fixed grid, and whether the race's fastest lies
+in it. Targets: the race uses at most 50% of the fixed
 grid's runs, and names a fastest setting the fixed grid places in its possibly-fastest set.
 
     python benchmarks/race.py                                       # the smoke grid: 11 x 3 x 10 = 330 runs
@@ -34,11 +35,13 @@ def sweep(work: Path, name: str, args: list[str], cache: Path) -> tuple[str, flo
     store = f"sqlite:///{work / name / 'mlflow.db'}"
     (work / name).mkdir()
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache)}
+    log = work / name / "sweep.log"  # the sweep's progress lines: `tail -f` it on a long benchmark
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *args], cwd=work / name, env=env,
-                          capture_output=True, text=True)
+    with log.open("w") as out:
+        done = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *args], cwd=work / name, env=env,
+                              stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        sys.exit(f"{name} sweep failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        sys.exit(f"{name} sweep failed ({done.returncode}):\n{log.read_text()[-3000:]}")
     return store, time.monotonic() - t0
 
 
@@ -60,8 +63,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="wif-race-bench-"))
     cache = work / "cache"
     common = [f"loader={a.loaders}", f"data.fraction={a.fractions}", "preset=smoke"]
-    fixed_uri, fixed_s = sweep(work, "fixed", common + [f"repeat=range(0,{a.blocks})"], cache)
+    print(f"work folder (both stores stay there): {work}", flush=True)
+    # The race first: it is the shorter, and the one whose failure one wants to see early.
     race_uri, race_s = sweep(work, "race", common + ["hydra/sweeper=race", f"race.max_blocks={a.blocks}"], cache)
+    print(f"race done in {race_s:.0f} s; the fixed grid next", flush=True)
+    fixed_uri, fixed_s = sweep(work, "fixed", common + [f"repeat=range(0,{a.blocks})"], cache)
 
     _, fixed_all, fixed = usable(fixed_uri)
     client, race_all, _ = usable(race_uri)

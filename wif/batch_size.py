@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from wif.compose import load_config, setup_logging
 from wif.config import Config, ConfigError
-from wif.exits import EXIT_BAD_SETTING
+from wif.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.supervise import cuda_present
 
 PROG = "wif-batch-size"
@@ -189,14 +189,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ProbeFailed as err:
         print(f"{PROG}: a probe failed for a reason other than device memory, so the search stops: {err}",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted.", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if best == 0:
         print(f"{PROG}: not even a batch of {args.multiple} trains within {args.fill:.0%} of the device's memory.",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     p = probes[best]
     print(f"Largest batch size: {best} (peak {p.reserved_mb:.0f} MiB reserved by PyTorch; {p.used_mb:.0f} of "
           f"{p.total_mb:.0f} MiB used on the device, {p.used_mb / p.total_mb:.0%}).")
@@ -204,7 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("It is the largest size tried: raise --max-batch to look further.")
     kept: List[str] = [o for o in args.overrides if not o.startswith("data.batch_size=")]
     print("Use it: " + " ".join(["python train.py", f"data.batch_size={best}"] + kept))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -31,11 +31,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
 from wif.config import ConfigError
+from wif.exits import EXIT_BAD_SETTING
 
 log = logging.getLogger("wif")
 
 LOCK_DIR_ENV = "WIF_LOCK_DIR"
-EXIT_REFUSED = 2  # as run_job's bad settings
 DEFAULT_LOCK_DIR = "/tmp/wif-locks"  # not $TMPDIR: every job on the machine must see the same locks
 # Launchers whose train.py process only submits jobs and waits: not a job itself.
 SUBMITTING_LAUNCHERS = ("slurm", "local_gpus", "submitit_slurm", "submitit_local")
@@ -337,7 +337,7 @@ def _refusal() -> Iterator[None]:
         yield
     except ClusterError as err:
         log.error("Refused: %s", err)
-        raise SystemExit(EXIT_REFUSED) from None
+        raise SystemExit(EXIT_BAD_SETTING) from None
 
 
 def open_store(config: DictConfig) -> None:

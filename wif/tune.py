@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from wif.compose import load_config, setup_logging
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, as_plain, validate, warnings_for
-from wif.exits import EXIT_BAD_SETTING
+from wif.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.supervise import resolve_device, supervise
 from wif.loaders import silence_worker_count_warning
 from wif.sysinfo import host_tags, usable_cores
@@ -31,7 +31,6 @@ from wif.tracking import FINISHED, KILLED, Tracker
 from wif.training import preload
 
 PROG = "wif-tune"
-EXIT_INTERRUPTED = 130
 # Loader keys that only mean something with worker processes, and their value without any.
 WORKER_ONLY = (("prefetch_factor", None), ("persistent_workers", False), ("in_order", True),
                ("multiprocessing_context", None))
@@ -256,7 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(table(tuner.trials, None))
         print(f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     top = max(finalists.values())
     # Within min_gain of the fastest: fewer workers first, then no pinning (pinned pages are locked RAM).
     pin, w = min((k for k, s in finalists.items() if s * (1 + args.min_gain) >= top), key=lambda k: (k[1], k[0]))
@@ -270,7 +269,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"Best: num_workers={w} with pin_memory={str(pin).lower()} ({best.img_s:.0f} img/s). "
           f"{len(tuner.trials)} trials logged to MLflow with tag wif.tune_id={tuner.tune_id}.")
     print(f"Use it: {train_command(base, args.overrides, best)}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

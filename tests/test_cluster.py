@@ -21,8 +21,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from tests.conftest import CONF, ROOT, run_train, train_runs
-from wif.cluster import (ClusterError, check_gpu_parallelism, claim_gpu, cluster_tags, is_job_command,
-                         job_processes, node_jobs, plan_local_gpus, release_gpu)
+from wif.cluster import check_gpu_parallelism, cluster_tags, is_job_command, job_processes, node_jobs, plan_local_gpus
+from wif.gpus import ClusterError, claim_gpu, release_gpu
 
 CLUSTER_TAGS = {"wif.node", "wif.launcher", "wif.node_jobs"}
 SMOKE = ("preset=smoke", "repeat=0")
@@ -172,7 +172,7 @@ def test_check_gpu_parallelism() -> None:
 HOLDER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from wif.cluster import claim_gpu
+from wif.gpus import claim_gpu
 print(claim_gpu(sys.argv[1].split(",")).token, flush=True)
 time.sleep(60)
 """

@@ -16,11 +16,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from wif import sweep
-from wif.cluster import cluster_tags, pin_gpu
+from wif.cluster import cluster_tags
 from wif.config import Config, ConfigError, DataSource, EngineName, TrainerMode, as_plain, validate, warnings_for
 from wif.contention import is_contended
 from wif.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, to_log_file
 from wif.folder_check import require_readable
+from wif.gpus import pin_gpu
 from wif.loaders import silence_worker_count_warning
 from wif.orphans import close_stale_runs, owner_tags
 from wif.supervise import Outcome, interrupt, resolve_device, supervise

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+import psutil
 import pytest
 from hydra import compose, initialize_config_dir
 from mlflow.entities import Run
@@ -66,3 +68,34 @@ def train_runs(store: str, experiment: str = "who_is_faster", status: str | None
 
 def by_name(runs: Sequence[Run]) -> Dict[str, Run]:
     return {r.info.run_name: r for r in runs}
+
+
+def start_train(tmp_path: Path, store: str, cache_dir: Path, *overrides: str,
+                multirun: bool = True) -> subprocess.Popen:
+    """train.py started, not awaited, in a session of its own: a test can signal it as a terminal would."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1"}
+    args = ["-m", *one_repeat(overrides)] if multirun else list(overrides)
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 120) -> psutil.Process:
+    """The run's process (the child of train.py) once it has `n` DataLoader workers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(proc.pid).children():
+            try:
+                if len(child.children()) >= n:
+                    return child
+            except psutil.NoSuchProcess:
+                continue  # a short-lived helper process that ended since it was listed
+        time.sleep(0.2)
+    raise AssertionError("the run never started its workers")
+
+
+def session_of(p: psutil.Process) -> int:
+    """The session a process belongs to (-1 once it is gone): a sweep started in its own session owns it."""
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return -1

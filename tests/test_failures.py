@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import ROOT, one_repeat, run_train, train_runs
+from tests.conftest import ROOT, run_train, session_of, start_train, train_runs, wait_for_workers
 from tests.test_data import _image_folder
 
 pytestmark = pytest.mark.slow
@@ -68,35 +68,14 @@ def test_one_failing_job_does_not_stop_the_sweep(tmp_path: Path, store: str, cac
     assert "failed: [1/2] baseline fraction=0.05" in out  # and says which
 
 
-def _start(tmp_path: Path, store: str, cache_dir: Path, *overrides: str, multirun: bool = True) -> subprocess.Popen:
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1"}
-    args = ["-m", *one_repeat(overrides)] if multirun else list(overrides)
-    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def _wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 120) -> psutil.Process:
-    """The run's process (the child of train.py) once it has `n` DataLoader workers."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for child in psutil.Process(proc.pid).children():
-            try:
-                if len(child.children()) >= n:
-                    return child
-            except psutil.NoSuchProcess:
-                continue  # a short-lived helper process that ended since it was listed
-        time.sleep(0.2)
-    raise AssertionError("the run never started its workers")
-
-
 LONG_RUN = ("preset=smoke", "loader=pin_nb", "loader.num_workers=2", "loader.persistent_workers=true",
             "data.fraction=1.0", "trainer.epochs=50")
 IN_ORDER = "sweep.shuffle=false"  # these tests act on the sweep's first job: the grid's order, not shuffled
 
 
 def test_a_killed_worker_fails_its_run_and_the_sweep_goes_on(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2", IN_ORDER)
-    run_process = _wait_for_workers(proc, 2)
+    proc = start_train(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2", IN_ORDER)
+    run_process = wait_for_workers(proc, 2)
     run_process.children()[0].kill()
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0
@@ -107,8 +86,8 @@ def test_a_killed_worker_fails_its_run_and_the_sweep_goes_on(tmp_path: Path, sto
 
 
 def test_a_hard_crash_of_a_run_is_recorded(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _start(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2", IN_ORDER)
-    run_process = _wait_for_workers(proc, 2)
+    proc = start_train(tmp_path, store, cache_dir, *LONG_RUN[:-1], "trainer.epochs=50,2", IN_ORDER)
+    run_process = wait_for_workers(proc, 2)
     workers = run_process.children()
     run_process.kill()  # as the kernel's OOM killer would
     out, _ = proc.communicate(timeout=300)
@@ -123,8 +102,8 @@ def test_a_hard_crash_of_a_run_is_recorded(tmp_path: Path, store: str, cache_dir
 def test_interrupting_marks_the_run_killed_and_leaves_no_orphans(tmp_path: Path, store: str, cache_dir: Path,
                                                                  sig: signal.Signals) -> None:
     # Ctrl-C stops a single run, a scheduler's SIGTERM a sweep: both exit 130, as shells expect
-    proc = _start(tmp_path, store, cache_dir, *LONG_RUN, multirun=sig == signal.SIGTERM)
-    _wait_for_workers(proc, 2)
+    proc = start_train(tmp_path, store, cache_dir, *LONG_RUN, multirun=sig == signal.SIGTERM)
+    wait_for_workers(proc, 2)
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)  # Ctrl-C in a terminal reaches the whole foreground group
     else:
@@ -134,15 +113,8 @@ def test_interrupting_marks_the_run_killed_and_leaves_no_orphans(tmp_path: Path,
     (run,) = train_runs(store)
     assert run.info.status == "KILLED"
     time.sleep(1)
-    left = [p for p in psutil.process_iter(["pid"]) if _session(p) == proc.pid]
+    left = [p for p in psutil.process_iter(["pid"]) if session_of(p) == proc.pid]
     assert not left, f"orphans: {left}"
-
-
-def _session(p: psutil.Process) -> int:
-    try:
-        return os.getsid(p.pid)
-    except OSError:
-        return -1
 
 
 def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: Path) -> None:
@@ -150,7 +122,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: 
     for i, loaders in enumerate(("baseline,pin", "bg,bg_pin", "pin_nb,bg_pin_nb", "gpu_resident,baseline")):
         work = tmp_path / f"w{i}"
         work.mkdir()
-        procs.append(_start(work, store, cache_dir, "preset=smoke", f"loader={loaders}", f"repeat={i}"))
+        procs.append(start_train(work, store, cache_dir, "preset=smoke", f"loader={loaders}", f"repeat={i}"))
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[-1500:] for o in outs]
     runs = train_runs(store, status="FINISHED")

@@ -11,8 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import run_train, train_runs
-from tests.test_failures import _session, _start, _wait_for_workers
+from tests.conftest import run_train, session_of, start_train, train_runs, wait_for_workers
 
 pytestmark = pytest.mark.slow
 
@@ -25,15 +24,15 @@ def _left(session: int) -> list:
     """Processes of the session still alive (a zombie waits only for its parent to read its status)."""
     out = []
     for p in psutil.process_iter(["status"]):
-        if _session(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE:
+        if session_of(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE:
             out.append(p)
     return out
 
 
 def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_job(
         tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _start(tmp_path, store, cache_dir, *JOB)
-    run_process = _wait_for_workers(proc, 2)
+    proc = start_train(tmp_path, store, cache_dir, *JOB)
+    run_process = wait_for_workers(proc, 2)
     tree = [run_process, *run_process.children()]
     os.kill(proc.pid, signal.SIGKILL)
     killed_at = time.monotonic()

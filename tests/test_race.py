@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_train, train_runs
+from tests.conftest import run_train, start_train, train_runs, wait_for_workers
 from wif.race import FractionState, RaceRules, replay
 
 NAMES = [f"s{i}" for i in range(11)]
@@ -97,3 +100,35 @@ def test_a_real_race_logs_its_looks_and_resumes_without_rerunning(tmp_path: Path
     assert "9 skipped" in again.stdout + again.stderr
     records = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race'")
     assert {r.data.tags["wif.race.fastest.f0.1"] for r in records} == {" ".join(fastest)}
+
+
+@pytest.mark.slow
+def test_an_interrupted_race_marks_its_running_job_killed_and_resumes(tmp_path: Path, store: str, cache_dir: Path):
+    args = ["preset=smoke", "hydra/sweeper=race", "loader=pin_nb_w4_pf2,pin_nb_w8_pf2", "race.max_blocks=3",
+            "measure.contended_pct=10000"]
+    proc = start_train(tmp_path, store, cache_dir, *args)
+    deadline = time.monotonic() + 300
+    while len(train_runs(store, status="FINISHED")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    wait_for_workers(proc, 2)  # a job of the race's first blocks, running now
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    runs = train_runs(store)
+    (killed,) = [r for r in runs if r.info.status == "KILLED"]
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    assert len(finished) >= 2 and len(runs) == len(finished) + 1
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("who_is_faster")
+    (record,) = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race'")
+    assert record.info.status == "KILLED"  # not left RUNNING
+
+    again = run_train(tmp_path, store, cache_dir, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{len(finished)} skipped" in again.stdout + again.stderr  # finished runs count, and are not rerun
+    done = train_runs(store, status="FINISHED")
+    cell = lambda r: (r.data.tags["wif.cell"], r.data.tags["wif.block"])  # noqa: E731
+    assert len(done) == 6 and len({cell(r) for r in done}) == 6  # 2 settings x 3 blocks, each once
+    assert cell(killed) in {cell(r) for r in done}  # the interrupted job ran again
+    last = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race' and attributes.status = 'FINISHED'")
+    assert len(last) == 1 and "wif.race.fastest.f0.1" in last[0].data.tags

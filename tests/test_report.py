@@ -18,6 +18,7 @@ import statsmodels.formula.api as smf
 from wif.report import plots
 from wif.report.cli import main
 from wif.report.runs import RunFilter, load_runs
+from wif.report.tables import slower_by
 
 CONFIDENCE = 0.95
 GPU = "NVIDIA H100 80GB HBM3"
@@ -207,6 +208,11 @@ def test_median_is_the_default_and_mean_is_a_choice(tmp_path):
             assert row["speedup"] == pytest.approx(expected) and row["statistic"] == "epoch_time_median_s"
         else:
             assert row["speedup"] < 1.5 and row["statistic"] == "epoch_time_mean_s"
+
+
+def test_small_gaps_read_as_percent_not_as_one_x():
+    # "at least 1.00x slower" would read as "not slower": below 1.1x the gap is given in percent
+    assert [slower_by(x) for x in (1.004, 1.0949, 1.1, 2.456)] == ["0.4%", "9.5%", "1.10x", "2.46x"]
 
 
 def test_plots_and_report_run(study):

@@ -11,9 +11,11 @@ from typing import Dict
 import pandas as pd
 from mlflow.entities import Param
 
+from wif.orphans import owner_gone, owner_tags
 from wif.race import FractionState, RaceRules
 from wif.report import runs as runs_io
-from wif.tracking import FINISHED, Tracker
+from wif.report.tables import slower_by
+from wif.tracking import FAILED, FINISHED, KILLED, Tracker
 
 log = logging.getLogger("wif")
 
@@ -24,9 +26,10 @@ class RaceLog:
         self.experiment, self.race_id, self.rules, self.n_cells = experiment, race_id, rules, n_cells
         self.value = runs_io.MEDIAN
         self.rows: list[dict] = []
+        self._close_stale()
         self.run_id = self.tracker.client.create_run(
             self.tracker.experiment_id, run_name=f"race-{race_id[:8]}",
-            tags={"wif.kind": "race", "wif.race_id": race_id}).info.run_id
+            tags={"wif.kind": "race", "wif.race_id": race_id, **owner_tags()}).info.run_id
         self.tracker.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in (
             ("race.min_blocks", rules.min_blocks), ("race.max_blocks", rules.max_blocks),
             ("race.margin", rules.margin), ("race.confidence", rules.confidence), ("race.cells", n_cells))])
@@ -47,7 +50,7 @@ class RaceLog:
                  "fixed grid's %d; %.0f s of run time, %.0f s wall", blocks, 100 * self.rules.look_confidence,
                  len(runs), 100 * len(runs) / fixed, fixed, runs["time_total_s"].sum(), wall_s)
         for fr, st in sorted(states.items()):
-            dropped = ", ".join(f"{n} (>= {x:.2f}x slower)" for n, x in sorted(st.dropped.items(), key=lambda i: -i[1]))
+            dropped = ", ".join(f"{n} (>= {slower_by(x)} slower)" for n, x in sorted(st.dropped.items(), key=lambda i: -i[1]))
             log.info("  fraction %g: %s %s%s%s", fr, "settled:" if st.settled else "in the race:", ", ".join(st.alive),
                      f" ({st.settled})" if st.settled else "", f"; dropped: {dropped}" if dropped else "")
             self.rows.append({"block": blocks, "fraction": fr, "alive": " ".join(st.alive),
@@ -56,13 +59,35 @@ class RaceLog:
 
     def finish(self, states: Dict[float, FractionState]) -> None:
         """The looks as looks.csv, the possibly-fastest set of each fraction as tags."""
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "looks.csv"
-            pd.DataFrame(self.rows).to_csv(path, index=False)
-            self.tracker.client.log_artifact(self.run_id, str(path))
+        self._log_looks()
         self.tracker.set_tags(self.run_id, {f"wif.race.fastest.f{fr:g}": " ".join(st.alive)
                                             for fr, st in states.items()})
         self.tracker.end_run(self.run_id, FINISHED)
         for fr, st in sorted(states.items()):
             log.info("Race done: at fraction %g the possibly-fastest set is %s%s", fr, ", ".join(st.alive),
                      f" ({st.settled})" if st.settled else "")
+
+    def abandon(self, interrupted: bool) -> None:
+        """A race stopped before its end: the looks so far kept, the record KILLED (interrupted) or FAILED
+        rather than left RUNNING. Its runs stay in the store: the same command resumes the race."""
+        self._log_looks()
+        self.tracker.end_run(self.run_id, KILLED if interrupted else FAILED)
+        log.warning("Race %s: stopped %s; the same command resumes it (finished runs are kept and skipped)",
+                    self.race_id[:8], "by an interrupt" if interrupted else "by an error")
+
+    def _log_looks(self) -> None:
+        if not self.rows:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "looks.csv"
+            pd.DataFrame(self.rows).to_csv(path, index=False)
+            self.tracker.client.log_artifact(self.run_id, str(path))
+
+    def _close_stale(self) -> None:
+        """An earlier record of this race left RUNNING by a SIGKILLed sweep becomes KILLED (see wif.orphans)."""
+        stale = self.tracker.client.search_runs(
+            [self.tracker.experiment_id], f"tags.`wif.kind` = 'race' and tags.`wif.race_id` = '{self.race_id}' "
+            "and attributes.status = 'RUNNING'")
+        for run in stale:
+            if owner_gone(run.data.tags):
+                self.tracker.end_run(run.info.run_id, KILLED)

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf, open_dict
 
 from wif import sweep
 from wif.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
-from wif.exits import EXIT_BAD_SETTING
+from wif.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
 from wif.race import FractionState, RaceRules, look
 
 log = logging.getLogger("wif")
@@ -56,6 +56,21 @@ class RaceSweeper(BasicSweeper):
         sweep.TALLY.total = len(cells) * rules.max_blocks  # at most: the progress label counts against it
         record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, len(cells))
         states = {fr: FractionState(fr, sorted({s for s, f in names.values() if f == fr})) for fr in _fractions(names)}
+        try:
+            states, returns = self._run_blocks(cells, names, states, rules, race_id, shuffle, record)
+        except BaseException as stop:  # Ctrl-C, SIGTERM (a job exits 130) or a crash: the record must not stay RUNNING
+            interrupted = isinstance(stop, KeyboardInterrupt) or getattr(stop, "code", None) == EXIT_INTERRUPTED
+            record.abandon(interrupted)
+            if isinstance(stop, KeyboardInterrupt):  # between jobs, e.g. during a look: exit as a job would
+                raise SystemExit(EXIT_INTERRUPTED) from None
+            raise
+        record.finish(states)
+        return returns
+
+    def _run_blocks(self, cells: Sequence[Tuple[str, ...]], names: Dict[Tuple[str, ...], Tuple[str, float]],
+                    states: Dict[float, FractionState], rules: RaceRules, race_id: str, shuffle: bool,
+                    record: Any) -> Tuple[Dict[float, FractionState], List[Any]]:
+        """Block after block of the cells still in the race, a look after each from race.min_blocks on."""
         t0, launched, returns = time.monotonic(), 0, []
         for block in range(rules.max_blocks):
             alive = {fr: set(st.alive) for fr, st in states.items() if not st.settled}
@@ -75,8 +90,7 @@ class RaceSweeper(BasicSweeper):
             else:
                 log.info("Race: block %d of at least %d done, %d runs; the first look comes after block %d",
                          block + 1, rules.min_blocks, len(runs), rules.min_blocks)
-        record.finish(states)
-        return returns
+        return states, returns
 
     def _name_cells(self, cells: Sequence[Tuple[str, ...]]) -> Dict[Tuple[str, ...], Tuple[str, float]]:
         """Each cell's setting (the report's row name) and fraction, from its composed configuration."""

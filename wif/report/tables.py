@@ -64,6 +64,12 @@ def _mb(value: float) -> str:
     return _num(value, ",.0f")
 
 
+def slower_by(x: float) -> str:
+    """How much slower a ratio x >= 1 is: '2.46x' for a clear gap, '0.4%' below 1.1x, where two decimals
+    of x would read '1.00x', as if not slower at all."""
+    return f"{x:.2f}x" if x >= 1.1 else f"{100 * (x - 1):.1f}%"
+
+
 def _ratio(estimate: float, low: float, high: float) -> str:
     """'1.85x (1.70-2.01)', or without the interval when there is none."""
     if math.isnan(estimate):
@@ -102,11 +108,11 @@ def method_note(s: FractionSummary, confidence: float) -> str:
 def _vs_fastest(r: pd.Series) -> str:
     """The MCB column: may this setting be the fastest, and how much slower than the fastest at least/most."""
     if not bool(r["possibly_fastest"]):
-        return f"≥ {r['slower_at_least']:.2f}x slower" + (", within margin" if bool(r["tied"]) else "")
+        return f"≥ {slower_by(r['slower_at_least'])} slower" + (", within margin" if bool(r["tied"]) else "")
     at_most = r["slower_at_most"]
     if math.isinf(at_most) or at_most <= 1:
         return "may be fastest"
-    return f"may be fastest (≤ {at_most:.2f}x slower{', tied' if bool(r['tied']) else ''})"
+    return f"may be fastest (≤ {slower_by(at_most)} slower{', tied' if bool(r['tied']) else ''})"
 
 
 def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
@@ -190,10 +196,10 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
     text += _cheapest(t.loc[best + near], rules) + "."
     slower = t[~t.index.isin(best + near)].sort_values("slower_at_least", ascending=False)
     if not slower.empty:
-        named = [f"{n} (at least {r['slower_at_least']:.2f}x slower)" for n, r in slower.head(VERDICT_NAMES).iterrows()]
+        named = [f"{n} (at least {slower_by(r['slower_at_least'])} slower)" for n, r in slower.head(VERDICT_NAMES).iterrows()]
         rest = len(slower) - len(named)
         text += (" Clearly slower: " + ", ".join(named)
-                 + (f", and {rest} more, each at least {slower['slower_at_least'].min():.2f}x slower" if rest else "")
+                 + (f", and {rest} more, each at least {slower_by(slower['slower_at_least'].min())} slower" if rest else "")
                  + ".")
     return text + _against_baseline(s, rules.alpha)
 

@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import run_train, train_runs
+from wif.contention import tree_cpu_s
 
 pytestmark = pytest.mark.slow
 
@@ -40,3 +42,34 @@ def test_a_run_beside_cpu_bound_processes_is_tagged_contended_and_alone_it_is_no
     out = beside.stdout + beside.stderr
     assert "CONTENDED: other processes used" in out and "tagged wif.contended=true" in out
     assert "CONTENDED" not in alone.stdout + alone.stderr
+
+
+# A forkserver's workers are its children, not the run's: when they end, their CPU time lands in the
+# forkserver's children times. Here a child (the forkserver's place) forks a grandchild that burns CPU.
+FORKSERVER_LIKE = """
+import os, time
+if os.fork() == 0:  # the forkserver
+    worker = os.fork()
+    if worker == 0:  # its worker: ~0.5 s of CPU, then gone
+        end = time.process_time() + 0.5
+        while time.process_time() < end:
+            pass
+        os._exit(0)
+    os.waitpid(worker, 0)
+    print("reaped", flush=True)
+    time.sleep(60)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+def test_workers_reaped_by_a_descendant_count_as_the_runs_own() -> None:
+    root = subprocess.Popen([sys.executable, "-c", FORKSERVER_LIKE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert root.stdout.readline().strip() == "reaped"
+        assert tree_cpu_s(psutil.Process(root.pid)) >= 0.45  # not counted as another process's
+    finally:
+        for child in psutil.Process(root.pid).children(recursive=True):
+            child.kill()
+        root.kill()
+        root.wait()

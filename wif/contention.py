@@ -34,19 +34,20 @@ def machine_busy_s() -> Optional[float]:
 
 
 def tree_cpu_s(root: psutil.Process) -> float:
-    """CPU seconds of `root`, its live descendants, and the children it has reaped (workers that ended)."""
+    """CPU seconds of `root`, its live descendants, and the children each of them has reaped: workers that
+    ended, whether the run reaped them (fork, spawn) or a descendant did (forkserver's workers are the
+    forkserver's children, and their time lands in its children times)."""
     try:
-        t = root.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        children = root.children(recursive=True)
+        tree = [root] + root.children(recursive=True)
     except psutil.Error:
         return 0.0
-    for child in children:
+    total = 0.0
+    for process in tree:
         try:
-            c = child.cpu_times()
-            total += c.user + c.system
+            t = process.cpu_times()
         except psutil.Error:
-            continue  # ended since it was listed: its time is now in the parent's children times
+            continue  # ended since it was listed: its time is now in its parent's children times
+        total += t.user + t.system + t.children_user + t.children_system
     return total
 
 

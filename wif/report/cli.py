@@ -17,7 +17,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from wif.report import plots, runs as runs_io, stats, tables
+from wif.report import plots, raced, runs as runs_io, stats, tables
 from wif.report.tables import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
 from wif.tracking import default_tracking_uri
 
@@ -147,14 +147,31 @@ def _section(client: MlflowClient, args: argparse.Namespace, value: str, runs: p
              suffix: str) -> tables.Section:
     """One testbed: summaries per fraction and every plot, files named with `suffix`."""
     testbed = runs["testbed"].iloc[0]
-    summaries = [stats.summarize_fraction(group, args.baseline, value, SUMMARY_METRICS, args.confidence, args.alpha,
-                                          args.margin, _bound_img_s(bound, testbed, group))
+    summaries = [_as_raced(client, args.experiment, value, group,
+                           stats.summarize_fraction(group, args.baseline, value, SUMMARY_METRICS, args.confidence,
+                                                    args.alpha, args.margin, _bound_img_s(bound, testbed, group)))
                  for _, group in runs.groupby("fraction")]
     curve_fraction = args.curves_fraction or max(s.fraction for s in summaries)
     curves = _curves(client, runs[runs["fraction"] == curve_fraction])
     pngs = plots.write_plots(args.out, suffix, testbed, summaries, runs, curves, curve_fraction,
                              (RAM_COLUMNS[args.ram], VRAM_COLUMNS[args.vram]), args.confidence, args.alpha)
     return tables.Section(testbed, runs, summaries, [p.name for p in pngs])
+
+
+def _as_raced(client: MlflowClient, experiment: str, value: str, runs: pd.DataFrame,
+              s: stats.FractionSummary) -> stats.FractionSummary:
+    """A fraction whose runs are one race's gets the race's answer (wif.report.raced); any other is as is."""
+    race_id = raced.race_of(runs)
+    if race_id is None:
+        return s
+    record = raced.record_of(client, runs_io.experiment_id(client, experiment), race_id)
+    if record is None:
+        s.notes.append(f"These runs come from race {race_id[:8]}, whose own run (wif.kind=race) is gone: they are "
+                       "compared as a fixed grid, which ignores that the race looked after every block.")
+        return s
+    s.race = raced.answer(runs, value, record[0], race_id, record[1])
+    s.table = raced.apply(s.table, s.fit, s.race)
+    return s
 
 
 def _bound_img_s(bound: pd.DataFrame, testbed: str, runs: pd.DataFrame) -> float | None:

@@ -7,7 +7,7 @@ compared as ratios (speedup = baseline time / setting time) on the log scale whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -115,6 +115,8 @@ class FractionSummary:
     missing: dict[str, list[str]]  # incomplete blocks and the loaders they lack
     sensitivity: Sensitivity | None = None  # None: no outliers flagged
     notes: list[str] = field(default_factory=list)
+    confidence: float = 0.95
+    race: Any = None  # a wif.report.raced.RaceAnswer when the runs are one race's: 'vs fastest' is its answer
 
     @property
     def possibly_fastest(self) -> list[str]:
@@ -133,7 +135,7 @@ def summarize_fraction(
     if bound_img_s:
         table["bound_share"] = table["throughput_mean_img_s"] / bound_img_s
     summary = FractionSummary(float(runs["fraction"].iloc[0]), table, f, baseline, value, margin,
-                              missing_in_blocks(runs, value))
+                              missing_in_blocks(runs, value), confidence=confidence)
     flagged = model.outliers(runs, value)
     if not flagged.empty:
         summary.sensitivity = _without(runs.drop(flagged.index), runs.loc[flagged.index], flagged, baseline, value,

@@ -101,8 +101,9 @@ def method_note(s: FractionSummary, confidence: float) -> str:
                 "(one run per setting), so nothing can be tested: run more repeats.")
     return (f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
             f"of freedom, run-to-run noise {math.expm1(f.sigma):.1%}. Speedups vs {s.baseline} carry "
-            f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is Hsu's "
-            f"multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}.")
+            f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is "
+            + (s.race.describe() + "." if s.race is not None else
+               f"Hsu's multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}."))
 
 
 def _vs_fastest(r: pd.Series) -> str:
@@ -158,7 +159,7 @@ def sensitivity_note(s: FractionSummary) -> str:
     sens = s.sensitivity
     runs = ", ".join(f"{r['loader']} block {r['block']} ({r['z']:+.1f} SD)" for _, r in sens.left_out.iterrows())
     before = s.possibly_fastest
-    fastest = ("the same possibly-fastest set" if set(sens.possibly_fastest) == set(before)
+    fastest = ("the same possibly-fastest set" if set(sens.possibly_fastest) == set(before) or s.race is not None
                else f"possibly fastest {', '.join(sens.possibly_fastest)} (was {', '.join(before)})")
     now = significance(s.table)
     flips = [f"{n} {'becomes' if sens.significant[n] else 'is no longer'} significant"
@@ -181,7 +182,8 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
     tied = [n for n in t.index if bool(t.loc[n, "tied"]) and n in best]
     pct = f"{s.margin:.0%}"
     if len(best) == 1:
-        text = f"At fraction {s.fraction:g}, **{best[0]} is the fastest** (every other setting is slower, 95% MCB)"
+        how = "by the race's looks" if s.race is not None else f"{s.confidence:.0%} MCB"
+        text = f"At fraction {s.fraction:g}, **{best[0]} is the fastest** (every other setting is slower, {how})"
     else:
         text = f"At fraction {s.fraction:g}, the fastest is one of **{', '.join(best)}**"
         if len(tied) == len(best):
@@ -196,11 +198,12 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
     text += _cheapest(t.loc[best + near], rules) + "."
     slower = t[~t.index.isin(best + near)].sort_values("slower_at_least", ascending=False)
     if not slower.empty:
-        named = [f"{n} (at least {slower_by(r['slower_at_least'])} slower)" for n, r in slower.head(VERDICT_NAMES).iterrows()]
+        named = [f"{n} (at least {slower_by(r['slower_at_least'])} slower)"
+                 for n, r in slower.head(VERDICT_NAMES).iterrows()]
         rest = len(slower) - len(named)
+        least = slower_by(slower["slower_at_least"].min())
         text += (" Clearly slower: " + ", ".join(named)
-                 + (f", and {rest} more, each at least {slower_by(slower['slower_at_least'].min())} slower" if rest else "")
-                 + ".")
+                 + (f", and {rest} more, each at least {least} slower" if rest else "") + ".")
     return text + _against_baseline(s, rules.alpha)
 
 
@@ -255,6 +258,7 @@ def csv_rows(s: FractionSummary, runs: pd.DataFrame) -> pd.DataFrame:
     rows["n_blocks"] = s.fit.n_blocks
     rows["residual_df"] = s.fit.df
     rows["noise_pct"] = 100 * math.expm1(s.fit.sigma) if s.fit.df > 0 else float("nan")
+    rows["vs_fastest_by"] = f"race {s.race.race_id}" if s.race is not None else f"MCB {s.confidence:.0%}"
     return rows
 
 

@@ -1,0 +1,77 @@
+"""A raced sweep's answer, read back: the race replayed from its runs with its own rules (`wif.race`).
+
+A race looks after every block, spends its error over those looks and stops the settings it drops early.
+A fresh 95% comparison of its runs would ignore both, and could name another possibly-fastest set than the
+one the race ended with. So, for a fraction whose runs all come from one race, the report's 'vs fastest'
+column and verdict are the race's: the same `replay` the race uses on resume, on the same runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from wif.race import FractionState, RaceRules, replay
+from wif.report import model
+
+
+@dataclass(frozen=True)
+class RaceAnswer:
+    race_id: str
+    rules: RaceRules
+    state: FractionState
+    blocks: int  # blocks the race ran at this fraction
+    same_as: str = ""  # 'pin=baseline pin_nb=baseline': options that ran as another (same code on a CPU)
+
+    def describe(self) -> str:
+        """How 'vs fastest' was decided, for the report's notes."""
+        r = self.rules
+        ended = self.state.settled or "not finished: the same command resumes it"
+        merged = f"; these ran as another, the same code on a CPU: {self.same_as.replace('=', ' as ')}"
+        return (f"the race's (race {self.race_id[:8]}: Hsu's MCB at {100 * r.look_confidence:.2f}% at each look, "
+                f"blocks {r.min_blocks} to {r.max_blocks}, so {100 * r.confidence:.0f}% over all {r.looks} looks; "
+                f"ties within {r.margin:.0%}; {self.blocks} blocks run, {ended}; a dropped setting keeps the bound "
+                f"of the look that dropped it{merged if self.same_as else ''})")
+
+
+def race_of(runs: pd.DataFrame) -> str | None:
+    """The race these runs all come from, or None (not raced, or runs of several sweeps mixed)."""
+    ids = runs["race_id"].dropna().unique() if "race_id" in runs else []
+    return str(ids[0]) if len(ids) == 1 and runs["race_id"].notna().all() else None
+
+
+def record_of(client: MlflowClient, experiment_id: str, race_id: str) -> tuple[RaceRules, str] | None:
+    """The rules a race ran with and who ran as whom ('pin=baseline ...'), from its own MLflow run
+    (wif.kind=race); None when that run is gone."""
+    found = client.search_runs([experiment_id], f"tags.`wif.kind` = 'race' and tags.`wif.race_id` = '{race_id}'",
+                               order_by=["attributes.start_time DESC"], max_results=1)
+    if not found:
+        return None
+    p = found[0].data.params
+    return (RaceRules(int(p["race.min_blocks"]), int(p["race.max_blocks"]), float(p["race.margin"]),
+                      float(p["race.confidence"])), found[0].data.tags.get("wif.race.same_as", ""))
+
+
+def answer(runs: pd.DataFrame, value: str, rules: RaceRules, race_id: str, same_as: str = "") -> RaceAnswer:
+    """The race's state after its last block at this fraction, recomputed from the runs."""
+    fraction = float(runs["fraction"].iloc[0])
+    blocks = int(runs["block"].astype(int).max()) + 1
+    state = replay(runs, value, rules, {fraction: sorted(runs["loader"].unique())}, blocks)[fraction]
+    return RaceAnswer(race_id, rules, state, blocks, same_as)
+
+
+def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame:
+    """The table's 'vs fastest' columns as the race decided: its final look's MCB for the settings left in
+    the race, and the bound each dropped setting was dropped with."""
+    out = table.copy()
+    final = model.mcb(fit, race.rules.look_confidence, race.rules.margin)
+    for name in out.index:
+        if name in race.state.dropped:
+            out.loc[name, ["possibly_fastest", "slower_at_least", "tied"]] = [False, race.state.dropped[name], False]
+        elif name in final:
+            b = final[name]
+            out.loc[name, ["possibly_fastest", "slower_at_least", "slower_at_most", "tied"]] = [
+                name in race.state.alive, b.at_least, b.at_most, b.tied]
+    return out

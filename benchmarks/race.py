@@ -42,7 +42,25 @@ def sweep(work: Path, name: str, args: list[str], cache: Path) -> tuple[str, flo
                               stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         sys.exit(f"{name} sweep failed ({done.returncode}):\n{log.read_text()[-3000:]}")
-    return store, time.monotonic() - t0
+    wall_s = time.monotonic() - t0
+    (work / name / "wall_s.txt").write_text(f"{wall_s:.1f}\n")
+    return store, wall_s
+
+
+def earlier_fixed(folder: Path) -> tuple[str, float]:
+    """An earlier benchmark's fixed grid (its store and wall time): the fixed grid does not depend on the
+    race's rules, so a race can be compared with it again without running the grid's runs again. Its wall
+    time is the one measured then, or the span of its runs where that was not kept."""
+    store = f"sqlite:///{folder / 'fixed' / 'mlflow.db'}"
+    kept = folder / "fixed" / "wall_s.txt"
+    if kept.exists():
+        return store, float(kept.read_text())
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name(runs_io.DEFAULT_EXPERIMENT)
+    runs = client.search_runs([exp.experiment_id], max_results=5000)
+    span = (max(r.info.end_time or 0 for r in runs) - min(r.info.start_time for r in runs)) / 1000
+    print(f"fixed grid from {folder}: its wall time is the span of its runs, {span:.0f} s")
+    return store, float(span)
 
 
 def usable(store: str):
@@ -58,6 +76,8 @@ def main() -> None:
     p.add_argument("--fractions", default="0.1,0.4,0.7")
     p.add_argument("--blocks", type=int, default=10, help="repeats of the fixed grid = race.max_blocks")
     p.add_argument("--baseline", default="baseline")
+    p.add_argument("--fixed-from", type=Path, help="an earlier run's work folder: compare with its fixed grid "
+                   "instead of running the grid again (same --loaders, --fractions and --blocks)")
     a = p.parse_args()
     rules = RaceRules(max_blocks=a.blocks)
     work = Path(tempfile.mkdtemp(prefix="wif-race-bench-"))
@@ -66,8 +86,11 @@ def main() -> None:
     print(f"work folder (both stores stay there): {work}", flush=True)
     # The race first: it is the shorter, and the one whose failure one wants to see early.
     race_uri, race_s = sweep(work, "race", common + ["hydra/sweeper=race", f"race.max_blocks={a.blocks}"], cache)
-    print(f"race done in {race_s:.0f} s; the fixed grid next", flush=True)
-    fixed_uri, fixed_s = sweep(work, "fixed", common + [f"repeat=range(0,{a.blocks})"], cache)
+    print(f"race done in {race_s:.0f} s", flush=True)
+    if a.fixed_from:
+        fixed_uri, fixed_s = earlier_fixed(a.fixed_from)
+    else:
+        fixed_uri, fixed_s = sweep(work, "fixed", common + [f"repeat=range(0,{a.blocks})"], cache)
 
     _, fixed_all, fixed = usable(fixed_uri)
     client, race_all, _ = usable(race_uri)
@@ -77,6 +100,8 @@ def main() -> None:
     print(f"wall time: race {race_s:.0f} s / fixed {fixed_s:.0f} s = {race_s / fixed_s:.2f}")
     print(f"fixed runs contended (left out): {int(fixed_all['contended'].sum())}; looks at "
           f"{100 * rules.look_confidence:.2f}% each")
+    if record.data.tags.get("wif.race.same_as"):
+        print(f"raced as one (the same code on this CPU): {record.data.tags['wif.race.same_as']}")
     agree = True
     for fraction, runs in fixed.groupby("fraction"):
         s = summarize_fraction(runs, a.baseline, runs_io.MEDIAN, [], 0.95, 0.05, rules.margin)

@@ -167,6 +167,9 @@ class RaceConfig:
     max_blocks: int = 10  # and the race stops here whatever it has seen
     margin: float = 0.02  # settings within this share of the fastest count as tied
     confidence: float = 0.95  # over the whole race: each look spends (1 - confidence) / looks
+    # On a CPU, options that differ only in pin_memory / non_blocking (no-ops there) run the same code:
+    # race one of them for all (false: race each anyway, to see for yourself that they tie).
+    merge_identical: bool = True
     id: str = ""  # set by the race sweeper on its jobs (tag wif.race_id); not to be set by hand
 
 

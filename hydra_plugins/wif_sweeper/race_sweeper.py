@@ -25,6 +25,7 @@ from wif.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
 from wif.race import FractionState, RaceRules, look
 
 log = logging.getLogger("wif")
+Cell = Tuple[str, ...]  # a cell's overrides, without the block
 
 
 @dataclass
@@ -44,17 +45,28 @@ class RaceSweeper(BasicSweeper):
         cells = list(dict.fromkeys(tuple(o for o in job if block_of([o]) == "") for job in grid))
         cfg = self.config
         rules = RaceRules(cfg.race.min_blocks, cfg.race.max_blocks, cfg.race.margin, cfg.race.confidence)
-        names = self._name_cells(cells)
+        names, runs_as = self._name_cells(cells)
         problems = rules.problems() + _single_settings(names)
         if problems:
             for problem in problems:
                 log.error("Bad setting: %s", problem)
             raise SystemExit(EXIT_BAD_SETTING)
-        race_id = hashlib.sha256(json.dumps([sorted(cells), [rules.min_blocks, rules.max_blocks, rules.margin,
-                                                              rules.confidence]]).encode()).hexdigest()[:16]
+        same_as = _same_as(cells, names, runs_as) if cfg.race.merge_identical and _cpu_only(cfg) else {}
+        twins, fixed_cells = _twins_text(same_as, names), len(cells)
+        cells = [cell for cell in cells if cell not in same_as]
+        names = {cell: names[cell] for cell in cells}
+        if same_as and _single_settings(names):
+            for problem in _single_settings(names):
+                log.error("Bad setting: %s, once the options that run the same code on this CPU race as one (%s; "
+                          "race.merge_identical=false races them apart)", problem,
+                          "; ".join(f"{', '.join(m)} as {s}" for s, m in twins.items()))
+            raise SystemExit(EXIT_BAD_SETTING)
+        key = [sorted(cells), [rules.min_blocks, rules.max_blocks, rules.margin, rules.confidence]]
+        key += [sorted(same_as)] if same_as else []  # merging or not is another race
+        race_id = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
         shuffle = bool(OmegaConf.select(cfg, "sweep.shuffle", default=True))
         sweep.TALLY.total = len(cells) * rules.max_blocks  # at most: the progress label counts against it
-        record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, len(cells))
+        record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, fixed_cells, twins)
         states = {fr: FractionState(fr, sorted({s for s, f in names.values() if f == fr})) for fr in _fractions(names)}
         try:
             states, returns = self._run_blocks(cells, names, states, rules, race_id, shuffle, record)
@@ -92,20 +104,71 @@ class RaceSweeper(BasicSweeper):
                          block + 1, rules.min_blocks, len(runs), rules.min_blocks)
         return states, returns
 
-    def _name_cells(self, cells: Sequence[Tuple[str, ...]]) -> Dict[Tuple[str, ...], Tuple[str, float]]:
-        """Each cell's setting (the report's row name) and fraction, from its composed configuration."""
+    def _name_cells(self, cells: Sequence[Cell]) -> Tuple[Dict[Cell, Tuple[str, float]], Dict[Cell, str]]:
+        """Each cell's setting (the report's row name) and fraction, and what its run does on a CPU (a key:
+        cells with the same key run the same code there), from its composed configuration."""
         from wif.job import cell_name
 
         loader = self.hydra_context.config_loader
-        out = {}
+        names, on_cpu = {}, {}
         for cell in cells:
             composed = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(cell))
             with open_dict(composed):
                 del composed["hydra"]
             conf = OmegaConf.to_object(composed)
             setting, _, fraction = cell_name(conf).rpartition("@")
-            out[cell] = (setting, float(fraction))
-        return out
+            names[cell] = (setting, float(fraction))
+            on_cpu[cell] = _what_runs_on_cpu(conf)
+        return names, on_cpu
+
+
+def _what_runs_on_cpu(conf: Any) -> str:
+    """The cell's configuration as a CPU runs it: pin_memory and non_blocking do nothing without CUDA, and
+    an option's name is only a name (gpu_resident differs by its transfer, not by its name)."""
+    from wif.config import as_plain
+    from wif.job import NOT_IDENTITY
+
+    plain = {k: v for k, v in as_plain(conf).items() if k not in NOT_IDENTITY and k != BLOCK_KEY}
+    plain["loader"] = {**plain["loader"], "name": "", "pin_memory": False}
+    plain["transfer"] = {**plain["transfer"], "non_blocking": False}
+    return json.dumps(plain, sort_keys=True, default=str)
+
+
+def _cpu_only(cfg: Any) -> bool:
+    """Whether every job of this sweep runs on a CPU: device=cpu, or jobs run here and here is no CUDA.
+    A submitting launcher (slurm, local_gpus) runs them elsewhere: nothing is assumed."""
+    from wif.cluster import SUBMITTING_LAUNCHERS
+    from wif.supervise import cuda_present
+
+    device = OmegaConf.select(cfg, "device", default="auto")
+    if getattr(device, "name", device) == "cpu":
+        return True
+    launcher = str(OmegaConf.select(cfg, "hydra.runtime.choices.hydra/launcher", default="basic") or "basic")
+    if launcher in SUBMITTING_LAUNCHERS:
+        return False
+    return not cuda_present()
+
+
+def _same_as(cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]],
+             on_cpu: Dict[Cell, str]) -> Dict[Cell, Cell]:
+    """Cell -> the earlier cell of its fraction whose run would be the same on a CPU; only cells that have one."""
+    first: Dict[Tuple[float, str], Cell] = {}
+    out = {}
+    for cell in cells:
+        twin = first.setdefault((names[cell][1], on_cpu[cell]), cell)
+        if twin != cell:
+            out[cell] = twin
+    return out
+
+
+def _twins_text(same_as: Dict[Cell, Cell], names: Dict[Cell, Tuple[str, float]]) -> Dict[str, List[str]]:
+    """Per raced setting, the settings that ran as it ({'baseline': ['pin', 'pin_nb']}), over all fractions."""
+    out: Dict[str, List[str]] = {}
+    for cell, twin in same_as.items():
+        merged = out.setdefault(names[twin][0], [])
+        if names[cell][0] not in merged:
+            merged.append(names[cell][0])
+    return out
 
 
 def _fractions(names: Dict[Any, Tuple[str, float]]) -> List[float]:

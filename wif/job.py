@@ -46,6 +46,18 @@ def _tracker(uri: str, experiment: str) -> Tracker:
     return _TRACKERS[key]
 
 
+def run_identity(conf: Config, device: str) -> dict:
+    """What makes two runs the same job (resume finds a finished run by its hash): the configuration on the
+    device it resolved to, without the keys that only say how the job is run, tracked or swept."""
+    identity = {k: v for k, v in as_plain(conf).items() if k not in NOT_IDENTITY}
+    identity["data"] = {k: v for k, v in identity["data"].items()
+                        if k != "cache_dir" and not (k == "skip_bad" and not v)}  # runs before skip_bad keep theirs
+    identity["device"] = device
+    if conf.engine.name is EngineName.dataloader:  # runs from before engines existed resume as the same jobs
+        identity.pop("engine")
+    return identity
+
+
 def cell_name(conf: Config) -> str:
     """Loader option, the loader knobs set away from PyTorch's defaults, the engine when it is not
     DataLoader, and the fraction: what the report compares across repeats. data=fixed runs (the report's
@@ -91,13 +103,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     silence_worker_count_warning()
 
     plain = as_plain(conf)
-    identity = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}
-    identity["data"] = {k: v for k, v in identity["data"].items()
-                        if k != "cache_dir" and not (k == "skip_bad" and not v)}  # runs before skip_bad keep theirs
-    identity["device"] = device
-    if conf.engine.name is EngineName.dataloader:  # runs from before engines existed resume as the same jobs
-        identity.pop("engine")
-    digest = config_hash(identity)
+    digest = config_hash(run_identity(conf, device))
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
     sweep_id, pos, multirun = _sweep_position()
     tally = sweep.TALLY

@@ -52,7 +52,7 @@ class RaceSweeper(BasicSweeper):
                 log.error("Bad setting: %s", problem)
             raise SystemExit(EXIT_BAD_SETTING)
         same_as = _same_as(cells, names, runs_as) if cfg.race.merge_identical and _cpu_only(cfg) else {}
-        twins, fixed_cells = _twins_text(same_as, names), len(cells)
+        twins, fixed_cells = _twins(same_as, names), len(cells)
         cells = [cell for cell in cells if cell not in same_as]
         names = {cell: names[cell] for cell in cells}
         if same_as and _single_settings(names):
@@ -125,13 +125,13 @@ class RaceSweeper(BasicSweeper):
 def _what_runs_on_cpu(conf: Any) -> str:
     """The cell's configuration as a CPU runs it: pin_memory and non_blocking do nothing without CUDA, and
     an option's name is only a name (gpu_resident differs by its transfer, not by its name)."""
-    from wif.config import as_plain
-    from wif.job import NOT_IDENTITY
+    from wif.job import run_identity
 
-    plain = {k: v for k, v in as_plain(conf).items() if k not in NOT_IDENTITY and k != BLOCK_KEY}
-    plain["loader"] = {**plain["loader"], "name": "", "pin_memory": False}
-    plain["transfer"] = {**plain["transfer"], "non_blocking": False}
-    return json.dumps(plain, sort_keys=True, default=str)
+    job = run_identity(conf, "cpu")
+    job.pop(BLOCK_KEY)
+    job["loader"] = {**job["loader"], "name": "", "pin_memory": False}
+    job["transfer"] = {**job["transfer"], "non_blocking": False}
+    return json.dumps(job, sort_keys=True, default=str)
 
 
 def _cpu_only(cfg: Any) -> bool:
@@ -161,8 +161,8 @@ def _same_as(cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]],
     return out
 
 
-def _twins_text(same_as: Dict[Cell, Cell], names: Dict[Cell, Tuple[str, float]]) -> Dict[str, List[str]]:
-    """Per raced setting, the settings that ran as it ({'baseline': ['pin', 'pin_nb']}), over all fractions."""
+def _twins(same_as: Dict[Cell, Cell], names: Dict[Cell, Tuple[str, float]]) -> Dict[str, List[str]]:
+    """Per raced setting, the settings that race as it ({'baseline': ['pin', 'pin_nb']}), over all fractions."""
     out: Dict[str, List[str]] = {}
     for cell, twin in same_as.items():
         merged = out.setdefault(names[twin][0], [])

@@ -169,7 +169,8 @@ def _as_raced(client: MlflowClient, experiment: str, value: str, runs: pd.DataFr
         s.notes.append(f"These runs come from race {race_id[:8]}, whose own run (wif.kind=race) is gone: they are "
                        "compared as a fixed grid, which ignores that the race looked after every block.")
         return s
-    s.race = raced.answer(runs, value, record[0], race_id, record[1])
+    rules, same_as = record
+    s.race = raced.answer(runs, value, rules, race_id, same_as)
     s.table = raced.apply(s.table, s.fit, s.race)
     return s
 

@@ -12,7 +12,7 @@ register_configs()
 def main(cfg: DictConfig) -> object:
     # Imported here, not above: DataLoader workers started with spawn or forkserver import this file as
     # their main module, and must not pay for MLflow and the job machinery they never use.
-    from wif.job import run_job
+    from wif.sweep.job import run_job
 
     return run_job(cfg)
 

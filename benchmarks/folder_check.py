@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wif.config import DataConfig, DataSource  # noqa: E402
-from wif.data import generate_synthetic  # noqa: E402
-from wif.folder_check import check_folder  # noqa: E402
+from wif.data.folder_check import check_folder  # noqa: E402
+from wif.data.synthetic import generate_synthetic  # noqa: E402
 
 CLASSES = 10
 TEST_SHARE = 0.2  # of the files, in test/

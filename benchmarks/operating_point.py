@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wif.config import ConfigError, EngineName, register_configs, validate  # noqa: E402
-from wif.data import load_datasets  # noqa: E402
-from wif.engines import build_engine_batches  # noqa: E402
-from wif.loop import loader_epoch  # noqa: E402
-from wif.transfer import make_transfer  # noqa: E402
+from wif.data.datasets import load_datasets  # noqa: E402
+from wif.data.engines import build_engine_batches  # noqa: E402
+from wif.data.transfer import make_transfer  # noqa: E402
+from wif.run.loop import loader_epoch  # noqa: E402
 
 
 def images_per_s(overrides: List[str], engine: str, workers: int, epochs: int) -> Optional[float]:

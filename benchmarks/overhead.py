@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wif.config import MeasureConfig, register_configs  # noqa: E402
-from wif.data import load_datasets  # noqa: E402
-from wif.job import run_job  # noqa: E402
-from wif.model import build_model  # noqa: E402
-from wif.training import preload, seed_everything  # noqa: E402
+from wif.data.datasets import load_datasets  # noqa: E402
+from wif.run.model import build_model  # noqa: E402
+from wif.run.training import preload, seed_everything  # noqa: E402
+from wif.sweep.job import run_job  # noqa: E402
 
 
 def bare_loop(conf, queue) -> None:

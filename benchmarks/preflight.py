@@ -1,4 +1,4 @@
-"""What checking a whole sweep before its first job costs: the study's 330 jobs, wif.preflight against
+"""What checking a whole sweep before its first job costs: the study's 330 jobs, wif.sweep.preflight against
 composing every job in full as Hydra's launcher does (measured on a sample, scaled to the sweep).
 
 Imports (torch, torchvision) are paid before timing: the first job of the sweep pays them anyway.
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wif.config import register_configs  # noqa: E402
-from wif.preflight import _typed, bad_jobs  # noqa: E402
-from wif.sweep import plan_jobs  # noqa: E402
+from wif.sweep.callback import plan_jobs  # noqa: E402
+from wif.sweep.preflight import _typed, bad_jobs  # noqa: E402
 
 STUDY = ["loader=glob(*)", "data.fraction=0.1,0.4,0.7"]
 SAMPLE = 20  # jobs composed in full to estimate that cost per job

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from wif.race import RaceRules
 from wif.report import runs as runs_io
+from wif.report.race import RaceRules
 from wif.report.stats import summarize_fraction
 
 ROOT = Path(__file__).resolve().parents[1]

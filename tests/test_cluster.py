@@ -21,8 +21,15 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from tests.conftest import CONF, ROOT, run_train, train_runs
-from wif.cluster import check_gpu_parallelism, cluster_tags, is_job_command, job_processes, node_jobs, plan_local_gpus
-from wif.gpus import ClusterError, claim_gpu, release_gpu
+from wif.sweep.cluster import (
+    check_gpu_parallelism,
+    cluster_tags,
+    is_job_command,
+    job_processes,
+    node_jobs,
+    plan_local_gpus,
+)
+from wif.sweep.gpus import ClusterError, claim_gpu, release_gpu
 
 CLUSTER_TAGS = {"wif.node", "wif.launcher", "wif.node_jobs"}
 SMOKE = ("preset=smoke", "repeat=0")
@@ -72,8 +79,8 @@ def test_slurm_launcher_composes_with_what_a_user_sets() -> None:
     assert (launcher.partition, launcher.account, launcher.constraint) == ("gpu", "proj42", "a100")
     assert (launcher.timeout_min, launcher.cpus_per_task, launcher.mem_gb) == (600, 12, 48)
     assert launcher.array_parallelism == 8 and list(launcher.setup) == ["module load cuda"]
-    assert cfg.hydra.callbacks.wif_cluster._target_ == "wif.cluster.ClusterCallback"
-    assert cfg.hydra.callbacks.sweep._target_ == "wif.sweep.SweepCallback"  # the study's own stays
+    assert cfg.hydra.callbacks.wif_cluster._target_ == "wif.sweep.cluster.ClusterCallback"
+    assert cfg.hydra.callbacks.sweep._target_ == "wif.sweep.callback.SweepCallback"  # the study's own stays
     script = sbatch_script(launcher, jobs=33)
     for line in ("--gpus-per-node=1", "--ntasks-per-node=1", "--cpus-per-task=12", "--mem=48GB", "--time=600",
                  "--partition=gpu", "--account=proj42", "--constraint=a100", "--array=0-32%8", "module load cuda"):
@@ -172,7 +179,7 @@ def test_check_gpu_parallelism() -> None:
 HOLDER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from wif.gpus import claim_gpu
+from wif.sweep.gpus import claim_gpu
 print(claim_gpu(sys.argv[1].split(",")).token, flush=True)
 time.sleep(60)
 """

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
-
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from tests.conftest import CONF, LOADERS, STUDY_LOADERS, compose_cfg
 from wif.config import Config, ConfigError, TransferKind, validate
-from wif.sweep import plan_jobs
+from wif.sweep.callback import plan_jobs
 
 EXPECTED = {  # name: (pin_memory, non_blocking, background, num_workers, prefetch_factor, transfer kind)
     "baseline": (False, False, False, 0, None, "copy"),

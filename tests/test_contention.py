@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from tests.conftest import run_train, train_runs
-from wif.contention import tree_cpu_s
+from wif.measure.contention import tree_cpu_s
 
 pytestmark = pytest.mark.slow
 

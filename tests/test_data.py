@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg
 from wif.config import ConfigError
-from wif.data import folder_arrays, load_datasets, split_indices, synthetic_arrays
+from wif.data.datasets import folder_arrays, load_datasets, split_indices
+from wif.data.synthetic import synthetic_arrays
 
 
 def _data_cfg(cache: Path, *overrides: str):

@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, compose_cfg, run_train, train_runs
 from wif.config import ConfigError, EngineName, validate
-from wif.data import load_datasets
-from wif.engines import build_engine_batches
-from wif.job import cell_name
+from wif.data.datasets import load_datasets
+from wif.data.engines import build_engine_batches
+from wif.sweep.job import cell_name
 
 ENGINES = [e.value for e in EngineName]
 CELLS = sorted(p.stem for p in (CONF / "pipelines").glob("*.yaml"))

@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader, Dataset
 from tests.conftest import CONF, run_train, train_runs
 from tests.test_data import _data_cfg, _image_folder
 from wif.config import ConfigError, as_plain
-from wif.exits import describe
-from wif.folder_check import check_folder
-from wif.preflight import _Composer, _typed, bad_jobs, job_names
-from wif.sweep import plan_jobs
+from wif.config.exits import describe
+from wif.data.folder_check import check_folder
+from wif.sweep.callback import plan_jobs
+from wif.sweep.preflight import _Composer, _typed, bad_jobs, job_names
 
 
 @pytest.fixture

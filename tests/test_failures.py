@@ -137,7 +137,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: 
 
 def test_processes_opening_one_new_sqlite_store_together_all_succeed(tmp_path: Path) -> None:
     """MLflow migrates a new SQLite schema on first use; racing migrations used to corrupt it for good."""
-    opener = "import sys; from wif.tracking import Tracker; print(Tracker(sys.argv[1], 'race').experiment_id)"
+    opener = "import sys; from wif.measure.tracking import Tracker; print(Tracker(sys.argv[1], 'race').experiment_id)"
     for round_ in range(3):
         uri = f"sqlite:///{tmp_path / f'r{round_}' / 'mlflow.db'}"
         procs = [subprocess.Popen([sys.executable, "-c", opener, uri], cwd=ROOT, text=True,

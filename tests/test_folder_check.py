@@ -11,7 +11,7 @@ import torch
 from tests.conftest import run_train, train_runs
 from tests.test_data import _data_cfg, _image_folder
 from wif.config import ConfigError
-from wif.folder_check import LIST_LIMIT, check_folder, require_readable
+from wif.data.folder_check import LIST_LIMIT, check_folder, require_readable
 
 SMALL = ("preset=smoke", "data=folder", "data.fraction=1.0", "data.val_split=0.25", "trainer.epochs=2")
 

@@ -29,11 +29,11 @@ def test_vram_and_gpu_idle_figures(tmp_path: Path, store: str, cache_dir: Path) 
 def test_the_timed_loop_never_synchronizes(cache_dir: Path) -> None:
     """With pinned memory and non_blocking copies, the only implicit syncs of an epoch are the reads
     after its end: their count must not grow with the number of steps (sync debug mode reports each)."""
-    from wif.data import load_datasets
-    from wif.loaders import build_batches
-    from wif.loop import train_epoch
-    from wif.model import build_model
-    from wif.transfer import make_transfer
+    from wif.data.datasets import load_datasets
+    from wif.data.loaders import build_batches
+    from wif.data.transfer import make_transfer
+    from wif.run.loop import train_epoch
+    from wif.run.model import build_model
 
     conf = OmegaConf.to_object(compose_cfg("preset=smoke", "loader=pin_nb", "data.fraction=0.7",
                                            f"data.cache_dir={cache_dir}"))

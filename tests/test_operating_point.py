@@ -11,8 +11,9 @@ from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg, run_train, train_runs
 from wif.config import ConfigError, validate
-from wif.data import DecodedSplit, encoded_arrays, load_datasets
-from wif.loaders import build_batches
+from wif.data.datasets import DecodedSplit, load_datasets
+from wif.data.loaders import build_batches
+from wif.data.synthetic import encoded_arrays
 
 
 def _conf(cache: Path, *overrides: str):

@@ -9,16 +9,15 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
+import statsmodels.formula.api as smf
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from scipy import stats as sps
 
-import statsmodels.formula.api as smf
-
 from wif.report import plots
 from wif.report.cli import main
 from wif.report.runs import RunFilter, load_runs
-from wif.report.tables import slower_by
+from wif.report.verdicts import slower_by
 
 CONFIDENCE = 0.95
 GPU = "NVIDIA H100 80GB HBM3"

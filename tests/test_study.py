@@ -8,7 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import STUDY_LOADERS, run_train, train_runs
-from wif.sysinfo import usable_cores
+from wif.measure.sysinfo import usable_cores
 
 pytestmark = pytest.mark.slow
 

@@ -16,12 +16,12 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg, run_train, train_runs
-from wif.batch_size import find_largest
 from wif.config import ConfigError, DataSource, TransferKind, validate, warnings_for
-from wif.loaders import FixedBatches
-from wif.training import CappedBatches
-from wif.transfer import StreamPrefetcher, make_transfer
-from wif.tune import pick_best, search_workers
+from wif.data.loaders import FixedBatches
+from wif.data.transfer import StreamPrefetcher, make_transfer
+from wif.run.training import CappedBatches
+from wif.tools.batch_size import find_largest
+from wif.tools.tune import pick_best, search_workers
 
 # cpu_util_pct and workers_peak come from the sampler's 0.5 s tree samples: a smoke loader-only run is shorter.
 LOADER_FIGURES = {"epoch_time_s", "throughput_img_s", "data_wait_s", "first_batch_s", "data_wait_share",
@@ -179,7 +179,7 @@ def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache
 
 
 def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.tune", "preset=smoke", "data.fraction=0.4", "--batches", "3",
+    proc = _tool(tmp_path, store, cache_dir, "wif.tools.tune", "preset=smoke", "data.fraction=0.4", "--batches", "3",
                  "--epochs", "2", "--max-workers", "2", "--step", "2", "--radius", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
@@ -196,12 +196,12 @@ def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, c
 
 
 def test_wif_tune_refuses_a_loader_it_cannot_tune(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.tune", "loader=bg")
+    proc = _tool(tmp_path, store, cache_dir, "wif.tools.tune", "loader=bg")
     assert proc.returncode == 2 and "BackgroundGenerator" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_wif_batch_size_says_it_needs_cuda(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.batch_size", "preset=smoke", env={"CUDA_VISIBLE_DEVICES": ""})
+    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "needs a CUDA device" in proc.stderr
 
@@ -231,7 +231,7 @@ def test_stream_prefetcher_never_uses_a_batch_before_its_copy(behind_cycles: int
 
 @gpu_only
 def test_stream_prefetcher_trains_like_the_plain_copy(cache_dir: Path) -> None:
-    from wif.training import train
+    from wif.run.training import train
 
     losses = {}
     for transfer in ("non_blocking", "stream"):
@@ -250,13 +250,13 @@ def test_stream_prefetcher_trains_like_the_plain_copy(cache_dir: Path) -> None:
 
 @gpu_only
 def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.batch_size", "preset=smoke", "--max-batch", "512")
+    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--max-batch", "512")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Largest batch size: 512" in proc.stdout and "Use it: python train.py data.batch_size=512" in proc.stdout
-    proc = _tool(tmp_path, store, cache_dir, "wif.batch_size", "preset=smoke", "--fill", "0.0001")
+    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--fill", "0.0001")
     assert proc.returncode == 1 and "not even a batch" in proc.stderr and "Traceback" not in proc.stderr
 
-    from wif.batch_size import run_probe
+    from wif.tools.batch_size import run_probe
 
     conf = OmegaConf.to_object(compose_cfg("preset=smoke"))
     probe = run_probe(conf, 64, 2)

@@ -1,0 +1,18 @@
+"""Who is Faster: which PyTorch data-loading and host-to-GPU transfer settings train fastest, and what
+each costs in VRAM and RAM.
+
+The packages, bottom to top; each imports only from those below it (tests/test_layout.py checks):
+
+    config   what a run is: typed schema, checks, composition for the tools, exit codes
+    measure  how a run is observed and recorded: clocks, memory sampler, NVML, contention, host facts,
+             MLflow tracking, process lifetime
+    data     where batches come from: data sources and their cache, image folders, datasets, loaders,
+             transfer to the device, loader engines
+    run      one run: model, epoch loop, training, the supervised child process
+    sweep    many runs: the Hydra job, the sweep's callback and tally, preflight, blocks, the race's
+             record, cluster and GPU placement
+    tools    wif-tune and wif-batch-size (import run and below, never sweep)
+
+`report` stands beside them: it reads the MLflow store (and `measure.tracking` for its address) and never
+imports torch or the training code; the sweep uses its pure race rules.
+"""

@@ -1,7 +1,7 @@
 """`hydra/sweeper=blocks` (wif's default): Hydra's basic sweeper, with cells shuffled within each block.
 
 It expands the grid exactly as the basic sweeper does (so every launcher, basic, local_gpus or slurm,
-gets the same jobs), then reorders them with `wif.blocks.shuffle_within_blocks` unless the task config
+gets the same jobs), then reorders them with `wif.sweep.blocks.shuffle_within_blocks` unless the task config
 says `sweep.shuffle=false`. Hydra finds it in the `hydra_plugins` namespace package, as it finds the
 Optuna and Ax sweepers.
 """
@@ -14,7 +14,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweepe
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.types import Override
 
-from wif.blocks import shuffle_within_blocks
+from wif.sweep.blocks import shuffle_within_blocks
 
 
 @dataclass

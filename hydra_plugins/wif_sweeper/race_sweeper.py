@@ -1,5 +1,5 @@
 """`hydra/sweeper=race`: the grid run in blocks, dropping after each block the settings already clearly
-slower than those that may be fastest (wif.race), until each fraction is settled or race.max_blocks.
+slower than those that may be fastest (wif.report.race), until each fraction is settled or race.max_blocks.
 
 Each block is one repeat of every cell still in the race, in the order `sweep.shuffle` gives, launched
 through whatever launcher is configured. The race reads its runs back from MLflow (tag wif.race_id), so
@@ -19,10 +19,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
-from wif import sweep
-from wif.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
-from wif.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
-from wif.race import FractionState, RaceRules, look
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
+from wif.report.race import FractionState, RaceRules, look
+from wif.sweep import callback
+from wif.sweep.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
 
 log = logging.getLogger("wif")
 Cell = Tuple[str, ...]  # a cell's overrides, without the block
@@ -38,7 +38,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweepe
 
 class RaceSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
-        from wif.race_log import RaceLog  # the job machinery: imported once the sweep starts
+        from wif.sweep.race_log import RaceLog  # the job machinery: imported once the sweep starts
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         (grid,) = BasicSweeper.split_arguments(parser.parse_overrides(self._parse_config() + arguments), None)
@@ -65,7 +65,7 @@ class RaceSweeper(BasicSweeper):
         key += [sorted(same_as)] if same_as else []  # merging or not is another race
         race_id = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
         shuffle = bool(OmegaConf.select(cfg, "sweep.shuffle", default=True))
-        sweep.TALLY.total = len(cells) * rules.max_blocks  # at most: the progress label counts against it
+        callback.TALLY.total = len(cells) * rules.max_blocks  # at most: the progress label counts against it
         record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, fixed_cells, twins)
         states = {fr: FractionState(fr, sorted({s for s, f in names.values() if f == fr})) for fr in _fractions(names)}
         try:
@@ -107,7 +107,7 @@ class RaceSweeper(BasicSweeper):
     def _name_cells(self, cells: Sequence[Cell]) -> Tuple[Dict[Cell, Tuple[str, float]], Dict[Cell, str]]:
         """Each cell's setting (the report's row name) and fraction, and what its run does on a CPU (a key:
         cells with the same key run the same code there), from its composed configuration."""
-        from wif.job import cell_name
+        from wif.sweep.job import cell_name
 
         loader = self.hydra_context.config_loader
         names, on_cpu = {}, {}
@@ -125,7 +125,7 @@ class RaceSweeper(BasicSweeper):
 def _what_runs_on_cpu(conf: Any) -> str:
     """The cell's configuration as a CPU runs it: pin_memory and non_blocking do nothing without CUDA, and
     an option's name is only a name (gpu_resident differs by its transfer, not by its name)."""
-    from wif.job import run_identity
+    from wif.sweep.job import run_identity
 
     job = run_identity(conf, "cpu")
     job.pop(BLOCK_KEY)
@@ -137,8 +137,8 @@ def _what_runs_on_cpu(conf: Any) -> str:
 def _cpu_only(cfg: Any) -> bool:
     """Whether every job of this sweep runs on a CPU: device=cpu, or jobs run here and here is no CUDA.
     A submitting launcher (slurm, local_gpus) runs them elsewhere: nothing is assumed."""
-    from wif.cluster import SUBMITTING_LAUNCHERS
-    from wif.supervise import cuda_present
+    from wif.run.supervise import cuda_present
+    from wif.sweep.cluster import SUBMITTING_LAUNCHERS
 
     device = OmegaConf.select(cfg, "device", default="auto")
     if getattr(device, "name", device) == "cpu":

@@ -1,4 +1,7 @@
-"""`wif-report`: the study's answer (who is faster, with confidence) from the runs in MLflow.
+"""`wif-report`: the study's answer (who is faster, with confidence) from the runs in MLflow: reading the
+runs (runs), the model and its simultaneous comparisons (model, stats), the race's pure rules that the
+racing sweep and the report share (race, raced), words and tables (verdicts, tables), pictures (plots, figures).
 
-Reads MLflow only; never imports the training code (no torch), so it runs anywhere the store is reachable.
+Reads the store only: imports no wif package but `wif.measure.tracking` (the store's address), and never
+torch or the training code, so it runs anywhere the store is reachable.
 """

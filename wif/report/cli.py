@@ -17,9 +17,10 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from wif.report import plots, raced, runs as runs_io, stats, tables
-from wif.report.tables import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
-from wif.tracking import default_tracking_uri
+from wif.measure.tracking import default_tracking_uri
+from wif.report import figures, raced, stats, tables
+from wif.report import runs as runs_io
+from wif.report.verdicts import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
 
 SUMMARY_METRICS = [m for m in runs_io.FINAL_METRICS if m not in runs_io.STATISTICS.values()]
 
@@ -153,7 +154,7 @@ def _section(client: MlflowClient, args: argparse.Namespace, value: str, runs: p
                  for _, group in runs.groupby("fraction")]
     curve_fraction = args.curves_fraction or max(s.fraction for s in summaries)
     curves = _curves(client, runs[runs["fraction"] == curve_fraction])
-    pngs = plots.write_plots(args.out, suffix, testbed, summaries, runs, curves, curve_fraction,
+    pngs = figures.write_plots(args.out, suffix, testbed, summaries, runs, curves, curve_fraction,
                              (RAM_COLUMNS[args.ram], VRAM_COLUMNS[args.vram]), args.confidence, args.alpha)
     return tables.Section(testbed, runs, summaries, [p.name for p in pngs])
 

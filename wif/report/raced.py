@@ -1,4 +1,4 @@
-"""A raced sweep's answer, read back: the race replayed from its runs with its own rules (`wif.race`).
+"""A raced sweep's answer, read back: the race replayed from its runs with its own rules (`wif.report.race`).
 
 A race looks after every block, spends its error over those looks and stops the settings it drops early.
 A fresh 95% comparison of its runs would ignore both, and could name another possibly-fastest set than the
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from wif.race import FractionState, RaceRules, replay
 from wif.report import model
+from wif.report.race import FractionState, RaceRules, replay
 
 
 @dataclass(frozen=True)

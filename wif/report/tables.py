@@ -1,4 +1,5 @@
-"""Words and tables: the per-fraction Markdown tables, the verdict sentences, the CSV rows.
+"""Tables and the whole report: the per-fraction Markdown tables and their footnotes, the CSV rows, the runs
+set apart, and the Markdown document that puts them around the verdicts (`verdicts`).
 
 Everything here formats what `stats` computed; nothing is estimated here.
 """
@@ -12,13 +13,10 @@ from typing import Sequence
 import pandas as pd
 
 from wif.report import model
-from wif.report.stats import FractionSummary, significance
+from wif.report.stats import FractionSummary
+from wif.report.verdicts import RAM_COLUMNS, Verdicts, mb, method_note, num, sensitivity_note, slower_by, verdict
 
-VERDICT_NAMES = 5  # clearly slower settings named in the verdict; the table lists them all
 NO_INTERVAL_MARK = "†"
-RAM_COLUMNS = {"rss": "ram_peak_rss_mb", "uss": "ram_peak_uss_mb", "pss": "ram_peak_pss_mb"}
-VRAM_COLUMNS = {"allocated": "vram_peak_allocated_mb", "reserved": "vram_peak_reserved_mb",
-                "device": "vram_peak_device_mb"}
 MIXED_PARAMS = {"batch_size": "data.batch_size", "epochs": "trainer.epochs", "data_source": "data.source"}
 
 
@@ -47,29 +45,6 @@ class Section:
     images: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Verdicts:
-    """How the verdict judges: the significance level and which memory figures count as 'cheap'."""
-
-    alpha: float
-    ram: str  # a key of RAM_COLUMNS
-    vram: str  # a key of VRAM_COLUMNS
-
-
-def _num(value: float, spec: str = ".3g") -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def _mb(value: float) -> str:
-    return _num(value, ",.0f")
-
-
-def slower_by(x: float) -> str:
-    """How much slower a ratio x >= 1 is: '2.46x' for a clear gap, '0.4%' below 1.1x, where two decimals
-    of x would read '1.00x', as if not slower at all."""
-    return f"{x:.2f}x" if x >= 1.1 else f"{100 * (x - 1):.1f}%"
-
-
 def _ratio(estimate: float, low: float, high: float) -> str:
     """'1.85x (1.70-2.01)', or without the interval when there is none."""
     if math.isnan(estimate):
@@ -87,23 +62,6 @@ def _test(speedup: float, p: float, alpha: float) -> str:
 def _p(p: float) -> str:
     """'p<0.001' or 'p=0.042'."""
     return "p<0.001" if p < 0.001 else f"p={p:.3f}"
-
-
-def method_note(s: FractionSummary, confidence: float) -> str:
-    """How the comparisons were made, in words a practitioner can check."""
-    f = s.fit
-    what = "run medians of epoch time" if s.value == "epoch_time_median_s" else "run means of epoch time"
-    design = (f"setting + block ({f.n_blocks} blocks)" if f.blocked else "setting (no usable blocks: "
-              + ("; ".join(f"block {b} lacks {', '.join(n)}" for b, n in sorted(s.missing.items()))
-                 or "no wif.block tags or a single block") + ")")
-    if f.df <= 0:
-        return (f"One model over {f.n_runs} runs: log({what}) = {design}; no residual degrees of freedom "
-                "(one run per setting), so nothing can be tested: run more repeats.")
-    return (f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
-            f"of freedom, run-to-run noise {math.expm1(f.sigma):.1%}. Speedups vs {s.baseline} carry "
-            f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is "
-            + (s.race.describe() + "." if s.race is not None else
-               f"Hsu's multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}."))
 
 
 def _vs_fastest(r: pd.Series) -> str:
@@ -127,16 +85,16 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for loader, r in s.table.iterrows():
         if r["n"] < 2:
-            time = f"{_num(r['time_s'], '.4g')} {NO_INTERVAL_MARK}"
+            time = f"{num(r['time_s'], '.4g')} {NO_INTERVAL_MARK}"
         else:
-            time = f"{r['time_s']:.4g} ± {_num((r['time_ci_high_s'] - r['time_ci_low_s']) / 2)}"
+            time = f"{r['time_s']:.4g} ± {num((r['time_ci_high_s'] - r['time_ci_low_s']) / 2)}"
         test = "—" if loader == s.baseline else _test(r["speedup"], r["p_adj"], alpha)
-        cells = [str(loader), str(int(r["n"])), time, _num(r["throughput_mean_img_s"], ",.0f"),
+        cells = [str(loader), str(int(r["n"])), time, num(r["throughput_mean_img_s"], ",.0f"),
                  _ratio(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]), test, _vs_fastest(r),
-                 _num(r["data_wait_share_mean"], ".1%"),
-                 f"{_mb(r['vram_peak_allocated_mb'])} / {_mb(r['vram_peak_device_mb'])}",
-                 " / ".join(_mb(r[c]) for c in RAM_COLUMNS.values()),
-                 _num(r["test_acc"])] + ([_num(r["bound_share"], ".0%")] if bound else [])
+                 num(r["data_wait_share_mean"], ".1%"),
+                 f"{mb(r['vram_peak_allocated_mb'])} / {mb(r['vram_peak_device_mb'])}",
+                 " / ".join(mb(r[c]) for c in RAM_COLUMNS.values()),
+                 num(r["test_acc"])] + ([num(r["bound_share"], ".0%")] if bound else [])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -152,95 +110,6 @@ def footnotes(s: FractionSummary, confidence: float) -> list[str]:
     if s.sensitivity is not None:
         notes.append(sensitivity_note(s))
     return notes + s.notes
-
-
-def sensitivity_note(s: FractionSummary) -> str:
-    """Whether the answer moves once the runs flagged as outliers are left out."""
-    sens = s.sensitivity
-    runs = ", ".join(f"{r['loader']} block {r['block']} ({r['z']:+.1f} SD)" for _, r in sens.left_out.iterrows())
-    before = s.possibly_fastest
-    fastest = ("the same possibly-fastest set" if set(sens.possibly_fastest) == set(before) or s.race is not None
-               else f"possibly fastest {', '.join(sens.possibly_fastest)} (was {', '.join(before)})")
-    now = significance(s.table)
-    flips = [f"{n} {'becomes' if sens.significant[n] else 'is no longer'} significant"
-             for n in sorted(now) if n in sens.significant and sens.significant[n] != now[n]]
-    change = "; ".join([fastest] + flips) if flips or fastest != "the same possibly-fastest set" else None
-    return (f"Outliers (residual beyond {model.OUTLIER_SDS:g} robust SDs, kept in the table above): {runs}. "
-            + (f"Without them: {change}." if change else
-               f"Without them the answer is unchanged ({fastest}, same significant differences vs {s.baseline})."))
-
-
-def verdict(s: FractionSummary, rules: Verdicts) -> str:
-    """The answer to act on: who may be fastest, who is tied, the cheapest of those, who is clearly slower."""
-    t = s.table
-    if len(t) == 1:
-        return f"At fraction {s.fraction:g}, {t.index[0]} is the only setting that ran."
-    if s.fit.df <= 0:
-        return (f"At fraction {s.fraction:g}, {t.index[0]} has the lowest epoch time, but with one run per setting "
-                "nothing can be decided: run more repeats.")
-    best = s.possibly_fastest
-    tied = [n for n in t.index if bool(t.loc[n, "tied"]) and n in best]
-    pct = f"{s.margin:.0%}"
-    if len(best) == 1:
-        how = "by the race's looks" if s.race is not None else f"{s.confidence:.0%} MCB"
-        text = f"At fraction {s.fraction:g}, **{best[0]} is the fastest** (every other setting is slower, {how})"
-    else:
-        text = f"At fraction {s.fraction:g}, the fastest is one of **{', '.join(best)}**"
-        if len(tied) == len(best):
-            text += f", tied within {pct}"
-        elif len(tied) > 1:
-            text += f"; {', '.join(tied)} are tied within {pct}; more repeats would settle the rest"
-        else:
-            text += " (not yet separable: more repeats would tell)"
-    near = [n for n in t.index if bool(t.loc[n, "tied"]) and n not in best]
-    if near:
-        text += f"; {', '.join(near)} slower, but by less than {pct}"
-    text += _cheapest(t.loc[best + near], rules) + "."
-    slower = t[~t.index.isin(best + near)].sort_values("slower_at_least", ascending=False)
-    if not slower.empty:
-        named = [f"{n} (at least {slower_by(r['slower_at_least'])} slower)"
-                 for n, r in slower.head(VERDICT_NAMES).iterrows()]
-        rest = len(slower) - len(named)
-        least = slower_by(slower["slower_at_least"].min())
-        text += (" Clearly slower: " + ", ".join(named)
-                 + (f", and {rest} more, each at least {least} slower" if rest else "") + ".")
-    return text + _against_baseline(s, rules.alpha)
-
-
-def _against_baseline(s: FractionSummary, alpha: float) -> str:
-    t = s.table
-    if s.baseline not in t.index:
-        return f" No {s.baseline} runs to compare with."
-    others = t.drop(index=s.baseline)
-    sig = others["significant"].fillna(False).astype(bool)
-    faster, slower = int((sig & (others["speedup"] > 1)).sum()), int((sig & (others["speedup"] < 1)).sum())
-    return (f" Against {s.baseline}: {faster} faster, {slower} slower, {len(others) - faster - slower} "
-            f"not significantly different (simultaneous, alpha={alpha:g}).")
-
-
-def _cheapest(pool: pd.DataFrame, rules: Verdicts) -> str:
-    picks = {}
-    for label, columns, choice in (("RAM", RAM_COLUMNS, rules.ram), ("VRAM", VRAM_COLUMNS, rules.vram)):
-        column = _present(pool, [columns[choice], *columns.values()])
-        if column:
-            best = pool[column].idxmin()
-            picks[label] = (best, f"{_column_label(column)} {_mb(pool.loc[best, column])} MB")
-    if not picks or len(pool) < 2:
-        return ""
-    names = {name for name, _ in picks.values()}
-    if len(names) == 1:
-        figures = ", ".join(f"peak {label} {what}" for label, (_, what) in picks.items())
-        return f"; the cheapest in memory among them is **{names.pop()}** ({figures})"
-    return "; the cheapest among them " + " and ".join(f"in {label} is **{name}** (peak {what})"
-                                                        for label, (name, what) in picks.items())
-
-
-def _present(frame: pd.DataFrame, columns: Sequence[str]) -> str | None:
-    return next((c for c in columns if c in frame and frame[c].notna().any()), None)
-
-
-def _column_label(column: str) -> str:
-    return column.split("_")[-2].upper() if column.startswith("ram") else column.split("_")[-2]
 
 
 def csv_rows(s: FractionSummary, runs: pd.DataFrame) -> pd.DataFrame:
@@ -296,8 +165,8 @@ def contended_table(runs: pd.DataFrame, value: str) -> str:
         return "None."
     lines = ["| run | cell | others' CPU (% of a core) | epoch time s |", "|---|---|---|---|"]
     for _, r in runs.sort_values("host_other_cpu_pct", ascending=False).iterrows():
-        lines.append(f"| {r['run_name']} (`{r['run_id'][:8]}`) | {r['cell']} | {_num(r['host_other_cpu_pct'], '.0f')} | "
-                     f"{_num(r[value], '.4g')} |")
+        lines.append(f"| {r['run_name']} (`{r['run_id'][:8]}`) | {r['cell']} | {num(r['host_other_cpu_pct'], '.0f')} | "
+                     f"{num(r[value], '.4g')} |")
     return "\n".join(lines)
 
 

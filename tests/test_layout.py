@@ -1,0 +1,186 @@
+"""The folder tree is the architecture: packages by job, imports one way, no circles, small files.
+
+Every import in `wif/` is read from its source (`ast`), those inside functions included: an import deferred
+into a function is still a dependency, and hiding a circle that way is what this test exists to stop.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Set, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "wif"
+MAX_LINES = 320
+
+# Which wif packages each package may import (its own always). Bottom to top: config <- measure <- data <- run
+# <- sweep; tools beside sweep; the report reads the store (measure.tracking alone: see REPORT_MAY_IMPORT).
+MAY_IMPORT: Mapping[str, Set[str]] = {
+    "config": set(),
+    "measure": {"config"},
+    "data": {"config", "measure"},
+    "run": {"config", "measure", "data"},
+    "sweep": {"config", "measure", "data", "run", "report"},
+    "tools": {"config", "measure", "data", "run"},
+    "report": {"measure"},
+}
+REPORT_MAY_IMPORT = {"wif.measure.tracking", "wif.measure.lifetime"}  # the store's address, and what it imports
+HEAVY = {"torch", "torchvision", "prefetch_generator", "spdl", "torchdata"}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(source: str, module: str, is_package: bool, known: Set[str]) -> Set[str]:
+    """Every module this source imports, wherever the import statement stands; `from a import b` counts
+    as an import of `a.b` when that is a module, else of `a`. Relative imports are resolved."""
+    out: Set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                out.add(full if full in known else base)
+    return out
+
+
+def import_graph(root: Path, top: str) -> Tuple[Dict[str, Set[str]], Dict[str, Set[str]]]:
+    """(module -> the `top` modules it imports, module -> every top-level package it imports)."""
+    files = {module_name(p, root): p for p in (root / top).rglob("*.py")}
+    known = set(files)
+    internal: Dict[str, Set[str]] = {}
+    external: Dict[str, Set[str]] = {}
+    for name, path in files.items():
+        found = imports_of(path.read_text(), name, path.name == "__init__.py", known)
+        internal[name] = {m for m in found if m in known and m != name}
+        external[name] = {m.split(".")[0] for m in found}
+    return internal, external
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> List[List[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def wrong_way(graph: Mapping[str, Iterable[str]]) -> List[str]:
+    """Imports from one wif package into another that MAY_IMPORT does not allow, as 'a -> b' lines."""
+    bad = []
+    for src, targets in graph.items():
+        here = package_of(src)
+        for dst in targets:
+            there = package_of(dst)
+            if not here or there == here:
+                continue
+            allowed = there in MAY_IMPORT.get(here, set())
+            if here == "report":
+                allowed = dst in REPORT_MAY_IMPORT
+            if not allowed:
+                bad.append(f"{src} -> {dst}")
+    return sorted(bad)
+
+
+# ----------------------------------------------------------------------------- the checker checks
+def test_the_checker_finds_a_circle_and_an_upward_import(tmp_path: Path) -> None:
+    """A tree with a circle hidden in a function and a data -> run import: both are found."""
+    pkg = tmp_path / "wif"
+    for sub in ("data", "run"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "data" / "a.py").write_text("def f():\n    from wif.data import b\n")
+    (pkg / "data" / "b.py").write_text("from . import a\nfrom wif.run.loop import step\n")
+    (pkg / "run" / "loop.py").write_text("import torch\nimport wif.data\n")
+    graph, external = import_graph(tmp_path, "wif")
+    assert cycles(graph) == [["wif.data.a", "wif.data.b"]]
+    assert wrong_way(graph) == ["wif.data.b -> wif.run.loop"]
+    assert external["wif.run.loop"] == {"torch", "wif"}
+
+
+# ----------------------------------------------------------------------------- the tree itself
+@pytest.fixture(scope="module")
+def graph() -> Tuple[Dict[str, Set[str]], Dict[str, Set[str]]]:
+    return import_graph(ROOT, "wif")
+
+
+def test_every_package_is_one_the_layering_knows(graph) -> None:
+    internal, _ = graph
+    packages = {package_of(m) for m in internal} - {""}
+    assert packages == set(MAY_IMPORT), "a new package needs its place in MAY_IMPORT (and wif/__init__.py)"
+
+
+def test_no_import_circle(graph) -> None:
+    internal, _ = graph
+    assert cycles(internal) == []
+
+
+def test_imports_run_one_way(graph) -> None:
+    internal, _ = graph
+    assert wrong_way(internal) == []
+
+
+def test_the_report_never_imports_torch_or_the_training_code(graph) -> None:
+    _, external = graph
+    heavy = {m: sorted(libs & HEAVY) for m, libs in external.items() if package_of(m) == "report" and libs & HEAVY}
+    assert heavy == {}
+    done = subprocess.run([sys.executable, "-c", "import sys, wif.report.cli, wif.report.race; "
+                           "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % sorted(HEAVY)],
+                          capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.strip() == "[]"
+
+
+def test_each_package_says_what_lives_there() -> None:
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 40, f"{init.relative_to(ROOT)} needs a docstring saying what lives there"
+
+
+def test_no_file_is_long() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}

@@ -1,0 +1,37 @@
+"""What a run is: the typed schema of every config group, the checks a type cannot express, composing
+`conf/` for the command-line tools, and the exit codes. The bottom layer: imports no other wif package.
+
+The schema and its checks are re-exported here, the vocabulary every other package speaks.
+"""
+
+from wif.config.checks import validate, warnings_for
+from wif.config.schema import (
+                               Augment,
+                               Config,
+                               ConfigError,
+                               DataConfig,
+                               DataSource,
+                               Device,
+                               EngineConfig,
+                               EngineName,
+                               LoaderConfig,
+                               MeasureConfig,
+                               ModelConfig,
+                               ModelName,
+                               RaceConfig,
+                               StartMethod,
+                               SweepConfig,
+                               TrackingConfig,
+                               TrainerConfig,
+                               TrainerMode,
+                               TransferConfig,
+                               TransferKind,
+                               as_plain,
+                               register_configs,
+                               require,
+)
+
+__all__ = ["Augment", "Config", "ConfigError", "DataConfig", "DataSource", "Device", "EngineConfig", "EngineName",
+           "LoaderConfig", "MeasureConfig", "ModelConfig", "ModelName", "RaceConfig", "StartMethod", "SweepConfig",
+           "TrackingConfig", "TrainerConfig", "TrainerMode", "TransferConfig", "TransferKind", "as_plain",
+           "register_configs", "require", "validate", "warnings_for"]

@@ -1,0 +1,120 @@
+"""The checks a type alone cannot express: combinations that cannot run (refused with one line naming the
+key, before any data is built), and settings that are legal but have no effect (warned once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+from wif.config.engines import validate_engine
+from wif.config.schema import Augment, Config, DataSource, LoaderConfig, TransferKind, require
+
+
+def validate(cfg: Config, here: bool = True) -> None:
+    """Refuse combinations that cannot run, before any data is built or any run is created. `here=False`
+    (a sweep submitted to other machines) leaves out what only the machine that runs the job can tell."""
+    d, lo, tr = cfg.data, cfg.loader, cfg.trainer
+    require(0.0 < d.fraction <= 1.0,
+            f"data.fraction={d.fraction} is outside (0, 1]: pass a share of the training set, e.g. data.fraction=0.1.")
+    require(0.0 <= d.val_split < 1.0,
+            f"data.val_split={d.val_split} is outside [0, 1): it is the share of the subset kept for validation, e.g. 0.2.")
+    for key, value in (("data.batch_size", d.batch_size), ("trainer.epochs", tr.epochs),
+                       ("data.num_train", d.num_train), ("data.num_test", d.num_test),
+                       ("data.image_size", d.image_size)):
+        require(value > 0, f"{key}={value} must be a positive whole number.")
+    require(d.num_classes >= 2, f"data.num_classes={d.num_classes}: a classifier needs at least 2 classes.")
+    require(0 <= tr.warmup_epochs < tr.epochs or tr.epochs == 1,
+            f"trainer.warmup_epochs={tr.warmup_epochs} leaves no measured epoch out of trainer.epochs={tr.epochs}: "
+            "lower warmup_epochs or raise epochs.")
+    require(lo.num_workers >= 0, f"loader.num_workers={lo.num_workers}: the number of worker processes cannot be negative.")
+    require(lo.bg_max_prefetch > 0, f"loader.bg_max_prefetch={lo.bg_max_prefetch} must be at least 1.")
+    require(not (lo.background and lo.num_workers > 0),
+            f"loader={lo.name} combines BackgroundGenerator (loader.background=true) with loader.num_workers="
+            f"{lo.num_workers}; the study notes the two deadlock together. Use one of them: "
+            "loader.background=false, or loader.num_workers=0.")
+    if lo.num_workers == 0:
+        require(lo.in_order, "loader.in_order=false needs worker processes, but loader.num_workers=0. "
+                "Set loader.num_workers>0, or loader.in_order=true.")
+        require(lo.multiprocessing_context is None,
+                f"loader.multiprocessing_context={lo.multiprocessing_context.value if lo.multiprocessing_context else ''} "
+                "starts worker processes, but loader.num_workers=0. Set loader.num_workers>0, or "
+                "loader.multiprocessing_context=null.")
+        require(lo.prefetch_factor is None,
+                f"loader.prefetch_factor={lo.prefetch_factor} needs worker processes, but loader.num_workers=0. "
+                "Set loader.num_workers>0, or loader.prefetch_factor=null.")
+        require(not lo.persistent_workers,
+                "loader.persistent_workers=true needs worker processes, but loader.num_workers=0. "
+                "Set loader.num_workers>0, or loader.persistent_workers=false.")
+    else:
+        require(lo.prefetch_factor is None or lo.prefetch_factor > 0,
+                f"loader.prefetch_factor={lo.prefetch_factor} must be at least 1 (or null for PyTorch's default).")
+    if cfg.transfer.kind is TransferKind.resident:
+        require(lo.num_workers == 0 and not lo.background and not lo.pin_memory,
+                "transfer=resident holds the whole dataset on the device and uses no DataLoader; it cannot take "
+                f"loader.num_workers={lo.num_workers}, loader.background={lo.background} or "
+                f"loader.pin_memory={lo.pin_memory}. Use loader=gpu_resident, or another transfer option.")
+    require(d.augment is Augment.none or d.source is not DataSource.synthetic,
+            f"data.augment={d.augment.value} needs images decoded per sample; data=synthetic holds preprocessed "
+            "tensors. Use data=encoded (or data=folder), or data.augment=none.")
+    require(1 <= d.jpeg_quality <= 100, f"data.jpeg_quality={d.jpeg_quality} must be between 1 and 100.")
+    _require_supported_by_torch(lo)
+    validate_engine(cfg)
+    if cfg.transfer.kind is TransferKind.stream:
+        require(lo.name != "gpu_resident",
+                "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "
+                "keeps the whole dataset on the device and has no batches to copy. Use transfer=stream with a "
+                "loader option that streams batches (e.g. loader=pin_nb transfer=stream), or drop transfer=stream.")
+    require(tr.max_batches is None or tr.max_batches > 0,
+            f"trainer.max_batches={tr.max_batches} must be at least 1 (or null for whole epochs).")
+    if d.source is DataSource.folder:
+        require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
+        require(not here or Path(str(d.root)).expanduser().is_dir(),
+                f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and test/, each "
+                "holding one sub-folder of images per class.")
+    n_subset = round(d.num_train * d.fraction)
+    n_val = round(n_subset * d.val_split)
+    require(n_subset - n_val > 0 and (d.val_split == 0 or n_val > 0),
+            f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
+            f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
+            "Raise data.fraction or data.num_train so that neither split is empty.")
+
+
+# DataLoader keys that older torch releases lack: (key, the default that needs no support, first release)
+_NEWER_LOADER_KEYS = (("in_order", True, "2.6"),)
+
+
+def _require_supported_by_torch(lo: LoaderConfig) -> None:
+    import inspect
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    accepted = inspect.signature(DataLoader).parameters
+    for key, default, release in _NEWER_LOADER_KEYS:
+        require(key in accepted or getattr(lo, key) == default,
+                f"loader.{key}={getattr(lo, key)} needs torch >= {release}; this is torch {torch.__version__}. "
+                f"Upgrade torch, or leave loader.{key} at its default ({default}).")
+
+
+def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[str]:
+    """Settings that are legal but have no effect or work against themselves; said once, never fatal.
+
+    `cores` (the usable cores) adds the warning that the workers outnumber them; None leaves it out.
+    """
+    out = []
+    workers = cfg.loader.num_workers
+    if cores is not None and workers > cores and cfg.data.source is not DataSource.fixed:
+        out.append(f"loader.num_workers={workers} is more than the {cores} cores this run may use: the workers "
+                   f"take turns on them, so this run measures contention as well as loading.")
+    if cfg.transfer.non_blocking and not cfg.loader.pin_memory and cfg.transfer.kind is TransferKind.copy:
+        out.append("transfer.non_blocking=true without loader.pin_memory=true: a copy from pageable memory is "
+                   "synchronous, so non_blocking has no effect here.")
+    if not cuda and (cfg.loader.pin_memory or cfg.transfer.non_blocking):
+        out.append("No CUDA device: pin_memory and non_blocking have no effect on the CPU; this run's figures "
+                   "are CPU figures (tagged wif.device=cpu).")
+    if not cuda and cfg.transfer.kind is TransferKind.stream:
+        out.append("transfer=stream needs CUDA for its side stream: on the CPU it falls back to a plain copy.")
+    if cfg.data.source is DataSource.fixed:
+        out.append("data=fixed: every batch is one random tensor already on the device, so the loader and transfer "
+                   "settings have no effect; the run measures the model's compute alone (the upper bound).")
+    return out

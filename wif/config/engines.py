@@ -1,0 +1,45 @@
+"""Settings a pipeline engine cannot take, and a missing extra: part of `wif.config.validate`, kept beside the
+schema (not beside the engines) so that checking a config never imports a data pipeline."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from wif.config.schema import Config, DataSource, EngineName, TransferKind, require
+
+# The module each engine other than DataLoader imports: found or not, without importing it
+ENGINE_MODULES = {EngineName.spdl: "spdl.pipeline", EngineName.nodes_threads: "torchdata.nodes",
+                  EngineName.nodes_procs: "torchdata.nodes"}
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+def validate_engine(cfg: Config) -> None:
+    """Refuse, in one line each, what the configured engine cannot take, and a missing extra."""
+    engine, lo = cfg.engine.name, cfg.loader
+    require(cfg.engine.prefetch_factor > 0, f"engine.prefetch_factor={cfg.engine.prefetch_factor} must be at least 1.")
+    if engine is EngineName.dataloader:
+        return
+    name = f"engine={engine.value}"
+    require(cfg.data.source is not DataSource.fixed and cfg.transfer.kind is not TransferKind.resident,
+            f"{name} builds batches on the host, but data=fixed and loader=gpu_resident make none there. "
+            "Use engine=dataloader with them.")
+    require(not lo.background, f"{name} prefetches itself; loader.background=true (BackgroundGenerator) on top of "
+            "it is not supported. Use a loader option without bg, or engine=dataloader.")
+    require(not lo.persistent_workers, f"{name} has no persistent workers (torchdata.nodes 0.11 starts its workers "
+            "at every epoch; SPDL builds its pipeline, threads and all, at every epoch). "
+            "Set loader.persistent_workers=false.")
+    require(lo.num_workers > 0 or engine is EngineName.nodes_threads,
+            f"{name} needs at least one worker: loader.num_workers=0 has no meaning for it "
+            "(engine=nodes_threads runs inline at 0 workers). Set loader.num_workers>=1.")
+    require(lo.multiprocessing_context is None or engine is EngineName.nodes_procs,
+            f"{name} runs its workers on threads; loader.multiprocessing_context starts processes. "
+            "Set loader.multiprocessing_context=null, or use engine=nodes_procs.")
+    module = ENGINE_MODULES[engine]
+    require(installed(module), f"{name} needs the {module.split('.')[0]} package, which is not installed: "
+            'pip install -e ".[pipelines]"')

@@ -1,0 +1,207 @@
+"""Typed schemas for every config group (one dataclass a group, registered with Hydra's ConfigStore).
+
+Hydra merges each YAML option onto these dataclasses, so a typo or a wrong type fails at launch with
+Hydra's own message; `wif.config.checks` then refuses the combinations a type cannot express.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A setting that cannot run; the message names it and says what to do."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise `ConfigError(message)` unless `ok`: every check reads as the rule it states."""
+    if not ok:
+        raise ConfigError(message)
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class DataSource(str, Enum):
+    synthetic = "synthetic"  # preprocessed tensors in RAM, as the study holds its images
+    folder = "folder"  # the user's ImageFolder, decoded per sample (or once, with data.preload=true)
+    encoded = "encoded"  # the synthetic set stored as JPEG bytes, decoded per sample
+    fixed = "fixed"  # one random batch already on the device: the model's compute alone (an upper bound)
+
+
+class Augment(str, Enum):
+    none = "none"  # decode only
+    flip = "flip"  # random horizontal flip
+    standard = "standard"  # random resized crop back to data.image_size, flip
+
+
+class StartMethod(str, Enum):
+    fork = "fork"
+    forkserver = "forkserver"
+    spawn = "spawn"
+
+
+class TransferKind(str, Enum):
+    copy = "copy"  # fetch a batch on the host, then copy it to the device
+    resident = "resident"  # whole dataset on the device before training; batches are index gathers
+    stream = "stream"  # copy the next batch on a side CUDA stream while the current one computes
+
+
+class TrainerMode(str, Enum):
+    train = "train"  # the study: loader, transfer and model
+    loader_only = "loader_only"  # the loader and transfer alone, no model: how fast can it feed a device
+
+
+class EngineName(str, Enum):
+    dataloader = "dataloader"  # torch.utils.data.DataLoader (the study's engine)
+    spdl = "spdl"  # an SPDL pipeline: per-sample map on threads, batching, collate, prefetch
+    nodes_threads = "nodes_threads"  # torchdata.nodes ParallelMapper on threads
+    nodes_procs = "nodes_procs"  # torchdata.nodes ParallelMapper on processes
+
+
+class ModelName(str, Enum):
+    googlenet = "googlenet"
+    tiny = "tiny"
+
+
+@dataclass
+class DataConfig:
+    source: DataSource = DataSource.synthetic
+    root: Optional[str] = None  # data=folder: an ImageFolder root with train/ and test/
+    fraction: float = 0.1  # share of the training set used (then split train/validation)
+    num_train: int = 50_000
+    num_test: int = 10_000
+    val_split: float = 0.2
+    image_size: int = 64
+    num_classes: int = 10
+    batch_size: int = 64
+    seed: int = II("seed")  # subset and split; synthetic images have their own seed below
+    synthetic_seed: int = 0  # the generated image set itself: the same for every run
+    noise: float = 0.35  # synthetic images: noise std relative to the class pattern
+    cache_dir: str = "${oc.env:WIF_CACHE_DIR,'~/.cache/wif'}"
+    augment: Augment = Augment.none  # per-sample work for data=encoded and data=folder (training split only)
+    jpeg_quality: int = 90  # data=encoded
+    preload: bool = False  # data=folder: decode once and hold tensors in RAM, as the study did
+    skip_bad: bool = False  # data=folder: leave out files that cannot be read as images (else: stop, naming them)
+
+
+@dataclass
+class LoaderConfig:
+    name: str = MISSING
+    num_workers: int = 0
+    prefetch_factor: Optional[int] = None  # PyTorch: only with num_workers > 0
+    pin_memory: bool = False
+    background: bool = False  # wrap the loader in prefetch_generator.BackgroundGenerator
+    bg_max_prefetch: int = 1  # BackgroundGenerator's queue length (the library's default)
+    persistent_workers: bool = False
+    in_order: bool = True  # false: PyTorch may deliver batches out of order (torch >= 2.6)
+    multiprocessing_context: Optional[StartMethod] = None  # null: PyTorch's default start method
+    shuffle: bool = True
+
+
+@dataclass
+class EngineConfig:
+    """What turns a loader option into batches; the loader option's knobs keep their meaning under each."""
+
+    name: EngineName = EngineName.dataloader
+    prefetch_factor: int = 2  # batches in flight per worker when loader.prefetch_factor is null (DataLoader's default)
+
+
+@dataclass
+class TransferConfig:
+    kind: TransferKind = TransferKind.copy
+    non_blocking: bool = False
+
+
+@dataclass
+class ModelConfig:
+    name: ModelName = ModelName.googlenet
+    aux_logits: bool = True  # GoogLeNet v1's two auxiliary classifiers, as the original recipe trains it
+    aux_weight: float = 0.3  # their loss weight in the original paper
+    init_weights: bool = True  # torchvision's truncated-normal init; set explicitly to avoid its warning
+    channels: List[int] = field(default_factory=lambda: [16, 32, 64])  # model=tiny only
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 100
+    warmup_epochs: int = 1  # logged, but left out of the summary means
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    mode: TrainerMode = TrainerMode.train
+    max_batches: Optional[int] = None  # stop each training epoch after this many batches (null: the whole split)
+
+
+@dataclass
+class TrackingConfig:
+    uri: str = "${oc.env:MLFLOW_TRACKING_URI,'sqlite:///mlflow.db'}"
+    experiment: str = "who_is_faster"
+
+
+@dataclass
+class MeasureConfig:
+    rss_interval_s: float = 0.1  # RSS and CPU time: cheap (~0.05 ms a process)
+    tree_interval_s: float = 0.5  # re-list the worker processes: scanning /proc costs ~2.5 ms
+    pss_interval_s: float = 1.0  # USS/PSS read smaps_rollup: ~17 ms for a process with torch imported
+    pss_budget_pct: float = 1.0  # PSS reads, summed over the run, never take more than this share of a core
+    # Others' CPU use during the measured epochs (percent of one core) above which a run is tagged
+    # wif.contended=true and left out of the report's fit by default. An idle machine shows a few percent.
+    contended_pct: float = 25.0
+
+
+@dataclass
+class SweepConfig:
+    shuffle: bool = True  # run each block's cells in an order seeded by the block (hydra/sweeper=blocks)
+
+
+@dataclass
+class RaceConfig:
+    """hydra/sweeper=race: blocks run until each fraction's possibly-fastest set is settled."""
+
+    min_blocks: int = 3  # the first look comes after this many blocks
+    max_blocks: int = 10  # and the race stops here whatever it has seen
+    margin: float = 0.02  # settings within this share of the fastest count as tied
+    confidence: float = 0.95  # over the whole race: each look spends (1 - confidence) / looks
+    # On a CPU, options that differ only in pin_memory / non_blocking (no-ops there) run the same code:
+    # race one of them for all (false: race each anyway, to see for yourself that they tie).
+    merge_identical: bool = True
+    id: str = ""  # set by the race sweeper on its jobs (tag wif.race_id); not to be set by hand
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    race: RaceConfig = field(default_factory=RaceConfig)
+    repeat: int = 0
+    seed: int = II("repeat")
+    device: Device = Device.auto
+    resume: bool = True  # skip a job whose configuration and repeat already have a FINISHED run
+    progress: bool = True
+
+
+def register_configs() -> None:
+    """Make the schema known to Hydra; `conf/config.yaml` names it first in its defaults."""
+    ConfigStore.instance().store(name="config_schema", node=Config)
+
+
+def as_plain(cfg: Any) -> dict:
+    """A resolved, JSON-friendly dict of a config (enums as their names)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg) if not OmegaConf.is_config(cfg) else cfg,
+                                  resolve=True, enum_to_str=True)

@@ -1,0 +1,193 @@
+"""The study's datasets and splits, at two operating points.
+
+- Preprocessed tensors (`data=synthetic`, or `data=folder data.preload=true` without augmentation): float32
+  tensors in host memory, the way the study holds its images, so the loader options differ only in how
+  batches reach the device. The subset is cut from the uint8 images, so only the images a run uses are
+  ever converted to float.
+- Decoded per sample (`data=encoded`, `data=folder`): JPEG bytes or image files decoded, augmented and
+  normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
+The fraction takes a seeded subset of the training set before the train/validation split; every source
+splits the same way. The sources themselves live in `wif.data.synthetic` and `wif.data.folder`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Protocol, Tuple, Union
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from wif.config import Augment, ConfigError, DataConfig, DataSource
+from wif.data.folder import folder_files, read_image
+from wif.data.folder_check import unreadable
+from wif.data.synthetic import encoded_arrays, synthetic_arrays
+
+# Images are scaled to [0, 1] and then centred like this on every channel.
+NORMALIZE_MEAN, NORMALIZE_STD = 0.5, 0.25
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # float32, N x 3 x H x W, normalized
+    labels: torch.Tensor  # int64, N
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.element_size() * self.images.nelement() + self.labels.element_size() * len(self)
+
+
+class Decoder(Protocol):
+    """Image i of a set as uint8 C x H x W. Implementations are plain classes: they pickle into workers."""
+
+    def __call__(self, i: int) -> torch.Tensor: ...
+
+
+class JpegBlob:
+    """An encoded set as one byte blob plus offsets: cheap to send to spawned workers."""
+
+    def __init__(self, blob: torch.Tensor, offsets: torch.Tensor) -> None:
+        self.blob, self.offsets = blob, offsets
+
+    def __call__(self, i: int) -> torch.Tensor:
+        from torchvision.io import decode_jpeg
+
+        return decode_jpeg(self.blob[self.offsets[i]:self.offsets[i + 1]])
+
+
+class ImageFiles:
+    """Image files decoded and resized on access, as torchvision's ImageFolder would."""
+
+    def __init__(self, paths: List[str], size: int) -> None:
+        self.paths, self.size = paths, size
+
+    def __call__(self, i: int) -> torch.Tensor:
+        return read_image(Path(self.paths[i]), self.size)
+
+
+class HeldImages:
+    """Images already decoded (uint8) and held in RAM."""
+
+    def __init__(self, images: torch.Tensor) -> None:
+        self.images = images
+
+    def __call__(self, i: int) -> torch.Tensor:
+        return self.images[i]
+
+
+def make_transform(augment: Augment, size: int, train: bool):
+    """uint8 image to normalized float; random augmentation on the training split only."""
+    from torchvision.transforms import v2
+
+    steps = []
+    if train and augment is Augment.standard:
+        steps.append(v2.RandomResizedCrop(size, antialias=True))
+    if train and augment in (Augment.flip, Augment.standard):
+        steps.append(v2.RandomHorizontalFlip())
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([NORMALIZE_MEAN] * 3, [NORMALIZE_STD] * 3)]
+    return v2.Compose(steps)
+
+
+class DecodedSplit(Dataset):
+    """A split whose images are decoded (and augmented) in `__getitem__`: per-sample work for the loader."""
+
+    def __init__(self, decoder: Decoder, labels: torch.Tensor, indices: np.ndarray, transform) -> None:
+        self.decoder, self.labels, self.indices, self.transform = decoder, labels, indices, transform
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        j = int(self.indices[i])
+        return self.transform(self.decoder(j)), self.labels[j]
+
+    def materialize(self, size: int) -> Split:
+        """Decode every image once, without augmentation: for holding the set on the device."""
+        plain = make_transform(Augment.none, size, train=False)
+        images = torch.stack([plain(self.decoder(int(j))) for j in self.indices])
+        return Split(images, self.labels[torch.from_numpy(np.asarray(self.indices))])
+
+
+AnySplit = Union[Split, DecodedSplit]
+
+
+@dataclass
+class Datasets:
+    train: AnySplit
+    val: AnySplit
+    test: AnySplit
+    num_classes: int
+
+
+# ----------------------------------------------------------------------------- image folders
+def _usable_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
+    """folder_files without the unreadable files when data.skip_bad=true (wif.data.folder_check found them)."""
+    if not cfg.skip_bad:
+        return folder_files(cfg)
+    return folder_files(cfg, unreadable(cfg))
+
+
+def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
+    """An ImageFolder decoded once into uint8 arrays (data.preload=true)."""
+    files, n_classes = _usable_files(cfg)
+    arrays: Dict[str, np.ndarray] = {}
+    for part in ("train", "test"):
+        arrays[f"{part}_x"] = np.stack([read_image(Path(p), cfg.image_size).numpy() for p in files[f"{part}_paths"]])
+        arrays[f"{part}_y"] = files[f"{part}_y"]
+    return arrays, n_classes
+
+
+# ----------------------------------------------------------------------------- subsets and splits
+def split_indices(n_total: int, fraction: float, val_split: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """A seeded subset of `fraction` of the training set, then its train/validation split."""
+    g = torch.Generator().manual_seed(seed)
+    subset = torch.randperm(n_total, generator=g)[: round(n_total * fraction)].numpy()
+    n_val = round(len(subset) * val_split)
+    return np.sort(subset[n_val:]), np.sort(subset[:n_val])
+
+
+def _to_split(images_u8: np.ndarray, labels: np.ndarray) -> Split:
+    x = torch.from_numpy(images_u8).to(torch.float32)
+    x.div_(255.0).sub_(NORMALIZE_MEAN).div_(NORMALIZE_STD)
+    return Split(x, torch.from_numpy(np.ascontiguousarray(labels)))
+
+
+def _decoded(decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool) -> DecodedSplit:
+    return DecodedSplit(decoder, torch.from_numpy(labels), idx, make_transform(cfg.augment, cfg.image_size, train))
+
+
+def load_datasets(cfg: DataConfig) -> Datasets:
+    """Train, validation and test splits: tensors in host memory, or images decoded per sample."""
+    if cfg.source is DataSource.encoded:
+        arrays, num_classes = encoded_arrays(cfg), cfg.num_classes
+        decoders = {p: JpegBlob(torch.from_numpy(arrays[f"{p}_blob"]), torch.from_numpy(arrays[f"{p}_offsets"]))
+                    for p in ("train", "test")}
+    elif cfg.source is DataSource.folder and not cfg.preload:
+        arrays, num_classes = _usable_files(cfg)
+        decoders = {p: ImageFiles(arrays[f"{p}_paths"], cfg.image_size) for p in ("train", "test")}
+    else:
+        if cfg.source is DataSource.synthetic:
+            arrays, num_classes = synthetic_arrays(cfg), cfg.num_classes
+        else:
+            arrays, num_classes = folder_arrays(cfg)
+        decoders = None if cfg.augment is Augment.none else {
+            p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
+    n_total = len(arrays["train_y"])
+    train_idx, val_idx = split_indices(n_total, cfg.fraction, cfg.val_split, cfg.seed)
+    if len(train_idx) == 0:
+        raise ConfigError(f"data.fraction={cfg.fraction} of {n_total} training images leaves an "
+                          "empty training split. Raise data.fraction.")
+    y, test_y = arrays["train_y"], arrays["test_y"]
+    if decoders is not None:
+        return Datasets(train=_decoded(decoders["train"], y, train_idx, cfg, train=True),
+                        val=_decoded(decoders["train"], y, val_idx, cfg, train=False),
+                        test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, train=False),
+                        num_classes=num_classes)
+    x = arrays["train_x"]
+    return Datasets(train=_to_split(x[train_idx], y[train_idx]), val=_to_split(x[val_idx], y[val_idx]),
+                    test=_to_split(arrays["test_x"], test_y), num_classes=num_classes)

@@ -1,0 +1,29 @@
+"""Loader engines: what turns a loader option into an iterable of batches.
+
+`engine=dataloader` is `wif.data.loaders` (PyTorch's DataLoader). The others are pipelines built from the same
+loader option, so `engine=spdl loader=pin_nb_w4_pf2` is the same setting on another engine: the knobs keep
+their meaning where they can (`num_workers` as workers or threads, `prefetch_factor` as batches in flight
+per worker, `pin_memory`, `in_order`); `wif.config.validate` refuses those an engine cannot take. Each
+engine's package is imported only when a run uses it.
+"""
+
+from __future__ import annotations
+
+from wif.config import EngineConfig, EngineName, LoaderConfig
+from wif.data.datasets import AnySplit
+from wif.data.loaders import Batches, build_batches
+
+
+def build_engine_batches(split: AnySplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
+                         train: bool, seed: int, pin: bool, resident: bool) -> Batches:
+    """The one place where a loader option, on the configured engine, becomes an iterable of batches."""
+    if engine.name is EngineName.dataloader:
+        return build_batches(split, loader, batch_size, train=train, seed=seed, pin=pin, resident=resident)
+    if engine.name is EngineName.spdl:
+        from wif.data.engines.spdl_pipeline import SpdlBatches
+
+        return SpdlBatches(split, loader, engine, batch_size, train=train, seed=seed, pin=pin)
+    from wif.data.engines.torchdata_nodes import NodesBatches
+
+    method = "process" if engine.name is EngineName.nodes_procs else "thread"
+    return NodesBatches(split, loader, engine, batch_size, train=train, seed=seed, pin=pin, method=method)

@@ -1,0 +1,52 @@
+"""engine=spdl: an SPDL pipeline per epoch, in SPDL's own shape (its paper's and its DataLoader's):
+
+    source of sample indices -> per-sample fetch (decode, augment) on `num_workers` threads
+    -> batching -> collate -> pinning on CUDA (one thread, as DataLoader's pin thread) -> prefetch buffer
+
+The copy to the device is left to wif's transfer options, as for every engine, so it is timed the same
+way (SPDL's own `transfer_tensor_h2d` would hide it inside the pipeline).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+from spdl.pipeline import PipelineBuilder
+
+from wif.config import EngineConfig, LoaderConfig
+from wif.data.datasets import AnySplit
+from wif.data.engines.common import collate, dataset_of, in_flight, num_batches, pin, sample_order
+from wif.data.loaders import Batch
+
+
+class SpdlBatches:
+    """One pipeline per epoch, stopped when the epoch's iterator ends or is dropped (trainer.max_batches)."""
+
+    def __init__(self, split: AnySplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
+                 train: bool, seed: int, pin: bool) -> None:
+        self.dataset = dataset_of(split)
+        self.sampler = sample_order(self.dataset, loader.shuffle and train, seed)
+        self.batch_size, self.pin, self.threads = batch_size, pin, loader.num_workers
+        self.order = "input" if loader.in_order else "completion"
+        self.buffer = in_flight(loader, engine)
+        logging.getLogger("spdl").setLevel(logging.WARNING)  # its per-stage statistics at every epoch's end
+
+    def _pipeline(self):
+        builder = (PipelineBuilder()
+                   .add_source(iter(self.sampler))
+                   .pipe(self.dataset.__getitem__, concurrency=self.threads, output_order=self.order, name="fetch")
+                   .aggregate(self.batch_size)
+                   .pipe(collate, name="collate"))
+        if self.pin:
+            builder.pipe(pin, name="pin")
+        # max_failures=0: a sample that fails stops the run, as in DataLoader (SPDL's default skips it)
+        return builder.add_sink(self.buffer).build(num_threads=self.threads, max_failures=0)
+
+    def __iter__(self) -> Iterator[Batch]:
+        pipeline = self._pipeline()
+        with pipeline.auto_stop():
+            yield from pipeline.get_iterator()
+
+    def __len__(self) -> int:
+        return num_batches(self.dataset, self.batch_size)

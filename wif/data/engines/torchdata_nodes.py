@@ -1,0 +1,63 @@
+"""engine=nodes_threads and engine=nodes_procs: a torchdata.nodes graph, the way torchdata's guide
+migrates a DataLoader:
+
+    SamplerWrapper(sample indices) -> Batcher -> ParallelMapper(fetch + collate a batch,
+    `num_workers` threads or processes; inline at 0) -> PinMemory (CUDA only) -> Prefetcher -> Loader
+
+A worker makes whole batches, as a DataLoader worker does. torchdata.nodes 0.11 starts its workers again
+at every epoch (it has no persistent workers). Its thread workers call `torch.set_num_threads(1)`, which
+holds for the whole process: on a CPU that also narrows the model's own compute.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Iterator
+
+from torchdata import nodes
+
+from wif.config import EngineConfig, LoaderConfig
+from wif.data.datasets import AnySplit
+from wif.data.engines.common import FetchBatch, dataset_of, in_flight, num_batches, sample_order
+from wif.data.loaders import Batch
+
+
+class NodesBatches:
+    """One `Loader` for the run; each epoch's iterator resets the graph (and starts its workers)."""
+
+    def __init__(self, split: AnySplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
+                 train: bool, seed: int, pin: bool, method: str) -> None:
+        self.dataset = dataset_of(split)
+        self.batch_size = batch_size
+        node = nodes.Batcher(nodes.SamplerWrapper(sample_order(self.dataset, loader.shuffle and train, seed)),
+                             batch_size, drop_last=False)
+        fetch = FetchBatch(self.dataset, seed)
+        workers = loader.num_workers
+        if workers == 0:
+            node = nodes.Mapper(node, fetch)
+        else:
+            context = loader.multiprocessing_context.value if loader.multiprocessing_context else None
+            node = nodes.ParallelMapper(node, fetch, num_workers=workers, in_order=loader.in_order, method=method,
+                                        multiprocessing_context=context)
+        if pin:
+            node = nodes.PinMemory(node)
+        if workers:
+            node = nodes.Prefetcher(node, prefetch_factor=in_flight(loader, engine))
+        self.loader = nodes.Loader(node)
+
+    def __iter__(self) -> Iterator[Batch]:
+        """Worker processes fork while the first batch is awaited. The collector is frozen meanwhile, so
+        they never collect the parent's finished iterators, whose `__del__` fails in a child process."""
+        gc.freeze()
+        it = iter(self.loader)
+        try:
+            first = next(it)
+        except StopIteration:
+            return
+        finally:
+            gc.unfreeze()
+        yield first
+        yield from it
+
+    def __len__(self) -> int:
+        return num_batches(self.dataset, self.batch_size)

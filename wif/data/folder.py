@@ -1,0 +1,70 @@
+"""An ImageFolder root (`data=folder`): its train/ and test/ classes listed, and one image read the way
+training reads it. `wif.data.folder_check` decodes every file with `read_image` before a run starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, AbstractSet, Dict, List, Tuple
+
+import numpy as np
+
+from wif.config import ConfigError, DataConfig
+
+if TYPE_CHECKING:
+    import torch
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+
+
+def _class_folders(part: Path) -> List[Path]:
+    if not part.is_dir():
+        raise ConfigError(f"data=folder: {part} does not exist; data.root must hold train/ and test/, "
+                          "each with one sub-folder per class.")
+    classes = sorted(p for p in part.iterdir() if p.is_dir())
+    if not classes:
+        raise ConfigError(f"data=folder: {part} has no class sub-folders.")
+    return classes
+
+
+def read_image(path: Path, size: int) -> torch.Tensor:
+    """One image file as uint8 RGB at size x size, as training reads it; an unreadable one raises
+    ConfigError naming it."""
+    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2.functional import resize
+
+    try:
+        img = decode_image(str(path), mode=ImageReadMode.RGB)
+    except (RuntimeError, OSError, ValueError) as err:
+        raise ConfigError(f"data=folder: cannot read image {path} ({err}). Remove or replace the file.") from err
+    return resize(img, [size, size], antialias=True)
+
+
+def _list_part(part: Path, class_names: List[str], skip: AbstractSet[str]) -> Tuple[List[str], np.ndarray]:
+    paths, labels = [], []
+    for label, name in enumerate(class_names):
+        with os.scandir(part / name) as entries:  # plain strings: 50,000 Path objects would cost 0.3 s
+            files = sorted(e.path for e in entries
+                           if os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES and e.path not in skip)
+        if not files:
+            raise ConfigError(f"data=folder: class folder {part / name} holds no {'readable ' if skip else ''}"
+                              f"images ({', '.join(IMAGE_SUFFIXES)}). Remove it or add images.")
+        paths += files
+        labels += [label] * len(files)
+    return paths, np.asarray(labels, dtype=np.int64)
+
+
+def folder_files(cfg: DataConfig, skip: AbstractSet[str] = frozenset()) -> Tuple[Dict[str, object], int]:
+    """The train/ and test/ image paths and labels of an ImageFolder root, checked class by class, without
+    the paths in `skip`."""
+    root = Path(str(cfg.root)).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"data=folder: data.root={root} does not exist. Point it at a folder with train/ and test/.")
+    names = [p.name for p in _class_folders(root / "train")]
+    test_names = [p.name for p in _class_folders(root / "test")]
+    if test_names != names:
+        raise ConfigError(f"data=folder: test/ classes {test_names} differ from train/ classes {names}.")
+    out: Dict[str, object] = {}
+    for part in ("train", "test"):
+        out[f"{part}_paths"], out[f"{part}_y"] = _list_part(root / part, names, skip)
+    return out, len(names)

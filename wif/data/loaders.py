@@ -1,0 +1,114 @@
+"""Turn a loader option into something to iterate each epoch: a DataLoader, a BackgroundGenerator over
+one, or batches gathered from a dataset already resident on the device."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Iterator, Protocol, Sized, Tuple
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from wif.config import LoaderConfig
+from wif.data.datasets import AnySplit, Split
+from wif.measure.lifetime import dataloader_worker_init
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def silence_worker_count_warning() -> None:
+    """PyTorch warns at every epoch's workers when they outnumber the cores; wif says it once per job
+    (`warnings_for`), or means it (the tuner searches past the cores). Forked runs inherit the filter."""
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+
+
+class Batches(Protocol, Sized):
+    def __iter__(self) -> Iterator[Batch]: ...
+
+
+class BackgroundBatches:
+    """prefetch_generator.BackgroundGenerator over a fresh iterator each epoch (a thread fills its queue)."""
+
+    def __init__(self, loader: DataLoader, max_prefetch: int) -> None:
+        self.loader, self.max_prefetch = loader, max_prefetch
+
+    def __iter__(self) -> Iterator[Batch]:
+        from prefetch_generator import BackgroundGenerator
+
+        return iter(BackgroundGenerator(iter(self.loader), max_prefetch=self.max_prefetch))
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+class ResidentBatches:
+    """Batches gathered by index from tensors that already live on the device: no host work, no copy."""
+
+    def __init__(self, split: Split, batch_size: int, shuffle: bool, seed: int) -> None:
+        self.images, self.labels = split.images, split.labels
+        self.batch_size, self.shuffle = batch_size, shuffle
+        self.generator = torch.Generator(device=self.images.device).manual_seed(seed)
+
+    def __iter__(self) -> Iterator[Batch]:
+        n, device = len(self.labels), self.images.device
+        order = (torch.randperm(n, device=device, generator=self.generator) if self.shuffle
+                 else torch.arange(n, device=device))
+        for idx in order.split(self.batch_size):
+            yield self.images[idx], self.labels[idx]
+
+    def __len__(self) -> int:
+        return -(-len(self.labels) // self.batch_size)
+
+
+def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train: bool, seed: int,
+                  pin: bool, resident: bool) -> Batches:
+    """The one place where a loader option becomes an iterable of batches.
+
+    `pin` is `cfg.pin_memory` already checked against the device (pinning needs CUDA). Keys newer than
+    the oldest supported torch are passed only when set away from their default.
+    """
+    shuffle = cfg.shuffle and train
+    if resident:
+        return ResidentBatches(split, batch_size, shuffle, seed)
+    newer = {} if cfg.in_order else {"in_order": False}
+    loader = DataLoader(
+        TensorDataset(split.images, split.labels) if isinstance(split, Split) else split,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        num_workers=cfg.num_workers,
+        prefetch_factor=cfg.prefetch_factor,
+        pin_memory=pin,
+        persistent_workers=cfg.persistent_workers,
+        multiprocessing_context=cfg.multiprocessing_context.value if cfg.multiprocessing_context else None,
+        generator=torch.Generator().manual_seed(seed) if shuffle else None,
+        worker_init_fn=dataloader_worker_init if cfg.num_workers > 0 else None,  # workers die with their run
+        **newer,
+    )
+    return BackgroundBatches(loader, cfg.bg_max_prefetch) if cfg.background else loader
+
+
+class FixedBatches:
+    """One random batch made once on the device and handed out again and again (data=fixed).
+
+    No host work and no copy: a run over these measures the model's compute alone, the upper bound a
+    loader can approach (nanoGPT's bench.py, the DALI case study's synthetic pipeline). An epoch has as
+    many batches, and the last one as few images, as the real split of `samples` images would have.
+    """
+
+    def __init__(self, samples: int, batch_size: int, image_size: int, num_classes: int,
+                 device: torch.device, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        n = min(samples, batch_size)
+        self.images = torch.randn(n, 3, image_size, image_size, generator=g).to(device)
+        self.labels = torch.randint(0, num_classes, (n,), generator=g).to(device)
+        self.samples, self.batch_size = samples, batch_size
+
+    def __iter__(self) -> Iterator[Batch]:
+        full, rest = divmod(self.samples, self.batch_size)
+        for _ in range(full):
+            yield self.images, self.labels
+        if rest:
+            yield self.images[:rest], self.labels[:rest]  # a view: no copy
+
+    def __len__(self) -> int:
+        return -(-self.samples // self.batch_size)

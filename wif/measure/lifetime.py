@@ -1,0 +1,71 @@
+"""A run never outlives its sweep, and a run record names the process that owns it.
+
+A run is a child forked from the supervising process, and its DataLoader workers are children of the run.
+Killed with SIGKILL, the supervisor can stop nothing, so each child asks the kernel up front to kill it
+when its parent dies (`prctl(PR_SET_PDEATHSIG)`): the run dies with its supervisor, the workers with the
+run, within milliseconds, and no orphan keeps training (and holding its GPU and lock) for hours.
+
+The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it (`wif.host`,
+`wif.pid`, `wif.pid_started`), so a later sweep on the same host that finds a RUNNING run whose process is
+gone knows it is stale (`wif.measure.tracking.close_stale_runs`): it marks it KILLED and runs the job again.
+
+Imported by DataLoader workers (their `worker_init_fn`): this module imports neither torch nor MLflow.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+from typing import Dict, Mapping, Optional
+
+import psutil
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+START_TIME_TOLERANCE_S = 1.0  # process start times read twice may differ by rounding, never by this much
+
+
+def die_with_parent(parent_pid: Optional[int] = None) -> None:
+    """Have the kernel SIGKILL this process when the thread that forked it ends (Linux; a no-op elsewhere).
+
+    The signal follows the forking *thread*: fork only from a thread that lives as long as its process
+    (wif forks runs and workers from the main thread). With `parent_pid`, a parent that died before the
+    request took effect ends this process at once.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the supervisor's own clean-up is all there is
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def dataloader_worker_init(worker_id: int) -> None:
+    """DataLoader's `worker_init_fn`: a worker dies with the run that started it (a module-level function,
+    so that spawned and forkserver workers can unpickle it)."""
+    die_with_parent()
+
+
+def owner_tags() -> Dict[str, str]:
+    """Tags naming the process that owns a run's MLflow record (the supervisor): host, pid, start time."""
+    me = psutil.Process()
+    return {"wif.host": socket.gethostname(), "wif.pid": str(me.pid), "wif.pid_started": f"{me.create_time():.3f}"}
+
+
+def owner_gone(tags: Mapping[str, str]) -> bool:
+    """True when a RUNNING run's owner ran on this host and is no longer alive (its pid gone, or taken by
+    another process since). A run from another host, or from before these tags existed, is never judged."""
+    if tags.get("wif.host") != socket.gethostname() or "wif.pid" not in tags or "wif.pid_started" not in tags:
+        return False
+    try:
+        owner = psutil.Process(int(tags["wif.pid"]))
+        if owner.status() == psutil.STATUS_ZOMBIE:  # dead, not yet reaped by its parent
+            return True
+        started = owner.create_time()
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.Error, ValueError):
+        return False
+    return abs(started - float(tags["wif.pid_started"])) > START_TIME_TOLERANCE_S

@@ -1,0 +1,249 @@
+"""Host and device memory of a run's whole process tree, sampled from outside it.
+
+The sampler is a thread of the supervising process, so it takes no GIL time from the run it measures.
+It follows the run's process and every DataLoader worker it starts:
+- RSS summed over the tree at `rss_interval_s` (and the tree's device memory, with a GPU);
+- the worker list, CPU time, /dev/shm and GPU utilization at `tree_interval_s` (listing scans /proc);
+- USS and PSS summed over the tree at `pss_interval_s`, sooner when workers start or an epoch ends, and
+  never more than `pss_budget_pct` of a core over the run (smaps_rollup costs ~17 ms for a process with
+  torch imported): summed RSS counts shared pages once per process and overstates, summed USS leaves
+  them out and understates, summed PSS counts each page once (pages still shared with the supervising
+  process the run was forked from are counted in full, as in a run started on its own);
+/dev/shm is counted as its rise over the level at start (worker-to-main tensors travel there); device
+memory comes from NVML, CUDA context included.
+Peaks and means are taken over windows the run reports (its epochs), never over the start-up.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import psutil
+
+from wif.config import MeasureConfig
+from wif.measure.nvml import GpuProbe
+from wif.measure.proctree import HAS_CHILDREN_FILES, child_pids, fork_shared_share, shm_used
+
+log = logging.getLogger(__name__)
+MB = 1024 * 1024
+
+
+@dataclass
+class _Series:
+    """Timestamped rows, appended in time order, cut into windows by bisection."""
+
+    t: List[float] = field(default_factory=list)
+    rows: List[tuple] = field(default_factory=list)
+
+    def add(self, t: float, *row: Optional[float]) -> None:
+        self.t.append(t)
+        self.rows.append(row)
+
+    def between(self, t0: float, t1: float, column: int) -> List[float]:
+        """Values sampled in [t0, t1]; if none fell inside (a window shorter than the cadence), the last
+        value sampled before t1, which held during the window."""
+        lo, hi = bisect.bisect_left(self.t, t0), bisect.bisect_right(self.t, t1)
+        rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0):hi]
+        return [r[column] for r in rows if r[column] is not None]
+
+
+class TreeSampler(threading.Thread):
+    def __init__(self, pid: int, cfg: MeasureConfig) -> None:
+        super().__init__(name="wif-sampler", daemon=True)
+        self.root = psutil.Process(pid)
+        me = psutil.Process()
+        self.forked_from: Optional[psutil.Process] = me if self.root.ppid() == me.pid else None
+        self.cfg = cfg
+        self.fast = _Series()  # (rss_mb, gpu_mem_mb)
+        self.mid = _Series()  # (workers, cpu_pct, shm_mb, gpu_util)
+        self.slow = _Series()  # (uss_mb, pss_mb)
+        self.gpu: Optional[GpuProbe] = None
+        self._halt = threading.Event()
+        self._wake = threading.Event()  # set by stop() and poke(): the next sample is taken at once
+        self._poked = False
+        self._poke_done = threading.Event()
+        self._lock = threading.Lock()
+        self._cpu_prev: Dict[int, float] = {}
+        self._seen: Dict[int, psutil.Process] = {pid: self.root}
+        self._t_prev = time.monotonic()
+        self._shm0 = shm_used()
+        self._cores = psutil.cpu_count() or 1
+        self.own_cpu_s = 0.0
+        self.paused_cpu_s = 0.0  # spent on reads while the run waited between epochs
+        self.wall_s = 0.0
+
+    def attach_gpu(self, uuid: str) -> None:
+        with self._lock:
+            self.gpu = GpuProbe(uuid)
+
+    def seen(self) -> List[psutil.Process]:
+        """Every process of the tree ever sampled: what to clean up if the run dies without its workers."""
+        with self._lock:
+            return list(self._seen.values())
+
+    def _tree(self) -> List[psutil.Process]:
+        """The run's process and its workers; empty once the run itself is gone."""
+        if not HAS_CHILDREN_FILES:
+            try:
+                procs = [self.root] + self.root.children(recursive=True)
+            except psutil.Error:
+                return []
+        else:
+            if not os.path.exists(f"/proc/{self.root.pid}"):
+                return []
+            pids = [self.root.pid]
+            for pid in pids:  # grows while it is walked: breadth first over the tree
+                pids += child_pids(pid)
+            procs = []
+            for pid in pids:
+                try:
+                    procs.append(self._seen.get(pid) or psutil.Process(pid))
+                except psutil.Error:
+                    continue  # a worker that ended since it was listed
+        with self._lock:
+            return [self._seen.setdefault(p.pid, p) for p in procs]
+
+    def _sample_fast(self, procs: List[psutil.Process], now: float) -> None:
+        rss = 0
+        for p in procs:
+            try:
+                rss += p.memory_info().rss
+            except psutil.Error:
+                continue  # a worker that exited since the tree was listed
+        with self._lock:
+            gpu_mem = self.gpu.memory({p.pid for p in procs}) / MB if self.gpu is not None else None
+        self.fast.add(now, rss / MB, gpu_mem)
+
+    def _sample_mid(self, procs: List[psutil.Process], now: float) -> None:
+        cpu_delta, cpu_now = 0.0, {}
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            cpu_now[p.pid] = t.user + t.system
+            cpu_delta += max(cpu_now[p.pid] - self._cpu_prev.get(p.pid, cpu_now[p.pid]), 0.0)
+        cpu_pct = 100.0 * cpu_delta / max(now - self._t_prev, 1e-9) / self._cores
+        self._cpu_prev, self._t_prev = cpu_now, now
+        shm = shm_used()
+        shm_mb = None if shm is None or self._shm0 is None else max(shm - self._shm0, 0) / MB
+        with self._lock:
+            gpu_util = self.gpu.utilization() if self.gpu is not None else None
+        self.mid.add(now, max(len(procs) - 1, 0), cpu_pct, shm_mb, gpu_util)
+
+    def _sample_slow(self, now: float) -> Optional[set]:
+        """Sum USS and PSS over the tree, keeping the sum only if the tree held still while it was read;
+        the PIDs read, or None for a dropped read.
+
+        A page's PSS share depends on how many processes map it at the instant each one is read: a worker
+        forked or gone between two reads splits or merges shares already counted, and the sum lands far
+        above or below the truth (measured: 175 and 562 MB around a true 390). Such a sample is dropped.
+        """
+        procs = self._tree()
+        uss = pss = 0
+        for p in procs:
+            try:
+                full = p.memory_full_info()
+            except psutil.Error:
+                return None  # a worker exited while the tree was being read
+            uss += full.uss
+            pss += full.pss
+        if self.forked_from is not None:
+            pss += fork_shared_share(self.forked_from)
+        pids = {p.pid for p in procs}
+        if not uss or {p.pid for p in self._tree()} != pids:
+            return None
+        self.slow.add(now, uss / MB, pss / MB)
+        return pids
+
+    def run(self) -> None:
+        cfg = self.cfg
+        start, cpu0 = time.monotonic(), time.thread_time()
+        next_tree, next_slow = start, start + cfg.pss_interval_s  # the tree at its start is not measured
+        procs: List[psutil.Process] = []
+        in_slow: set = set()  # the PIDs the last PSS read covered
+        slow_spent = 0.0  # CPU seconds of all PSS reads so far
+        while not self._halt.is_set():
+            now = time.monotonic()
+            poked, self._poked = self._poked, False
+            if now >= next_tree or poked:
+                procs = self._tree()
+                if not procs:
+                    break
+                self._sample_mid(procs, now)
+                next_tree = now + cfg.tree_interval_s
+                if {p.pid for p in procs} - in_slow:
+                    # New workers (each loader's start-up, every epoch unless persistent): read PSS at the
+                    # next tick, while they live, whatever the cadence. Otherwise workers of epochs shorter
+                    # than the PSS interval are never read.
+                    next_slow = min(next_slow, now + cfg.rss_interval_s)
+            self._sample_fast(procs, now)
+            if poked:
+                # The run waits for its ack: a still tree, and a read that costs the run nothing, so it is
+                # outside the budget. Every epoch gets a PSS figure, however short.
+                c0 = time.thread_time()
+                read = self._sample_slow(now)
+                if read is not None:  # fresh: no periodic read is due again before the interval
+                    in_slow, next_slow = read, now + cfg.pss_interval_s
+                self.paused_cpu_s += time.thread_time() - c0
+                self._poke_done.set()
+            # A PSS read costs tens of ms (smaps_rollup of every process): reads wait until the run so far
+            # has paid for them within the budget.
+            if now >= next_slow and slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start):
+                c0 = time.thread_time()
+                read = self._sample_slow(now)
+                if read is not None:  # else the tree moved during the read: again at the next tick
+                    in_slow = read
+                    next_slow = now + cfg.pss_interval_s
+                slow_spent += time.thread_time() - c0
+            self._wake.wait(cfg.rss_interval_s)
+            self._wake.clear()
+        self.own_cpu_s, self.wall_s = time.thread_time() - cpu0, time.monotonic() - start
+        self._poke_done.set()  # nobody waits on a sampler that has stopped
+
+    def poke(self, timeout_s: float = 30.0) -> None:
+        """Sample everything now, PSS included, and return when it is done: called while the run waits
+        between epochs, so that the read disturbs nothing it measures."""
+        self._poke_done.clear()
+        self._poked = True
+        self._wake.set()
+        if self.is_alive():
+            self._poke_done.wait(timeout_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self.is_alive():
+            self.join()
+        if self.gpu is not None:
+            self.gpu.close()
+
+    def epoch_means(self, t0: float, t1: float) -> Dict[str, float]:
+        out: Dict[str, float] = {}
+        for key, column in (("cpu_util_pct", 1), ("gpu_util_pct", 3)):
+            values = self.mid.between(t0, t1, column)
+            if values:
+                out[key] = sum(values) / len(values)
+        return out
+
+    def peaks(self, t0: float, t1: float) -> Dict[str, float]:
+        """High-water marks over [t0, t1]; a figure with no sample is left out rather than reported as 0."""
+        out: Dict[str, float] = {}
+        for key, series, column in (("ram_peak_rss_mb", self.fast, 0), ("vram_peak_device_mb", self.fast, 1),
+                                    ("workers_peak", self.mid, 0), ("shm_peak_mb", self.mid, 2),
+                                    ("ram_peak_uss_mb", self.slow, 0), ("ram_peak_pss_mb", self.slow, 1)):
+            values = series.between(t0, t1, column)
+            if values:
+                out[key] = float(max(values))
+        return out
+
+    def own_cost_pct(self) -> float:
+        """The sampler thread's CPU time as a share of one core over its lifetime, leaving out the reads
+        taken while the run waited between epochs: what it could have taken from the run."""
+        return 100.0 * (self.own_cpu_s - self.paused_cpu_s) / self.wall_s if self.wall_s else 0.0

@@ -1,0 +1,167 @@
+"""Everything the study writes to MLflow, in one place: the experiment, runs, params, tags, metrics.
+
+Uses an explicit `MlflowClient` (no fluent global state), so one long-lived supervising process can
+hold the store open for a whole sweep while each run's own work happens in a child process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+from urllib.parse import urlparse
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from wif.measure.lifetime import owner_gone
+
+log = logging.getLogger("wif")
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # the UI opens training runs, not its GenAI view
+BATCH_LIMIT = 100  # MLflow's log_batch accepts at most 100 params (1000 metrics) per call
+
+
+def default_tracking_uri() -> str:
+    """As every MLflow tool: MLFLOW_TRACKING_URI when set, else a SQLite store in the working directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _sqlite_path(uri: str) -> Optional[Path]:
+    if urlparse(uri).scheme != "sqlite" or ":memory:" in uri:
+        return None
+    return Path(uri[len("sqlite:///"):]).expanduser().resolve()
+
+
+def _artifact_root(uri: str) -> Optional[str]:
+    """Beside a SQLite file, artifacts go next to it rather than into whatever directory is current."""
+    db = _sqlite_path(uri)
+    return None if db is None else (db.parent / "mlartifacts").as_uri()
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str):
+    """One process at a time opens a SQLite store for the first time.
+
+    MLflow creates and migrates a new SQLite schema on first use; two processes doing it at once can
+    leave the file half-migrated (`_alembic_tmp_experiments already exists`) for good, so no retry
+    helps. A lock file beside the database serializes that step for every process on the machine.
+    """
+    db = _sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str, attempts: int = 5) -> None:
+        self.uri = uri
+        for attempt in range(attempts):
+            try:
+                with _store_lock(uri):
+                    self.client = MlflowClient(uri)
+                    self.experiment_id = self._experiment(experiment)
+                break
+            except Exception:  # noqa: BLE001 - e.g. a tracking server still starting, a busy database
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.5 * 2 ** attempt + random.random())
+
+    def _experiment(self, name: str) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return self.client.create_experiment(name, artifact_location=_artifact_root(self.uri),
+                                                 tags={EXPERIMENT_KIND_TAG: "custom_model_development"})
+        except MlflowException:  # another process created it first
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def finished_runs(self, config_hash: str) -> List[str]:
+        """Ids of the FINISHED runs of exactly this configuration and repeat (at most one, by design)."""
+        return list(self._runs(config_hash, "FINISHED"))
+
+    def running_runs(self, config_hash: str) -> Dict[str, Dict[str, str]]:
+        """The RUNNING runs of this configuration and repeat, with their tags: live ones, or stale ones whose
+        process died without closing them (`owner_gone` tells them apart)."""
+        return self._runs(config_hash, "RUNNING")
+
+    def _runs(self, config_hash: str, status: str) -> Dict[str, Dict[str, str]]:
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = '{status}'")
+        return {r.info.run_id: r.data.tags for r in runs}
+
+    def start_run(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
+                  config: Mapping[str, Any]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()})
+        run_id = run.info.run_id
+        items = [Param(k, str(v)) for k, v in flatten(params).items()]
+        for i in range(0, len(items), BATCH_LIMIT):
+            self.client.log_batch(run_id, params=items[i:i + BATCH_LIMIT])
+        self.client.log_dict(run_id, dict(config), "config.yaml")
+        return run_id
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        if tags:
+            self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        """One batched call: per-epoch figures cost one round trip, outside any timed region."""
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        if items:
+            self.client.log_batch(run_id, metrics=items)
+
+    def end_run(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+
+def config_hash(identity: Mapping[str, Any]) -> str:
+    """Stable across processes and key order: the identity resume uses to find a finished run."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+FINISHED, FAILED, KILLED = (RunStatus.to_string(s) for s in (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.KILLED))
+
+
+def close_stale_runs(tracker: Tracker, digest: str, label: str) -> None:
+    """RUNNING runs of this job whose owner died (SIGKILL, a crash) become KILLED, so that the job runs
+    again; a RUNNING run whose owner lives (another sweep running it now) is left alone."""
+    for run_id, tags in tracker.running_runs(digest).items():
+        if owner_gone(tags):
+            tracker.set_tags(run_id, {"wif.error": f"Orphaned: its process (pid {tags['wif.pid']} on "
+                                      f"{tags['wif.host']}) ended without closing the run"})
+            tracker.end_run(run_id, KILLED)
+            log.warning("%s  run %s was left RUNNING by a process that no longer exists: marked KILLED",
+                        label, run_id)

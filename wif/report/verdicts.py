@@ -1,0 +1,152 @@
+"""The sentences a reader acts on: per fraction, who may be fastest, who is tied, the cheapest of those in
+memory, who is clearly slower and by how much at least; how the comparison was made; whether outliers move it.
+
+Everything here words what `stats` computed; nothing is estimated here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+
+from wif.report import model
+from wif.report.stats import FractionSummary, significance
+
+VERDICT_NAMES = 5  # clearly slower settings named in the verdict; the table lists them all
+RAM_COLUMNS = {"rss": "ram_peak_rss_mb", "uss": "ram_peak_uss_mb", "pss": "ram_peak_pss_mb"}
+VRAM_COLUMNS = {"allocated": "vram_peak_allocated_mb", "reserved": "vram_peak_reserved_mb",
+                "device": "vram_peak_device_mb"}
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """How the verdict judges: the significance level and which memory figures count as 'cheap'."""
+
+    alpha: float
+    ram: str  # a key of RAM_COLUMNS
+    vram: str  # a key of VRAM_COLUMNS
+
+
+def num(value: float, spec: str = ".3g") -> str:
+    """A figure in a table cell: 'n/a' where a run did not record it (a CPU run has no VRAM)."""
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def mb(value: float) -> str:
+    """Megabytes as a reader compares them: whole, with thousands separators."""
+    return num(value, ",.0f")
+
+
+def slower_by(x: float) -> str:
+    """How much slower a ratio x >= 1 is: '2.46x' for a clear gap, '0.4%' below 1.1x, where two decimals
+    of x would read '1.00x', as if not slower at all."""
+    return f"{x:.2f}x" if x >= 1.1 else f"{100 * (x - 1):.1f}%"
+
+
+def method_note(s: FractionSummary, confidence: float) -> str:
+    """How the comparisons were made, in words a practitioner can check."""
+    f = s.fit
+    what = "run medians of epoch time" if s.value == "epoch_time_median_s" else "run means of epoch time"
+    design = (f"setting + block ({f.n_blocks} blocks)" if f.blocked else "setting (no usable blocks: "
+              + ("; ".join(f"block {b} lacks {', '.join(n)}" for b, n in sorted(s.missing.items()))
+                 or "no wif.block tags or a single block") + ")")
+    if f.df <= 0:
+        return (f"One model over {f.n_runs} runs: log({what}) = {design}; no residual degrees of freedom "
+                "(one run per setting), so nothing can be tested: run more repeats.")
+    return (f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
+            f"of freedom, run-to-run noise {math.expm1(f.sigma):.1%}. Speedups vs {s.baseline} carry "
+            f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is "
+            + (s.race.describe() + "." if s.race is not None else
+               f"Hsu's multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}."))
+
+
+def sensitivity_note(s: FractionSummary) -> str:
+    """Whether the answer moves once the runs flagged as outliers are left out."""
+    sens = s.sensitivity
+    runs = ", ".join(f"{r['loader']} block {r['block']} ({r['z']:+.1f} SD)" for _, r in sens.left_out.iterrows())
+    before = s.possibly_fastest
+    fastest = ("the same possibly-fastest set" if set(sens.possibly_fastest) == set(before) or s.race is not None
+               else f"possibly fastest {', '.join(sens.possibly_fastest)} (was {', '.join(before)})")
+    now = significance(s.table)
+    flips = [f"{n} {'becomes' if sens.significant[n] else 'is no longer'} significant"
+             for n in sorted(now) if n in sens.significant and sens.significant[n] != now[n]]
+    change = "; ".join([fastest] + flips) if flips or fastest != "the same possibly-fastest set" else None
+    return (f"Outliers (residual beyond {model.OUTLIER_SDS:g} robust SDs, kept in the table above): {runs}. "
+            + (f"Without them: {change}." if change else
+               f"Without them the answer is unchanged ({fastest}, same significant differences vs {s.baseline})."))
+
+
+def verdict(s: FractionSummary, rules: Verdicts) -> str:
+    """The answer to act on: who may be fastest, who is tied, the cheapest of those, who is clearly slower."""
+    t = s.table
+    if len(t) == 1:
+        return f"At fraction {s.fraction:g}, {t.index[0]} is the only setting that ran."
+    if s.fit.df <= 0:
+        return (f"At fraction {s.fraction:g}, {t.index[0]} has the lowest epoch time, but with one run per setting "
+                "nothing can be decided: run more repeats.")
+    best = s.possibly_fastest
+    tied = [n for n in t.index if bool(t.loc[n, "tied"]) and n in best]
+    pct = f"{s.margin:.0%}"
+    if len(best) == 1:
+        how = "by the race's looks" if s.race is not None else f"{s.confidence:.0%} MCB"
+        text = f"At fraction {s.fraction:g}, **{best[0]} is the fastest** (every other setting is slower, {how})"
+    else:
+        text = f"At fraction {s.fraction:g}, the fastest is one of **{', '.join(best)}**"
+        if len(tied) == len(best):
+            text += f", tied within {pct}"
+        elif len(tied) > 1:
+            text += f"; {', '.join(tied)} are tied within {pct}; more repeats would settle the rest"
+        else:
+            text += " (not yet separable: more repeats would tell)"
+    near = [n for n in t.index if bool(t.loc[n, "tied"]) and n not in best]
+    if near:
+        text += f"; {', '.join(near)} slower, but by less than {pct}"
+    text += _cheapest(t.loc[best + near], rules) + "."
+    slower = t[~t.index.isin(best + near)].sort_values("slower_at_least", ascending=False)
+    if not slower.empty:
+        named = [f"{n} (at least {slower_by(r['slower_at_least'])} slower)"
+                 for n, r in slower.head(VERDICT_NAMES).iterrows()]
+        rest = len(slower) - len(named)
+        least = slower_by(slower["slower_at_least"].min())
+        text += (" Clearly slower: " + ", ".join(named)
+                 + (f", and {rest} more, each at least {least} slower" if rest else "") + ".")
+    return text + _against_baseline(s, rules.alpha)
+
+
+def _against_baseline(s: FractionSummary, alpha: float) -> str:
+    t = s.table
+    if s.baseline not in t.index:
+        return f" No {s.baseline} runs to compare with."
+    others = t.drop(index=s.baseline)
+    sig = others["significant"].fillna(False).astype(bool)
+    faster, slower = int((sig & (others["speedup"] > 1)).sum()), int((sig & (others["speedup"] < 1)).sum())
+    return (f" Against {s.baseline}: {faster} faster, {slower} slower, {len(others) - faster - slower} "
+            f"not significantly different (simultaneous, alpha={alpha:g}).")
+
+
+def _cheapest(pool: pd.DataFrame, rules: Verdicts) -> str:
+    picks = {}
+    for label, columns, choice in (("RAM", RAM_COLUMNS, rules.ram), ("VRAM", VRAM_COLUMNS, rules.vram)):
+        column = _present(pool, [columns[choice], *columns.values()])
+        if column:
+            best = pool[column].idxmin()
+            picks[label] = (best, f"{_column_label(column)} {mb(pool.loc[best, column])} MB")
+    if not picks or len(pool) < 2:
+        return ""
+    names = {name for name, _ in picks.values()}
+    if len(names) == 1:
+        figures = ", ".join(f"peak {label} {what}" for label, (_, what) in picks.items())
+        return f"; the cheapest in memory among them is **{names.pop()}** ({figures})"
+    return "; the cheapest among them " + " and ".join(f"in {label} is **{name}** (peak {what})"
+                                                        for label, (name, what) in picks.items())
+
+
+def _present(frame: pd.DataFrame, columns: Sequence[str]) -> str | None:
+    return next((c for c in columns if c in frame and frame[c].notna().any()), None)
+
+
+def _column_label(column: str) -> str:
+    return column.split("_")[-2].upper() if column.startswith("ram") else column.split("_")[-2]

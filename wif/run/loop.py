@@ -1,0 +1,127 @@
+"""One training epoch and one evaluation pass, timed without disturbing what they time.
+
+Read top to bottom: the host clock brackets the epoch between two synchronizations; inside, the host
+time spent waiting for a batch (fetch plus any blocking copy) is summed, and compute is bracketed by
+`StepClock`. Losses and accuracy stay on the device and are read once, after the epoch's sync.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple
+
+import torch
+from torch import nn
+
+from wif.data.loaders import Batch, Batches
+from wif.data.transfer import Transfer
+from wif.measure.timing import StepClock, synchronize
+from wif.run.model import training_loss
+
+
+@dataclass
+class EpochStats:
+    epoch_time_s: float
+    samples: int
+    train_loss: Optional[float]  # None in loader-only mode: there is no model
+    data_wait_s: float  # host blocked in next() plus a blocking copy
+    copy_s: float  # the host-side part of data_wait_s spent in the transfer call
+    compute_s: float  # forward, backward, optimizer step (device time on CUDA)
+    first_batch_s: float  # from asking for the epoch's iterator to holding its first batch
+    gpu_idle_s: Optional[float]  # CUDA only: gaps between steps on the compute stream
+    t_start: float  # time.monotonic() at the epoch's start and end, for the memory sampler's windows
+    t_end: float
+
+
+class TimedFeed:
+    """An epoch's batches, on the device, with the host's wait summed: time in `next()` plus the transfer
+    call (a blocking copy blocks; a non_blocking one from pinned memory returns at once). Compute between
+    two batches is not counted: the clock restarts when the next batch is asked for."""
+
+    def __init__(self, batches: Batches, transfer: Transfer) -> None:
+        self.batches, self.transfer = batches, transfer
+        self.samples, self.data_wait, self.copy, self.first_batch = 0, 0.0, 0.0, float("nan")
+
+    def __iter__(self) -> Iterator[Batch]:
+        t0 = time.perf_counter()
+        it = iter(self.batches)
+        while True:
+            t_wait = time.perf_counter()
+            try:
+                host_batch = next(it)
+            except StopIteration:
+                return
+            t_fetched = time.perf_counter()
+            if self.samples == 0:
+                self.first_batch = t_fetched - t0  # worker start-up shows here
+            x, y = self.transfer(host_batch)
+            t_ready = time.perf_counter()
+            self.copy += t_ready - t_fetched
+            self.data_wait += t_ready - t_wait
+            self.samples += len(y)
+            yield x, y
+
+    def stats(self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float,
+              gpu_idle_s: Optional[float]) -> EpochStats:
+        return EpochStats(epoch_time_s=time.perf_counter() - t0, samples=self.samples, train_loss=train_loss,
+                          data_wait_s=self.data_wait, copy_s=self.copy, compute_s=compute_s,
+                          first_batch_s=self.first_batch, gpu_idle_s=gpu_idle_s, t_start=t_start,
+                          t_end=time.monotonic())
+
+
+def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimizer: torch.optim.Optimizer,
+                loss_fn: nn.Module, aux_weight: float, device: torch.device) -> EpochStats:
+    model.train()
+    clock = StepClock(device)
+    loss_sum = torch.zeros((), device=device)
+    feed = TimedFeed(batches, transfer)
+    synchronize(device)  # sync point: nothing from before is counted in this epoch
+    t_start, t0 = time.monotonic(), time.perf_counter()
+    for x, y in feed:
+        clock.start()
+        loss = training_loss(model(x), y, loss_fn, aux_weight)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach() * len(y)  # stays on the device: no per-step sync
+        clock.stop()
+    synchronize(device)  # sync point: the epoch's queued work is done
+    return feed.stats(t_start, t0, loss_sum.item() / max(feed.samples, 1), clock.compute_s(), clock.gpu_idle_s())
+
+
+def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> EpochStats:
+    """The loader and transfer alone, timed as `train_epoch` times them: how fast they can feed a device.
+
+    Nothing consumes the batches; the final synchronization waits for every queued copy, so a non_blocking
+    copy is counted in the epoch time even though the host did not wait for it.
+    """
+    feed = TimedFeed(batches, transfer)
+    synchronize(device)  # sync point: nothing from before is counted in this epoch
+    t_start, t0 = time.monotonic(), time.perf_counter()
+    for _ in feed:
+        pass
+    synchronize(device)  # sync point: every queued copy is done
+    return feed.stats(t_start, t0, None, 0.0, None)
+
+
+@torch.inference_mode()
+def evaluate(model: nn.Module, batches: Batches, transfer: Transfer, loss_fn: nn.Module,
+             device: torch.device) -> Tuple[float, float, float]:
+    """(mean loss, accuracy, seconds) over a split; one synchronization at the end."""
+    model.eval()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    samples = 0
+    synchronize(device)
+    t0 = time.perf_counter()
+    for host_batch in batches:
+        x, y = transfer(host_batch)
+        logits = model(x)
+        loss_sum += loss_fn(logits, y) * len(y)
+        correct += (logits.argmax(1) == y).sum()
+        samples += len(y)
+    synchronize(device)
+    seconds = time.perf_counter() - t0
+    n = max(samples, 1)
+    return loss_sum.item() / n, correct.item() / n, seconds

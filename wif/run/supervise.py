@@ -1,0 +1,250 @@
+"""One run in a process of its own, watched from outside: the forked child that trains, and its supervisor.
+
+The supervising process (the one Hydra runs) has imported torch but never initializes CUDA, never
+loads data and never runs torch compute (its thread pools do not survive a fork); each run is a child
+forked from it, so a run starts in milliseconds yet owns its memory high-water marks, CUDA context and
+DataLoader workers, and a hard crash of the run cannot take the sweep down. The child sends its figures
+through a pipe; the supervisor samples the child's process tree, logs each epoch to MLflow and returns
+the run's outcome and summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import psutil
+
+from wif.config import Config, ConfigError, Device
+from wif.config.exits import describe
+from wif.measure.contention import HostCpuMeter, is_contended
+from wif.measure.lifetime import die_with_parent
+from wif.measure.sampler import TreeSampler
+from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.run.training import train
+
+log = logging.getLogger("wif")
+INTERRUPT_GRACE_S = 5.0
+
+
+def cuda_present() -> bool:
+    """Ask NVML, not the CUDA runtime: this process forks runs and must never hold a CUDA context."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return False
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return torch.cuda.is_available()
+
+
+def resolve_device(requested: Device) -> str:
+    cuda = cuda_present()
+    if requested is Device.cuda and not cuda:
+        raise ConfigError("device=cuda, but this machine has no usable CUDA device (or this torch build has no "
+                          "CUDA). Use device=auto or device=cpu.")
+    return "cuda" if requested is not Device.cpu and cuda else "cpu"
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM (a scheduler, `kill`) ends a run the way Ctrl-C does: marked KILLED, workers stopped."""
+    raise KeyboardInterrupt
+
+
+# ----------------------------------------------------------------------------- the child
+def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
+    """Runs in the forked child: train, send everything through the pipe, never touch MLflow; dies with
+    the supervisor, even one killed with SIGKILL."""
+    die_with_parent(supervisor)
+    import torch
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+    def emit(kind: str, payload: Dict[str, Any]) -> None:
+        conn.send((kind, payload))
+        if kind == "epoch":
+            conn.recv()  # wait while the supervisor logs: MLflow's work never overlaps a timed epoch
+
+    try:
+        train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"), emit)
+    except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
+            signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
+        name, message = describe(err, conf.loader.num_workers)
+        conn.send(("error", {"type": name, "message": message, "traceback": traceback.format_exc(),
+                             "bad_setting": isinstance(err, ConfigError)}))
+        raise SystemExit(1)
+
+
+# ----------------------------------------------------------------------------- the supervisor
+@dataclass
+class Outcome:
+    status: str = FAILED
+    error: Optional[Dict[str, Any]] = None
+    summary: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Run:
+    conf: Config
+    tracker: Tracker
+    run_id: str
+    label: str
+    sampler: TreeSampler
+    meter: HostCpuMeter
+    epochs: List[Dict[str, Any]] = field(default_factory=list)
+    final: Dict[str, float] = field(default_factory=dict)
+    error: Optional[Dict[str, Any]] = None
+    done: bool = False
+
+    def on_message(self, kind: str, p: Dict[str, Any]) -> None:
+        if kind == "device":
+            tags = {"wif.gpu": p["name"]}
+            if p["type"] == "cuda":
+                self.sampler.attach_gpu(p["uuid"])
+                tags.update({"wif.gpu_uuid": p["uuid"], "wif.cuda": p["cuda"], "wif.gpu_capability": p["capability"],
+                             "wif.gpu_driver": self.sampler.gpu.driver if self.sampler.gpu else "unknown"})
+            self.tracker.set_tags(self.run_id, tags)
+        elif kind == "data":
+            self.final["data_load_s"] = p["data_load_s"]
+            self.tracker.set_tags(self.run_id, {f"wif.n_{k}": p[k] for k in ("train", "val", "test")})
+        elif kind == "tags":
+            self.tracker.set_tags(self.run_id, p)
+        elif kind == "setup":
+            self.final["setup_s"] = p["setup_s"]
+        elif kind == "epoch":
+            self._on_epoch(p)
+        elif kind == "result":
+            self.final.update(p)
+            self.done = True
+        elif kind == "error":
+            self.error = p
+
+    def _on_epoch(self, p: Dict[str, Any]) -> None:
+        self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
+        t = p["epoch_time_s"]
+        m = {"epoch_time_s": t, "throughput_img_s": p["samples"] / t, "train_loss": p["train_loss"],
+             "val_loss": p.get("val_loss"), "val_acc": p.get("val_acc"), "val_time_s": p.get("val_time_s"),
+             "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "compute_s": p["compute_s"],
+             "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
+             "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
+             "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
+        m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
+        self.sampler.poke()
+        self.epochs.append({**p, **m})
+        self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
+        if self.conf.progress:
+            val = f"  val_acc {m['val_acc']:.3f}" if m["val_acc"] is not None else ""  # none in loader-only mode
+            log.info("%s  epoch %d/%d  %.2f s  %.0f img/s  data wait %.0f%%%s%s", self.label,
+                     p["epoch"] + 1, self.conf.trainer.epochs, t, m["throughput_img_s"],
+                     100 * m["data_wait_share"], val, self.contention_note(m["host_other_cpu_pct"]))
+
+    def contention_note(self, other_pct: Optional[float]) -> str:
+        """What the progress line says when other processes took a share of the cores above the threshold."""
+        if not is_contended(other_pct, self.conf.measure.contended_pct):
+            return ""
+        return f"  CONTENDED: other processes used {other_pct:.0f}% of a core"
+
+    def measured_other_cpu_pct(self) -> Optional[float]:
+        """Others' CPU share over the measured epochs: from the mark that ended the warm-up to the last."""
+        warm = self.conf.trainer.warmup_epochs if len(self.epochs) > self.conf.trainer.warmup_epochs else 0
+        return self.meter.other_pct(warm, len(self.epochs))
+
+    def summary(self, t_end: float) -> Dict[str, float]:
+        warm = self.conf.trainer.warmup_epochs
+        measured = self.epochs[warm:] or self.epochs
+        mean = lambda key: sum(e[key] for e in measured) / len(measured)  # noqa: E731
+        t0 = self.epochs[0]["t_start"]
+        out = dict(self.final)
+        out.update({"epoch_time_mean_s": mean("epoch_time_s"),
+                    "epoch_time_median_s": statistics.median(e["epoch_time_s"] for e in measured),
+                    "throughput_mean_img_s": mean("throughput_img_s"),
+                    "data_wait_share_mean": mean("data_wait_share"), "first_batch_mean_s": mean("first_batch_s"),
+                    "time_total_s": sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
+                    + self.final.get("test_time_s", 0.0),
+                    "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"]})
+        if measured[0]["gpu_idle_s"] is not None:
+            out["gpu_idle_mean_s"] = mean("gpu_idle_s")
+        out.update(self.sampler.peaks(t0, t_end))
+        other = self.measured_other_cpu_pct()
+        if other is not None:
+            out["host_other_cpu_pct"] = other
+        return out
+
+
+def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
+    """Terminate a run and every worker it started, even those a crashed run left behind; `is_running`
+    compares start times, so a recycled PID is never hit. The run goes first, so that it can shut its
+    DataLoader down itself; whatever is left after the grace period is terminated, then killed."""
+    if procs and procs[0].is_running():
+        try:
+            procs[0].terminate()
+            procs[0].wait(grace_s)
+        except psutil.Error:
+            pass
+    live = {p.pid: p for p in procs if p.is_running()}
+    for p in list(live.values()):
+        try:
+            live.update({c.pid: c for c in p.children(recursive=True)})  # started since the last sample
+        except psutil.Error:
+            pass
+    procs = list(live.values())
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
+    ctx = mp.get_context("fork")
+    conn, child_end = ctx.Pipe()
+    proc = ctx.Process(target=_child_main, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
+    proc.start()
+    child_end.close()
+    sampler = TreeSampler(proc.pid, conf.measure)
+    sampler.start()
+    meter = HostCpuMeter(proc.pid)
+    meter.mark()
+    run = _Run(conf, tracker, run_id, label, sampler, meter)
+    t_end = 0.0
+    try:
+        while proc.is_alive() or conn.poll():
+            if conn.poll(0.2):
+                try:
+                    kind, payload = conn.recv()
+                except EOFError:
+                    break
+                run.on_message(kind, payload)
+                if kind == "epoch":
+                    conn.send("logged")
+                elif kind == "result":
+                    t_end = time.monotonic()
+    except KeyboardInterrupt:
+        proc.join(INTERRUPT_GRACE_S)  # Ctrl-C reached the run too: let it end by itself first
+        _stop_tree(sampler.seen())
+        proc.join()
+        sampler.stop()
+        return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C or SIGTERM)"})
+    proc.join()
+    sampler.stop()
+    _stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
+    if run.done and proc.exitcode == 0:
+        summary = run.summary(t_end)
+        summary["sampler_cpu_pct"] = sampler.own_cost_pct()
+        return Outcome(FINISHED, summary=summary)
+    error = run.error or {"type": "ProcessDied", "message": f"the run's process ended with exit code {proc.exitcode} "
+                          "(killed by a signal, out of memory, or a crash in native code)", "traceback": ""}
+    return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error)

@@ -1,0 +1,168 @@
+"""One run of the study, start to finish: data, loaders, model, epochs, test.
+
+It reports through `emit(kind, payload)` and knows nothing of MLflow or of the process it runs in, so
+tests can call `train` directly and the job supervisor can run it in an isolated child process.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from dataclasses import asdict
+from itertools import islice
+from typing import Any, Callable, Dict, Iterator, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind
+from wif.data.datasets import Datasets, DecodedSplit, Split, load_datasets, split_indices
+from wif.data.engines import build_engine_batches
+from wif.data.loaders import Batch, Batches, FixedBatches
+from wif.data.transfer import StreamPrefetcher, make_transfer
+from wif.measure.timing import synchronize
+from wif.run.loop import evaluate, loader_epoch, train_epoch
+from wif.run.model import build_model
+
+Emit = Callable[[str, Dict[str, Any]], None]
+MB = 1024 * 1024
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def device_info(device: torch.device) -> Dict[str, Any]:
+    """What the supervisor needs to find this device in NVML, and what a reader needs to trust a figure."""
+    if device.type != "cuda":
+        return {"type": "cpu", "name": "none"}
+    props = torch.cuda.get_device_properties(device)
+    return {"type": "cuda", "name": props.name, "uuid": str(props.uuid), "index": device.index or 0,
+            "cuda": torch.version.cuda, "capability": f"{props.major}.{props.minor}"}
+
+
+def _to_device(data: Datasets, device: torch.device, image_size: int) -> Datasets:
+    """gpu_resident: move every split, after checking it fits; the host copies are then dropped.
+
+    Images decoded per sample are decoded once here (no augmentation): decoding cannot happen on the
+    device, so the run is tagged `wif.resident_decoded`.
+    """
+    splits = [s.materialize(image_size) if isinstance(s, DecodedSplit) else s for s in (data.train, data.val, data.test)]
+    need = sum(s.nbytes for s in splits)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        if need > free:
+            raise ConfigError(f"loader=gpu_resident needs {need / MB:.0f} MiB on the device for the dataset, but "
+                              f"only {free / MB:.0f} of {total / MB:.0f} MiB are free. Lower data.fraction, or "
+                              "choose a loader option that streams batches.")
+    train, val, test = (Split(s.images.to(device), s.labels.to(device)) for s in splits)
+    return Datasets(train, val, test, data.num_classes)
+
+
+class CappedBatches:
+    """trainer.max_batches: the first `limit` batches of each epoch (wif-tune times a fixed number)."""
+
+    def __init__(self, batches: Batches, limit: int) -> None:
+        self.batches, self.limit = batches, limit
+
+    def __iter__(self) -> Iterator[Batch]:
+        return islice(iter(self.batches), self.limit)
+
+    def __len__(self) -> int:
+        return min(len(self.batches), self.limit)
+
+
+def _fixed_batches(cfg: Config, device: torch.device) -> Dict[str, FixedBatches]:
+    """data=fixed: as many batches as the configured split would give; validation and test one batch each
+    (their figures mean nothing on random data, so they cost as little as possible)."""
+    d = cfg.data
+    train_idx, val_idx = split_indices(d.num_train, d.fraction, d.val_split, d.seed)
+    sizes = {"train": len(train_idx), "val": min(len(val_idx), d.batch_size), "test": min(d.num_test, d.batch_size)}
+    return {name: FixedBatches(n, d.batch_size, d.image_size, d.num_classes, device, cfg.seed + i)
+            for i, (name, n) in enumerate(sizes.items())}
+
+
+def _vram_peaks(device: torch.device) -> Dict[str, float]:
+    if device.type != "cuda":
+        return {}
+    return {"vram_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MB,
+            "vram_peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MB}
+
+
+def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[str, Batches], int, float]:
+    """Each split's batches as the loader and transfer options ask, the number of classes, and when the
+    set-up began: the data load is timed apart (`data_load_s`); building loaders and, for gpu_resident,
+    moving the data to the device count as set-up."""
+    t0 = time.perf_counter()
+    if cfg.data.source is DataSource.fixed:  # no data to load: batches are made on the device
+        batches: Dict[str, Batches] = dict(_fixed_batches(cfg, device))
+        emit("data", {**{name: b.samples for name, b in batches.items()}, "num_classes": cfg.data.num_classes,
+                      "data_load_s": time.perf_counter() - t0})
+        return batches, cfg.data.num_classes, time.perf_counter()
+    data = load_datasets(cfg.data)
+    t_setup = time.perf_counter()
+    emit("data", {"train": len(data.train), "val": len(data.val), "test": len(data.test),
+                  "num_classes": data.num_classes, "data_load_s": t_setup - t0})
+    resident = cfg.transfer.kind is TransferKind.resident
+    if resident:
+        emit("tags", {"wif.resident_decoded": isinstance(data.train, DecodedSplit)})
+        data = _to_device(data, device, cfg.data.image_size)
+    pin = cfg.loader.pin_memory and device.type == "cuda"
+    batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
+                                          seed=cfg.seed, pin=pin, resident=resident)
+               for name, split in (("train", data.train), ("val", data.val), ("test", data.test))}
+    return batches, data.num_classes, t_setup
+
+
+def train(cfg: Config, device: torch.device, emit: Emit) -> None:
+    """Run one configuration; every figure it measures leaves through `emit`."""
+    seed_everything(cfg.seed)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    emit("device", device_info(device))
+    loaders, num_classes, t0 = _build_batches(cfg, device, emit)
+    tr = cfg.trainer
+    if tr.max_batches is not None:
+        loaders["train"] = CappedBatches(loaders["train"], tr.max_batches)
+    if cfg.transfer.kind is TransferKind.stream:  # wraps the capped batches: never prefetches past the cap
+        loaders = {name: StreamPrefetcher(b, device, cfg.transfer.non_blocking) for name, b in loaders.items()}
+    transfer = make_transfer(cfg.transfer, device)
+    if tr.mode is TrainerMode.loader_only:  # no model: the loader and transfer alone, timed the same way
+        synchronize(device)
+        emit("setup", {"setup_s": time.perf_counter() - t0})
+        for epoch in range(tr.epochs):
+            emit("epoch", {"epoch": epoch, **asdict(loader_epoch(loaders["train"], transfer, device))})
+        emit("result", _vram_peaks(device))
+        return
+
+    model = build_model(cfg.model, num_classes).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, weight_decay=tr.weight_decay)
+    loss_fn = nn.CrossEntropyLoss()
+    synchronize(device)
+    emit("setup", {"setup_s": time.perf_counter() - t0})
+
+    for epoch in range(tr.epochs):
+        stats = train_epoch(model, loaders["train"], transfer, optimizer, loss_fn, cfg.model.aux_weight, device)
+        val_loss, val_acc, val_time = evaluate(model, loaders["val"], transfer, loss_fn, device)
+        emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
+                       "val_time_s": val_time})
+
+    test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, loss_fn, device)
+    emit("result", {"test_loss": test_loss, "test_acc": test_acc, "test_time_s": test_time, **_vram_peaks(device)})
+
+
+@functools.lru_cache(maxsize=None)
+def preload() -> None:
+    """Pay one-time import costs once, in the supervising process, so every forked run starts warm.
+
+    Building the first optimizer imports torch._dynamo (about 2 s here). Nothing here touches CUDA.
+    """
+    import prefetch_generator  # noqa: F401
+    import torchvision.models  # noqa: F401
+
+    torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)

@@ -1,0 +1,111 @@
+"""What a sweep knows about itself: how many jobs it launches, in which order, and how they ended.
+
+Hydra's basic launcher runs every job in this one process, so the tallies live here and a Hydra
+callback prints them when the multirun ends (and makes the command fail if any job failed); a launcher that
+runs each job in a process of its own (submitit) leaves them to be read from the runs the jobs logged.
+The same callback checks every job before the first starts (wif.sweep.preflight).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, List, Mapping, Optional, Sequence
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from wif.config.exits import EXIT_FAILED
+
+log = logging.getLogger("wif")
+
+
+@dataclass
+class SweepTally:
+    total: Optional[int] = None
+    finished: int = 0
+    failed: int = 0
+    skipped: int = 0
+    killed: int = 0
+    failures: List[str] = field(default_factory=list)
+    started_ms: int = 0  # when the sweep started: every run it created started later
+
+    def ran_elsewhere(self) -> bool:
+        """Jobs were planned but none ended in this process: a launcher ran them in processes of their own."""
+        return bool(self.total) and not (self.finished or self.failed or self.killed or self.skipped)
+
+
+TALLY = SweepTally()
+SEARCH_LIMIT = 50_000  # MLflow's largest page of runs
+
+
+def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTally:
+    """How this sweep's jobs ended, read from the runs they logged: under submitit (local or SLURM) each job
+    runs in a process of its own, whose tally never reaches the submitting one."""
+    from wif.measure.tracking import FAILED, FINISHED, Tracker
+
+    tracker = Tracker(str(config.tracking.uri), str(config.tracking.experiment))
+    runs = tracker.client.search_runs(
+        [tracker.experiment_id], max_results=SEARCH_LIMIT,
+        filter_string=f"tags.`wif.sweep_id` = '{config.hydra.sweep.dir}' and attributes.start_time >= {since_ms}")
+    t = SweepTally(total=total, skipped=max(0, total - len(runs)))  # a skipped job creates no run
+    for run in runs:
+        error = run.data.tags.get("wif.error", "")
+        if run.info.status == FINISHED:
+            t.finished += 1
+        elif run.info.status == FAILED:
+            t.failed += 1
+            t.failures.append(f"{run.info.run_name}: {error}")
+        elif error.startswith("Duplicate"):  # another process finished the same job first
+            t.skipped += 1
+        else:  # KILLED, or still RUNNING: its job's process ended without closing it
+            t.killed += 1
+    return t
+
+
+def plan_jobs(sweeper_params: Mapping[str, Any], overrides: Sequence[str]) -> List[List[str]]:
+    """The jobs Hydra's basic sweeper will launch, in its order: the first key varies slowest.
+
+    `hydra.sweeper.params` come before the command line, so `repeat` (listed there first) makes every
+    repeat one pass over all cells. Needs an initialized Hydra (a running app, or `compose` in tests).
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # the sweeper's own expansion
+
+    params = [f"{k}={v}" for k, v in sweeper_params.items()] + list(overrides)
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
+    return batch
+
+
+class SweepCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Count the jobs, and refuse the sweep (exit 2) before its first job if any job cannot run."""
+        global TALLY
+        TALLY = SweepTally(started_ms=int(time.time() * 1000))
+        try:
+            jobs = plan_jobs(config.hydra.sweeper.params or {}, config.hydra.overrides.task)
+        except Exception as err:  # a sweeper whose syntax the basic one lacks: each job checks itself
+            log.warning("Could not plan the sweep's jobs (%s): each job's settings are checked when it starts.", err)
+            return
+        TALLY.total = len(jobs)
+        from wif.sweep.preflight import refuse_bad_jobs
+
+        refuse_bad_jobs(config, jobs)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        t = TALLY
+        if t.ran_elsewhere():
+            try:
+                t = tally_from_store(config, t.started_ms, t.total or 0)
+            except Exception as err:  # noqa: BLE001 - an outcome nobody can read is not a success
+                log.error("Could not read how the sweep's jobs ended from %s (%s).", config.tracking.uri, err)
+                raise SystemExit(EXIT_FAILED) from None
+        log.info("Sweep done: %d finished, %d failed, %d killed, %d skipped (already finished; resume=false "
+                 "reruns them).", t.finished, t.failed, t.killed, t.skipped)
+        for line in t.failures:
+            log.error("  failed: %s", line)
+        if t.failed or t.killed:
+            raise SystemExit(EXIT_FAILED)

@@ -1,0 +1,179 @@
+"""Every job of a multirun composed and checked before the first one starts.
+
+A bad value in one job of a 330-job sweep used to surface when that job came up, hours in, and stop the
+jobs after it. `SweepCallback.on_multirun_start` (wif/sweep/callback.py) calls `refuse_bad_jobs` instead, under
+any sweeper and launcher: each planned job's config is composed as Hydra will compose it, converted to the
+typed schema and validated (`wif.config.validate`, the device, an image folder's files, once per folder);
+if any job cannot run, the sweep stops with exit 2 and one line per reason naming its jobs, before any
+run is created. What only a running job can find (a crash, out of memory) still fails that job alone.
+
+Composing 330 configs one by one costs Hydra ~0.1 s each, so jobs that choose the same config-group
+options share one composition; each job's plain value overrides are then applied to a copy by Hydra's own
+code. Where that shortcut fails, the job is composed in full, so every error reported is Hydra's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
+
+from wif.config import Config, ConfigError, DataConfig, DataSource, validate
+from wif.config.exits import EXIT_BAD_SETTING
+
+log = logging.getLogger("wif")
+
+JOBS_NAMED = 5  # jobs named per reason in the refusal; the rest are counted
+Job = Sequence[str]  # a job's overrides, as the sweeper hands them to the launcher
+
+
+class _Composer:
+    """Each job's typed config as Hydra's launcher would compose it, one full composition per set of
+    config-group choices."""
+
+    def __init__(self, master: DictConfig) -> None:
+        self.master = master
+        self.loader = GlobalHydra.instance().config_loader()
+        self.parser = OverridesParser.create(config_loader=self.loader)
+        self.bases: Dict[Tuple[str, ...], Any] = {}
+
+    def config(self, job: Job) -> Config:
+        try:
+            return self._shared(job)
+        except (HydraException, OmegaConfBaseException, AttributeError, ValueError):
+            pass  # not a job the shortcut can compose: Hydra composes it in full, and says what is wrong
+        try:
+            return _typed(self.loader.load_sweep_config(self.master, list(job)))
+        except (HydraException, OmegaConfBaseException) as err:
+            raise ConfigError(" ".join(str(err).split())) from None
+
+    def _shared(self, job: Job) -> Config:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl  # Hydra 1.3: how it applies values
+
+        parsed = self.parser.parse_overrides(list(job))
+        is_group = [self.loader.repository.group_exists(o.key_or_group) and not isinstance(o.value(), dict)
+                    for o in parsed]
+        groups = tuple(o.input_line for o, g in zip(parsed, is_group) if g)
+        if groups not in self.bases:
+            try:
+                self.bases[groups] = _without_hydra(self.loader.load_sweep_config(self.master, list(groups)))
+            except (HydraException, OmegaConfBaseException) as err:
+                self.bases[groups] = err
+        base = self.bases[groups]
+        if isinstance(base, Exception):
+            raise base
+        cfg = copy.deepcopy(base)
+        ConfigLoaderImpl._apply_overrides_to_config(
+            [o for o, g in zip(parsed, is_group) if not g and not o.is_hydra_override()], cfg)
+        return OmegaConf.to_object(cfg)
+
+
+def _without_hydra(cfg: DictConfig) -> DictConfig:
+    with read_write(cfg), open_dict(cfg):
+        cfg.pop("hydra", None)  # as Hydra hands a job its config
+    return cfg
+
+
+def _typed(cfg: DictConfig) -> Config:
+    return OmegaConf.to_object(_without_hydra(cfg))
+
+
+class _Checks:
+    """What a job needs beyond its own config, found once per device setting and per image folder."""
+
+    def __init__(self) -> None:
+        self.devices: Dict[Any, Optional[str]] = {}
+        self.folders: Dict[Tuple[str, str], Any] = {}
+
+    def device(self, conf: Config) -> None:
+        from wif.run.supervise import resolve_device
+
+        if conf.device not in self.devices:
+            try:
+                resolve_device(conf.device)
+                self.devices[conf.device] = None
+            except ConfigError as err:
+                self.devices[conf.device] = str(err)
+        if self.devices[conf.device]:
+            raise ConfigError(self.devices[conf.device])
+
+    def folder(self, data: DataConfig, here: bool) -> None:
+        """Elsewhere (SLURM) a folder this machine sees is on a shared disk: checked once here all the same."""
+        from wif.data.folder_check import check_folder
+
+        if data.source is not DataSource.folder or not (here or Path(str(data.root)).expanduser().is_dir()):
+            return
+        key = (str(data.root), str(data.cache_dir))
+        if key not in self.folders:
+            try:
+                self.folders[key] = check_folder(data)
+            except ConfigError as err:
+                self.folders[key] = err
+        verdict = self.folders[key]
+        if isinstance(verdict, ConfigError):
+            raise verdict
+        if verdict.bad and not data.skip_bad:
+            raise ConfigError(verdict.message())
+
+
+def runs_here(master: DictConfig) -> bool:
+    """False when the launcher runs the jobs on other machines (SLURM): their devices and disks are not
+    this machine's, so only what does not depend on the machine is checked here."""
+    return not str(master.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
+
+
+def bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> List[Tuple[Job, str]]:
+    """Every job that cannot run, with the reason, in the sweep's order."""
+    composer, checks, here = _Composer(master), _Checks(), runs_here(master)
+    bad = []
+    for job in jobs:
+        try:
+            conf = composer.config(job)
+            validate(conf, here)
+            if here:
+                checks.device(conf)
+            checks.folder(conf.data, here)
+        except ConfigError as err:
+            bad.append((job, str(err)))
+    return bad
+
+
+def job_names(jobs: Sequence[Job]) -> List[str]:
+    """Each job named by the overrides that tell it apart from the sweep's other jobs."""
+    values: Dict[str, set] = defaultdict(set)
+    for job in jobs:
+        for item in job:
+            key, _, value = item.partition("=")
+            values[key].add(value)
+    varying = {key for key, seen in values.items() if len(seen) > 1}
+    return [" ".join(item for item in job if item.partition("=")[0] in varying) or " ".join(job) for job in jobs]
+
+
+def refuse_bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> None:
+    """Check every job; if any cannot run, say which and why and exit 2 (a callback's exceptions would only
+    become Hydra warnings), before any job has started."""
+    t0 = time.perf_counter()
+    bad = bad_jobs(master, jobs)
+    seconds = time.perf_counter() - t0
+    if not bad:
+        log.info("All %d jobs of the sweep checked in %.1f s.", len(jobs), seconds)
+        return
+    names = dict(zip(map(tuple, jobs), job_names(jobs)))
+    by_reason: Dict[str, List[str]] = defaultdict(list)
+    for job, reason in bad:
+        by_reason[reason].append(names[tuple(job)])
+    log.error("Bad setting: %d of %d jobs of this sweep cannot run, so none was started (checked in %.1f s):",
+              len(bad), len(jobs), seconds)
+    for reason, named in by_reason.items():
+        more = f" and {len(named) - JOBS_NAMED} more" if len(named) > JOBS_NAMED else ""
+        log.error("  %s%s: %s", ", ".join(named[:JOBS_NAMED]), more, reason)
+    raise SystemExit(EXIT_BAD_SETTING)

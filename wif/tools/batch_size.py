@@ -1,0 +1,208 @@
+"""`wif-batch-size`: the largest batch the configured model trains with, inside a VRAM budget (note 003).
+
+Note 003's advice is to grow the batch until the GPU's memory is about 90% used. Sizes are searched by
+doubling, then bisecting between the last size that fit and the first that did not (`find_largest`, a
+pure function). Each probe is a fresh process forked from this one, which never touches CUDA itself:
+a probe that runs out of memory leaves nothing behind (no fragmented allocator, no cached blocks) for
+the next. A probe runs a few real training steps of the configured model, optimizer and loss (the
+study's `train_epoch` on one fixed batch already on the device) and then reads the device's memory.
+
+    wif-batch-size model=googlenet data.image_size=64 --fill 0.9
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from wif.config import Config, ConfigError
+from wif.config.compose import load_config, setup_logging, tool_parser
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from wif.run.supervise import cuda_present
+
+PROG = "wif-batch-size"
+MB = 1024 * 1024
+
+
+# ----------------------------------------------------------------------------- the search (pure)
+def find_largest(fits: Callable[[int], bool], start: int, limit: int) -> int:
+    """The largest n in [1, limit] with fits(n), for a `fits` that holds up to some size and fails beyond:
+    double from `start` until a size fails (or `limit` fits), then bisect between the last size that fit
+    and the first that failed. Each size is tried at most once; 0 when not even 1 fits."""
+    if limit < 1:
+        return 0
+    lo, hi = 0, limit + 1  # fits(lo) holds (0 trivially); fits(hi) fails (hi beyond the limit)
+    n = min(max(start, 1), limit)
+    while True:
+        if not fits(n):
+            hi = n
+            break
+        lo = n
+        if n == limit:
+            return n
+        n = min(2 * n, limit)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ----------------------------------------------------------------------------- one probe (in a child)
+@dataclass
+class Probe:
+    batch: int
+    trained: bool  # a few training steps ran without running out of device memory
+    reserved_mb: float = math.nan  # PyTorch's caching allocator, peak
+    used_mb: float = math.nan  # the whole device, as nvidia-smi shows it (CUDA context and other tenants included)
+    total_mb: float = math.nan
+    error: str = ""  # anything but running out of memory: the search cannot go on
+
+
+def probe(conf: Config, batch: int, steps: int) -> Probe:
+    """Train `steps` steps at this batch size on the device; runs in a fresh process."""
+    import torch
+    from torch import nn
+
+    from wif.data.loaders import FixedBatches
+    from wif.run.loop import train_epoch
+    from wif.run.model import build_model
+
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    d, tr = conf.data, conf.trainer
+    try:
+        model = build_model(conf.model, d.num_classes).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, weight_decay=tr.weight_decay)
+        batches = FixedBatches(batch * steps, batch, d.image_size, d.num_classes, device, conf.seed)
+        train_epoch(model, batches, lambda b: b, optimizer, nn.CrossEntropyLoss(), conf.model.aux_weight, device)
+    except torch.cuda.OutOfMemoryError:
+        _, total = torch.cuda.mem_get_info(device)
+        return Probe(batch, False, torch.cuda.max_memory_reserved(device) / MB, math.nan, total / MB)
+    free, total = torch.cuda.mem_get_info(device)  # the allocator keeps its peak blocks: this is the peak
+    return Probe(batch, True, torch.cuda.max_memory_reserved(device) / MB, (total - free) / MB, total / MB)
+
+
+def _probe_child(conf: Config, batch: int, steps: int, conn: Any) -> None:
+    try:
+        conn.send(probe(conf, batch, steps))
+    except BaseException as err:  # noqa: BLE001 - the parent must hear of every failure
+        conn.send(Probe(batch, False, error=f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+
+
+def run_probe(conf: Config, batch: int, steps: int) -> Probe:
+    """One probe in a forked child: a clean CUDA context and allocator every time."""
+    ctx = mp.get_context("fork")
+    conn, child_end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_probe_child, args=(conf, batch, steps, child_end), name=f"wif-probe {batch}")
+    proc.start()
+    child_end.close()
+    try:
+        result = conn.recv()
+    except EOFError:
+        result = Probe(batch, False, error=f"the probe's process ended with exit code {proc.exitcode} without a "
+                       "result (killed, host out of memory, or a crash in native code)")
+    proc.join()
+    return result
+
+
+# ----------------------------------------------------------------------------- command line
+class ProbeFailed(Exception):
+    """A probe failed for a reason other than device memory: the search would be meaningless."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = tool_parser(PROG, "The largest data.batch_size the configured model trains "
+                          "with on this GPU while the device stays within --fill of its memory.")
+    p.add_argument("--fill", type=float, default=0.9,
+                   help="share of the device's memory a batch may fill, as nvidia-smi counts it (default: %(default)s)")
+    p.add_argument("--start", type=int, help="first size tried (default: data.batch_size)")
+    p.add_argument("--max-batch", type=int, default=65536, help="largest size tried (default: %(default)s)")
+    p.add_argument("--multiple", type=int, default=8,
+                   help="sizes searched are multiples of this (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=3,
+                   help="training steps per probe; the optimizer's state appears after the first "
+                   "(default: %(default)s)")
+    return p
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 0 < args.fill <= 1:
+        raise ConfigError(f"--fill={args.fill} must be a share of the device's memory in (0, 1], e.g. 0.9.")
+    for key in ("max_batch", "multiple", "steps"):
+        if getattr(args, key) < 1:
+            raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)} must be at least 1.")
+    if args.start is not None and args.start < 1:
+        raise ConfigError(f"--start={args.start} must be at least 1.")
+    if args.max_batch < args.multiple:
+        raise ConfigError(f"--max-batch={args.max_batch} is smaller than --multiple={args.multiple}.")
+
+
+def search(conf: Config, args: argparse.Namespace) -> Tuple[int, Dict[int, Probe]]:
+    """(largest batch size, every probe by size)."""
+    probes: Dict[int, Probe] = {}
+
+    def fits(k: int) -> bool:
+        batch = k * args.multiple
+        p = probes[batch] = run_probe(conf, batch, args.steps)
+        if p.error:
+            raise ProbeFailed(f"batch {batch}: {p.error}")
+        ok = p.trained and p.used_mb <= args.fill * p.total_mb
+        shown = f"{p.used_mb:.0f} MiB used ({p.used_mb / p.total_mb:.0%})" if p.trained else "out of memory"
+        print(f"  batch {batch:>7}: {'fits' if ok else 'too big':<8} {shown}", flush=True)
+        return ok
+
+    start = args.start or conf.data.batch_size
+    best = find_largest(fits, max(start // args.multiple, 1), args.max_batch // args.multiple) * args.multiple
+    return best, probes
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    setup_logging(PROG)
+    args = build_parser().parse_intermixed_args(argv)
+    try:
+        _check(args)
+        conf = load_config(args.overrides, args.config_dir)
+    except ConfigError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return EXIT_BAD_SETTING
+    if not cuda_present():
+        print(f"{PROG}: needs a CUDA device (device memory is what it measures), and this machine has none.",
+              file=sys.stderr)
+        return EXIT_BAD_SETTING
+    d = conf.data
+    print(f"{PROG}: model={conf.model.name.value}, {d.image_size}x{d.image_size} images, {d.num_classes} classes; "
+          f"largest multiple of {args.multiple} up to {args.max_batch} that trains within {args.fill:.0%} of the "
+          "device's memory", flush=True)
+    try:
+        best, probes = search(conf, args)
+    except ProbeFailed as err:
+        print(f"{PROG}: a probe failed for a reason other than device memory, so the search stops: {err}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if best == 0:
+        print(f"{PROG}: not even a batch of {args.multiple} trains within {args.fill:.0%} of the device's memory.",
+              file=sys.stderr)
+        return EXIT_FAILED
+    p = probes[best]
+    print(f"Largest batch size: {best} (peak {p.reserved_mb:.0f} MiB reserved by PyTorch; {p.used_mb:.0f} of "
+          f"{p.total_mb:.0f} MiB used on the device, {p.used_mb / p.total_mb:.0%}).")
+    if best == args.max_batch // args.multiple * args.multiple:
+        print("It is the largest size tried: raise --max-batch to look further.")
+    kept: List[str] = [o for o in args.overrides if not o.startswith("data.batch_size=")]
+    print("Use it: " + " ".join(["python train.py", f"data.batch_size={best}"] + kept))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,273 @@
+"""`wif-tune`: find the num_workers (for each pin_memory) that feeds batches fastest, the way note 001 does.
+
+Coarse steps from 0 workers up to twice the usable cores, stopping as soon as more workers stop helping,
+then every count within a small radius of the best. Each trial is a loader-only run of the configured
+loader (`trainer.mode=loader_only`, `trainer.max_batches` batches per epoch): the same loop, the same
+forked and sampled child (`wif.run.supervise.supervise`) and the same MLflow store as the study, tagged
+`wif.kind=tune` so the study's report never mixes them in. The pick is the fewest workers within
+`--min-gain` of the fastest (note 003: more workers for no gain only cost CPU and RAM).
+
+    wif-tune preset=smoke data.fraction=0.4 --batches 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, as_plain, validate, warnings_for
+from wif.config.compose import load_config, setup_logging, tool_parser
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from wif.data.loaders import silence_worker_count_warning
+from wif.measure.sysinfo import host_tags, usable_cores
+from wif.measure.tracking import FINISHED, KILLED, Tracker
+from wif.run.supervise import resolve_device, supervise
+from wif.run.training import preload
+
+PROG = "wif-tune"
+# Loader keys that only mean something with worker processes, and their value without any.
+WORKER_ONLY = (("prefetch_factor", None), ("persistent_workers", False), ("in_order", True),
+               ("multiprocessing_context", None))
+
+Measure = Callable[[int, str], Optional[float]]  # (num_workers, phase) -> images/s, None if the trial failed
+
+
+# ----------------------------------------------------------------------------- the search (pure)
+def pick_best(scores: Dict[int, Optional[float]], min_gain: float) -> Optional[int]:
+    """The fewest workers whose throughput is within `min_gain` of the fastest; None if every trial failed."""
+    ok = {w: s for w, s in scores.items() if s is not None}
+    if not ok:
+        return None
+    top = max(ok.values())
+    return min(w for w, s in ok.items() if s * (1 + min_gain) >= top)
+
+
+def search_workers(measure: Measure, max_workers: int, step: int, radius: int, min_gain: float) -> Optional[int]:
+    """Note 001's search: 0, step, 2*step, ... up to `max_workers`, stopping at the first count that is not
+    faster than the best so far by more than `min_gain` (or fails); then every count within `radius` of
+    the best. Each count is measured once."""
+    scores: Dict[int, Optional[float]] = {}
+
+    def score(w: int, phase: str) -> Optional[float]:
+        if w not in scores:
+            scores[w] = measure(w, phase)
+        return scores[w]
+
+    best = 0
+    score(0, "coarse")
+    for w in range(step, max_workers + 1, step):
+        s, b = score(w, "coarse"), scores[best]
+        if s is None or (b is not None and s <= b * (1 + min_gain)):
+            break  # more workers stopped helping
+        best = w
+    for w in range(max(best - radius, 0), min(best + radius, max_workers) + 1):
+        score(w, "refine")
+    return pick_best(scores, min_gain)
+
+
+# ----------------------------------------------------------------------------- one trial
+@dataclass
+class Trial:
+    pin_memory: bool
+    num_workers: int
+    phase: str
+    status: str
+    run_id: str
+    summary: Dict[str, float]
+    error: str = ""
+
+    @property
+    def img_s(self) -> Optional[float]:
+        return self.summary.get("throughput_mean_img_s") if self.status == FINISHED else None
+
+
+def trial_config(base: Config, num_workers: int, pin_memory: bool, batches: int, epochs: int) -> Config:
+    """The base configuration as a loader-only run with this worker count and pinning."""
+    conf = copy.deepcopy(base)
+    conf.loader.num_workers, conf.loader.pin_memory = num_workers, pin_memory
+    if num_workers == 0:
+        for key, neutral in WORKER_ONLY:
+            if hasattr(conf.loader, key):
+                setattr(conf.loader, key, neutral)
+    tr = conf.trainer
+    tr.mode, tr.max_batches, tr.epochs = TrainerMode.loader_only, batches, epochs
+    conf.progress = False
+    validate(conf)
+    return conf
+
+
+class Tuner:
+    """Runs and records trials; one MLflow run each, in the study's store."""
+
+    def __init__(self, base: Config, device: str, args: argparse.Namespace) -> None:
+        self.base, self.device, self.args = base, device, args
+        self.tracker = Tracker(base.tracking.uri, base.tracking.experiment)
+        self.tune_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        self.trials: List[Trial] = []
+
+    def run(self, pin_memory: bool, num_workers: int, phase: str) -> Optional[float]:
+        conf = trial_config(self.base, num_workers, pin_memory, self.args.batches, self.args.epochs)
+        plain = as_plain(conf)
+        fraction = f"{conf.data.fraction:g}"
+        tags = {**host_tags(), "wif.kind": "tune", "wif.tune_id": self.tune_id, "wif.tune_phase": phase,
+                "wif.loader": conf.loader.name, "wif.fraction": fraction, "wif.device": self.device,
+                "wif.gpu": "none", "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
+                "wif.num_workers": num_workers, "wif.pin_memory": pin_memory}
+        name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
+        run_id = self.tracker.start_run(name, plain, tags, plain)
+        label = f"pin_memory={pin_memory} num_workers={num_workers}"
+        outcome = supervise(conf, self.device, self.tracker, run_id, label)
+        error = outcome.error or {}
+        trial = Trial(pin_memory, num_workers, phase, outcome.status, run_id, outcome.summary,
+                      f"{error.get('type')}: {error.get('message')}" if error else "")
+        if outcome.status == FINISHED:
+            self.tracker.log_metrics(run_id, outcome.summary)
+        else:
+            self.tracker.set_tags(run_id, {"wif.error": trial.error[:4000]})
+        self.tracker.end_run(run_id, outcome.status)
+        self.trials.append(trial)
+        print(f"  {phase:<6} {label:<34} " + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error),
+              flush=True)
+        if outcome.status == KILLED:
+            raise KeyboardInterrupt
+        return trial.img_s
+
+
+# ----------------------------------------------------------------------------- output
+def table(trials: Sequence[Trial], best: Optional[Trial]) -> str:
+    rows = [f"{'pin_memory':<11}{'num_workers':>12}{'img/s':>10}{'epoch s':>9}{'1st batch s':>12}"
+            f"{'data wait':>10}{'RAM PSS MB':>11}  phase"]
+    for t in sorted(trials, key=lambda t: (t.pin_memory, t.num_workers)):
+        s = t.summary
+        if t.img_s is None:
+            rows.append(f"{str(t.pin_memory):<11}{t.num_workers:>12}  {t.status}: {t.error}")
+            continue
+        mark = "  <- best" if t is best else ""
+        rows.append(f"{str(t.pin_memory):<11}{t.num_workers:>12}{t.img_s:>10.0f}{s['epoch_time_mean_s']:>9.3f}"
+                    f"{s['first_batch_mean_s']:>12.3f}{s['data_wait_share_mean']:>10.0%}"
+                    f"{s.get('ram_peak_pss_mb', float('nan')):>11.0f}  {t.phase}{mark}")
+    return "\n".join(rows)
+
+
+def train_command(base: Config, overrides: Sequence[str], best: Trial) -> str:
+    """The train.py line that uses the best setting, keeping the user's other overrides."""
+    mine = {"loader.num_workers", "loader.pin_memory"} | ({f"loader.{k}" for k, _ in WORKER_ONLY}
+                                                          if best.num_workers == 0 else set())
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in mine | {"loader"}]
+    line = [f"loader={base.loader.name}", f"loader.num_workers={best.num_workers}",
+            f"loader.pin_memory={str(best.pin_memory).lower()}"]
+    if best.num_workers == 0:  # the option's worker-only keys would be refused without workers
+        line += [f"loader.{key}={'null' if neutral is None else str(neutral).lower()}"
+                 for key, neutral in WORKER_ONLY
+                 if hasattr(base.loader, key) and getattr(base.loader, key) != neutral]
+    return " ".join(["python train.py"] + line + kept)
+
+
+# ----------------------------------------------------------------------------- command line
+def build_parser() -> argparse.ArgumentParser:
+    p = tool_parser(PROG, "Search loader.num_workers for both pin_memory values with "
+                          "loader-only runs of the configured loader; print the best and its train.py line.")
+    p.add_argument("--batches", type=int, default=50, help="batches timed per epoch (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=3,
+                   help="epochs per trial; the first (worker start-up, warm-up) is left out (default: %(default)s)")
+    p.add_argument("--max-workers", type=int, help="most workers tried (default and cap: twice the usable cores)")
+    p.add_argument("--step", type=int, default=4, help="coarse step in workers (default: %(default)s)")
+    p.add_argument("--radius", type=int, default=3,
+                   help="refine this many workers around the best (default: %(default)s)")
+    p.add_argument("--min-gain", type=float, default=0.05,
+                   help="more workers must be this much faster to count as helping (default: %(default)s)")
+    p.add_argument("--pin-memory", choices=["both", "true", "false"], default="both",
+                   help="pin_memory values searched (default: both; without CUDA only false)")
+    return p
+
+
+def _check(args: argparse.Namespace, conf: Config) -> None:
+    for key in ("batches", "epochs", "step"):
+        if getattr(args, key) < 1:
+            raise ConfigError(f"--{key}={getattr(args, key)} must be at least 1.")
+    if args.radius < 0 or args.min_gain < 0 or (args.max_workers is not None and args.max_workers < 0):
+        raise ConfigError("--radius, --min-gain and --max-workers cannot be negative.")
+    if conf.data.source is DataSource.fixed:
+        raise ConfigError("data=fixed has no loader to tune: its batches are already on the device. Pick the data "
+                          "option you train on (e.g. data=synthetic).")
+    if conf.transfer.kind is TransferKind.resident:
+        raise ConfigError(f"loader={conf.loader.name} keeps the dataset on the device and uses no workers; pick a "
+                          "loader option that streams batches (e.g. loader=pin_nb).")
+    if conf.loader.background:
+        raise ConfigError(f"loader={conf.loader.name} uses BackgroundGenerator, which deadlocks with workers; pick a "
+                          "loader option without it (e.g. loader=pin_nb).")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    setup_logging(PROG)
+    args = build_parser().parse_intermixed_args(argv)
+    try:
+        base = load_config(args.overrides, args.config_dir)
+        _check(args, base)
+        device = resolve_device(base.device)
+        trial_config(base, 0, False, args.batches, args.epochs)  # refuse a bad combination before any run
+    except ConfigError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return EXIT_BAD_SETTING
+    cuda = device == "cuda"
+    for message in warnings_for(base, cuda):
+        if "pin_memory" not in message:  # pinning is what is searched
+            print(f"{PROG}: {message}", file=sys.stderr)
+    cores = usable_cores()
+    cap = 2 * cores
+    max_workers = cap if args.max_workers is None else min(args.max_workers, cap)
+    if args.max_workers is not None and args.max_workers > cap:
+        print(f"{PROG}: --max-workers={args.max_workers} is more than twice the {cores} usable cores; "
+              f"searching up to {cap}.", file=sys.stderr)
+    pins = {"both": [False, True], "true": [True], "false": [False]}[args.pin_memory]
+    if not cuda and True in pins:
+        print(f"{PROG}: no CUDA device: pin_memory has no effect, so only pin_memory=false is searched.",
+              file=sys.stderr)
+        pins = [False]
+
+    print(f"{PROG}: loader={base.loader.name}, fraction {base.data.fraction:g}, batch {base.data.batch_size}, "
+          f"up to {args.batches} batches x {args.epochs} epochs per trial (first epoch left out), on {device}, "
+          f"{cores} usable cores: num_workers 0..{max_workers}", flush=True)
+    preload()
+    silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
+    tuner = Tuner(base, device, args)
+    best_per_pin: Dict[bool, Optional[int]] = {}
+    try:
+        for pin in pins:
+            best_per_pin[pin] = search_workers(lambda w, phase: tuner.run(pin, w, phase),  # noqa: B023
+                                               max_workers, args.step, args.radius, args.min_gain)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the trials so far are in MLflow (tag wif.tune_id={tuner.tune_id}).",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+    finalists = {(pin, w): next(t.img_s for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
+                 for pin, w in best_per_pin.items() if w is not None}
+    if not finalists:
+        print(table(tuner.trials, None))
+        print(f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
+              file=sys.stderr)
+        return EXIT_FAILED
+    top = max(finalists.values())
+    # Within min_gain of the fastest: fewer workers first, then no pinning (pinned pages are locked RAM).
+    pin, w = min((k for k, s in finalists.items() if s * (1 + args.min_gain) >= top), key=lambda k: (k[1], k[0]))
+    best = next(t for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
+    tuner.tracker.set_tags(best.run_id, {"wif.tune_best": "true"})
+    print()
+    print(table(tuner.trials, best))
+    print()
+    for p, bw in best_per_pin.items():
+        print(f"Best with pin_memory={str(p).lower()}: num_workers={bw}")
+    print(f"Best: num_workers={w} with pin_memory={str(pin).lower()} ({best.img_s:.0f} img/s). "
+          f"{len(tuner.trials)} trials logged to MLflow with tag wif.tune_id={tuner.tune_id}.")
+    print(f"Use it: {train_command(base, args.overrides, best)}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

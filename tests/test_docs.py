@@ -1,0 +1,544 @@
+"""Every command the README and docs/ show is run by a test, and every link in them leads somewhere.
+
+Each ```bash block of README.md and docs/*.md is read as bash reads it (a line ending in `\\` continues on
+the next, `# comments` outside quotes are dropped, words are split by shlex, `export`s apply to the rest of
+the block), and each command is covered by the real thing, no mocks:
+
+- `python train.py -m ...`: the master config composed by Hydra as `-m` composes it, its jobs planned as
+  the sweep plans them (`plan_jobs`) and checked as the sweep checks itself before its first job
+  (`bad_jobs`); a `# N jobs` comment must match. `python train.py ...` (one run): composed, typed and
+  validated, then checked as a job of one. `--cfg`: run for real. A few cheap ones also run for real (slow).
+- `wif-report`, `wif-tune`, `wif-batch-size` (pyproject's console scripts): the parser of the module each
+  names takes the flags; a tool's overrides compose and validate as the tool composes them.
+- `python benchmarks/X.py`: the script exists and, where it takes flags, `--help` exits 0.
+- `pip install -e ".[X]"`: X is an extra of pyproject.toml. Other programs: an explicit allow-list.
+
+A command no rule covers fails, so a new command in the docs cannot go unchecked. Commands the docs show
+being refused must be refused, with the message the docs show. To stay within about a minute on 2 cores,
+the processes run on a worker thread beside the in-process checks, a sweep's repeats of a cell are checked
+once (no check reads `repeat`), and a job two pages show is checked once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import pytest
+import tomllib
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from tests.conftest import ROOT, run_train
+from wif.config import ConfigError, register_configs, validate
+
+CONF = ROOT / "conf"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+SCRIPTS = PYPROJECT["scripts"]  # wif-report, wif-tune, wif-batch-size -> "module:main"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README_MAX_LINES = 220
+
+register_configs()
+
+# Programs that are not this project's: shown in the docs, trusted to exist (argv prefix -> why).
+EXTERNAL = {
+    ("pytest",): "the test suite (CI runs exactly `pytest`)",
+    ("mlflow", "ui"): "MLflow's UI on the local store (its flags are checked against mlflow's CLI)",
+    ("mlflow", "server"): "an MLflow tracking server (its flags are checked against mlflow's CLI)",
+    ("pip", "install", "mlflow", "psycopg2-binary"): "the tracking server's own packages",
+}
+
+# Commands the docs show being refused, and the reason they show (the exit 2 of a bad setting).
+REFUSED = {
+    "python train.py -m loader=baseline data.fraction=0.1,1.5,0.4 preset=smoke":
+        "data.fraction=1.5 is outside (0, 1]: pass a share of the training set",
+    "python train.py data=folder data.root=images preset=smoke":
+        "1 of 17 image files under",
+}
+
+# Cheap documented commands also run for real, in a subprocess: exit status, and what the output must show.
+REAL_RUNS = {
+    "python train.py trainer.mode=loader_only loader=pin_nb preset=smoke data.fraction=0.7":
+        (0, "finished: "),
+    "python train.py -m loader=baseline data.fraction=0.1,1.5,0.4 preset=smoke":
+        (2, "Bad setting: 1 of 3 jobs of this sweep cannot run, so none was started"),
+    "python train.py data=folder data.root=images preset=smoke":
+        (2, "cannot be read: train/class0/broken.png"),
+}
+
+# Placeholder image folders in the docs: a tiny real ImageFolder stands in (`broken`: one file is no image).
+PLACEHOLDER_ROOTS = {"/path/to/images": "good", "images": "broken"}
+
+
+# --- reading the docs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One documented command: where it is, its words, the `export`s before it in its block, its comment."""
+
+    page: str
+    line: int
+    argv: Tuple[str, ...]
+    env: Tuple[Tuple[str, str], ...] = ()
+    comment: str = ""
+
+    @property
+    def text(self) -> str:
+        return shlex.join(self.argv)
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}: {self.text}"
+
+
+def split_comment(text: str) -> Tuple[str, str]:
+    """(code, comment): a `#` starting a word outside quotes starts a comment, as in bash."""
+    quote = None
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or text[i - 1].isspace()):
+            return text[:i], text[i + 1:].strip()
+    return text, ""
+
+
+def commands_of(path: Path) -> List[Doc]:
+    page = path.relative_to(ROOT).as_posix()
+    docs: List[Doc] = []
+    in_bash, env, buf, start = False, {}, "", 0
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            assert not buf, f"{page}:{start}: a command continues past the end of its block"
+            in_bash, env = (not in_bash and line.strip() == "```bash"), {}
+            continue
+        if not in_bash:
+            continue
+        if not buf:
+            start = number
+        if line.rstrip().endswith("\\") and not split_comment(line)[1]:
+            buf += line.rstrip()[:-1] + " "
+            continue
+        code, comment = split_comment(buf + line)
+        buf = ""
+        if not code.strip():
+            continue
+        argv = tuple(shlex.split(code))
+        docs.append(Doc(page, start, argv, tuple(env.items()), comment))
+        if argv[0] == "export":
+            env.update(a.split("=", 1) for a in argv[1:] if "=" in a)
+    return docs
+
+
+COMMANDS = [doc for page in PAGES for doc in commands_of(page)]
+
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def hydra_context() -> Iterator:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield GlobalHydra.instance().config_loader()
+
+
+def without_hydra(cfg: DictConfig) -> DictConfig:
+    cfg = cfg.copy()
+    with read_write(cfg), open_dict(cfg):
+        cfg.pop("hydra", None)  # as Hydra hands a job its config
+    return cfg
+
+
+def write_image_folder(root: Path, broken: bool) -> Path:
+    """train/ and test/, two classes of four small PNGs each (17 files with the broken one)."""
+    from PIL import Image
+
+    for split in ("train", "test"):
+        for k in range(2):
+            folder = root / split / f"class{k}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(4):
+                Image.new("RGB", (8, 8), (60 * i, 120 * k, 90)).save(folder / f"{i}.png")
+    if broken:
+        (root / "train" / "class0" / "broken.png").write_bytes(b"this is not an image")
+    return root
+
+
+@pytest.fixture(scope="session")
+def image_roots(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    base = tmp_path_factory.mktemp("folders")
+    return {name: write_image_folder(base / name, broken=name == "broken") for name in ("good", "broken")}
+
+
+@pytest.fixture
+def doc_env(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, tmp_path: Path):
+    """The environment a documented command runs in: a throwaway store and cache, then its block's exports."""
+
+    def apply(doc: Doc) -> None:
+        monkeypatch.setenv("WIF_CACHE_DIR", str(cache_dir))
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+        for key, value in doc.env:
+            monkeypatch.setenv(key, value)
+
+    return apply
+
+
+def train_args(doc: Doc) -> Tuple[bool, bool, List[str]]:
+    """(multirun, prints a config (--cfg), overrides) of `python train.py ...`."""
+    multirun, prints, overrides = False, False, []
+    words = iter(doc.argv[2:])
+    for word in words:
+        if word in ("-m", "--multirun"):
+            multirun = True
+        elif word in ("--cfg", "-c", "-p", "--package"):
+            prints = True
+            next(words)
+        elif word.startswith("-"):
+            raise ValueError(f"{doc}: flag {word} of train.py that this test does not know how to check")
+        else:
+            overrides.append(word)
+    return multirun, prints, overrides
+
+
+def with_folders(overrides: Sequence[str], roots: Dict[str, Path]) -> List[str]:
+    out = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        out.append(f"data.root={roots[PLACEHOLDER_ROOTS[value]]}" if key == "data.root" and value in PLACEHOLDER_ROOTS
+                   else item)
+    return out
+
+
+def one_per_repeat(jobs: Sequence[Sequence[str]]) -> List[Sequence[str]]:
+    """The jobs that differ in more than `repeat`: no check reads it (it only seeds the run), so a sweep's
+    ten repeats of a cell pass or fail alike, and checking one of them keeps this module fast."""
+    seen: Dict[Tuple[str, ...], Sequence[str]] = {}
+    for job in jobs:
+        repeats = [item.partition("=")[2] for item in job if item.startswith("repeat=")]
+        assert all(r.isdigit() for r in repeats), f"repeat must be a whole number: {job}"
+        seen.setdefault(tuple(item for item in job if not item.startswith("repeat=")), job)
+    return list(seen.values())
+
+
+CHECKED: Dict[tuple, Optional[str]] = {}  # (Hydra's own overrides, exports, job) -> why it cannot run, or None
+
+
+def job_key(job: Sequence[str]) -> Tuple[str, ...]:
+    """What a job's verdict depends on: its overrides in any order (Hydra applies groups first, then
+    values), without `tracking.*`, which no check reads (nor MLFLOW_* exports: where the run is logged)."""
+    keys = [item.partition("=")[0] for item in job]
+    kept = [item for item in job if not item.startswith("tracking.")]
+    return tuple(sorted(kept)) if len(set(keys)) == len(keys) else tuple(kept)
+
+
+def checked_once(master: DictConfig, jobs: Sequence[Sequence[str]], env: tuple) -> List[Tuple[Sequence[str], str]]:
+    """`bad_jobs` for the jobs no earlier command of the docs had checked under the same Hydra overrides
+    (the README's study and its one-repeat version share theirs, and several pages show the same sweep)."""
+    from wif.sweep.preflight import bad_jobs
+
+    context = (tuple(master.hydra.overrides.hydra), tuple(kv for kv in env if not kv[0].startswith("MLFLOW_")))
+    new = {(context, job_key(job)): job for job in jobs if (context, job_key(job)) not in CHECKED}
+    found = {tuple(job): why for job, why in bad_jobs(master, list(new.values()))} if new else {}
+    for key, job in new.items():
+        CHECKED[key] = found.get(tuple(job))
+    return [(job, CHECKED[(context, job_key(job))]) for job in jobs if CHECKED[(context, job_key(job))] is not None]
+
+
+def documented_jobs(doc: Doc) -> Optional[int]:
+    match = re.search(r"\b(\d[\d,]*) jobs\b", doc.comment)
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+# --- the checks, one kind of command each ----------------------------------------------------------------
+
+
+def check_train(doc: Doc, roots: Dict[str, Path], background: "Background") -> None:
+    from wif.sweep.callback import plan_jobs
+
+    multirun, prints, overrides = train_args(doc)
+    bad: List[Tuple[Sequence[str], str]] = []
+    if prints:  # --cfg/-p only print a config: cheap, so the real command runs
+        proc = background.result(str(doc))
+        assert proc.returncode == 0 and proc.stdout.strip(), f"{doc}\n{proc.stdout}\n{proc.stderr}"
+        return
+    overrides = with_folders(overrides, roots)
+    with hydra_context() as loader:
+        if multirun:  # the master config as `-m` composes it; its jobs as the sweep plans and checks them
+            master = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
+            jobs = plan_jobs(master.hydra.sweeper.params or {}, master.hydra.overrides.task)
+        else:  # one run: composed, typed and validated, then checked as a job of one
+            master = compose("config", overrides=overrides, return_hydra_config=True)
+            jobs = [list(master.hydra.overrides.task)]
+            try:
+                validate(OmegaConf.to_object(without_hydra(master)), here=False)
+            except ConfigError as err:
+                bad.append((jobs[0], str(err)))
+        bad += checked_once(master, one_per_repeat(jobs), doc.env)
+    expected = documented_jobs(doc)
+    assert expected is None or len(jobs) == expected, f"{doc}: {len(jobs)} jobs, the docs say {expected}"
+    if doc.text in REFUSED:
+        assert bad, f"{doc}: the docs show it refused, but every job passed the check"
+        assert all(REFUSED[doc.text] in why for _, why in bad), f"{doc}: refused for another reason: {bad}"
+    else:
+        assert bad == [], f"{doc}: {len(bad)} of {len(jobs)} jobs refused: {bad[:3]}"
+
+
+def check_script(doc: Doc, name: str, argv: Sequence[str]) -> None:
+    """A console script of pyproject.toml: its module's parser takes the flags as its `main` parses them,
+    and the Hydra overrides a tool takes compose, convert and validate as the tool composes them."""
+    from wif.config.compose import load_config
+
+    module = importlib.import_module(SCRIPTS[name].partition(":")[0])
+    try:
+        args = module.build_parser().parse_intermixed_args(list(argv))
+    except SystemExit as exit:  # argparse's way of refusing a flag (its message is on stderr)
+        pytest.fail(f"{doc}: {name} refuses these arguments (exit {exit.code})")
+    if getattr(args, "overrides", None) is not None:
+        load_config(args.overrides)  # ConfigError if the overrides cannot run
+
+
+def check_benchmark(doc: Doc, background: "Background") -> None:
+    script = ROOT / doc.argv[1]
+    assert script.is_file() and script.parent == ROOT / "benchmarks", f"{doc}: no such benchmark"
+    if "argparse" in script.read_text():  # it takes flags: --help must work
+        proc = background.result(str(doc))
+        assert proc.returncode == 0 and "usage:" in proc.stdout, f"{doc}\n{proc.stderr}"
+
+
+def check_pip(doc: Doc) -> None:
+    extras = PYPROJECT["optional-dependencies"]
+    target = doc.argv[3]
+    match = re.fullmatch(r"\.(?:\[([\w,-]+)\])?", target)
+    assert match, f"{doc}: installs {target}, not this checkout"
+    missing = [x for x in (match.group(1) or "").split(",") if x and x not in extras]
+    assert not missing, f"{doc}: no such extra {missing} in pyproject.toml (there are {sorted(extras)})"
+
+
+def check_external(doc: Doc) -> None:
+    prefix = next(p for p in EXTERNAL if doc.argv[:len(p)] == p)
+    if prefix[0] == "mlflow":
+        from mlflow.cli import cli
+
+        command = cli.get_command(None, prefix[1])
+        assert command is not None, f"{doc}: mlflow has no command {prefix[1]}"
+        known = {opt for param in command.params for opt in param.opts}
+        unknown = [w.split("=")[0] for w in doc.argv[2:] if w.startswith("-") and w.split("=")[0] not in known]
+        assert not unknown, f"{doc}: mlflow {prefix[1]} has no option {unknown}"
+    elif prefix[0] == "pip":
+        assert doc.argv == prefix, f"{doc}: only `{' '.join(prefix)}` is allowed"
+
+
+def kind_of(doc: Doc) -> str:
+    argv = doc.argv
+    if argv[:2] == ("python", "train.py"):
+        return "train"
+    if argv[:3] == ("python", "-m", "wif.report"):
+        return "report-module"
+    if argv[0] == "python" and len(argv) > 1 and argv[1].startswith("benchmarks/"):
+        return "benchmark"
+    if argv[0] in SCRIPTS:
+        return "script"
+    if argv[:3] == ("pip", "install", "-e"):
+        return "pip-extra"
+    if argv[0] == "export" and len(argv) > 1 and all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", a) for a in argv[1:]):
+        return "export"
+    if any(argv[:len(p)] == p for p in EXTERNAL):
+        return "external"
+    return "unknown"
+
+
+# --- processes, started together beside the in-process checks ------------------------------------------
+
+
+def process_of(doc: Doc) -> Optional[List[str]]:
+    """The command line a documented command's check runs as a process, or None (checked in this one)."""
+    kind = kind_of(doc)
+    try:
+        if kind == "train" and train_args(doc)[1]:
+            return [sys.executable, str(ROOT / "train.py"), *doc.argv[2:]]
+    except ValueError:
+        return None  # an unknown flag: the check says so
+    script = ROOT / doc.argv[1] if kind == "benchmark" else None
+    if script is not None and script.is_file() and "argparse" in script.read_text():
+        return [sys.executable, str(script), "--help"]
+    return None
+
+
+class Background:
+    """The checks' processes (python startup, torch and MLflow imports: seconds each), run one at a time on
+    a worker thread while this process composes configs on the other core."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.started: Dict[str, Future] = {}
+        self.work: Dict[str, Callable[[], Any]] = {}
+
+    def add(self, key: str, work: Callable[[], Any]) -> None:
+        self.work[key] = work
+
+    def start(self, key: str) -> None:
+        if key not in self.started:
+            self.started[key] = self.pool.submit(self.work[key])
+
+    def result(self, key: str) -> Any:
+        self.start(key)
+        return self.started[key].result()
+
+
+@pytest.fixture(scope="module")
+def background(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+               cache_dir: Path) -> Iterator[Background]:
+    """Every process the selected tests of this module need, started when the first of them starts."""
+    bg = Background()
+    for doc in COMMANDS:
+        argv = process_of(doc)
+        if argv is not None:
+            where = tmp_path_factory.mktemp("cmd")
+            env = {**os.environ, "WIF_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1",
+                   "MLFLOW_TRACKING_URI": f"sqlite:///{where / 'mlflow.db'}", **dict(doc.env)}
+            bg.add(str(doc), lambda argv=argv, where=where, env=env: subprocess.run(
+                argv, cwd=where, env=env, capture_output=True, text=True, timeout=300))
+    for command in REAL_RUNS:
+        bg.add(f"real: {command}", lambda command=command: real_run(command, tmp_path_factory.mktemp("real"),
+                                                                    cache_dir))
+    selected = [item.callspec.params for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")]
+    for params in selected:  # in test order: the worker finishes each before its test asks
+        key = str(params["doc"]) if "doc" in params else f"real: {params['command']}" if "command" in params else ""
+        if key in bg.work:
+            bg.start(key)
+    yield bg
+    bg.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def real_run(command: str, where: Path, cache_dir: Path) -> Tuple[subprocess.CompletedProcess, str]:
+    """A documented command run for real, in a directory of its own with a store of its own."""
+    doc = next(d for d in COMMANDS if d.text == command)
+    multirun, _, overrides = train_args(doc)
+    if "data.root=images" in overrides:  # the docs' relative folder, in the run's directory
+        write_image_folder(where / "images", broken=True)
+    store = f"sqlite:///{where / 'mlflow.db'}"
+    return run_train(where, store, cache_dir, *overrides, multirun=multirun, timeout=300), store
+
+
+# --- the tests -------------------------------------------------------------------------------------------
+
+# In-process checks first, those waiting on a process last: the processes run while the others compose.
+ORDERED = sorted(COMMANDS, key=lambda doc: process_of(doc) is not None)
+
+
+@pytest.mark.parametrize("doc", ORDERED, ids=str)
+def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], background: Background) -> None:
+    doc_env(doc)
+    kind = kind_of(doc)
+    if kind == "train":
+        try:
+            check_train(doc, image_roots, background)
+        except ValueError as err:
+            pytest.fail(str(err))
+    elif kind == "script":
+        check_script(doc, doc.argv[0], doc.argv[1:])
+    elif kind == "report-module":
+        check_script(doc, "wif-report", doc.argv[3:])
+    elif kind == "benchmark":
+        check_benchmark(doc, background)
+    elif kind == "pip-extra":
+        check_pip(doc)
+    elif kind == "external":
+        check_external(doc)
+    elif kind == "export":
+        pass  # applies to the commands after it in its block (doc_env)
+    else:
+        pytest.fail(f"{doc}: no test covers this documented command: teach tests/test_docs.py to check it "
+                    "(or add the program to EXTERNAL if it is not this project's)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(REAL_RUNS))
+def test_documented_command_runs_for_real(command: str, background: Background) -> None:
+    doc = next((d for d in COMMANDS if d.text == command), None)
+    assert doc is not None, f"no longer in the docs: {command} (update REAL_RUNS)"
+    proc, store = background.result(f"real: {command}")
+    status, shows = REAL_RUNS[command]
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == status and shows in output, f"{doc}: exit {proc.returncode}\n{output[-3000:]}"
+    if status == 0:  # one FINISHED run in its store
+        client = MlflowClient(store)
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        assert [r.info.status for r in runs] == ["FINISHED"], f"{doc}: runs {[r.info for r in runs]}"
+
+
+def test_every_refusal_and_real_run_is_still_documented() -> None:
+    shown = {doc.text for doc in COMMANDS}
+    stale = sorted((set(REFUSED) | set(REAL_RUNS)) - shown)
+    assert not stale, f"REFUSED or REAL_RUNS name commands the docs no longer show: {stale}"
+    assert COMMANDS and len({doc.page for doc in COMMANDS}) > 5, "the docs' ```bash blocks were not found"
+
+
+def test_readme_is_a_front_page() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; at most {README_MAX_LINES}"
+    install = [d.argv for d in COMMANDS if d.page == "README.md"][:2]
+    assert install == [("pip", "install", "-e", ".[dev]"), ("pytest",)], "CI runs exactly these two, first"
+
+
+def markdown_links(path: Path) -> List[Tuple[int, str]]:
+    """(line, target) of every inline link and image outside code fences."""
+    out, fence = [], False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence:
+            code_free = re.sub(r"`[^`]*`", "", line)
+            out += [(number, m.group(1)) for m in re.finditer(r"!?\[[^\]]*\]\(([^)\s]+)\)", code_free)]
+    return out
+
+
+def anchors(path: Path) -> set:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens, repeats numbered."""
+    seen: Dict[str, int] = {}
+    out, fence = set(), False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and re.match(r"#+ ", line):
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            out.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_relative_links_lead_to_files(page: Path) -> None:
+    broken = []
+    for number, target in markdown_links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # http(s), mailto: not this checkout's
+        file_part, _, anchor = target.partition("#")
+        dest = (page.parent / file_part).resolve() if file_part else page
+        if not dest.exists():
+            broken.append(f"{number}: {target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{number}: {target} (no such heading)")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    readme = ROOT / "README.md"
+    linked = {(readme.parent / t.partition("#")[0]).resolve() for _, t in markdown_links(readme)}
+    unlinked = [p.name for p in PAGES[1:] if p.resolve() not in linked]
+    assert not unlinked, f"docs pages the README does not link: {unlinked}"

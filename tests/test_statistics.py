@@ -12,11 +12,17 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from wif.report import model, stats
+from wif.report import model, noise, stats
 
 K, BLOCKS, NOISE, BLOCK_SD = 11, 3, 0.05, 0.10
 NAMES = ["baseline"] + [f"s{i}" for i in range(1, K)]
 CONF = 0.95
+
+
+@pytest.fixture(autouse=True)
+def fewer_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """10,000 draws a critical value instead of 100,000: each grid has its own noise, so nothing is cached."""
+    monkeypatch.setattr(model, "DRAWS", 10_000)
 
 
 def grid(rng: np.random.Generator, effects: np.ndarray, spike: tuple[int, int] | None = None) -> pd.DataFrame:
@@ -31,7 +37,7 @@ def grid(rng: np.random.Generator, effects: np.ndarray, spike: tuple[int, int] |
 
 
 def test_no_true_difference_keeps_the_error_rates() -> None:
-    rng, n = np.random.default_rng(1), 2000
+    rng, n = np.random.default_rng(1), 400
     any_called, included = 0, np.zeros(K)
     for _ in range(n):
         f = model.fit(grid(rng, np.ones(K)), "t")
@@ -91,24 +97,29 @@ def test_ten_times_slower_is_decided_with_three_blocks_among_48_settings() -> No
     assert all(vs[n].p_adj < 0.05 and vs[n].speedup < 0.5 for n in slow)
     best = model.mcb(f, CONF, 0.02)
     assert not any(best[n].possibly_fastest for n in slow)
-    assert all(best[n].at_least > 3 for n in slow)
+    assert all(best[n].at_least > 2 for n in slow)  # each judged by its own 20% noise, read conservatively
 
 
 def test_critical_value_matches_the_multivariate_t_integral() -> None:
-    """Balanced complete blocks: contrasts against one setting correlate 0.5; the simulated max-|t| quantile
-    must match scipy's numerical integral of the multivariate t."""
+    """The simulated max-|t| quantile must match scipy's numerical integral of the multivariate t with the
+    correlation of the contrasts against the baseline under the fitted per-setting noise."""
     rng = np.random.default_rng(5)
     f = model.fit(grid(rng, np.ones(K)), "t")
     c = next(iter(model.dunnett(f, "baseline", CONF).values())).critical
     dim = K - 1
-    shape = np.full((dim, dim), 0.5) + 0.5 * np.eye(dim)
+    contrasts = np.hstack([np.ones((dim, 1)), -np.eye(dim)])
+    cov = contrasts @ f.cov @ contrasts.T
+    shape = cov / np.sqrt(np.outer(cov.diagonal(), cov.diagonal()))
     mvt = sps.multivariate_t(shape=shape, df=f.df, seed=6)
     coverage = mvt.cdf(np.full(dim, c), lower_limit=np.full(dim, -c))
     assert coverage == pytest.approx(CONF, abs=0.004)
 
 
-def test_without_blocks_it_agrees_with_scipy_dunnett() -> None:
-    """No block tags: a one-way model; its adjusted p-values are scipy.stats.dunnett's on the log times."""
+def test_without_blocks_it_agrees_with_scipy_dunnett(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No block tags and the settings' own noise switched off: a one-way pooled model, whose adjusted
+    p-values are scipy.stats.dunnett's on the log times (scipy pools the variance)."""
+    monkeypatch.setattr(model, "DRAWS", 100_000)
+    monkeypatch.setattr(noise, "OWN_QUANTILE", 0.0)
     rng = np.random.default_rng(7)
     logs = {name: rng.normal(0.1 * i, 0.05, 4) for i, name in enumerate(["baseline", "a", "b", "c"])}
     runs = pd.DataFrame([(n, None, np.exp(v)) for n, values in logs.items() for v in values],
@@ -142,9 +153,11 @@ def test_ties_within_the_margin_and_a_single_fastest() -> None:
         for name, t in (("a", 1.0), ("b", 1.002), ("slow", 1.3)):
             rows.append((name, b, t * drift * (1 + 0.001 * ((b * 7 + len(name)) % 5 - 2))))
     best = model.mcb(model.fit(pd.DataFrame(rows, columns=["loader", "block", "t"]), "t"), CONF, 0.02)
-    # b is measurably slower (0.2%, with 0.1% noise) yet far inside the 2% margin: a practical tie.
-    assert best["a"].possibly_fastest and best["a"].tied and (best["a"].at_least, best["a"].at_most) == (1.0, 1.0)
-    assert not best["b"].possibly_fastest and best["b"].tied and 1.0 < best["b"].at_least < best["b"].at_most < 1.02
+    # b is 0.2% slower (0.1% noise) and far inside the 2% margin: a practical tie, whether or not the
+    # conservative per-setting noise lets it also count as possibly fastest.
+    assert best["a"].possibly_fastest and best["a"].tied
+    assert (best["a"].at_least, best["a"].at_most) == pytest.approx((1.0, 1.0), abs=1e-3)
+    assert best["b"].tied and 1.0 <= best["b"].at_least < best["b"].at_most < 1.02
     noisy = [(n, b, t * (1.03 if (b + (n == "b")) % 2 else 0.97)) for n, b, t in rows if n != "slow"]
     loose = model.mcb(model.fit(pd.DataFrame(noisy, columns=["loader", "block", "t"]), "t"), CONF, 0.02)
     assert loose["a"].possibly_fastest and loose["b"].possibly_fastest  # 3% noise: cannot tell them apart

@@ -1,10 +1,12 @@
 """One model per fraction and testbed, and the simultaneous answers drawn from it (pure functions).
 
-log(run's epoch time) = setting + block, fitted by ordinary least squares over every usable run: the
-noise is estimated once from all cells, with (k-1)(b-1) residual degrees of freedom in complete blocks
-instead of the b-1 of a test per pair. Without a usable block structure (no block tags, one block, or
-blocks that do not connect the settings) the block term is dropped. Unbalanced designs (a failed run,
-settings a race dropped) are fitted as they are; every interval below uses the fitted covariance.
+log(run's epoch time) = setting + block, fitted by ordinary least squares over every usable run. Settings
+differ in noise, so each gets its own variance (`wif.report.noise`: never below the pooled one, its own
+estimate read conservatively), and the estimates' covariance is the sandwich built from those variances;
+the pooled noise keeps its (k-1)(b-1) residual degrees of freedom for the critical values. Without a
+usable block structure (no block tags, one block, or blocks that do not connect the settings) the block
+term is dropped. Unbalanced designs (a failed run, settings a race dropped) are fitted as they are; every
+interval below uses the fitted covariance.
 
 Two families of simultaneous 95% statements come out of one fit:
 - every setting against the baseline (Dunnett: two-sided max-|t| critical value);
@@ -24,6 +26,8 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
+from wif.report import noise
+
 DRAWS = 100_000  # Monte Carlo draws per critical value: its 95% quantile to about 0.3%
 SEED = 20261122
 OUTLIER_SDS = 3.5  # robust standard deviations beyond which a run's residual is flagged
@@ -38,7 +42,9 @@ class Fit:
     estimate: np.ndarray  # mean log time per setting, averaged over blocks
     cov: np.ndarray  # covariance of `estimate` (k x k)
     df: int  # residual degrees of freedom
-    sigma: float  # residual standard deviation on the log scale (~ relative run-to-run noise)
+    sigma: float  # pooled residual standard deviation on the log scale (~ relative run-to-run noise)
+    noise: np.ndarray  # each setting's own relative run-to-run spread (log scale; NaN where not estimable)
+    used: np.ndarray  # each setting's variance as every statement uses it (wif.report.noise.used_variance)
     blocked: bool
     n_blocks: int
     n_runs: int
@@ -73,35 +79,39 @@ def design(runs: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
 
 
 def fit(runs: pd.DataFrame, value: str) -> Fit:
-    """Least squares of log(`value`) on setting (+ block where the blocks are usable and identifiable)."""
+    """Least squares of log(`value`) on setting (+ block where the blocks are usable and identifiable), with
+    per-setting variances and the covariance they imply."""
     y = np.log(runs[value].to_numpy(dtype=float))
     x, settings, blocks = design(runs)
-    k = len(settings)
-    res = sm.OLS(y, x).fit()
-    df = int(round(res.df_resid))
+    k, n = len(settings), len(y)
+    bread = np.linalg.pinv(x)  # (X'X)^-1 X'
+    params = bread @ y
+    resid = y - x @ params
+    df = n - int(np.linalg.matrix_rank(x))
+    who = np.array([settings.index(name) for name in runs["loader"]])
+    spread = noise.estimate(x, resid, who, k, df)
     if df > 0:
-        scale = float(res.scale)
-        cov = np.asarray(res.normalized_cov_params)[:k, :k] * scale
+        cov = (bread[:k] * spread.used[who]) @ bread[:k].T
     else:  # one run per setting: estimates without any spread to judge them by
-        scale, cov = float("nan"), np.full((k, k), np.nan)
-    return Fit(settings, np.asarray(res.params[:k]), cov, df, float(np.sqrt(scale)), len(blocks) > 1,
-               len(blocks), len(y))
+        cov = np.full((k, k), np.nan)
+    return Fit(settings, params[:k], cov, df, float(np.sqrt(spread.pooled)), np.sqrt(spread.own), spread.used,
+               len(blocks) > 1, len(blocks), n)
 
 
 # ----------------------------------------------------------------------------- critical values
-def _draws(cov_unit: np.ndarray, df: int) -> tuple[np.ndarray, np.ndarray]:
+def _draws(cov_unit: np.ndarray, df: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
     """Estimation errors (in units of sigma) and the chi-square scale of the residual variance, seeded."""
     rng = np.random.default_rng(SEED)
-    z = rng.multivariate_normal(np.zeros(len(cov_unit)), cov_unit, size=DRAWS, method="eigh")
-    w = np.sqrt(rng.chisquare(df, size=DRAWS) / df)
+    z = rng.multivariate_normal(np.zeros(len(cov_unit)), cov_unit, size=draws, method="eigh")
+    w = np.sqrt(rng.chisquare(df, size=draws) / df)
     return z, w
 
 
 @functools.lru_cache(maxsize=256)
-def _max_t(key: bytes, k: int, df: int, controls: tuple, two_sided: bool) -> np.ndarray:
+def _max_t(key: bytes, k: int, df: int, controls: tuple, two_sided: bool, draws: int) -> np.ndarray:
     """Sorted draws of max_j t(control - j) for each control (rows); cached per design."""
     cov_unit = np.frombuffer(key).reshape(k, k)
-    z, w = _draws(cov_unit, df)
+    z, w = _draws(cov_unit, df, draws)
     out = []
     for c in controls:
         others = [j for j in range(k) if j != c]
@@ -113,7 +123,7 @@ def _max_t(key: bytes, k: int, df: int, controls: tuple, two_sided: bool) -> np.
 
 def _max_t_draws(f: Fit, controls: Sequence[int], two_sided: bool) -> np.ndarray:
     unit = np.round(f.cov / f.sigma**2, 10)
-    return _max_t(unit.tobytes(), len(f.settings), f.df, tuple(controls), two_sided)
+    return _max_t(unit.tobytes(), len(f.settings), f.df, tuple(controls), two_sided, DRAWS)
 
 
 def _quantile(sorted_draws: np.ndarray, confidence: float) -> float:

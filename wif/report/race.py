@@ -1,5 +1,7 @@
 """Racing, as F-Race and irace do it for configurations: after each block, drop the settings that are
-already clearly slower than the set that may be fastest, and spend the next blocks on the rest.
+already clearly slower than the fastest (their simultaneous lower bound above 1: `wif.report.decide`), and
+spend the next blocks on the rest. A setting merely not shown to be fastest (tied, or too noisy to tell)
+runs on: a tie is never read as a loss.
 
 Pure functions on frames of runs (loader, block, fraction and the run figure), so the rule is tested on
 simulated sweeps; `hydra_plugins.wif_sweeper.race_sweeper` applies it between blocks of real jobs.
@@ -17,7 +19,7 @@ from typing import Dict, List, Sequence
 
 import pandas as pd
 
-from wif.report import model
+from wif.report import decide, model
 
 
 @dataclass(frozen=True)
@@ -71,16 +73,15 @@ def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules,
     """
     if state.settled or blocks_done < rules.min_blocks or runs["loader"].nunique() < 2:
         return state  # nothing to judge yet (every run failed or was contended): race on
-    f = model.fit(runs, value)
-    best = model.mcb(f, rules.look_confidence, rules.margin)
-    alive = [name for name in state.alive if name not in best or best[name].possibly_fastest]
-    alive.sort(key=lambda name: f.estimate[f.index(name)] if name in best else float("inf"))  # fastest first
+    best = decide.columns(model.fit(runs, value), "", rules.look_confidence, rules.margin)
+    alive = [name for name in state.alive if name not in best.index or not best.loc[name, "clearly_slower"]]
+    alive.sort(key=lambda name: best.loc[name, "time_s"] if name in best.index else float("inf"))  # fastest first
     dropped = dict(state.dropped)
-    dropped.update({name: best[name].at_least for name in state.alive if name not in alive and name in best})
+    dropped.update({name: float(best.loc[name, "slower_at_least"]) for name in state.alive if name not in alive})
     settled = ""
-    if len(alive) == 1 and alive[0] in best:
+    if len(alive) == 1 and alive[0] in best.index:
         settled = "one setting is fastest"
-    elif alive and all(name in best and best[name].tied for name in alive):
+    elif alive and all(name in best.index and best.loc[name, "tied"] for name in alive):
         settled = f"the possibly-fastest settings are tied within {rules.margin:.0%}"
     elif blocks_done >= rules.max_blocks:
         settled = f"race.max_blocks={rules.max_blocks} reached"

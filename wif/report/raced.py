@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from wif.report import model
+from wif.report import decide, model
 from wif.report.race import FractionState, RaceRules, replay
 
 
@@ -66,12 +66,15 @@ def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame
     """The table's 'vs fastest' columns as the race decided: its final look's MCB for the settings left in
     the race, and the bound each dropped setting was dropped with."""
     out = table.copy()
-    final = model.mcb(fit, race.rules.look_confidence, race.rules.margin)
+    final = decide.columns(fit, "", race.rules.look_confidence, race.rules.margin)
+    vs_best = ["possibly_fastest", "slower_at_least", "slower_at_most", "tied", "clearly_slower",
+               "slower_in_practice", "undecided", "more_blocks"]
     for name in out.index:
         if name in race.state.dropped:
-            out.loc[name, ["possibly_fastest", "slower_at_least", "tied"]] = [False, race.state.dropped[name], False]
-        elif name in final:
-            b = final[name]
-            out.loc[name, ["possibly_fastest", "slower_at_least", "slower_at_most", "tied"]] = [
-                name in race.state.alive, b.at_least, b.at_most, b.tied]
+            at_least = race.state.dropped[name]
+            out.loc[name, ["possibly_fastest", "slower_at_least", "tied", "clearly_slower", "slower_in_practice",
+                           "undecided"]] = [False, at_least, False, True, at_least > 1 + race.rules.margin, False]
+        elif name in final.index:
+            out.loc[name, vs_best] = final.loc[name, vs_best].to_numpy()
+            out.loc[name, "possibly_fastest"] = name in race.state.alive  # the race keeps all not shown slower
     return out

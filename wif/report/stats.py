@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from wif.report import model
+from wif.report import decide, model
 
 
 @dataclass(frozen=True)
@@ -73,23 +73,10 @@ def summarize_cells(runs: pd.DataFrame, value: str, metrics: Sequence[str], conf
     return pd.DataFrame(rows).set_index("loader")
 
 
-COMPARISON_COLUMNS = ["speedup", "speedup_ci_low", "speedup_ci_high", "p_adj", "significant",
-                      "possibly_fastest", "slower_at_least", "slower_at_most", "tied"]
-
-
 def comparison_columns(f: model.Fit, baseline: str, confidence: float, alpha: float,
                        margin: float) -> pd.DataFrame:
-    """The model's answers as columns indexed by loader: against the baseline and against the best."""
-    rows: dict[str, dict] = {name: {} for name in f.settings}
-    if baseline in f.settings:
-        rows[baseline].update(speedup=1.0)
-        for name, c in model.dunnett(f, baseline, confidence).items():
-            rows[name].update(speedup=c.speedup, speedup_ci_low=c.low, speedup_ci_high=c.high, p_adj=c.p_adj,
-                              significant=bool(c.p_adj < alpha) if not np.isnan(c.p_adj) else None)
-    for name, b in model.mcb(f, confidence, margin).items():
-        rows[name].update(possibly_fastest=b.possibly_fastest, slower_at_least=b.at_least,
-                          slower_at_most=b.at_most, tied=b.tied)
-    return pd.DataFrame.from_dict(rows, orient="index").reindex(columns=COMPARISON_COLUMNS)
+    """The verdict's columns (`wif.report.decide`), the model's estimate named as the table names it."""
+    return decide.columns(f, baseline, confidence, margin, alpha).rename(columns={"time_s": "model_time_s"})
 
 
 @dataclass(frozen=True)
@@ -130,7 +117,6 @@ def summarize_fraction(
     """The table, the model's comparisons and the outlier check of one fraction."""
     f = model.fit(runs, value)
     table = summarize_cells(runs, value, metrics, confidence)
-    table["model_time_s"] = pd.Series(np.exp(f.estimate), index=f.settings)
     table = table.join(comparison_columns(f, baseline, confidence, alpha, margin)).sort_values("model_time_s")
     if bound_img_s:
         table["bound_share"] = table["throughput_mean_img_s"] / bound_img_s

@@ -65,9 +65,12 @@ def _p(p: float) -> str:
 
 
 def _vs_fastest(r: pd.Series) -> str:
-    """The MCB column: may this setting be the fastest, and how much slower than the fastest at least/most."""
+    """The MCB column: may this setting be the fastest, and how much slower than the fastest at least/most.
+    'slower' only where the lower bound shows it (`wif.report.decide`); a tie is never worded as a loss."""
     if not bool(r["possibly_fastest"]):
-        return f"≥ {slower_by(r['slower_at_least'])} slower" + (", within margin" if bool(r["tied"]) else "")
+        if bool(r.get("clearly_slower", r["slower_at_least"] > 1)):
+            return f"≥ {slower_by(r['slower_at_least'])} slower" + (", within margin" if bool(r["tied"]) else "")
+        return "tied with the fastest" if bool(r["tied"]) else "not shown fastest (nor slower)"
     at_most = r["slower_at_most"]
     if math.isinf(at_most) or at_most <= 1:
         return "may be fastest"
@@ -80,7 +83,7 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     bound = "bound_share" in s.table
     stat = "median" if s.value == "epoch_time_median_s" else "mean"
     header = ["loader", "n", f"epoch time s ({stat}, ± {level})", "img/s", f"speedup vs {s.baseline} ({level} sim.)",
-              f"vs {s.baseline}", "vs fastest (MCB)", "data wait", "VRAM alloc / device MB",
+              f"vs {s.baseline}", "vs fastest (MCB)", "noise", "data wait", "VRAM alloc / device MB",
               "RAM RSS / USS / PSS MB", "test acc"] + (["of bound"] if bound else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for loader, r in s.table.iterrows():
@@ -91,6 +94,7 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
         test = "—" if loader == s.baseline else _test(r["speedup"], r["p_adj"], alpha)
         cells = [str(loader), str(int(r["n"])), time, num(r["throughput_mean_img_s"], ",.0f"),
                  _ratio(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]), test, _vs_fastest(r),
+                 num(r.get("noise", float("nan")), ".1%"),
                  num(r["data_wait_share_mean"], ".1%"),
                  f"{mb(r['vram_peak_allocated_mb'])} / {mb(r['vram_peak_device_mb'])}",
                  " / ".join(mb(r[c]) for c in RAM_COLUMNS.values()),
@@ -126,7 +130,8 @@ def csv_rows(s: FractionSummary, runs: pd.DataFrame) -> pd.DataFrame:
     rows["blocked"] = s.fit.blocked
     rows["n_blocks"] = s.fit.n_blocks
     rows["residual_df"] = s.fit.df
-    rows["noise_pct"] = 100 * math.expm1(s.fit.sigma) if s.fit.df > 0 else float("nan")
+    rows["pooled_noise_pct"] = 100 * math.expm1(s.fit.sigma) if s.fit.df > 0 else float("nan")
+    rows["noise_pct"] = 100 * rows["noise"]
     rows["vs_fastest_by"] = f"race {s.race.race_id}" if s.race is not None else f"MCB {s.confidence:.0%}"
     return rows
 

@@ -56,8 +56,11 @@ def method_note(s: FractionSummary, confidence: float) -> str:
     if f.df <= 0:
         return (f"One model over {f.n_runs} runs: log({what}) = {design}; no residual degrees of freedom "
                 "(one run per setting), so nothing can be tested: run more repeats.")
+    own = f.noise[~pd.isna(f.noise)]
+    spread = (f", each setting's own {math.expm1(own.min()):.1%} to {math.expm1(own.max()):.1%}" if own.size else "")
     return (f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
-            f"of freedom, run-to-run noise {math.expm1(f.sigma):.1%}. Speedups vs {s.baseline} carry "
+            f"of freedom, pooled run-to-run noise {math.expm1(f.sigma):.1%}{spread}; each setting is judged by its "
+            "own noise, never below the pooled. Speedups vs {s.baseline} carry "
             f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is "
             + (s.race.describe() + "." if s.race is not None else
                f"Hsu's multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}."))
@@ -88,24 +91,28 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
         return (f"At fraction {s.fraction:g}, {t.index[0]} has the lowest epoch time, but with one run per setting "
                 "nothing can be decided: run more repeats.")
     best = s.possibly_fastest
-    tied = [n for n in t.index if bool(t.loc[n, "tied"]) and n in best]
+    flag = lambda column: t[column].fillna(False).astype(bool) if column in t else pd.Series(False, t.index)  # noqa: E731
+    tied, clearly, undecided = flag("tied"), flag("clearly_slower"), flag("undecided")
     pct = f"{s.margin:.0%}"
     if len(best) == 1:
         how = "by the race's looks" if s.race is not None else f"{s.confidence:.0%} MCB"
-        text = f"At fraction {s.fraction:g}, **{best[0]} is the fastest** (every other setting is slower, {how})"
+        text = f"At fraction {s.fraction:g}, **{best[0]} is the fastest** (no other setting may be, {how})"
     else:
         text = f"At fraction {s.fraction:g}, the fastest is one of **{', '.join(best)}**"
-        if len(tied) == len(best):
+        best_tied = [n for n in best if tied[n]]
+        if len(best_tied) == len(best):
             text += f", tied within {pct}"
-        elif len(tied) > 1:
-            text += f"; {', '.join(tied)} are tied within {pct}; more repeats would settle the rest"
-        else:
-            text += " (not yet separable: more repeats would tell)"
-    near = [n for n in t.index if bool(t.loc[n, "tied"]) and n not in best]
+        elif len(best_tied) > 1:
+            text += f"; {', '.join(best_tied)} are tied within {pct}"
+    near = [n for n in t.index if tied[n] and n not in best]
     if near:
-        text += f"; {', '.join(near)} slower, but by less than {pct}"
+        text += f"; {', '.join(near)} {'is' if len(near) == 1 else 'are'} within {pct} of the fastest"
     text += _cheapest(t.loc[best + near], rules) + "."
-    slower = t[~t.index.isin(best + near)].sort_values("slower_at_least", ascending=False)
+    unshown = [n for n in t.index if n not in best and not tied[n] and not clearly[n]]
+    if unshown:
+        text += f" Not shown to be fastest, nor slower: {', '.join(unshown)}."
+    text += _undecided(t[undecided])
+    slower = t[clearly & ~tied].sort_values("slower_at_least", ascending=False)
     if not slower.empty:
         named = [f"{n} (at least {slower_by(r['slower_at_least'])} slower)"
                  for n, r in slower.head(VERDICT_NAMES).iterrows()]
@@ -114,6 +121,17 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
         text += (" Clearly slower: " + ", ".join(named)
                  + (f", and {rest} more, each at least {least} slower" if rest else "") + ".")
     return text + _against_baseline(s, rules.alpha)
+
+
+def _undecided(rows: pd.DataFrame) -> str:
+    """What the runs cannot yet tell, and what would: the noisiest undecided settings first."""
+    if rows.empty:
+        return ""
+    rows = rows.sort_values("noise", ascending=False)
+    said = [f"{n}'s runs vary by {num(r['noise'], '.1%')}" for n, r in rows.head(VERDICT_NAMES).iterrows()]
+    more = rows["more_blocks"].max()
+    advice = f"; about {int(more)} more blocks would settle it" if not pd.isna(more) else "; more blocks would tell"
+    return f" Undecided: {', '.join(said)}{advice}."
 
 
 def _against_baseline(s: FractionSummary, alpha: float) -> str:

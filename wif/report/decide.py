@@ -1,0 +1,79 @@
+"""The one place a verdict is computed: `decide(runs)` for notebooks and scripts, `columns(fit)` for the
+report and the race (pure functions on frames).
+
+Every word the report prints about a setting rests on one of these columns:
+- against the baseline: `speedup` with its simultaneous interval, `p_adj`, `significant` (Dunnett);
+- against the fastest (Hsu's MCB): `possibly_fastest` (the set that holds the fastest), and the ratio to
+  the fastest in [`slower_at_least`, `slower_at_most`];
+- `clearly_slower` only where that lower bound is above 1, `slower_in_practice` where it is above
+  1 + margin, `tied` where the upper bound is within the margin. A setting outside the possibly-fastest
+  set whose lower bound is 1 is *not shown to be fastest*, never "slower": ties are common here;
+- `undecided` where neither a tie nor a gap is shown, with `more_blocks`, about how many more blocks
+  would settle it at the noise seen, and `noise`, the setting's own run-to-run spread.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from wif.report import model
+
+COLUMNS = ["time_s", "speedup", "speedup_ci_low", "speedup_ci_high", "p_adj", "significant", "possibly_fastest",
+           "slower_at_least", "slower_at_most", "tied", "clearly_slower", "slower_in_practice", "undecided",
+           "more_blocks", "noise"]
+MAX_BLOCKS_SAID = 100  # beyond this, "about N more blocks" is no advice
+
+
+def decide(runs: pd.DataFrame, value: str = "epoch_time_median_s", baseline: str = "baseline",
+           confidence: float = 0.95, margin: float = 0.02) -> pd.DataFrame:
+    """Who is faster among the settings of `runs` (columns `loader`, `block`, `value`; one fraction and
+    testbed), with simultaneous `confidence`: one row per setting, indexed by setting, fastest first."""
+    missing = [c for c in ("loader", "block", value) if c not in runs]
+    if missing:
+        raise ValueError(f"decide: runs lack the column(s) {', '.join(missing)}")
+    usable = runs[runs[value].notna() & (runs[value] > 0)]
+    if usable.empty:
+        raise ValueError(f"decide: no run has a positive {value}")
+    out = columns(model.fit(usable, value), baseline, confidence, margin)
+    return out.sort_values("time_s")
+
+
+def columns(f: model.Fit, baseline: str, confidence: float, margin: float, alpha: float | None = None) -> pd.DataFrame:
+    """The fit's answers as columns indexed by setting; `alpha` (default 1 - confidence) marks significance."""
+    alpha = 1.0 - confidence if alpha is None else alpha
+    rows: dict[str, dict] = {name: {"time_s": float(np.exp(f.estimate[i])), "noise": float(np.expm1(f.noise[i]))}
+                             for i, name in enumerate(f.settings)}
+    if baseline in f.settings:
+        rows[baseline].update(speedup=1.0)
+        for name, c in model.dunnett(f, baseline, confidence).items():
+            rows[name].update(speedup=c.speedup, speedup_ci_low=c.low, speedup_ci_high=c.high, p_adj=c.p_adj,
+                              significant=bool(c.p_adj < alpha) if not np.isnan(c.p_adj) else None)
+    for name, b in model.mcb(f, confidence, margin).items():
+        rows[name].update(_vs_best(f, name, b, margin))
+    return pd.DataFrame.from_dict(rows, orient="index").reindex(columns=COLUMNS)
+
+
+def _vs_best(f: model.Fit, name: str, b: model.VsBest, margin: float) -> dict:
+    clearly = b.at_least > 1.0
+    undecided = f.df > 0 and not b.tied and not clearly
+    return dict(possibly_fastest=b.possibly_fastest, slower_at_least=b.at_least, slower_at_most=b.at_most,
+                tied=b.tied, clearly_slower=clearly, slower_in_practice=b.at_least > 1.0 + margin,
+                undecided=undecided, more_blocks=_more_blocks(f, name, b, margin) if undecided else np.nan)
+
+
+def _more_blocks(f: model.Fit, name: str, b: model.VsBest, margin: float) -> float:
+    """About how many more blocks would shrink the interval to the fastest enough to show a tie or a gap,
+    intervals narrowing as 1/sqrt(blocks) at the noise seen."""
+    if not np.isfinite(b.at_most):
+        return np.nan
+    gap = float(f.estimate[f.index(name)] - f.estimate.min())  # log ratio to the fastest estimate
+    half = math.log(b.at_most) - gap
+    target = max(gap, math.log1p(margin) - gap)
+    if half <= 0 or target <= 0:
+        return np.nan
+    blocks = f.n_blocks if f.blocked else max(1, round(f.n_runs / len(f.settings)))
+    need = math.ceil(blocks * (half / target) ** 2)
+    return float(min(max(need - blocks, 1), MAX_BLOCKS_SAID))

@@ -70,6 +70,13 @@ def search_workers(measure: Measure, max_workers: int, step: int, radius: int, m
     return pick_best(scores, min_gain)
 
 
+def final_pick(finalists: Dict[tuple, float], min_gain: float) -> tuple:
+    """(pin_memory, num_workers) among each pinning's best: within min_gain of the fastest, fewer workers
+    first, then no pinning (pinned pages are locked RAM)."""
+    top = max(finalists.values())
+    return min((k for k, s in finalists.items() if s * (1 + min_gain) >= top), key=lambda k: (k[1], k[0]))
+
+
 # ----------------------------------------------------------------------------- one trial
 @dataclass
 class Trial:
@@ -253,9 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
               file=sys.stderr)
         return EXIT_FAILED
-    top = max(finalists.values())
-    # Within min_gain of the fastest: fewer workers first, then no pinning (pinned pages are locked RAM).
-    pin, w = min((k for k, s in finalists.items() if s * (1 + args.min_gain) >= top), key=lambda k: (k[1], k[0]))
+    pin, w = final_pick(finalists, args.min_gain)
     best = next(t for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
     tuner.tracker.set_tags(best.run_id, {"wif.tune_best": "true"})
     print()

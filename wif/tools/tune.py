@@ -26,6 +26,7 @@ from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EX
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.sysinfo import host_tags, usable_cores
 from wif.measure.tracking import FINISHED, KILLED, Tracker
+from wif.run.model import model_label
 from wif.run.supervise import resolve_device, supervise
 from wif.run.training import preload
 
@@ -123,7 +124,7 @@ class Tuner:
         fraction = f"{conf.data.fraction:g}"
         tags = {**host_tags(), "wif.kind": "tune", "wif.tune_id": self.tune_id, "wif.tune_phase": phase,
                 "wif.loader": conf.loader.name, "wif.fraction": fraction, "wif.device": self.device,
-                "wif.gpu": "none", "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
+                "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.transfer": conf.transfer.kind.value,
                 "wif.num_workers": num_workers, "wif.pin_memory": pin_memory}
         name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
         run_id = self.tracker.start_run(name, plain, tags, plain)

@@ -119,6 +119,10 @@ def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[s
                    "are CPU figures (tagged wif.device=cpu).")
     if not cuda and cfg.transfer.kind is TransferKind.stream:
         out.append("transfer=stream needs CUDA for its side stream: on the CPU it falls back to a plain copy.")
+    tr = cfg.trainer
+    if tr.mode.value == "loader_only" and (tr.precision.value != "fp32" or tr.channels_last or tr.compile):
+        out.append("trainer.mode=loader_only runs no model: trainer.precision, trainer.channels_last and "
+                   "trainer.compile have no effect on this run.")
     if cfg.data.source is DataSource.custom and (cfg.data.num_train, cfg.data.num_test) != (50_000, 10_000):
         out.append(f"data.num_train={cfg.data.num_train} / data.num_test={cfg.data.num_test} (set by a preset?) have "
                    "no effect with data=custom: your Dataset's length is the training set; data.fraction cuts it.")

@@ -75,7 +75,11 @@ def one_line(err: BaseException) -> str:
     full_key = getattr(cause, "full_key", None)
     if full_key and "not in" in str(cause):
         return unknown_key_message(str(full_key))
-    return " ".join(line.strip() for line in str(err).splitlines()[:2] if line.strip()) or type(err).__name__
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[1].startswith("Available options"):  # an option that does not exist
+        options = lines[2:lines.index("Config search path:")] if "Config search path:" in lines else lines[2:]
+        return f"{lines[0]}; options: {', '.join(options)}."
+    return " ".join(lines[:2]) or type(err).__name__
 
 
 def main_with_bad_settings(main: Callable[[], object]) -> None:

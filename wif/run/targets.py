@@ -29,12 +29,23 @@ def _data_probe(conf: Config) -> None:
     custom_sets(conf.data)
 
 
+def _optimizer_probe(conf: Config) -> None:
+    from torch import nn
+
+    from wif.run.step import build_optimizer
+
+    build_optimizer(conf.trainer, nn.Linear(2, 2).parameters())
+
+
 def _probes(conf: Config) -> List[Tuple[Tuple[str, str], Callable[[Config], None]]]:
     out = []
     if conf.model.name is ModelName.custom:
         out.append((("model", f"{conf.model._target_} {sorted(conf.model.kwargs.items())}"), _model_probe))
     if conf.data.source is DataSource.custom:
         out.append((("data", f"{conf.data._target_} {sorted(conf.data.kwargs.items())}"), _data_probe))
+    opt = conf.trainer.optimizer
+    if opt._target_ != "torch.optim.SGD" or opt.kwargs:
+        out.append((("trainer.optimizer", f"{opt._target_} {sorted(opt.kwargs.items())}"), _optimizer_probe))
     return out
 
 
@@ -45,8 +56,9 @@ def _run(probe: Callable[[Config], None], conf: Config, conn: object) -> None:
     except ConfigError as err:
         conn.send(str(err))  # type: ignore[attr-defined]
     except BaseException as err:  # noqa: BLE001 - the user's factory raised: one line, its traceback in the log
-        target = conf.model._target_ if probe is _model_probe else conf.data._target_
-        key = "model._target_" if probe is _model_probe else "data._target_"
+        key, target = {_model_probe: ("model._target_", conf.model._target_),
+                       _data_probe: ("data._target_", conf.data._target_)}.get(
+            probe, ("trainer.optimizer._target_", conf.trainer.optimizer._target_))
         last = traceback.extract_tb(err.__traceback__)[-1]
         conn.send(f"{key}={target} raised {type(err).__name__}: {' '.join(str(err).split())} "
                   f"(at {last.filename}:{last.lineno}).")  # type: ignore[attr-defined]
@@ -65,10 +77,10 @@ def check_user_code(conf: Config) -> None:
             verdict: Optional[str]
             try:
                 verdict = parent.recv() if parent.poll(PROBE_TIMEOUT_S) else (
-                    f"{key[0]}._target_ did not return within {PROBE_TIMEOUT_S:.0f} s.")
+                    f"{key[0]}._target_={key[1]} did not return within {PROBE_TIMEOUT_S:.0f} s.")
             except EOFError:
                 proc.join(5)
-                verdict = f"{key[0]}._target_: the process calling it died (exit code {proc.exitcode})."
+                verdict = f"{key[0]}._target_={key[1]}: the process calling it died (exit code {proc.exitcode})."
             proc.join(5)
             if proc.is_alive():
                 proc.kill()

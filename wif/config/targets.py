@@ -62,6 +62,8 @@ def typed(cfg: DictConfig) -> Config:
 def unknown_key_message(dotted: str) -> str:
     """One line for a key the schema does not have, listing the keys its group does have."""
     group = dotted.rpartition(".")[0]
+    if group.endswith("kwargs"):  # a factory's own argument: new keys there are added with `+`
+        return f"{dotted} is a new argument of {group}: add it with +{dotted}=VALUE."
     schema = _schema_of(group)
     known = ", ".join(f.name for f in dataclasses.fields(schema)) if schema else ""
     return (f"{dotted} is not a setting {f'of {group}' if group else 'at the top level'}" +

@@ -18,4 +18,6 @@ def main(cfg: DictConfig) -> object:
 
 
 if __name__ == "__main__":
-    main()
+    from wif.config.exits import main_with_bad_settings
+
+    main_with_bad_settings(main)

@@ -11,6 +11,7 @@ the block), and each command is covered by the real thing, no mocks:
 - `wif-report`, `wif-tune`, `wif-batch-size` (pyproject's console scripts): the parser of the module each
   names takes the flags; a tool's overrides compose and validate as the tool composes them.
 - `python benchmarks/X.py`: the script exists and, where it takes flags, `--help` exits 0.
+- `python -m examples.X`: the example exists and takes the flags shown (tests/test_your_workload.py runs it).
 - `pip install -e ".[X]"`: X is an extra of pyproject.toml. Other programs: an explicit allow-list.
 
 A command no rule covers fails, so a new command in the docs cannot go unchecked. Commands the docs show
@@ -319,6 +320,14 @@ def check_benchmark(doc: Doc, background: "Background") -> None:
         assert proc.returncode == 0 and "usage:" in proc.stdout, f"{doc}\n{proc.stderr}"
 
 
+def check_example(doc: Doc) -> None:
+    """`python -m examples.X`: the module exists and takes the flags shown (tests/test_your_workload.py runs it)."""
+    path = ROOT / (doc.argv[2].replace(".", "/") + ".py")
+    assert path.is_file(), f"{doc}: no such example"
+    flags = [w.split("=")[0] for w in doc.argv[3:] if w.startswith("--")]
+    assert all(f'"{flag}"' in path.read_text() for flag in flags), f"{doc}: the example does not take {flags}"
+
+
 def check_pip(doc: Doc) -> None:
     extras = PYPROJECT["optional-dependencies"]
     target = doc.argv[3]
@@ -350,6 +359,8 @@ def kind_of(doc: Doc) -> str:
         return "report-module"
     if argv[0] == "python" and len(argv) > 1 and argv[1].startswith("benchmarks/"):
         return "benchmark"
+    if argv[:2] == ("python", "-m") and len(argv) > 2 and argv[2].startswith("examples."):
+        return "example"
     if argv[0] in SCRIPTS:
         return "script"
     if argv[:3] == ("pip", "install", "-e"):
@@ -456,6 +467,8 @@ def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], bac
         check_script(doc, "wif-report", doc.argv[3:])
     elif kind == "benchmark":
         check_benchmark(doc, background)
+    elif kind == "example":
+        check_example(doc)
     elif kind == "pip-extra":
         check_pip(doc)
     elif kind == "external":

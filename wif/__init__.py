@@ -15,4 +15,19 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
 
 `report` stands beside them: it reads the MLflow store (and `measure.tracking` for its address) and never
 imports torch or the training code; the sweep uses its pure race rules.
+
+From a user's own script: `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`
+(wif.tools.api; imported on first use, so `import wif` stays free of torch).
 """
+
+from typing import Any
+
+API = ("tune_workers", "time_epochs", "WorkerPick", "EpochTimes")
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from wif.tools import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'wif' has no attribute {name!r}")

@@ -46,7 +46,7 @@ class RaceSweeper(BasicSweeper):
         cfg = self.config
         rules = RaceRules(cfg.race.min_blocks, cfg.race.max_blocks, cfg.race.margin, cfg.race.confidence)
         names, runs_as = self._name_cells(cells)
-        problems = rules.problems() + _single_settings(names)
+        problems = rules.problems() + _single_settings(names) + _same_names(names)
         if problems:
             for problem in problems:
                 log.error("Bad setting: %s", problem)
@@ -120,6 +120,20 @@ class RaceSweeper(BasicSweeper):
             names[cell] = (setting, float(fraction))
             on_cpu[cell] = _what_runs_on_cpu(conf)
         return names, on_cpu
+
+
+def _same_names(names: Dict[Cell, Tuple[str, float]]) -> List[str]:
+    """Cells the race would pool as one setting: they differ in something other than the loader option and
+    the fraction (a model, a precision, a batch size), and the race compares loader settings alone."""
+    seen: Dict[Tuple[str, float], Cell] = {}
+    for cell, name in names.items():
+        if name in seen:
+            differ = sorted(set(cell) ^ set(seen[name]))
+            return [f"a race compares loader settings of one workload, but {' / '.join(differ)} would race as the "
+                    f"same setting {name[0]} at fraction {name[1]:g}. Race each of them separately "
+                    "(hydra/sweeper=blocks sweeps them all, and the report keeps each model in its own testbed)."]
+        seen[name] = cell
+    return []
 
 
 def _what_runs_on_cpu(conf: Any) -> str:

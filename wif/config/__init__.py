@@ -18,6 +18,8 @@ from wif.config.schema import (
                                MeasureConfig,
                                ModelConfig,
                                ModelName,
+                               OptimizerConfig,
+                               Precision,
                                RaceConfig,
                                StartMethod,
                                SweepConfig,
@@ -32,6 +34,7 @@ from wif.config.schema import (
 )
 
 __all__ = ["Augment", "Config", "ConfigError", "DataConfig", "DataSource", "Device", "EngineConfig", "EngineName",
-           "LoaderConfig", "MeasureConfig", "ModelConfig", "ModelName", "RaceConfig", "StartMethod", "SweepConfig",
+           "LoaderConfig", "MeasureConfig", "ModelConfig", "ModelName", "OptimizerConfig",
+           "Precision", "RaceConfig", "StartMethod", "SweepConfig",
            "TrackingConfig", "TrainerConfig", "TrainerMode", "TransferConfig", "TransferKind", "as_plain",
            "register_configs", "require", "validate", "warnings_for"]

@@ -8,6 +8,7 @@ from typing import List, Optional
 
 from wif.config.engines import validate_engine
 from wif.config.schema import Augment, Config, DataSource, LoaderConfig, TransferKind, require
+from wif.config.targets import validate_options
 
 
 def validate(cfg: Config, here: bool = True) -> None:
@@ -53,6 +54,10 @@ def validate(cfg: Config, here: bool = True) -> None:
                 "transfer=resident holds the whole dataset on the device and uses no DataLoader; it cannot take "
                 f"loader.num_workers={lo.num_workers}, loader.background={lo.background} or "
                 f"loader.pin_memory={lo.pin_memory}. Use loader=gpu_resident, or another transfer option.")
+    validate_options(cfg)
+    require(not (d.source is DataSource.custom and cfg.transfer.kind is TransferKind.resident),
+            "data=custom cannot be held on the device by transfer=resident (loader=gpu_resident): your Dataset "
+            "makes its samples on access. Choose a loader option that streams batches.")
     require(d.augment is Augment.none or d.source is not DataSource.synthetic,
             f"data.augment={d.augment.value} needs images decoded per sample; data=synthetic holds preprocessed "
             "tensors. Use data=encoded (or data=folder), or data.augment=none.")
@@ -114,6 +119,13 @@ def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[s
                    "are CPU figures (tagged wif.device=cpu).")
     if not cuda and cfg.transfer.kind is TransferKind.stream:
         out.append("transfer=stream needs CUDA for its side stream: on the CPU it falls back to a plain copy.")
+    tr = cfg.trainer
+    if tr.mode.value == "loader_only" and (tr.precision.value != "fp32" or tr.channels_last or tr.compile):
+        out.append("trainer.mode=loader_only runs no model: trainer.precision, trainer.channels_last and "
+                   "trainer.compile have no effect on this run.")
+    if cfg.data.source is DataSource.custom and (cfg.data.num_train, cfg.data.num_test) != (50_000, 10_000):
+        out.append(f"data.num_train={cfg.data.num_train} / data.num_test={cfg.data.num_test} (set by a preset?) have "
+                   "no effect with data=custom: your Dataset's length is the training set; data.fraction cuts it.")
     if cfg.data.source is DataSource.fixed:
         out.append("data=fixed: every batch is one random tensor already on the device, so the loader and transfer "
                    "settings have no effect; the run measures the model's compute alone (the upper bound).")

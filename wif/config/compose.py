@@ -14,11 +14,11 @@ from typing import Optional, Sequence
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from wif.config.checks import validate
 from wif.config.schema import Config, ConfigError, register_configs
+from wif.config.targets import typed
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the checkout's conf/, beside train.py
 
@@ -33,7 +33,7 @@ def load_config(overrides: Sequence[str], config_dir: Optional[Path] = None) -> 
     try:
         with initialize_config_dir(config_dir=str(folder), version_base="1.3"):
             cfg = compose("config", overrides=list(overrides))
-        conf: Config = OmegaConf.to_object(cfg)
+        conf: Config = typed(cfg)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(" ".join(str(err).split())) from None
     validate(conf)

@@ -9,8 +9,10 @@ run was interrupted (Ctrl-C, SIGTERM) and is KILLED, as shells report an interru
 from __future__ import annotations
 
 import logging
+import os
 import re
-from typing import Optional, Tuple
+import sys
+from typing import Callable, Optional, Tuple
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -63,3 +65,36 @@ def to_log_file(text: str, logger: logging.Logger) -> None:
                 seen.add(id(handler))
                 handler.handle(record)
         source = source.parent if source.propagate else None
+
+
+def one_line(err: BaseException) -> str:
+    """A Hydra or OmegaConf error as one line; an unknown key names the keys its group has."""
+    from wif.config.targets import unknown_key_message
+
+    cause = err.__cause__ if err.__cause__ is not None else err
+    full_key = getattr(cause, "full_key", None)
+    if full_key and "not in" in str(cause):
+        return unknown_key_message(str(full_key))
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[1].startswith("Available options"):  # an option that does not exist
+        options = lines[2:lines.index("Config search path:")] if "Config search path:" in lines else lines[2:]
+        return f"{lines[0]}; options: {', '.join(options)}."
+    return " ".join(lines[:2]) or type(err).__name__
+
+
+def main_with_bad_settings(main: Callable[[], object]) -> None:
+    """Run a `@hydra.main` function, turning what Hydra refuses while composing (an unknown key, an option
+    that does not exist, an override it cannot parse) into one line and exit 2, as wif's own checks do;
+    Hydra alone would print several lines and exit 1."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    full = "HYDRA_FULL_ERROR" in os.environ
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # let the exception reach us instead of Hydra's printer
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as err:
+        if full:
+            raise
+        print(f"Bad setting: {one_line(err)}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_SETTING) from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
@@ -35,12 +35,14 @@ class DataSource(str, Enum):
     folder = "folder"  # the user's ImageFolder, decoded per sample (or once, with data.preload=true)
     encoded = "encoded"  # the synthetic set stored as JPEG bytes, decoded per sample
     fixed = "fixed"  # one random batch already on the device: the model's compute alone (an upper bound)
+    custom = "custom"  # the user's own Dataset, from the factory named by data._target_
 
 
 class Augment(str, Enum):
     none = "none"  # decode only
     flip = "flip"  # random horizontal flip
-    standard = "standard"  # random resized crop back to data.image_size, flip
+    # random resized crop to data.image_size and flip; data=folder evaluates on Resize + CenterCrop (ImageNet example)
+    standard = "standard"
 
 
 class StartMethod(str, Enum):
@@ -70,6 +72,15 @@ class EngineName(str, Enum):
 class ModelName(str, Enum):
     googlenet = "googlenet"
     tiny = "tiny"
+    torchvision = "torchvision"  # any torchvision classification model, by model.arch
+    timm = "timm"  # any timm model, by model.arch (the optional extra `timm`)
+    custom = "custom"  # the user's own factory, named by model._target_
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"  # autocast to bfloat16
+    fp16 = "fp16"  # autocast to float16, with a GradScaler
 
 
 @dataclass
@@ -91,6 +102,8 @@ class DataConfig:
     jpeg_quality: int = 90  # data=encoded
     preload: bool = False  # data=folder: decode once and hold tensors in RAM, as the study did
     skip_bad: bool = False  # data=folder: leave out files that cannot be read as images (else: stop, naming them)
+    _target_: Optional[str] = None  # data=custom: an importable callable returning a map-style Dataset
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # data=custom: keyword arguments of that callable
 
 
 @dataclass
@@ -128,6 +141,19 @@ class ModelConfig:
     aux_weight: float = 0.3  # their loss weight in the original paper
     init_weights: bool = True  # torchvision's truncated-normal init; set explicitly to avoid its warning
     channels: List[int] = field(default_factory=lambda: [16, 32, 64])  # model=tiny only
+    arch: Optional[str] = None  # model=torchvision|timm: the model's name, e.g. resnet18
+    weights: Optional[str] = None  # model=torchvision: named weights (e.g. DEFAULT); model=timm: pretrained=true
+    _target_: Optional[str] = None  # model=custom: an importable callable returning an nn.Module
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # its keyword arguments (torchvision/timm/custom)
+
+
+@dataclass
+class OptimizerConfig:
+    """trainer.optimizer: any torch.optim class; lr, momentum and weight_decay come from trainer.* where it
+    takes them, and `kwargs` adds or overrides keyword arguments."""
+
+    _target_: str = "torch.optim.SGD"
+    kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -139,6 +165,10 @@ class TrainerConfig:
     weight_decay: float = 5e-4
     mode: TrainerMode = TrainerMode.train
     max_batches: Optional[int] = None  # stop each training epoch after this many batches (null: the whole split)
+    precision: Precision = Precision.fp32  # bf16/fp16: autocast around forward and loss (fp16 adds a GradScaler)
+    channels_last: bool = False  # model and 4-D inputs in channels_last memory format
+    compile: bool = False  # torch.compile the model; compiled before the first epoch, timed apart (compile_s)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
 
 
 @dataclass

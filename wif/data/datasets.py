@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Protocol, Tuple, Union
+from typing import Dict, List, Optional, Protocol, Tuple, Union
 
 import numpy as np
 import torch
@@ -61,10 +61,12 @@ class JpegBlob:
 
 
 class ImageFiles:
-    """Image files decoded and resized on access, as torchvision's ImageFolder would."""
+    """Image files decoded and resized on access, as torchvision's ImageFolder would; with `size=None`
+    (data.augment=standard) at their own size, for the transform to crop as PyTorch's ImageNet example does."""
 
-    def __init__(self, paths: List[str], size: int) -> None:
+    def __init__(self, paths: List[str], size: Optional[int]) -> None:
         self.paths, self.size = paths, size
+        self.native = size is None
 
     def __call__(self, i: int) -> torch.Tensor:
         return read_image(Path(self.paths[i]), self.size)
@@ -80,13 +82,16 @@ class HeldImages:
         return self.images[i]
 
 
-def make_transform(augment: Augment, size: int, train: bool):
-    """uint8 image to normalized float; random augmentation on the training split only."""
+def make_transform(augment: Augment, size: int, train: bool, native: bool = False):
+    """uint8 image to normalized float; random augmentation on the training split only. `native`: images
+    at their own size, evaluated on Resize(size * 256/224) + CenterCrop(size) as PyTorch's ImageNet example."""
     from torchvision.transforms import v2
 
     steps = []
     if train and augment is Augment.standard:
         steps.append(v2.RandomResizedCrop(size, antialias=True))
+    elif native:
+        steps += [v2.Resize(round(size * 256 / 224), antialias=True), v2.CenterCrop(size)]
     if train and augment in (Augment.flip, Augment.standard):
         steps.append(v2.RandomHorizontalFlip())
     steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([NORMALIZE_MEAN] * 3, [NORMALIZE_STD] * 3)]
@@ -108,7 +113,7 @@ class DecodedSplit(Dataset):
 
     def materialize(self, size: int) -> Split:
         """Decode every image once, without augmentation: for holding the set on the device."""
-        plain = make_transform(Augment.none, size, train=False)
+        plain = make_transform(Augment.none, size, train=False, native=getattr(self.decoder, "native", False))
         images = torch.stack([plain(self.decoder(int(j))) for j in self.indices])
         return Split(images, self.labels[torch.from_numpy(np.asarray(self.indices))])
 
@@ -158,7 +163,8 @@ def _to_split(images_u8: np.ndarray, labels: np.ndarray) -> Split:
 
 
 def _decoded(decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool) -> DecodedSplit:
-    return DecodedSplit(decoder, torch.from_numpy(labels), idx, make_transform(cfg.augment, cfg.image_size, train))
+    transform = make_transform(cfg.augment, cfg.image_size, train, native=getattr(decoder, "native", False))
+    return DecodedSplit(decoder, torch.from_numpy(labels), idx, transform)
 
 
 def load_datasets(cfg: DataConfig) -> Datasets:
@@ -169,7 +175,8 @@ def load_datasets(cfg: DataConfig) -> Datasets:
                     for p in ("train", "test")}
     elif cfg.source is DataSource.folder and not cfg.preload:
         arrays, num_classes = _usable_files(cfg)
-        decoders = {p: ImageFiles(arrays[f"{p}_paths"], cfg.image_size) for p in ("train", "test")}
+        size = None if cfg.augment is Augment.standard else cfg.image_size  # standard: crops from the full image
+        decoders = {p: ImageFiles(arrays[f"{p}_paths"], size) for p in ("train", "test")}
     else:
         if cfg.source is DataSource.synthetic:
             arrays, num_classes = synthetic_arrays(cfg), cfg.num_classes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Dict, List, Tuple
+from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -27,9 +27,9 @@ def _class_folders(part: Path) -> List[Path]:
     return classes
 
 
-def read_image(path: Path, size: int) -> torch.Tensor:
-    """One image file as uint8 RGB at size x size, as training reads it; an unreadable one raises
-    ConfigError naming it."""
+def read_image(path: Path, size: Optional[int]) -> torch.Tensor:
+    """One image file as uint8 RGB at size x size (None: its own size), as training reads it; an unreadable
+    one raises ConfigError naming it."""
     from torchvision.io import ImageReadMode, decode_image
     from torchvision.transforms.v2.functional import resize
 
@@ -37,7 +37,7 @@ def read_image(path: Path, size: int) -> torch.Tensor:
         img = decode_image(str(path), mode=ImageReadMode.RGB)
     except (RuntimeError, OSError, ValueError) as err:
         raise ConfigError(f"data=folder: cannot read image {path} ({err}). Remove or replace the file.") from err
-    return resize(img, [size, size], antialias=True)
+    return img if size is None else resize(img, [size, size], antialias=True)
 
 
 def _list_part(part: Path, class_names: List[str], skip: AbstractSet[str]) -> Tuple[List[str], np.ndarray]:

@@ -31,6 +31,7 @@ TAGS = {  # column: tag
     "loader": "wif.loader", "fraction": "wif.fraction", "cell": "wif.cell", "device": "wif.device",
     "gpu": "wif.gpu", "model": "wif.model", "block": "wif.block", "sweep_pos": "wif.sweep_pos",
     "sweep_id": "wif.sweep_id", "error": "wif.error", "contended": "wif.contended", "race_id": "wif.race_id",
+    "step": "wif.step",
 }
 PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs",
           "contended_pct": "measure.contended_pct"}
@@ -90,7 +91,7 @@ def load_runs(client: MlflowClient, experiment: str, run_filter: RunFilter) -> p
     frame["fraction"] = pd.to_numeric(frame["fraction"], errors="coerce")
     frame["sweep_pos"] = pd.to_numeric(frame["sweep_pos"], errors="coerce")
     frame["loader"] = [_setting(cell, loader) for cell, loader in zip(frame["cell"], frame["loader"])]
-    frame["testbed"] = [_testbed(*key) for key in zip(frame["device"], frame["gpu"], frame["model"])]
+    frame["testbed"] = [_testbed(*key) for key in zip(frame["device"], frame["gpu"], frame["model"], frame["step"])]
     frame["contended"] = frame["contended"].fillna("false").str.lower() == "true"
     return frame
 
@@ -141,12 +142,15 @@ def _setting(cell: str | None, loader: str | None) -> str:
     return loader or "?"
 
 
-def _testbed(device: str | None, gpu: str | None, model: str | None) -> str:
-    """What figures may be pooled under: the device, its GPU model, and the network trained."""
+def _testbed(device: str | None, gpu: str | None, model: str | None, step: str | None = None) -> str:
+    """What figures may be pooled under: the device, its GPU model, the network trained, and its step when
+    set away from the study's (precision, channels_last, compile, optimizer: tag wif.step)."""
     parts = [device or "unknown device"]
     if gpu and gpu != "none":
         parts.append(gpu)
     parts.append(model or "unknown model")
+    if isinstance(step, str) and step not in ("", "fp32"):
+        parts.append(step)
     return ", ".join(parts)
 
 

@@ -7,6 +7,7 @@ time spent waiting for a batch (fetch plus any blocking copy) is summed, and com
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
@@ -17,7 +18,7 @@ from torch import nn
 from wif.data.loaders import Batch, Batches
 from wif.data.transfer import Transfer
 from wif.measure.timing import StepClock, synchronize
-from wif.run.model import training_loss
+from wif.run.step import Step
 
 
 @dataclass
@@ -71,7 +72,9 @@ class TimedFeed:
 
 
 def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimizer: torch.optim.Optimizer,
-                loss_fn: nn.Module, aux_weight: float, device: torch.device) -> EpochStats:
+                loss_fn: nn.Module, aux_weight: float, device: torch.device, step: Optional[Step] = None) -> EpochStats:
+    """`step` carries the configured precision and memory format; without it, the study's fp32 step."""
+    step = step or Step(model, optimizer, loss_fn, aux_weight, device)
     model.train()
     clock = StepClock(device)
     loss_sum = torch.zeros((), device=device)
@@ -80,11 +83,7 @@ def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimize
     t_start, t0 = time.monotonic(), time.perf_counter()
     for x, y in feed:
         clock.start()
-        loss = training_loss(model(x), y, loss_fn, aux_weight)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach() * len(y)  # stays on the device: no per-step sync
+        loss_sum += step(x, y) * len(y)  # stays on the device: no per-step sync
         clock.stop()
     synchronize(device)  # sync point: the epoch's queued work is done
     return feed.stats(t_start, t0, loss_sum.item() / max(feed.samples, 1), clock.compute_s(), clock.gpu_idle_s())
@@ -107,8 +106,9 @@ def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> 
 
 @torch.inference_mode()
 def evaluate(model: nn.Module, batches: Batches, transfer: Transfer, loss_fn: nn.Module,
-             device: torch.device) -> Tuple[float, float, float]:
-    """(mean loss, accuracy, seconds) over a split; one synchronization at the end."""
+             device: torch.device, step: Optional[Step] = None) -> Tuple[float, float, float]:
+    """(mean loss, accuracy, seconds) over a split, in the step's precision and memory format; one
+    synchronization at the end."""
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
@@ -117,8 +117,9 @@ def evaluate(model: nn.Module, batches: Batches, transfer: Transfer, loss_fn: nn
     t0 = time.perf_counter()
     for host_batch in batches:
         x, y = transfer(host_batch)
-        logits = model(x)
-        loss_sum += loss_fn(logits, y) * len(y)
+        with step.autocast() if step else contextlib.nullcontext():
+            logits = model(step.inputs(x) if step else x)
+            loss_sum += loss_fn(logits, y).float() * len(y)
         correct += (logits.argmax(1) == y).sum()
         samples += len(y)
     synchronize(device)

@@ -1,13 +1,16 @@
-"""The models: torchvision's GoogLeNet v1 as the study trains it, and a tiny CNN for CPU runs."""
+"""The models: torchvision's GoogLeNet v1 as the study trains it, a tiny CNN for CPU runs, and the user's
+own: any torchvision or timm model by name, or any factory named by `model._target_`."""
 
 from __future__ import annotations
 
-from typing import List
+import inspect
+from typing import Any, Callable, Dict, List
 
 import torch
 from torch import nn
 
-from wif.config import ModelConfig, ModelName
+from wif.config import ConfigError, ModelConfig, ModelName
+from wif.config.targets import importable
 
 
 class TinyNet(nn.Module):
@@ -29,12 +32,55 @@ class TinyNet(nn.Module):
 
 
 def build_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
+    """The configured model with `num_classes` outputs (passed to a factory when it takes it)."""
     if cfg.name is ModelName.tiny:
         return TinyNet(list(cfg.channels), num_classes)
+    if cfg.name is ModelName.torchvision:
+        from torchvision.models import get_model
+
+        # Named weights come with their own classifier (torchvision refuses another num_classes with them).
+        extra = {"num_classes": num_classes} if cfg.weights is None else {}
+        return get_model(str(cfg.arch), weights=cfg.weights, **{**extra, **cfg.kwargs})
+    if cfg.name is ModelName.timm:
+        import timm
+
+        return timm.create_model(str(cfg.arch), pretrained=cfg.weights == "pretrained",
+                                 **{"num_classes": num_classes, **cfg.kwargs})
+    if cfg.name is ModelName.custom:
+        factory = importable("model._target_", str(cfg._target_))
+        model = factory(**_with_classes(factory, num_classes, cfg.kwargs))
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"model._target_={cfg._target_} returned a {type(model).__name__}, not a "
+                              "torch.nn.Module: the factory must build and return the model.")
+        return model
     from torchvision.models import googlenet
 
     return googlenet(weights=None, num_classes=num_classes, aux_logits=cfg.aux_logits,
                      init_weights=cfg.init_weights, transform_input=False)
+
+
+def _with_classes(factory: Callable[..., Any], num_classes: int, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The user's keyword arguments, plus num_classes from the data when the factory takes it (and the user
+    did not set it): a factory without that argument is called as it is."""
+    out = dict(kwargs)
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes = "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if takes and "num_classes" not in out:
+        out["num_classes"] = num_classes
+    return out
+
+
+def model_label(cfg: ModelConfig) -> str:
+    """The model as the report names a testbed: the option, or the arch or factory it builds."""
+    args = "".join(f" {k}={v}" for k, v in sorted(cfg.kwargs.items()))
+    if cfg.name in (ModelName.torchvision, ModelName.timm):
+        return f"{cfg.name.value}:{cfg.arch}" + (f"({cfg.weights})" if cfg.weights else "") + args
+    if cfg.name is ModelName.custom:
+        return f"custom:{cfg._target_}{args}"
+    return cfg.name.value
 
 
 def training_loss(model_out: object, target: torch.Tensor, loss_fn: nn.Module, aux_weight: float) -> torch.Tensor:

@@ -116,8 +116,8 @@ class _Run:
             self.tracker.set_tags(self.run_id, {f"wif.n_{k}": p[k] for k in ("train", "val", "test")})
         elif kind == "tags":
             self.tracker.set_tags(self.run_id, p)
-        elif kind == "setup":
-            self.final["setup_s"] = p["setup_s"]
+        elif kind == "setup":  # setup_s, and compile_s with trainer.compile=true
+            self.final.update(p)
         elif kind == "epoch":
             self._on_epoch(p)
         elif kind == "result":

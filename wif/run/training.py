@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind
+from wif.data.custom import custom_datasets
 from wif.data.datasets import Datasets, DecodedSplit, Split, load_datasets, split_indices
 from wif.data.engines import build_engine_batches
 from wif.data.loaders import Batch, Batches, FixedBatches
@@ -25,6 +26,7 @@ from wif.data.transfer import StreamPrefetcher, make_transfer
 from wif.measure.timing import synchronize
 from wif.run.loop import evaluate, loader_epoch, train_epoch
 from wif.run.model import build_model
+from wif.run.step import Step, build_optimizer, compile_now, prepare_model
 
 Emit = Callable[[str, Dict[str, Any]], None]
 MB = 1024 * 1024
@@ -103,7 +105,7 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[
         emit("data", {**{name: b.samples for name, b in batches.items()}, "num_classes": cfg.data.num_classes,
                       "data_load_s": time.perf_counter() - t0})
         return batches, cfg.data.num_classes, time.perf_counter()
-    data = load_datasets(cfg.data)
+    data = custom_datasets(cfg.data) if cfg.data.source is DataSource.custom else load_datasets(cfg.data)
     t_setup = time.perf_counter()
     emit("data", {"train": len(data.train), "val": len(data.val), "test": len(data.test),
                   "num_classes": data.num_classes, "data_load_s": t_setup - t0})
@@ -140,19 +142,23 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
         emit("result", _vram_peaks(device))
         return
 
-    model = build_model(cfg.model, num_classes).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, weight_decay=tr.weight_decay)
-    loss_fn = nn.CrossEntropyLoss()
+    model = prepare_model(build_model(cfg.model, num_classes).to(device), tr)
+    optimizer = build_optimizer(tr, model.parameters())
+    step = Step(model, optimizer, nn.CrossEntropyLoss(), cfg.model.aux_weight, device, tr.precision, tr.channels_last)
     synchronize(device)
-    emit("setup", {"setup_s": time.perf_counter() - t0})
+    setup_s = time.perf_counter() - t0
+    # torch.compile compiles at the first call: on one real batch here, timed apart from setup and epochs.
+    compile_s = compile_now(step, transfer(next(iter(loaders["train"]))), device) if tr.compile else None
+    emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
     for epoch in range(tr.epochs):
-        stats = train_epoch(model, loaders["train"], transfer, optimizer, loss_fn, cfg.model.aux_weight, device)
-        val_loss, val_acc, val_time = evaluate(model, loaders["val"], transfer, loss_fn, device)
+        stats = train_epoch(model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device,
+                            step)
+        val_loss, val_acc, val_time = evaluate(model, loaders["val"], transfer, step.loss_fn, device, step)
         emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
                        "val_time_s": val_time})
 
-    test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, loss_fn, device)
+    test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, step.loss_fn, device, step)
     emit("result", {"test_loss": test_loss, "test_acc": test_acc, "test_time_s": test_time, **_vram_peaks(device)})
 
 

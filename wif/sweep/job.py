@@ -13,17 +13,21 @@ import time
 from typing import Dict, Optional
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from wif.config import Config, ConfigError, DataSource, EngineName, TrainerMode, as_plain, validate, warnings_for
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, to_log_file
+from wif.config.targets import typed
 from wif.data.folder_check import require_readable
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.contention import is_contended
 from wif.measure.lifetime import owner_tags
 from wif.measure.sysinfo import host_tags, usable_cores
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, close_stale_runs, config_hash
+from wif.run.model import model_label
+from wif.run.step import step_label
 from wif.run.supervise import Outcome, interrupt, resolve_device, supervise
+from wif.run.targets import check_user_code
 from wif.run.training import preload
 from wif.sweep import callback
 from wif.sweep.cluster import cluster_tags
@@ -33,6 +37,13 @@ log = logging.getLogger("wif")
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
 NOT_IDENTITY = ("tracking", "resume", "progress", "measure", "sweep", "race")
 ERROR_TAG_LIMIT = 4000
+# Keys added with the user's own model, data and step (issue 26), at their defaults: left out of the identity.
+NEW_KEY_DEFAULTS = {
+    "model": {"arch": None, "weights": None, "_target_": None, "kwargs": {}},
+    "data": {"_target_": None, "kwargs": {}},
+    "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
+                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}},
+}
 
 
 _TRACKERS: Dict[tuple, Tracker] = {}
@@ -52,6 +63,8 @@ def run_identity(conf: Config, device: str) -> dict:
     identity = {k: v for k, v in as_plain(conf).items() if k not in NOT_IDENTITY}
     identity["data"] = {k: v for k, v in identity["data"].items()
                         if k != "cache_dir" and not (k == "skip_bad" and not v)}  # runs before skip_bad keep theirs
+    for group, keys in NEW_KEY_DEFAULTS.items():  # runs from before these keys existed resume as the same jobs
+        identity[group] = {k: v for k, v in identity[group].items() if not (k in keys and v == keys[k])}
     identity["device"] = device
     if conf.engine.name is EngineName.dataloader:  # runs from before engines existed resume as the same jobs
         identity.pop("engine")
@@ -90,8 +103,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     signal.signal(signal.SIGTERM, interrupt)
     t_job = time.monotonic()
     try:
-        conf: Config = OmegaConf.to_object(cfg)
+        conf: Config = typed(cfg)
         validate(conf)
+        check_user_code(conf)  # a custom model or dataset factory is called once here, in a forked process
         device = resolve_device(conf.device)
         folder = require_readable(conf.data) if conf.data.source is DataSource.folder else None
         pin_gpu(device)  # never two timed jobs on one GPU
@@ -122,7 +136,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     setting = cell.rsplit("@", 1)[0]
     tags = {**host_tags(), "wif.kind": kind, "wif.loader": conf.loader.name, "wif.fraction": fraction,
             "wif.cell": cell, "wif.device": device, "wif.gpu": "none",
-            "wif.engine": conf.engine.name.value, "wif.model": conf.model.name.value,
+            "wif.engine": conf.engine.name.value, "wif.model": model_label(conf.model),
+            "wif.step": step_label(conf.trainer),
             "wif.transfer": conf.transfer.kind.value,
             "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
             "wif.config_hash": digest}

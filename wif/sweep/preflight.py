@@ -24,11 +24,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from wif.config import Config, ConfigError, DataConfig, DataSource, validate
 from wif.config.exits import EXIT_BAD_SETTING
+from wif.config.targets import typed
+from wif.run.targets import check_user_code
 
 log = logging.getLogger("wif")
 
@@ -74,7 +76,7 @@ class _Composer:
         cfg = copy.deepcopy(base)
         ConfigLoaderImpl._apply_overrides_to_config(
             [o for o, g in zip(parsed, is_group) if not g and not o.is_hydra_override()], cfg)
-        return OmegaConf.to_object(cfg)
+        return typed(cfg)
 
 
 def _without_hydra(cfg: DictConfig) -> DictConfig:
@@ -84,7 +86,7 @@ def _without_hydra(cfg: DictConfig) -> DictConfig:
 
 
 def _typed(cfg: DictConfig) -> Config:
-    return OmegaConf.to_object(_without_hydra(cfg))
+    return typed(_without_hydra(cfg))
 
 
 class _Checks:
@@ -141,6 +143,7 @@ def bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> List[Tuple[Job, str]]:
             validate(conf, here)
             if here:
                 checks.device(conf)
+                check_user_code(conf)  # each distinct factory once, in a forked process
             checks.folder(conf.data, here)
         except ConfigError as err:
             bad.append((job, str(err)))

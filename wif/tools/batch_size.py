@@ -74,15 +74,19 @@ def probe(conf: Config, batch: int, steps: int) -> Probe:
     from wif.data.loaders import FixedBatches
     from wif.run.loop import train_epoch
     from wif.run.model import build_model
+    from wif.run.step import Step, build_optimizer, prepare_model
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     d, tr = conf.data, conf.trainer
     try:
-        model = build_model(conf.model, d.num_classes).to(device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, weight_decay=tr.weight_decay)
+        # The run's own step: its precision, memory format, compilation and optimizer change the memory it takes.
+        model = prepare_model(build_model(conf.model, d.num_classes).to(device), tr)
+        optimizer = build_optimizer(tr, model.parameters())
+        step = Step(model, optimizer, nn.CrossEntropyLoss(), conf.model.aux_weight, device, tr.precision,
+                    tr.channels_last)
         batches = FixedBatches(batch * steps, batch, d.image_size, d.num_classes, device, conf.seed)
-        train_epoch(model, batches, lambda b: b, optimizer, nn.CrossEntropyLoss(), conf.model.aux_weight, device)
+        train_epoch(model, batches, lambda b: b, optimizer, step.loss_fn, conf.model.aux_weight, device, step)
     except torch.cuda.OutOfMemoryError:
         _, total = torch.cuda.mem_get_info(device)
         return Probe(batch, False, torch.cuda.max_memory_reserved(device) / MB, math.nan, total / MB)

@@ -26,6 +26,7 @@ from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EX
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.sysinfo import host_tags, usable_cores
 from wif.measure.tracking import FINISHED, KILLED, Tracker
+from wif.run.model import model_label
 from wif.run.supervise import resolve_device, supervise
 from wif.run.training import preload
 
@@ -68,6 +69,13 @@ def search_workers(measure: Measure, max_workers: int, step: int, radius: int, m
     for w in range(max(best - radius, 0), min(best + radius, max_workers) + 1):
         score(w, "refine")
     return pick_best(scores, min_gain)
+
+
+def final_pick(finalists: Dict[tuple, float], min_gain: float) -> tuple:
+    """(pin_memory, num_workers) among each pinning's best: within min_gain of the fastest, fewer workers
+    first, then no pinning (pinned pages are locked RAM)."""
+    top = max(finalists.values())
+    return min((k for k, s in finalists.items() if s * (1 + min_gain) >= top), key=lambda k: (k[1], k[0]))
 
 
 # ----------------------------------------------------------------------------- one trial
@@ -116,7 +124,7 @@ class Tuner:
         fraction = f"{conf.data.fraction:g}"
         tags = {**host_tags(), "wif.kind": "tune", "wif.tune_id": self.tune_id, "wif.tune_phase": phase,
                 "wif.loader": conf.loader.name, "wif.fraction": fraction, "wif.device": self.device,
-                "wif.gpu": "none", "wif.model": conf.model.name.value, "wif.transfer": conf.transfer.kind.value,
+                "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.transfer": conf.transfer.kind.value,
                 "wif.num_workers": num_workers, "wif.pin_memory": pin_memory}
         name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
         run_id = self.tracker.start_run(name, plain, tags, plain)
@@ -253,9 +261,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
               file=sys.stderr)
         return EXIT_FAILED
-    top = max(finalists.values())
-    # Within min_gain of the fastest: fewer workers first, then no pinning (pinned pages are locked RAM).
-    pin, w = min((k for k, s in finalists.items() if s * (1 + args.min_gain) >= top), key=lambda k: (k[1], k[0]))
+    pin, w = final_pick(finalists, args.min_gain)
     best = next(t for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
     tuner.tracker.set_tags(best.run_id, {"wif.tune_best": "true"})
     print()

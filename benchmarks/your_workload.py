@@ -1,0 +1,123 @@
+"""wif's epoch time against a hand-written loop on the same workload: data=folder at 224 px, resnet18,
+the ImageNet example's transforms, the same batch size and workers. Prints both medians and their ratio.
+
+The hand-written loop is PyTorch's ImageNet example as a user writes it (torchvision.datasets.ImageFolder,
+PIL decoding, transforms.RandomResizedCrop(224) + flip, SGD, a plain `for` loop timed with perf_counter
+and a synchronize at the epoch's end). wif runs `python train.py data=folder data.image_size=224
+data.augment=standard model=torchvision model.arch=resnet18` in a subprocess, and its figure is the run's
+`epoch_time_median_s` (first epoch left out in both). Target: the ratio within 5% of 1. Each side runs
+`--rounds` times, alternating, and the median over rounds is compared: the machine may be shared.
+
+    python benchmarks/your_workload.py --images 64 --epochs 3 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_folder(root: Path, images: int, classes: int = 2) -> Path:
+    """An ImageFolder of random JPEGs of varied sizes (about ImageNet's), train/ and a small test/."""
+    import torch
+    from torchvision.io import write_jpeg
+
+    g = torch.Generator().manual_seed(0)
+    for part, n in (("train", images), ("test", max(classes, images // 8))):
+        for i in range(n):
+            d = root / part / f"class{i % classes}"
+            d.mkdir(parents=True, exist_ok=True)
+            h, w = 300 + (i * 37) % 200, 350 + (i * 53) % 200
+            write_jpeg(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g), str(d / f"{i}.jpg"))
+    return root
+
+
+def hand_written(root: Path, epochs: int, batch_size: int, workers: int, device: str) -> List[float]:
+    """The ImageNet example's training loop, timed per epoch."""
+    import torch
+    import torchvision
+    from torchvision import transforms
+
+    normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    train = torchvision.datasets.ImageFolder(str(root / "train"), transforms.Compose([
+        transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize]))
+    loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                         pin_memory=device == "cuda")
+    dev = torch.device(device)
+    model = torchvision.models.resnet18(num_classes=len(train.classes)).to(dev)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times = []
+    for _ in range(epochs):
+        model.train()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for x, y in loader:
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def with_wif(root: Path, work: Path, epochs: int, batch_size: int, workers: int, device: str) -> float:
+    """train.py on the same folder; its run's median epoch time (warm-up left out)."""
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{work / 'mlflow.db'}"
+    loader = "pin_nb" if device == "cuda" else "baseline"
+    cmd = [sys.executable, str(ROOT / "train.py"), "data=folder", f"data.root={root}", "data.image_size=224",
+           "data.augment=standard", "model=torchvision", "model.arch=resnet18", f"loader={loader}",
+           f"loader.num_workers={workers}", f"data.batch_size={batch_size}", "data.fraction=1", "data.val_split=0",
+           f"trainer.epochs={epochs}", f"device={device}", "resume=false", "progress=false"]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(work / "cache")}
+    subprocess.run(cmd, cwd=work, env=env, check=True, capture_output=True, text=True)
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id],
+                              "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"])
+    return runs[0].data.metrics["epoch_time_median_s"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--images", type=int, default=64, help="training images (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=3, help="epochs per side, the first left out (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1, help="alternating rounds of both sides (default: %(default)s)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when there is one")
+    args = p.parse_args()
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        root = make_folder(work / "images", args.images)
+        hand, wif = [], []
+        for r in range(args.rounds):
+            times = hand_written(root, args.epochs, args.batch_size, args.workers, device)
+            hand.append(statistics.median(times[1:] or times))
+            wif.append(with_wif(root, work, args.epochs, args.batch_size, args.workers, device))
+            print(f"round {r + 1}: hand-written {hand[-1]:.3f} s/epoch, wif {wif[-1]:.3f} s/epoch", flush=True)
+    h, w = statistics.median(hand), statistics.median(wif)
+    print(f"data=folder 224 px, resnet18, {args.images} images, batch {args.batch_size}, {args.workers} workers, "
+          f"{device}: hand-written {h:.3f} s/epoch, wif {w:.3f} s/epoch, wif / hand-written = {w / h:.3f} "
+          "(target: within 5% of 1)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The training step as the user's configuration asks for it: the optimizer named by
+`trainer.optimizer._target_`, `trainer.precision` (autocast; a GradScaler for fp16), `trainer.channels_last`
+and `trainer.compile`. The loop in `wif.run.loop` times the step; nothing here synchronizes the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from typing import Any, ContextManager, Dict, Iterable, Optional
+
+import torch
+from torch import nn
+
+from wif.config import ConfigError, Precision, TrainerConfig
+from wif.config.targets import importable
+from wif.measure.timing import synchronize
+from wif.run.model import training_loss
+
+DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
+
+
+def build_optimizer(tr: TrainerConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """trainer.optimizer._target_ with trainer.lr, momentum and weight_decay where it takes them (SGD with
+    the study's settings by default); trainer.optimizer.kwargs adds or overrides arguments."""
+    target = tr.optimizer._target_
+    cls = importable("trainer.optimizer._target_", target)
+    try:
+        accepted = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    study: Dict[str, Any] = {"lr": tr.lr, "momentum": tr.momentum, "weight_decay": tr.weight_decay}
+    kwargs = {k: v for k, v in study.items() if k in accepted}
+    kwargs.update(tr.optimizer.kwargs)
+    optimizer = cls(params, **kwargs)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ConfigError(f"trainer.optimizer._target_={target} built a {type(optimizer).__name__}, not a "
+                          "torch.optim.Optimizer.")
+    return optimizer
+
+
+def step_label(tr: TrainerConfig) -> str:
+    """The step as the report names a testbed: precision, then what is set away from the study's step."""
+    parts = [tr.precision.value] + [name for name, on in (("channels_last", tr.channels_last),
+                                                          ("compile", tr.compile)) if on]
+    if tr.optimizer._target_ != "torch.optim.SGD" or tr.optimizer.kwargs:
+        parts.append(tr.optimizer._target_.rsplit(".", 1)[-1] +
+                     "".join(f" {k}={v}" for k, v in sorted(tr.optimizer.kwargs.items())))
+    return "+".join(parts)
+
+
+class Step:
+    """Forward, loss, backward and optimizer step on one batch already on the device; returns the detached
+    loss (left on the device: reading it would synchronize)."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module, aux_weight: float,
+                 device: torch.device, precision: Precision = Precision.fp32, channels_last: bool = False) -> None:
+        self.model, self.optimizer, self.loss_fn, self.aux_weight = model, optimizer, loss_fn, aux_weight
+        self.device, self.dtype, self.channels_last = device, DTYPES.get(precision), channels_last
+        self.scaler = torch.amp.GradScaler(device.type) if precision is Precision.fp16 else None
+
+    def autocast(self) -> ContextManager[Any]:
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        if self.channels_last and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self.autocast():
+            loss = training_loss(self.model(self.inputs(x)), y, self.loss_fn, self.aux_weight)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        return loss.detach()
+
+
+def prepare_model(model: nn.Module, tr: TrainerConfig) -> nn.Module:
+    """channels_last and torch.compile, applied to a model already on its device."""
+    if tr.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if tr.compile:
+        model = torch.compile(model)
+    return model
+
+
+def compile_now(step: Step, batch: Optional[tuple], device: torch.device) -> float:
+    """Seconds spent compiling: forward and backward in training mode and forward in evaluation mode on a
+    real batch and on half of it, so the compilation lands here and not in a timed epoch. Weights, buffers (batch
+    norm statistics) and gradients are restored: the warm-up trains nothing."""
+    if batch is None:
+        return 0.0
+    model = step.model
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = batch
+    # A second, smaller batch makes torch.compile mark the batch size dynamic, so an epoch's last, partial
+    # batch does not recompile inside a timed epoch.
+    shapes = [(x, y)] + ([(x[:len(x) // 2], y[:len(y) // 2])] if len(x) > 1 else [])
+    synchronize(device)
+    t0 = time.perf_counter()
+    for xs, ys in shapes:
+        model.train()
+        with step.autocast():
+            loss = training_loss(model(step.inputs(xs)), ys, step.loss_fn, step.aux_weight)
+        loss.backward()
+        model.eval()
+        with torch.inference_mode(), step.autocast():
+            model(step.inputs(xs))
+    synchronize(device)
+    seconds = time.perf_counter() - t0
+    model.load_state_dict(saved)
+    step.optimizer.zero_grad(set_to_none=True)
+    return seconds

@@ -1,0 +1,89 @@
+"""Whether the user's factories build what they promise, found before any run is created.
+
+`wif.config.targets` already refused a `_target_` that cannot be imported or is not callable; whether a
+model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), can only
+be told by calling it. That is done in a forked process of its own: the supervising process never runs
+torch compute (its thread pools would not survive the fork of a run), and a factory that crashes or leaks
+takes nothing down with it. Each distinct factory and arguments is checked once per process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from typing import Callable, Dict, List, Optional, Tuple
+
+from wif.config import Config, ConfigError, DataSource, ModelName
+from wif.data.custom import custom_sets
+from wif.run.model import build_model
+
+_SEEN: Dict[Tuple[str, str], Optional[str]] = {}
+PROBE_TIMEOUT_S = 600.0
+
+
+def _model_probe(conf: Config) -> None:
+    build_model(conf.model, conf.data.num_classes)
+
+
+def _data_probe(conf: Config) -> None:
+    custom_sets(conf.data)
+
+
+def _optimizer_probe(conf: Config) -> None:
+    from torch import nn
+
+    from wif.run.step import build_optimizer
+
+    build_optimizer(conf.trainer, nn.Linear(2, 2).parameters())
+
+
+def _probes(conf: Config) -> List[Tuple[Tuple[str, str], Callable[[Config], None]]]:
+    out = []
+    if conf.model.name is ModelName.custom:
+        out.append((("model", f"{conf.model._target_} {sorted(conf.model.kwargs.items())}"), _model_probe))
+    if conf.data.source is DataSource.custom:
+        out.append((("data", f"{conf.data._target_} {sorted(conf.data.kwargs.items())}"), _data_probe))
+    opt = conf.trainer.optimizer
+    if opt._target_ != "torch.optim.SGD" or opt.kwargs:
+        out.append((("trainer.optimizer", f"{opt._target_} {sorted(opt.kwargs.items())}"), _optimizer_probe))
+    return out
+
+
+def _run(probe: Callable[[Config], None], conf: Config, conn: object) -> None:
+    try:
+        probe(conf)
+        conn.send(None)  # type: ignore[attr-defined]
+    except ConfigError as err:
+        conn.send(str(err))  # type: ignore[attr-defined]
+    except BaseException as err:  # noqa: BLE001 - the user's factory raised: one line, its traceback in the log
+        key, target = {_model_probe: ("model._target_", conf.model._target_),
+                       _data_probe: ("data._target_", conf.data._target_)}.get(
+            probe, ("trainer.optimizer._target_", conf.trainer.optimizer._target_))
+        last = traceback.extract_tb(err.__traceback__)[-1]
+        conn.send(f"{key}={target} raised {type(err).__name__}: {' '.join(str(err).split())} "
+                  f"(at {last.filename}:{last.lineno}).")  # type: ignore[attr-defined]
+
+
+def check_user_code(conf: Config) -> None:
+    """ConfigError (one line naming the key) when a custom model or dataset factory fails or returns the
+    wrong type; each one is called once, in a forked process."""
+    for key, probe in _probes(conf):
+        if key not in _SEEN:
+            ctx = mp.get_context("fork")
+            parent, child = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_run, args=(probe, conf, child), daemon=True)
+            proc.start()
+            child.close()
+            verdict: Optional[str]
+            try:
+                verdict = parent.recv() if parent.poll(PROBE_TIMEOUT_S) else (
+                    f"{key[0]}._target_={key[1]} did not return within {PROBE_TIMEOUT_S:.0f} s.")
+            except EOFError:
+                proc.join(5)
+                verdict = f"{key[0]}._target_={key[1]}: the process calling it died (exit code {proc.exitcode})."
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+            _SEEN[key] = verdict
+        if _SEEN[key]:
+            raise ConfigError(_SEEN[key])

@@ -1,0 +1,198 @@
+"""wif from the user's own training script (note 001's habit: the search pasted into `main_worker`).
+
+    import wif
+    pick = wif.tune_workers(train_set, batch_size=256)          # the wif-tune search, in this process
+    loader = DataLoader(train_set, batch_size=256, num_workers=pick.num_workers, pin_memory=pick.pin_memory)
+    times = wif.time_epochs(loader, my_step, epochs=3)          # wif's epoch clock around your own step
+
+Both run in the caller's process on any Dataset and loop: no Hydra, no forked child, no memory sampler (a
+train.py run records those). `time_epochs` can log its figures to MLflow, tagged `wif.kind=user` so the
+study's report never mixes them with its own runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from wif.measure.timing import StepClock, synchronize
+from wif.tools.tune import Trial, final_pick, search_workers, table
+
+
+def _default_device(device: Optional[torch.device | str]) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _samples(batch: Any, fallback: int) -> int:
+    """How many samples a batch holds: the length of its first tensor (tuple, list or dict batches)."""
+    if isinstance(batch, torch.Tensor):
+        return len(batch) if batch.dim() else fallback
+    if isinstance(batch, (tuple, list)) and batch:
+        return _samples(batch[0], fallback)
+    if isinstance(batch, dict) and batch:
+        return _samples(next(iter(batch.values())), fallback)
+    return fallback
+
+
+def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to_device(b, device, non_blocking) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+# ----------------------------------------------------------------------------- tune_workers
+@dataclass
+class WorkerPick:
+    """The pick (fewest workers within `min_gain` of the fastest, then no pinning) and every trial."""
+
+    num_workers: int
+    pin_memory: bool
+    img_s: float
+    trials: List[Trial]
+    table: str
+
+    def __str__(self) -> str:
+        return (f"{self.table}\nBest: num_workers={self.num_workers} with pin_memory={str(self.pin_memory).lower()} "
+                f"({self.img_s:.0f} img/s)")
+
+
+def tune_workers(dataset: Dataset, batch_size: int = 64, pin_memory: Sequence[bool] = (False, True),
+                 collate_fn: Optional[Callable[[List[Any]], Any]] = None, *, max_workers: Optional[int] = None,
+                 batches: int = 50, epochs: int = 3, step: int = 4, radius: int = 3, min_gain: float = 0.05,
+                 device: Optional[torch.device | str] = None, verbose: bool = True) -> WorkerPick:
+    """The search `wif-tune` runs (`wif.tools.tune.search_workers`), on the caller's Dataset: for each
+    pin_memory, num_workers from 0 up in coarse steps until more stop helping, then every count near the
+    best; each trial iterates `batches` batches for `epochs` epochs (the first left out) and copies them to
+    the device. Without CUDA only pin_memory=False is tried (pinning has no effect on the CPU)."""
+    import os
+
+    dev = _default_device(device)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cap = 2 * cores if max_workers is None else max_workers
+    pins = [p for p in dict.fromkeys(pin_memory) if dev.type == "cuda" or not p] or [False]
+    trials: List[Trial] = []
+
+    def measure(pin: bool, workers: int, phase: str) -> Optional[float]:
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers, pin_memory=pin,
+                            collate_fn=collate_fn, drop_last=False)
+        try:
+            times = time_epochs(loader, lambda b: _to_device(b, dev, pin), max(epochs, 2), device=dev,
+                                max_batches=batches)
+            summary = {"throughput_mean_img_s": times.img_s, "epoch_time_mean_s": times.mean_s,
+                       "first_batch_mean_s": statistics.mean(e["first_batch_s"] for e in times.measured),
+                       "data_wait_share_mean": statistics.mean(e["data_wait_s"] / e["epoch_time_s"]
+                                                               for e in times.measured)}
+            trial = Trial(pin, workers, phase, "FINISHED", "", summary)
+        except Exception as err:  # noqa: BLE001 - a trial that fails is reported and the search goes on
+            trial = Trial(pin, workers, phase, "FAILED", "", {}, f"{type(err).__name__}: {err}")
+        trials.append(trial)
+        if verbose:
+            print(f"  {phase:<6} pin_memory={pin} num_workers={workers:<3} "
+                  + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error), flush=True)
+        return trial.img_s
+
+    best = {pin: search_workers(lambda w, ph: measure(pin, w, ph), cap, step, radius, min_gain)  # noqa: B023
+            for pin in pins}
+    scores = {(pin, w): next(t.img_s for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
+              for pin, w in best.items() if w is not None}
+    if not scores:
+        raise RuntimeError("every trial failed:\n" + table(trials, None))
+    pin, workers = final_pick(scores, min_gain)
+    chosen = next(t for t in trials if (t.pin_memory, t.num_workers) == (pin, workers))
+    return WorkerPick(workers, pin, chosen.img_s or 0.0, trials, table(trials, chosen))
+
+
+# ----------------------------------------------------------------------------- time_epochs
+@dataclass
+class EpochTimes:
+    """Per-epoch figures (epoch_time_s, data_wait_s, compute_s, first_batch_s, samples) and the summary
+    over the measured epochs (the first `warmup_epochs` left out)."""
+
+    epochs: List[Dict[str, float]]
+    warmup_epochs: int
+    measured: List[Dict[str, float]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.measured = self.epochs[self.warmup_epochs:] or self.epochs
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(e["epoch_time_s"] for e in self.measured)
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.mean(e["epoch_time_s"] for e in self.measured)
+
+    @property
+    def img_s(self) -> float:
+        return statistics.mean(e["samples"] / e["epoch_time_s"] for e in self.measured)
+
+    @property
+    def data_wait_share(self) -> float:
+        return statistics.mean(e["data_wait_s"] / e["epoch_time_s"] for e in self.measured)
+
+
+def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int = 3, *,
+                device: Optional[torch.device | str] = None, warmup_epochs: int = 1,
+                max_batches: Optional[int] = None, mlflow_experiment: Optional[str] = None,
+                run_name: Optional[str] = None) -> EpochTimes:
+    """Time `epochs` passes of `step(batch)` over `loader` as wif times its own: the device synchronized at
+    each epoch's start and end only; the host's wait in `next()` summed as data wait; the step's time as
+    compute (CUDA events on the device, read after the epoch's sync). `step` should not read values off the
+    device (`.item()`) per batch: that synchronizes and hides the overlap being measured. With
+    `mlflow_experiment`, every epoch and the summary are logged to a run in that experiment."""
+    dev = _default_device(device)
+    out: List[Dict[str, float]] = []
+    for epoch in range(epochs):
+        clock = StepClock(dev)
+        wait, samples, first = 0.0, 0, float("nan")
+        synchronize(dev)  # sync point: nothing from before is counted in this epoch
+        t0 = time.perf_counter()
+        it = iter(loader)
+        n = 0
+        while max_batches is None or n < max_batches:
+            t_wait = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            t_got = time.perf_counter()
+            wait += t_got - t_wait
+            if n == 0:
+                first = t_got - t0
+            clock.start()
+            step(batch)
+            clock.stop()
+            samples += _samples(batch, getattr(loader, "batch_size", None) or 1)
+            n += 1
+        synchronize(dev)  # sync point: the epoch's queued work is done
+        out.append({"epoch": epoch, "epoch_time_s": time.perf_counter() - t0, "data_wait_s": wait,
+                    "compute_s": clock.compute_s(), "first_batch_s": first, "samples": samples})
+        del it  # a DataLoader's workers end here, not during the next epoch
+    times = EpochTimes(out, warmup_epochs if epochs > warmup_epochs else 0)
+    if mlflow_experiment:
+        _log(times, mlflow_experiment, run_name)
+    return times
+
+
+def _log(times: EpochTimes, experiment: str, run_name: Optional[str]) -> None:
+    import mlflow
+
+    mlflow.set_experiment(experiment)
+    with mlflow.start_run(run_name=run_name, tags={"wif.kind": "user"}):
+        mlflow.log_param("warmup_epochs", times.warmup_epochs)
+        for e in times.epochs:
+            mlflow.log_metrics({k: v for k, v in e.items() if k != "epoch"}, step=int(e["epoch"]))
+        mlflow.log_metrics({"epoch_time_median_s": times.median_s, "epoch_time_mean_s": times.mean_s,
+                            "throughput_mean_img_s": times.img_s, "data_wait_share_mean": times.data_wait_share})

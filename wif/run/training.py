@@ -125,6 +125,9 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
         torch.cuda.set_device(device)
         torch.cuda.reset_peak_memory_stats(device)
     emit("device", device_info(device))
+    # torch's intra-op threads as the run starts (torch's default or OMP_NUM_THREADS): each epoch's
+    # `compute_threads` says whether the model computed with as many (an engine's workers may change it)
+    emit("tags", {"wif.torch_threads": str(torch.get_num_threads())})
     loaders, num_classes, t0 = _build_batches(cfg, device, emit)
     tr = cfg.trainer
     if tr.max_batches is not None:

@@ -113,7 +113,7 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[
         data = _to_device(data, device, cfg.data.image_size)
     pin = cfg.loader.pin_memory and device.type == "cuda"
     batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
-                                          seed=cfg.seed, pin=pin, resident=resident)
+                                          seed=cfg.seed, pin=pin, resident=resident, data=cfg.data, device=device)
                for name, split in (("train", data.train), ("val", data.val), ("test", data.test))}
     return batches, data.num_classes, t_setup
 

@@ -52,7 +52,7 @@ def images_per_s(overrides: List[str], engine: str, workers: int, epochs: int) -
     data = load_datasets(conf.data)
     cpu = torch.device("cpu")
     batches = build_engine_batches(data.train, conf.loader, conf.engine, conf.data.batch_size, train=True, seed=0,
-                                   pin=False, resident=False)
+                                   pin=False, resident=False, data=conf.data, device=cpu)
     transfer = make_transfer(conf.transfer, cpu)
     threads = torch.get_num_threads()  # torchdata's thread workers set it to 1 for the whole process
     try:

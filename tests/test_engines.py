@@ -92,13 +92,13 @@ def test_every_pipelines_cell_is_valid_and_names_its_engine() -> None:
     assert list(study.hydra.sweeper.params)[0] == "repeat"  # repeat varies slowest: repeat-major blocks
     cells = {}
     for cell in CELLS:
-        conf = _conf("+study=pipelines", f"+pipelines={cell}")
+        conf = _conf("+study=pipelines", f"+pipelines={cell}", *(["data=encoded"] if cell.startswith("dali") else []))
         validate(conf)
         cells[cell_name(conf)] = (conf.engine.name.value, conf.loader.num_workers, conf.loader.persistent_workers)
     assert len(cells) == len(CELLS)
     assert {(e, w) for e, w, persistent in cells.values() if not persistent} == {
         ("dataloader", 0), ("dataloader", 2), ("dataloader", 4), ("spdl", 2), ("spdl", 4), ("nodes_threads", 0),
-        ("nodes_threads", 2), ("nodes_threads", 4), ("nodes_procs", 2), ("nodes_procs", 4)}
+        ("nodes_threads", 2), ("nodes_threads", 4), ("nodes_procs", 2), ("nodes_procs", 4), ("dali", 2), ("dali", 4)}
     assert {c: v for c, v in cells.items() if v[2]} == {"pin_nb_w2_pf2+persistent@0.4": ("dataloader", 2, True),
                                                        "pin_nb_w4_pf2+persistent@0.4": ("dataloader", 4, True)}
     assert "pin_nb_w4_pf2+spdl@0.4" in cells and "pin_nb+nodes_threads@0.4" in cells
@@ -116,7 +116,8 @@ def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
         tmp_path: Path, store: str, cache_dir: Path) -> None:
     """One engine sweep on decoded JPEGs (epochs long enough for the sampler to see every worker)."""
     common = ("preset=smoke", "data=encoded", "data.fraction=0.4", "loader=pin_nb_w4_pf2")
-    proc = run_train(tmp_path, store, cache_dir, *common, "loader.num_workers=1", f"engine={','.join(ENGINES)}")
+    engines = [e for e in ENGINES if e != "dali"]  # engine=dali: tests/test_dali.py
+    proc = run_train(tmp_path, store, cache_dir, *common, "loader.num_workers=1", f"engine={','.join(engines)}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_train(tmp_path, store, cache_dir, *common, "loader.num_workers=4", "engine=nodes_procs")
     assert proc.returncode == 0, proc.stderr[-3000:]

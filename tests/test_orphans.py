@@ -49,3 +49,17 @@ def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_j
     assert runs[stale.info.run_id].info.status == "KILLED"
     assert "Orphaned" in runs[stale.info.run_id].data.tags["wif.error"]
     assert sorted(r.info.status for r in runs.values()) == ["FINISHED", "KILLED"]
+
+
+def test_nodes_procs_workers_end_with_a_killed_supervisor(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    """torchdata.nodes starts its worker processes itself (no worker_init_fn): they die with the run all the same."""
+    proc = start_train(tmp_path, store, cache_dir, "preset=smoke", "engine=nodes_procs", "loader=pin_nb_w4_pf2",
+                       "loader.num_workers=2", "data.fraction=1.0", "trainer.epochs=4")
+    run_process = wait_for_workers(proc, 2)
+    tree = [run_process, *run_process.children()]
+    assert len(tree) >= 3
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    _, alive = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
+    assert not alive, f"still running {GONE_WITHIN_S} s after the supervisor's SIGKILL: {alive}"
+    assert not _left(proc.pid)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from wif.config.engines import validate_engine
-from wif.config.schema import Augment, Config, DataSource, LoaderConfig, TransferKind, require
+from wif.config.schema import Augment, Config, DataSource, EngineName, LoaderConfig, TransferKind, require
 from wif.config.targets import validate_options
 
 
@@ -117,6 +117,9 @@ def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[s
     if not cuda and (cfg.loader.pin_memory or cfg.transfer.non_blocking):
         out.append("No CUDA device: pin_memory and non_blocking have no effect on the CPU; this run's figures "
                    "are CPU figures (tagged wif.device=cpu).")
+    if cfg.engine.name is EngineName.dali and cfg.loader.pin_memory:
+        out.append("engine=dali ignores loader.pin_memory: DALI places its own outputs (in device memory when it "
+                   "decodes on a GPU).")
     if not cuda and cfg.transfer.kind is TransferKind.stream:
         out.append("transfer=stream needs CUDA for its side stream: on the CPU it falls back to a plain copy.")
     tr = cfg.trainer

@@ -9,7 +9,9 @@ from wif.config.schema import Config, DataSource, EngineName, TransferKind, requ
 
 # The module each engine other than DataLoader imports: found or not, without importing it
 ENGINE_MODULES = {EngineName.spdl: "spdl.pipeline", EngineName.nodes_threads: "torchdata.nodes",
-                  EngineName.nodes_procs: "torchdata.nodes"}
+                  EngineName.nodes_procs: "torchdata.nodes", EngineName.dali: "nvidia.dali"}
+# The extra that installs each engine's package
+ENGINE_EXTRAS = {EngineName.dali: "dali"}
 
 
 def installed(module: str) -> bool:
@@ -32,7 +34,7 @@ def validate_engine(cfg: Config) -> None:
     require(not lo.background, f"{name} prefetches itself; loader.background=true (BackgroundGenerator) on top of "
             "it is not supported. Use a loader option without bg, or engine=dataloader.")
     require(not lo.persistent_workers, f"{name} has no persistent workers (torchdata.nodes 0.11 starts its workers "
-            "at every epoch; SPDL builds its pipeline, threads and all, at every epoch). "
+            "at every epoch; SPDL and DALI build their pipeline, threads and all, at every epoch). "
             "Set loader.persistent_workers=false.")
     require(lo.num_workers > 0 or engine is EngineName.nodes_threads,
             f"{name} needs at least one worker: loader.num_workers=0 has no meaning for it "
@@ -40,6 +42,19 @@ def validate_engine(cfg: Config) -> None:
     require(lo.multiprocessing_context is None or engine is EngineName.nodes_procs,
             f"{name} runs its workers on threads; loader.multiprocessing_context starts processes. "
             "Set loader.multiprocessing_context=null, or use engine=nodes_procs.")
-    module = ENGINE_MODULES[engine]
+    if engine is EngineName.dali:
+        _validate_dali(cfg)
+    module, extra = ENGINE_MODULES[engine], ENGINE_EXTRAS.get(engine, "pipelines")
     require(installed(module), f"{name} needs the {module.split('.')[0]} package, which is not installed: "
-            'pip install -e ".[pipelines]"')
+            f'pip install -e ".[{extra}]"')
+
+
+def _validate_dali(cfg: Config) -> None:
+    """DALI decodes encoded images itself, on threads of its own, and hands batches over in order."""
+    d = cfg.data
+    require(d.source is DataSource.encoded or (d.source is DataSource.folder and not d.preload),
+            f"engine=dali decodes the images itself, but data.source={d.source.value}"
+            f"{' with data.preload=true' if d.preload else ''} holds decoded tensors. "
+            "Use data=encoded or data=folder (data.preload=false), or another engine.")
+    require(cfg.loader.in_order, "engine=dali hands batches over in order; loader.in_order=false has no meaning "
+            "for it. Set loader.in_order=true.")

@@ -67,6 +67,7 @@ class EngineName(str, Enum):
     spdl = "spdl"  # an SPDL pipeline: per-sample map on threads, batching, collate, prefetch
     nodes_threads = "nodes_threads"  # torchdata.nodes ParallelMapper on threads
     nodes_procs = "nodes_procs"  # torchdata.nodes ParallelMapper on processes
+    dali = "dali"  # an NVIDIA DALI pipeline: decoding on the GPU (nvJPEG) where there is one
 
 
 class ModelName(str, Enum):

@@ -18,7 +18,7 @@ import ctypes
 import os
 import signal
 import socket
-from typing import Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import psutil
 
@@ -46,6 +46,32 @@ def dataloader_worker_init(worker_id: int) -> None:
     """DataLoader's `worker_init_fn`: a worker dies with the run that started it (a module-level function,
     so that spawned and forkserver workers can unpickle it)."""
     die_with_parent()
+
+
+def run_dying(target: Callable[..., Any], parent_pid: Optional[int], *args: Any) -> None:
+    """A worker process's target behind `die_with_parent`: for pools that start workers with a target of their
+    own (torchdata.nodes), where no `worker_init_fn` exists. Module-level, so spawned workers can unpickle it."""
+    die_with_parent(parent_pid)
+    target(*args)
+
+
+class DyingContext:
+    """A multiprocessing context whose processes die with the process that started them, as DataLoader's workers
+    do through `dataloader_worker_init`. Everything but `Process` is the wrapped context's own.
+
+    A forkserver's workers are the forkserver's children, not ours: they die with it (it ends when its
+    client does), and are not checked against our pid.
+    """
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    def Process(self, *, target: Callable[..., Any], args: tuple = (), **kwargs: Any) -> Any:  # noqa: N802
+        parent = None if self._context.get_start_method() == "forkserver" else os.getpid()
+        return self._context.Process(target=run_dying, args=(target, parent, *args), **kwargs)
 
 
 def owner_tags() -> Dict[str, str]:

@@ -31,6 +31,7 @@ class EpochStats:
     compute_s: float  # forward, backward, optimizer step (device time on CUDA)
     first_batch_s: float  # from asking for the epoch's iterator to holding its first batch
     gpu_idle_s: Optional[float]  # CUDA only: gaps between steps on the compute stream
+    compute_threads: int  # torch's intra-op threads in the loop's thread: what the model's CPU work used
     t_start: float  # time.monotonic() at the epoch's start and end, for the memory sampler's windows
     t_end: float
 
@@ -67,8 +68,8 @@ class TimedFeed:
               gpu_idle_s: Optional[float]) -> EpochStats:
         return EpochStats(epoch_time_s=time.perf_counter() - t0, samples=self.samples, train_loss=train_loss,
                           data_wait_s=self.data_wait, copy_s=self.copy, compute_s=compute_s,
-                          first_batch_s=self.first_batch, gpu_idle_s=gpu_idle_s, t_start=t_start,
-                          t_end=time.monotonic())
+                          first_batch_s=self.first_batch, gpu_idle_s=gpu_idle_s,
+                          compute_threads=torch.get_num_threads(), t_start=t_start, t_end=time.monotonic())
 
 
 def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimizer: torch.optim.Optimizer,

@@ -134,6 +134,7 @@ class _Run:
              "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "compute_s": p["compute_s"],
              "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
              "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
+             "compute_threads": p["compute_threads"],
              "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
         m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
         self.sampler.poke()

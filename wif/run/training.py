@@ -115,7 +115,7 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[
         data = _to_device(data, device, cfg.data.image_size)
     pin = cfg.loader.pin_memory and device.type == "cuda"
     batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
-                                          seed=cfg.seed, pin=pin, resident=resident)
+                                          seed=cfg.seed, pin=pin, resident=resident, data=cfg.data, device=device)
                for name, split in (("train", data.train), ("val", data.val), ("test", data.test))}
     return batches, data.num_classes, t_setup
 
@@ -127,6 +127,9 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
         torch.cuda.set_device(device)
         torch.cuda.reset_peak_memory_stats(device)
     emit("device", device_info(device))
+    # torch's intra-op threads as the run starts (torch's default or OMP_NUM_THREADS): each epoch's
+    # `compute_threads` says whether the model computed with as many (an engine's workers may change it)
+    emit("tags", {"wif.torch_threads": str(torch.get_num_threads())})
     loaders, num_classes, t0 = _build_batches(cfg, device, emit)
     tr = cfg.trainer
     if tr.max_batches is not None:

@@ -5,8 +5,13 @@ migrates a DataLoader:
     `num_workers` threads or processes; inline at 0) -> PinMemory (CUDA only) -> Prefetcher -> Loader
 
 A worker makes whole batches, as a DataLoader worker does. torchdata.nodes 0.11 starts its workers again
-at every epoch (it has no persistent workers). Its thread workers call `torch.set_num_threads(1)`, which
-holds for the whole process: on a CPU that also narrows the model's own compute.
+at every epoch (it has no persistent workers). Two of its habits would make it unlike DataLoader, and are
+undone here:
+- its thread workers (and its pin thread) call `torch.set_num_threads(1)`: that sets torch's process-wide
+  count, which a thread that has not yet computed (the model's, at the first epoch) then takes up, so the
+  model would compute on one thread. The count is restored in the loop's thread once the workers run.
+- its worker processes outlive a killed run: they are started through `DyingContext`, so each asks the
+  kernel to end it with the run, as DataLoader's workers do (`wif.measure.lifetime`).
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from __future__ import annotations
 import gc
 from typing import Iterator
 
+import torch
 from torchdata import nodes
 
 from wif.config import EngineConfig, LoaderConfig
 from wif.data.datasets import AnySplit
 from wif.data.engines.common import FetchBatch, dataset_of, in_flight, num_batches, sample_order
 from wif.data.loaders import Batch
+from wif.measure.lifetime import DyingContext
 
 
 class NodesBatches:
@@ -39,11 +46,14 @@ class NodesBatches:
             context = loader.multiprocessing_context.value if loader.multiprocessing_context else None
             node = nodes.ParallelMapper(node, fetch, num_workers=workers, in_order=loader.in_order, method=method,
                                         multiprocessing_context=context)
+            if method == "process":  # torchdata.nodes 0.11 starts its processes from this (private) context
+                node._it._mp_context = DyingContext(node._it._mp_context)
         if pin:
             node = nodes.PinMemory(node)
         if workers:
             node = nodes.Prefetcher(node, prefetch_factor=in_flight(loader, engine))
         self.loader = nodes.Loader(node)
+        self.threads = torch.get_num_threads()  # read (and so fixed for this thread) before any worker starts
 
     def __iter__(self) -> Iterator[Batch]:
         """Worker processes fork while the first batch is awaited. The collector is frozen meanwhile, so
@@ -56,6 +66,7 @@ class NodesBatches:
             return
         finally:
             gc.unfreeze()
+            torch.set_num_threads(self.threads)  # the workers have started, and set theirs
         yield first
         yield from it
 

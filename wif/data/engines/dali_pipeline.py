@@ -1,0 +1,89 @@
+"""engine=dali: an NVIDIA DALI pipeline per epoch, in DALI's own shape:
+
+    fn.external_source (a batch's encoded bytes and labels, in the epoch's order) -> fn.decoders.image
+    (device="mixed": nvJPEG on a GPU; "cpu" otherwise, device_id=None) -> fn.resize to data.image_size
+    -> [fn.random_resized_crop] -> fn.crop_mirror_normalize (float, CHW, the torchvision path's mean/std,
+    a random flip) -> DALIGenericIterator
+
+It reads the same images as the other engines: data=encoded's JPEG bytes, data=folder's files. The loader
+option's knobs map onto DALI's: num_workers -> num_threads, the batches in flight -> prefetch_queue_depth.
+The pipeline is built at every epoch, as SPDL's is (so the order and the last partial batch are the
+other engines': DataLoader's seeded sampler, drop_last=False).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+import numpy as np
+import torch
+from nvidia.dali import fn, pipeline_def, types
+from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+from wif.config import Augment, EngineConfig, LoaderConfig
+from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD, DecodedSplit, ImageFiles, JpegBlob
+from wif.data.engines.common import in_flight, num_batches, sample_order
+from wif.data.loaders import Batch
+
+
+def encoded_bytes(split: DecodedSplit) -> List[np.ndarray]:
+    """Each sample's encoded image, as DALI's decoder takes it (the bytes the other engines decode)."""
+    source = split.decoder
+    if isinstance(source, JpegBlob):
+        blob, offsets = source.blob.numpy(), source.offsets.numpy()
+        return [blob[offsets[j]:offsets[j + 1]] for j in split.indices]
+    if isinstance(source, ImageFiles):
+        return [np.fromfile(source.paths[j], dtype=np.uint8) for j in split.indices]
+    raise TypeError(f"engine=dali reads encoded images; {type(source).__name__} holds decoded ones")
+
+
+class DaliBatches:
+    """One DALI pipeline per epoch, over the epoch's order; batches as (images, labels) tensors."""
+
+    def __init__(self, split: DecodedSplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
+                 train: bool, seed: int, augment: Augment, image_size: int, device: Optional[torch.device]) -> None:
+        self.samples = encoded_bytes(split)
+        self.labels = [np.asarray(int(split.labels[j]), dtype=np.int64) for j in split.indices]
+        self.sampler = sample_order(split, loader.shuffle and train, seed)
+        self.batch_size, self.threads, self.seed, self.epoch = batch_size, loader.num_workers, seed, 0
+        self.depth = max(in_flight(loader, engine) // max(loader.num_workers, 1), 1)
+        self.augment = augment if train else Augment.none
+        self.size = image_size
+        self.device_id = (device.index or 0) if device is not None and device.type == "cuda" else None
+
+    def _source(self, order: List[int]):
+        def batch(info):
+            picked = order[info.iteration * self.batch_size:(info.iteration + 1) * self.batch_size]
+            if not picked:
+                raise StopIteration
+            return [self.samples[i] for i in picked], [self.labels[i] for i in picked]
+        return batch
+
+    def _pipeline(self, order: List[int]):
+        @pipeline_def(batch_size=self.batch_size, num_threads=self.threads, device_id=self.device_id,
+                      prefetch_queue_depth=self.depth, seed=self.seed * 100_003 + self.epoch)
+        def pipe():
+            encoded, labels = fn.external_source(source=self._source(order), num_outputs=2, batch=True,
+                                                 batch_info=True, dtype=[types.UINT8, types.INT64])
+            images = fn.decoders.image(encoded, device="cpu" if self.device_id is None else "mixed",
+                                       output_type=types.RGB)
+            images = fn.resize(images, resize_x=self.size, resize_y=self.size, antialias=True)
+            if self.augment is Augment.standard:
+                images = fn.random_resized_crop(images, size=[self.size, self.size], antialias=True)
+            flip = fn.random.coin_flip() if self.augment in (Augment.flip, Augment.standard) else 0
+            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mirror=flip,
+                                              mean=[255 * NORMALIZE_MEAN] * 3, std=[255 * NORMALIZE_STD] * 3)
+            return images, labels
+
+        return pipe()
+
+    def __iter__(self) -> Iterator[Batch]:
+        order = list(iter(self.sampler))
+        self.epoch += 1
+        pipe = self._pipeline(order)
+        pipe.build()
+        for out in DALIGenericIterator(pipe, ["x", "y"], last_batch_policy=LastBatchPolicy.PARTIAL):
+            yield out[0]["x"], out[0]["y"].view(-1)
+
+    def __len__(self) -> int:
+        return num_batches(self.labels, self.batch_size)

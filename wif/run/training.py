@@ -25,8 +25,9 @@ from wif.data.transfer import StreamPrefetcher, make_transfer
 from wif.measure.timing import synchronize
 from wif.run.loop import evaluate, loader_epoch, train_epoch
 from wif.run.model import build_model
+from wif.run.stopping import STOP
 
-Emit = Callable[[str, Dict[str, Any]], None]
+Emit = Callable[[str, Dict[str, Any]], Any]  # an epoch's answer: STOP ends the run
 MB = 1024 * 1024
 
 
@@ -135,8 +136,10 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     if tr.mode is TrainerMode.loader_only:  # no model: the loader and transfer alone, timed the same way
         synchronize(device)
         emit("setup", {"setup_s": time.perf_counter() - t0})
-        for epoch in range(tr.epochs):
-            emit("epoch", {"epoch": epoch, **asdict(loader_epoch(loaders["train"], transfer, device))})
+        for epoch in range(tr.epoch_limit):
+            if emit("epoch", {"epoch": epoch, **asdict(loader_epoch(loaders["train"], transfer, device)),
+                              **_vram_peaks(device)}) == STOP:
+                break
         emit("result", _vram_peaks(device))
         return
 
@@ -146,11 +149,12 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     synchronize(device)
     emit("setup", {"setup_s": time.perf_counter() - t0})
 
-    for epoch in range(tr.epochs):
+    for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
         stats = train_epoch(model, loaders["train"], transfer, optimizer, loss_fn, cfg.model.aux_weight, device)
         val_loss, val_acc, val_time = evaluate(model, loaders["val"], transfer, loss_fn, device)
-        emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
-                       "val_time_s": val_time})
+        if emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
+                          "val_time_s": val_time, **_vram_peaks(device)}) == STOP:
+            break
 
     test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, loss_fn, device)
     emit("result", {"test_loss": test_loss, "test_acc": test_acc, "test_time_s": test_time, **_vram_peaks(device)})

@@ -47,23 +47,34 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--target", type=float, default=0.02, help="trainer.auto_target of the cheap way")
     p.add_argument("--quick", action="store_true", help="baseline,bg,pin_nb_w4_pf2 and 10 epochs")
+    p.add_argument("--again", type=Path, help="an earlier run's work folder: compare its two sweeps again")
     a = p.parse_args()
     if a.quick:
         a.loaders, a.epochs = "baseline,bg,pin_nb_w4_pf2", 10
-    work = Path(tempfile.mkdtemp(prefix="wif-cheap-bench-"))
-    cache = work / "cache"
-    common = [f"loader={a.loaders}", f"data.fraction={a.fraction}", "preset=smoke"]
-    print(f"work folder (both stores stay there): {work}", flush=True)
-    t0 = time.monotonic()
-    cheap_uri, cheap_s = race_bench.sweep(work, "cheap", common + [
-        "hydra/sweeper=race", f"race.max_blocks={a.blocks}", f"race.min_blocks={min(3, a.blocks)}",
-        "trainer.epochs=auto", f"trainer.max_epochs={a.epochs}", f"trainer.auto_target={a.target}"], cache)
-    fixed_uri, fixed_s = race_bench.sweep(work, "fixed", common + [
-        f"trainer.epochs={a.epochs}", f"repeat=range(0,{a.blocks})"], cache)
-    print(f"both sweeps in {time.monotonic() - t0:.0f} s (cheap {cheap_s:.0f} s, fixed {fixed_s:.0f} s wall)")
+    if a.again:  # the sweeps of an earlier run, compared again (same --epochs)
+        work = a.again
+        cheap_uri, fixed_uri = (f"sqlite:///{work / n / 'mlflow.db'}" for n in ("cheap", "fixed"))
+    else:
+        work = Path(tempfile.mkdtemp(prefix="wif-cheap-bench-"))
+        cache = work / "cache"
+        common = [f"loader={a.loaders}", f"data.fraction={a.fraction}", "preset=smoke"]
+        print(f"work folder (both stores stay there): {work}", flush=True)
+        t0 = time.monotonic()
+        cheap_uri, cheap_s = race_bench.sweep(work, "cheap", common + [
+            "hydra/sweeper=race", f"race.max_blocks={a.blocks}", f"race.min_blocks={min(3, a.blocks)}",
+            "trainer.epochs=auto", f"trainer.max_epochs={a.epochs}", f"trainer.auto_target={a.target}"], cache)
+        fixed_uri, fixed_s = race_bench.sweep(work, "fixed", common + [
+            f"trainer.epochs={a.epochs}", f"repeat=range(0,{a.blocks})"], cache)
+        print(f"both sweeps in {time.monotonic() - t0:.0f} s (cheap {cheap_s:.0f} s, fixed {fixed_s:.0f} s wall)")
 
-    _, _, fixed = race_bench.usable(fixed_uri)
+    _, fixed_all, fixed = race_bench.usable(fixed_uri)
     client, cheap_all, cheap = race_bench.usable(cheap_uri)
+    if fixed.empty or cheap.empty:  # every run contended (others used the cores): compared all the same, said so
+        print("WARNING: runs tagged contended (other processes used the cores); compared all the same: the figures "
+              f"below are not clean ({int(fixed_all['contended'].sum())} fixed, {int(cheap_all['contended'].sum())} "
+              "cheap runs contended)")
+        fixed = fixed_all[fixed_all["status"] == "FINISHED"]
+        cheap = cheap_all[cheap_all["status"] == "FINISHED"]
     exp = client.get_experiment_by_name(runs_io.DEFAULT_EXPERIMENT)
     (record,) = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race'", max_results=1)
     fr = float(a.fraction)

@@ -308,7 +308,9 @@ def check_script(doc: Doc, name: str, argv: Sequence[str]) -> None:
         args = module.build_parser().parse_intermixed_args(list(argv))
     except SystemExit as exit:  # argparse's way of refusing a flag (its message is on stderr)
         pytest.fail(f"{doc}: {name} refuses these arguments (exit {exit.code})")
-    if getattr(args, "overrides", None) is not None:
+    if name == "wif-plan":  # a sweep's overrides: every cell composed and validated as the tool plans them
+        module.plan_cells(args.overrides)
+    elif getattr(args, "overrides", None) is not None:
         load_config(args.overrides)  # ConfigError if the overrides cannot run
 
 

@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import List, Optional
 
 from wif.config.engines import validate_engine
-from wif.config.schema import Augment, Config, DataSource, EngineName, LoaderConfig, TransferKind, require
+from wif.config.schema import (
+    Augment,
+    Config,
+    DataSource,
+    EngineName,
+    LoaderConfig,
+    TrainerConfig,
+    TransferKind,
+    require,
+)
 from wif.config.targets import validate_options
 
 
@@ -19,14 +28,11 @@ def validate(cfg: Config, here: bool = True) -> None:
             f"data.fraction={d.fraction} is outside (0, 1]: pass a share of the training set, e.g. data.fraction=0.1.")
     require(0.0 <= d.val_split < 1.0,
             f"data.val_split={d.val_split} is outside [0, 1): it is the share of the subset kept for validation, e.g. 0.2.")
-    for key, value in (("data.batch_size", d.batch_size), ("trainer.epochs", tr.epochs),
-                       ("data.num_train", d.num_train), ("data.num_test", d.num_test),
-                       ("data.image_size", d.image_size)):
+    for key, value in (("data.batch_size", d.batch_size), ("data.num_train", d.num_train),
+                       ("data.num_test", d.num_test), ("data.image_size", d.image_size)):
         require(value > 0, f"{key}={value} must be a positive whole number.")
     require(d.num_classes >= 2, f"data.num_classes={d.num_classes}: a classifier needs at least 2 classes.")
-    require(0 <= tr.warmup_epochs < tr.epochs or tr.epochs == 1,
-            f"trainer.warmup_epochs={tr.warmup_epochs} leaves no measured epoch out of trainer.epochs={tr.epochs}: "
-            "lower warmup_epochs or raise epochs.")
+    validate_epochs(tr)
     require(lo.num_workers >= 0, f"loader.num_workers={lo.num_workers}: the number of worker processes cannot be negative.")
     require(lo.bg_max_prefetch > 0, f"loader.bg_max_prefetch={lo.bg_max_prefetch} must be at least 1.")
     require(not (lo.background and lo.num_workers > 0),
@@ -82,6 +88,25 @@ def validate(cfg: Config, here: bool = True) -> None:
             f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
             f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
             "Raise data.fraction or data.num_train so that neither split is empty.")
+
+
+def validate_epochs(tr: TrainerConfig) -> None:
+    """trainer.epochs: a positive whole number, or auto with a sound stopping rule (wif.run.stopping)."""
+    require(tr.auto or (isinstance(tr.epochs, int) and not isinstance(tr.epochs, bool) and tr.epochs > 0),
+            f"trainer.epochs={tr.epochs} must be a positive whole number, or auto (stop once the epoch time "
+            "is pinned and memory has stopped growing).")
+    if not tr.auto:
+        require(0 <= tr.warmup_epochs < tr.epochs or tr.epochs == 1,
+                f"trainer.warmup_epochs={tr.warmup_epochs} leaves no measured epoch out of trainer.epochs="
+                f"{tr.epochs}: lower warmup_epochs or raise epochs.")
+        return
+    require(0 <= tr.warmup_epochs < tr.min_epochs <= tr.max_epochs,
+            f"trainer.epochs=auto needs 0 <= trainer.warmup_epochs < trainer.min_epochs <= trainer.max_epochs; "
+            f"got {tr.warmup_epochs}, {tr.min_epochs}, {tr.max_epochs}.")
+    require(tr.auto_target > 0, f"trainer.auto_target={tr.auto_target} must be above 0 (e.g. 0.01: +/- 1%).")
+    require(0.5 <= tr.auto_confidence < 1, f"trainer.auto_confidence={tr.auto_confidence} must lie in [0.5, 1).")
+    require(tr.memory_window >= 1, f"trainer.memory_window={tr.memory_window} must be at least 1 epoch.")
+    require(tr.memory_tolerance >= 0, f"trainer.memory_tolerance={tr.memory_tolerance} cannot be negative.")
 
 
 # DataLoader keys that older torch releases lack: (key, the default that needs no support, first release)

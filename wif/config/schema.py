@@ -159,8 +159,16 @@ class OptimizerConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 100
+    # A whole number, or auto: stop once the median epoch time is pinned and memory has stopped growing
+    # (wif.run.stopping), between min_epochs and max_epochs.
+    epochs: Any = 100
     warmup_epochs: int = 1  # logged, but left out of the summary means
+    min_epochs: int = 7  # epochs=auto: 1 warm-up + 6 steady, the fewest with a 95% interval of their median
+    max_epochs: int = 100  # epochs=auto: the study's epochs
+    auto_target: float = 0.01  # epochs=auto: stop when the median's interval is within +/- this share of it
+    auto_confidence: float = 0.95  # epochs=auto: that interval's confidence
+    memory_window: int = 3  # epochs=auto: epochs that must add no RAM or VRAM peak above memory_tolerance
+    memory_tolerance: float = 0.01  # epochs=auto: a peak counts as new above the old one by more than this share
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 5e-4
@@ -170,6 +178,15 @@ class TrainerConfig:
     channels_last: bool = False  # model and 4-D inputs in channels_last memory format
     compile: bool = False  # torch.compile the model; compiled before the first epoch, timed apart (compile_s)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+    @property
+    def auto(self) -> bool:
+        return self.epochs == "auto"
+
+    @property
+    def epoch_limit(self) -> int:
+        """The most epochs this run may train: trainer.epochs, or trainer.max_epochs under epochs=auto."""
+        return self.max_epochs if self.auto else int(self.epochs)
 
 
 @dataclass

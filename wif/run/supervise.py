@@ -22,16 +22,25 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
-from wif.config import Config, ConfigError, Device
+from wif.config import Config, ConfigError, Device, TrainerConfig
 from wif.config.exits import describe
 from wif.measure.contention import HostCpuMeter, is_contended
 from wif.measure.lifetime import die_with_parent
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.run.stopping import GO_ON, STOP, Decision, StopRule, decide
 from wif.run.training import train
 
 log = logging.getLogger("wif")
 INTERRUPT_GRACE_S = 5.0
+# The memory peaks trainer.epochs=auto waits on: summed RSS of the run's tree (sampled from outside), device
+# memory from NVML, and torch's allocator peaks (sent by the run). Each must stop rising before a run stops.
+MEMORY_PEAKS = ("ram_peak_rss_mb", "vram_peak_device_mb", "vram_peak_allocated_mb", "vram_peak_reserved_mb")
+
+
+def stop_rule(tr: TrainerConfig) -> StopRule:
+    return StopRule(tr.warmup_epochs, tr.min_epochs, tr.max_epochs, tr.auto_target, tr.auto_confidence,
+                    tr.memory_window, tr.memory_tolerance)
 
 
 def cuda_present() -> bool:
@@ -66,10 +75,11 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
 
     signal.signal(signal.SIGTERM, interrupt)
 
-    def emit(kind: str, payload: Dict[str, Any]) -> None:
+    def emit(kind: str, payload: Dict[str, Any]) -> Any:
         conn.send((kind, payload))
         if kind == "epoch":
-            conn.recv()  # wait while the supervisor logs: MLflow's work never overlaps a timed epoch
+            return conn.recv()  # wait while the supervisor logs (and, under epochs=auto, decides): never in an epoch
+        return None
 
     try:
         train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"), emit)
@@ -102,6 +112,7 @@ class _Run:
     final: Dict[str, float] = field(default_factory=dict)
     error: Optional[Dict[str, Any]] = None
     done: bool = False
+    decision: Optional[Decision] = None  # the last answer of the stopping rule (trainer.epochs=auto)
 
     def on_message(self, kind: str, p: Dict[str, Any]) -> None:
         if kind == "device":
@@ -138,13 +149,34 @@ class _Run:
              "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
         m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
         self.sampler.poke()
-        self.epochs.append({**p, **m})
+        memory = {k: v for k, v in self.sampler.peaks(p["t_start"], time.monotonic()).items() if k in MEMORY_PEAKS}
+        memory.update({k: p[k] for k in MEMORY_PEAKS if k in p})  # torch's own VRAM peaks, from the run
+        self.epochs.append({**p, **m, "memory": memory})
         self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
+        tr = self.conf.trainer
+        if tr.auto:
+            self.decision = decide([e["epoch_time_s"] for e in self.epochs],
+                                   {k: [e["memory"].get(k, 0.0) for e in self.epochs] for k in memory}, stop_rule(tr))
         if self.conf.progress:
             val = f"  val_acc {m['val_acc']:.3f}" if m["val_acc"] is not None else ""  # none in loader-only mode
-            log.info("%s  epoch %d/%d  %.2f s  %.0f img/s  data wait %.0f%%%s%s", self.label,
-                     p["epoch"] + 1, self.conf.trainer.epochs, t, m["throughput_img_s"],
-                     100 * m["data_wait_share"], val, self.contention_note(m["host_other_cpu_pct"]))
+            d = self.decision
+            pin = "" if d is None or d.half_width is None else f"  median +/- {100 * d.half_width:.1f}%"
+            pin += f"  memory rising: {', '.join(d.growing)}" if d is not None and d.growing else ""
+            log.info("%s  epoch %d/%s  %.2f s  %.0f img/s  data wait %.0f%%%s%s%s", self.label, p["epoch"] + 1,
+                     f"auto<={tr.max_epochs}" if tr.auto else tr.epochs, t, m["throughput_img_s"],
+                     100 * m["data_wait_share"], val, pin, self.contention_note(m["host_other_cpu_pct"]))
+        if self.decision is not None and self.decision.stop:
+            log.info("%s  stops: %s", self.label, self.decision.reason)
+
+    def answer(self) -> str:
+        """What the run hears after an epoch: STOP once the stopping rule says so."""
+        return STOP if self.decision is not None and self.decision.stop else GO_ON
+
+    def stop_reason(self) -> str:
+        tr = self.conf.trainer
+        if not tr.auto:
+            return f"trainer.epochs={tr.epochs} (fixed)"
+        return self.decision.reason if self.decision is not None and self.decision.stop else "the run ended early"
 
     def contention_note(self, other_pct: Optional[float]) -> str:
         """What the progress line says when other processes took a share of the cores above the threshold."""
@@ -169,7 +201,9 @@ class _Run:
                     "data_wait_share_mean": mean("data_wait_share"), "first_batch_mean_s": mean("first_batch_s"),
                     "time_total_s": sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
                     + self.final.get("test_time_s", 0.0),
-                    "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"]})
+                    "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"], "epochs_run": len(self.epochs)})
+        if self.decision is not None and self.decision.half_width is not None:
+            out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         if measured[0]["gpu_idle_s"] is not None:
             out["gpu_idle_mean_s"] = mean("gpu_idle_s")
         out.update(self.sampler.peaks(t0, t_end))
@@ -230,7 +264,7 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
                     break
                 run.on_message(kind, payload)
                 if kind == "epoch":
-                    conn.send("logged")
+                    conn.send(run.answer())
                 elif kind == "result":
                     t_end = time.monotonic()
     except KeyboardInterrupt:
@@ -243,6 +277,7 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
     sampler.stop()
     _stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
     if run.done and proc.exitcode == 0:
+        tracker.set_tags(run_id, {"wif.stop_reason": run.stop_reason()})
         summary = run.summary(t_end)
         summary["sampler_cpu_pct"] = sampler.own_cost_pct()
         return Outcome(FINISHED, summary=summary)

@@ -27,8 +27,9 @@ from wif.measure.timing import synchronize
 from wif.run.loop import evaluate, loader_epoch, train_epoch
 from wif.run.model import build_model
 from wif.run.step import Step, build_optimizer, compile_now, prepare_model
+from wif.run.stopping import STOP
 
-Emit = Callable[[str, Dict[str, Any]], None]
+Emit = Callable[[str, Dict[str, Any]], Any]  # an epoch's answer: STOP ends the run
 MB = 1024 * 1024
 
 
@@ -140,8 +141,10 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     if tr.mode is TrainerMode.loader_only:  # no model: the loader and transfer alone, timed the same way
         synchronize(device)
         emit("setup", {"setup_s": time.perf_counter() - t0})
-        for epoch in range(tr.epochs):
-            emit("epoch", {"epoch": epoch, **asdict(loader_epoch(loaders["train"], transfer, device))})
+        for epoch in range(tr.epoch_limit):
+            if emit("epoch", {"epoch": epoch, **asdict(loader_epoch(loaders["train"], transfer, device)),
+                              **_vram_peaks(device)}) == STOP:
+                break
         emit("result", _vram_peaks(device))
         return
 
@@ -154,12 +157,13 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     compile_s = compile_now(step, transfer(next(iter(loaders["train"]))), device) if tr.compile else None
     emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
-    for epoch in range(tr.epochs):
+    for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
         stats = train_epoch(model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device,
                             step)
         val_loss, val_acc, val_time = evaluate(model, loaders["val"], transfer, step.loss_fn, device, step)
-        emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
-                       "val_time_s": val_time})
+        if emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
+                          "val_time_s": val_time, **_vram_peaks(device)}) == STOP:
+            break
 
     test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, step.loss_fn, device, step)
     emit("result", {"test_loss": test_loss, "test_acc": test_acc, "test_time_s": test_time, **_vram_peaks(device)})

@@ -103,8 +103,9 @@ class SweepCallback(Callback):
             except Exception as err:  # noqa: BLE001 - an outcome nobody can read is not a success
                 log.error("Could not read how the sweep's jobs ended from %s (%s).", config.tracking.uri, err)
                 raise SystemExit(EXIT_FAILED) from None
+        spent = time.time() - t.started_ms / 1000 if t.started_ms else 0.0  # what wif-plan priced beforehand
         log.info("Sweep done: %d finished, %d failed, %d killed, %d skipped (already finished; resume=false "
-                 "reruns them).", t.finished, t.failed, t.killed, t.skipped)
+                 "reruns them); spent %.1f min wall.", t.finished, t.failed, t.killed, t.skipped, spent / 60)
         for line in t.failures:
             log.error("  failed: %s", line)
         if t.failed or t.killed:

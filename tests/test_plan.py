@@ -1,0 +1,67 @@
+"""wif-plan: the price of a sweep from earlier runs of the same testbed, in a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from wif.sweep.plan import RunCost, main, price
+
+
+def _fake_run(client: MlflowClient, exp: str, cell: str, epochs: str, run_s: float, overhead_s: float,
+              epochs_run: int | None = None, race_id: str | None = None) -> None:
+    tags = {"wif.kind": "train", "wif.device": "cpu", "wif.model": "tiny", "wif.cell": cell}
+    if race_id:
+        tags["wif.race_id"] = race_id
+    run = client.create_run(exp, tags=tags)
+    client.log_param(run.info.run_id, "trainer.epochs", epochs)
+    client.log_metric(run.info.run_id, "time_total_s", run_s)
+    client.log_metric(run.info.run_id, "job_overhead_s", overhead_s)
+    if epochs_run is not None:
+        client.log_metric(run.info.run_id, "epochs_run", epochs_run)
+    client.set_terminated(run.info.run_id, "FINISHED")
+
+
+def test_price_adds_overhead_and_epochs_per_cell() -> None:
+    history = [RunCost("a@0.1", 2.0, 10, 10.0, False), RunCost("b@0.1", 2.0, 10, 30.0, False)]
+    p = price({"a@0.1": 3, "b@0.1": 3, "new@0.1": 2}, 20, history)
+    # a: 1 s/epoch, b: 3 s/epoch, new (never run): the median, 2 s/epoch; 2 s overhead a run
+    assert (p.runs, p.epochs) == (8, 160) and p.seconds == pytest.approx(3 * 22 + 3 * 62 + 2 * 42)
+    cheap = price({"a@0.1": 3, "b@0.1": 3, "new@0.1": 2}, 20, history, runs_share=0.5, auto_epochs=7)
+    assert (cheap.runs, cheap.epochs) == (4, 28) and cheap.seconds == pytest.approx(0.5 * (3 * 9 + 3 * 23 + 2 * 16))
+    assert price({"a@0.1": 1}, 20, []) is None
+
+
+def test_wif_plan_prices_a_grid_from_the_store(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(store)
+    exp = client.create_experiment("who_is_faster")
+    for _ in range(2):
+        _fake_run(client, exp, "baseline@0.1", "3", run_s=3.0, overhead_s=1.0)  # 1 s an epoch
+        _fake_run(client, exp, "pin@0.1", "3", run_s=6.0, overhead_s=1.0)  # 2 s an epoch
+    _fake_run(client, exp, "baseline@0.1", "auto", run_s=8.0, overhead_s=1.0, epochs_run=8, race_id="r1")
+    race = client.create_run(exp, tags={"wif.kind": "race", "wif.race_id": "r1"})
+    client.log_param(race.info.run_id, "race.cells", 2)
+    client.log_param(race.info.run_id, "race.max_blocks", 2)
+    client.set_terminated(race.info.run_id, "FINISHED")
+    _fake_run(client, exp, "baseline@0.1", "3", run_s=300.0, overhead_s=1.0)
+    client.set_tag(client.search_runs([exp], "metrics.time_total_s = 300")[0].info.run_id, "wif.model", "googlenet")
+
+    assert main(["loader=baseline,pin", "repeat=range(0,4)", "preset=smoke", "device=cpu", "trainer.epochs=20",
+                 "--tracking-uri", store]) == 0
+    out = capsys.readouterr().out
+    # per epoch: baseline median(1, 1, 1) s, pin 2 s; overhead 1 s; the googlenet run is another testbed
+    assert "2 cells x 4 repeats, 20 epochs a run" in out and "from 5 earlier runs" in out
+    assert f"fixed grid: 8 runs, 160 epochs, about {(4 * 21 + 4 * 41) / 60:.1f} min" in out
+    # the race ran 1 of its 2 x 2 runs (25%); auto runs took 8 epochs
+    assert f"race + auto: 2 runs, 16 epochs, about {(1 * 9 + 1 * 17) / 60:.1f} min" in out
+    assert "8 epochs a run as earlier auto runs took, 25% of the runs as earlier races ran" in out
+
+
+def test_wif_plan_without_history_says_how_to_get_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["loader=baseline,pin", "preset=smoke", "device=cpu", "--tracking-uri",
+                 f"sqlite:///{tmp_path / 'm.db'}"]) == 0
+    assert "no earlier finished run of this testbed" in capsys.readouterr().out
+    assert main(["trainer.epochs=abc", "device=cpu", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 2

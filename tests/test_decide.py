@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wif.report import decide, model
+from wif.report import decision, model
 
 K, BLOCKS, BASE, BLOCK_SD = 11, 3, 0.05, 0.10
 NAMES = ["baseline"] + [f"s{i}" for i in range(1, K)]
@@ -46,7 +46,7 @@ def null_rates(seed: int, noise: list[float]) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     different = slower = 0
     for _ in range(GRIDS):
-        d = decide.decide(grid(rng, noise))
+        d = decision.decide(grid(rng, noise))
         different += bool(d["significant"].fillna(False).astype(bool).any())
         slower += bool(d["clearly_slower"].any())
     return different / GRIDS, slower / GRIDS
@@ -66,7 +66,7 @@ def power(seed: int, noise: list[float], slow: float, n: int = 300) -> float:
     effects[-1] = slow
     found = 0
     for _ in range(n):
-        r = decide.decide(grid(rng, noise, effects)).loc[NAMES[-1]]
+        r = decision.decide(grid(rng, noise, effects)).loc[NAMES[-1]]
         found += bool(r["significant"]) and r["speedup"] < 1
     return found / n
 
@@ -89,20 +89,20 @@ def test_exact_ties_are_never_called_slower() -> None:
     rng = np.random.default_rng(13)
     rows = [(n, b, np.exp(s + rng.normal(0, 0.01))) for b, s in enumerate(rng.normal(0, 0.1, 3))
             for n in ("baseline", "pin", "pin_nb")]
-    d = decide.decide(pd.DataFrame(rows, columns=["loader", "block", "epoch_time_median_s"]))
+    d = decision.decide(pd.DataFrame(rows, columns=["loader", "block", "epoch_time_median_s"]))
     assert not d["clearly_slower"].any() and not d["significant"].fillna(False).astype(bool).any()
     assert (d["slower_at_least"] == 1.0).all()
 
 
 def test_undecided_says_how_many_more_blocks() -> None:
-    """Two settings 4% apart at 10% noise: 3 blocks show neither a tie nor a gap; the answer says so."""
+    """Settings 4% apart at 10% noise: 3 blocks show neither a tie nor a gap; the answer says so."""
     rng = np.random.default_rng(14)
-    rows = [(n, b, f * np.exp(rng.normal(0, 0.10))) for b in range(3) for n, f in (("a", 1.0), ("b", 1.04))]
-    d = decide.decide(pd.DataFrame(rows, columns=["loader", "block", "epoch_time_median_s"]), baseline="a")
+    rows = [(n, b, f * np.exp(rng.normal(0, 0.10))) for b in range(3) for n, f in (("a", 1.0), ("b", 1.04), ("c", 1.0))]
+    d = decision.decide(pd.DataFrame(rows, columns=["loader", "block", "epoch_time_median_s"]), baseline="a")
     assert d["undecided"].all() and (d["more_blocks"] >= 1).all()
     assert d["noise"].notna().all()
 
 
 def test_decide_names_what_it_lacks() -> None:
     with pytest.raises(ValueError, match="block"):
-        decide.decide(pd.DataFrame({"loader": ["a"], "epoch_time_median_s": [1.0]}))
+        decision.decide(pd.DataFrame({"loader": ["a"], "epoch_time_median_s": [1.0]}))

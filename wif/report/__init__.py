@@ -5,3 +5,13 @@ racing sweep and the report share (race, raced), words and tables (verdicts, tab
 Reads the store only: imports no wif package but `wif.measure.tracking` (the store's address), and never
 torch or the training code, so it runs anywhere the store is reachable.
 """
+
+
+def __getattr__(name: str):
+    """`wif.report.decide(runs)`, the verdict function, loaded on first use: importing `wif.report.runs`
+    (as the sweep does) must not pay for statsmodels."""
+    if name == "decide":
+        from wif.report.decision import decide
+
+        return decide
+    raise AttributeError(name)

@@ -49,10 +49,10 @@ def estimate(x: np.ndarray, resid: np.ndarray, setting_of_run: np.ndarray, k: in
     a = member @ (m**2) @ member.T  # E[sum of squared residuals of s] = sum_l a[s, l] * var_l
     own_df = member @ np.diag(m)
     sums = member @ resid**2
-    try:
-        own = np.linalg.solve(a, sums)
-    except np.linalg.LinAlgError:
+    if np.linalg.matrix_rank(a) < k:  # e.g. two settings in blocks: their residuals mirror each other
         own = np.full(k, np.nan)
+    else:
+        own = np.linalg.solve(a, sums)
     own = np.where(own_df >= MIN_OWN_DF, np.maximum(own, 0.0), np.nan)
     return Noise(own, own_df, pooled, used_variance(own, own_df, pooled))
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence
 
 import pandas as pd
 
-from wif.report import decide, model
+from wif.report import decision, model
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules,
     """
     if state.settled or blocks_done < rules.min_blocks or runs["loader"].nunique() < 2:
         return state  # nothing to judge yet (every run failed or was contended): race on
-    best = decide.columns(model.fit(runs, value), "", rules.look_confidence, rules.margin)
+    best = decision.columns(model.fit(runs, value), "", rules.look_confidence, rules.margin)
     alive = [name for name in state.alive if name not in best.index or not best.loc[name, "clearly_slower"]]
     alive.sort(key=lambda name: best.loc[name, "time_s"] if name in best.index else float("inf"))  # fastest first
     dropped = dict(state.dropped)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from wif.report import decide, model
+from wif.report import decision, model
 from wif.report.race import FractionState, RaceRules, replay
 
 
@@ -66,7 +66,7 @@ def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame
     """The table's 'vs fastest' columns as the race decided: its final look's MCB for the settings left in
     the race, and the bound each dropped setting was dropped with."""
     out = table.copy()
-    final = decide.columns(fit, "", race.rules.look_confidence, race.rules.margin)
+    final = decision.columns(fit, "", race.rules.look_confidence, race.rules.margin)
     vs_best = ["possibly_fastest", "slower_at_least", "slower_at_most", "tied", "clearly_slower",
                "slower_in_practice", "undecided", "more_blocks"]
     for name in out.index:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from wif.report import decide, model
+from wif.report import decision, model
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def summarize_cells(runs: pd.DataFrame, value: str, metrics: Sequence[str], conf
 def comparison_columns(f: model.Fit, baseline: str, confidence: float, alpha: float,
                        margin: float) -> pd.DataFrame:
     """The verdict's columns (`wif.report.decide`), the model's estimate named as the table names it."""
-    return decide.columns(f, baseline, confidence, margin, alpha).rename(columns={"time_s": "model_time_s"})
+    return decision.columns(f, baseline, confidence, margin, alpha).rename(columns={"time_s": "model_time_s"})
 
 
 @dataclass(frozen=True)

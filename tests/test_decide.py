@@ -61,6 +61,17 @@ def test_no_true_difference_keeps_the_error_rates_whatever_the_noise(pattern: st
     assert slower <= 0.06
 
 
+@pytest.mark.parametrize("pattern", ["baseline 15%", "baseline and 3 others 15%"])
+def test_without_a_baseline_no_setting_is_falsely_clearly_slower(pattern: str) -> None:
+    """The race looks without a baseline (MCB only: every setting's variance read the same way); a noisy
+    setting that the baseline rule would have read carefully must still not make false 'clearly slower'."""
+    rng, n = np.random.default_rng(20 + list(PATTERNS).index(pattern)), 300
+    slower = sum(bool(decision.decide(grid(rng, PATTERNS[pattern]), baseline="")["clearly_slower"].any())
+                 for _ in range(n))
+    print(f"\n{pattern}, no baseline: any 'slower than the fastest' in {slower / n:.3f} of {n} null grids")
+    assert slower / n <= 0.06
+
+
 def power(seed: int, noise: list[float], slow: float, n: int = 300) -> float:
     rng, effects = np.random.default_rng(seed), np.ones(K)
     effects[-1] = slow
@@ -74,13 +85,13 @@ def power(seed: int, noise: list[float], slow: float, n: int = 300) -> float:
 def test_a_quarter_slower_is_found_at_equal_noise() -> None:
     rate = power(11, [BASE] * K, 1.25)
     print(f"\n1.25x slower, all at 5% noise: called slower than baseline in {rate:.3f}")
-    assert rate >= 0.72  # the pooled model's 0.99 is not valid under unequal noise; see docs/statistics.md
+    assert rate >= 0.85  # the pooled model's 0.99 is not valid under unequal noise; see docs/statistics.md
 
 
 def test_a_noisy_slow_setting_is_found() -> None:
     rate = power(12, [BASE] * (K - 1) + [0.15], 1.5)
     print(f"\n1.5x slower and 3x noisier: called slower than baseline in {rate:.3f}")
-    assert rate >= 0.55
+    assert rate >= 0.60
 
 
 def test_exact_ties_are_never_called_slower() -> None:

@@ -40,7 +40,7 @@ def test_no_true_difference_keeps_the_error_rates() -> None:
     rng, n = np.random.default_rng(1), 400
     any_called, included = 0, np.zeros(K)
     for _ in range(n):
-        f = model.fit(grid(rng, np.ones(K)), "t")
+        f = model.fit(grid(rng, np.ones(K)), "t", "baseline")
         any_called += any(c.p_adj < 1 - CONF for c in model.dunnett(f, "baseline", CONF).values())
         best = model.mcb(f, CONF, 0.02)
         included += [best[name].possibly_fastest for name in NAMES]
@@ -57,7 +57,7 @@ def test_a_setting_one_and_a_half_times_slower_is_found() -> None:
     effects[3] = 1.5
     found = 0
     for _ in range(n):
-        c = model.dunnett(model.fit(grid(rng, effects), "t"), "baseline", CONF)["s3"]
+        c = model.dunnett(model.fit(grid(rng, effects), "t", "baseline"), "baseline", CONF)["s3"]
         found += c.p_adj < 1 - CONF and c.speedup < 1
     print(f"\n1.5x slower: called slower in {found / n:.3f} of {n} grids")
     assert found / n >= 0.90
@@ -73,10 +73,10 @@ def test_one_disturbed_run_is_set_apart_and_the_difference_stays() -> None:
         runs = grid(rng, effects, spike=(0, 0))
         out = model.outliers(runs, "t")
         flagged += 0 in out.index
-        f = model.fit(runs.drop(out.index), "t")
+        f = model.fit(runs.drop(out.index), "t", "baseline")
         c = model.dunnett(f, "baseline", CONF)["s3"]
         found_without += c.p_adj < 1 - CONF and c.speedup < 1
-        found_with += model.dunnett(model.fit(runs, "t"), "baseline", CONF)["s3"].p_adj < 1 - CONF
+        found_with += model.dunnett(model.fit(runs, "t", "baseline"), "baseline", CONF)["s3"].p_adj < 1 - CONF
     print(f"\nbaseline run x3: flagged in {flagged / n:.3f}; 1.5x found with it kept {found_with / n:.3f}, "
           f"once the outlier rule sets it apart {found_without / n:.3f}")
     assert flagged / n >= 0.95
@@ -90,7 +90,7 @@ def test_ten_times_slower_is_decided_with_three_blocks_among_48_settings() -> No
     effects = np.where(np.arange(48) % 6 == 5, 10.0, 1.0)
     rows = [(name, b, effects[i] * np.exp(rng.normal(0, 0.1) + rng.normal(0, 0.2)))
             for b in range(3) for i, name in enumerate(names)]
-    f = model.fit(pd.DataFrame(rows, columns=["loader", "block", "t"]), "t")
+    f = model.fit(pd.DataFrame(rows, columns=["loader", "block", "t"]), "t", "base")
     assert f.blocked and f.df == 47 * 2
     vs = model.dunnett(f, "base", CONF)
     slow = [n for i, n in enumerate(names) if effects[i] == 10.0]
@@ -104,7 +104,7 @@ def test_critical_value_matches_the_multivariate_t_integral() -> None:
     """The simulated max-|t| quantile must match scipy's numerical integral of the multivariate t with the
     correlation of the contrasts against the baseline under the fitted per-setting noise."""
     rng = np.random.default_rng(5)
-    f = model.fit(grid(rng, np.ones(K)), "t")
+    f = model.fit(grid(rng, np.ones(K)), "t", "baseline")
     c = next(iter(model.dunnett(f, "baseline", CONF).values())).critical
     dim = K - 1
     contrasts = np.hstack([np.ones((dim, 1)), -np.eye(dim)])
@@ -141,7 +141,7 @@ def test_blocks_cancel_a_drift_shared_by_each_pass() -> None:
     rows = [(n, b, d * (0.9 if n == "fast" else 1.0) * (1 + 0.005 * ((b + i) % 3 - 1)))
             for b, d in enumerate(drift) for i, n in enumerate(["baseline", "fast", "other"])]
     runs = pd.DataFrame(rows, columns=["loader", "block", "t"])
-    blocked = model.dunnett(model.fit(runs, "t"), "baseline", CONF)["fast"]
+    blocked = model.dunnett(model.fit(runs, "t", "baseline"), "baseline", CONF)["fast"]
     unblocked = model.dunnett(model.fit(runs.assign(block=None), "t"), "baseline", CONF)["fast"]
     assert blocked.p_adj < 0.001 and blocked.speedup == pytest.approx(1 / 0.9, rel=0.01)
     assert unblocked.p_adj > 0.05

@@ -37,7 +37,7 @@ def decide(runs: pd.DataFrame, value: str = "epoch_time_median_s", baseline: str
     usable = runs[runs[value].notna() & (runs[value] > 0)]
     if usable.empty:
         raise ValueError(f"decide: no run has a positive {value}")
-    out = columns(model.fit(usable, value), baseline, confidence, margin)
+    out = columns(model.fit(usable, value, baseline), baseline, confidence, margin)
     return out.sort_values("time_s")
 
 

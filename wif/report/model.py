@@ -78,9 +78,10 @@ def design(runs: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
     return blocked, settings, blocks
 
 
-def fit(runs: pd.DataFrame, value: str) -> Fit:
+def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
     """Least squares of log(`value`) on setting (+ block where the blocks are usable and identifiable), with
-    per-setting variances and the covariance they imply."""
+    per-setting variances and the covariance they imply; the `baseline`'s variance is read more carefully
+    (every comparison against it shares it: wif.report.noise)."""
     y = np.log(runs[value].to_numpy(dtype=float))
     x, settings, blocks = design(runs)
     k, n = len(settings), len(y)
@@ -89,7 +90,7 @@ def fit(runs: pd.DataFrame, value: str) -> Fit:
     resid = y - x @ params
     df = n - int(np.linalg.matrix_rank(x))
     who = np.array([settings.index(name) for name in runs["loader"]])
-    spread = noise.estimate(x, resid, who, k, df)
+    spread = noise.estimate(x, resid, who, k, df, settings.index(baseline) if baseline in settings else None)
     if df > 0:
         cov = (bread[:k] * spread.used[who]) @ bread[:k].T
     else:  # one run per setting: estimates without any spread to judge them by

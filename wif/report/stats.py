@@ -115,7 +115,7 @@ def summarize_fraction(
     margin: float, bound_img_s: float | None = None,
 ) -> FractionSummary:
     """The table, the model's comparisons and the outlier check of one fraction."""
-    f = model.fit(runs, value)
+    f = model.fit(runs, value, baseline)
     table = summarize_cells(runs, value, metrics, confidence)
     table = table.join(comparison_columns(f, baseline, confidence, alpha, margin)).sort_values("model_time_s")
     if bound_img_s:
@@ -132,7 +132,7 @@ def summarize_fraction(
 def _without(kept: pd.DataFrame, dropped: pd.DataFrame, z: pd.Series, baseline: str, value: str,
              confidence: float, alpha: float, margin: float) -> Sensitivity:
     left_out = dropped[["run_id", "loader", "block", value]].assign(z=z)
-    f = model.fit(kept, value)
+    f = model.fit(kept, value, baseline)
     columns = comparison_columns(f, baseline, confidence, alpha, margin)
     fastest = list(columns.index[columns["possibly_fastest"].fillna(False).astype(bool)])
     order = np.argsort([f.estimate[f.index(name)] for name in fastest])

@@ -1,0 +1,45 @@
+"""The checks of data.format, data.path and data.page_cache (docs/formats.md): what each storage format and
+the cold page cache can run with, refused in one line naming the key before any data is built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wif.config.schema import Config, DataFormat, DataSource, EngineName, PageCache, TransferKind, require
+
+PER_SAMPLE = (DataSource.folder, DataSource.encoded)  # the sources whose images are decoded per sample
+
+
+def validate_format(cfg: Config, here: bool = True) -> None:
+    """data.format and data.page_cache against the source, engine and transfer; `here=False` leaves out what
+    only the machine that runs the job can tell (whether data.path exists there)."""
+    d = cfg.data
+    fmt = d.format.value if d.format is not None else None
+    if d.format is not None:
+        require(d.source in PER_SAMPLE and not d.preload,
+                f"data.format={fmt} stores images decoded per sample; data={d.source.value}"
+                f"{' with data.preload=true' if d.preload else ''} holds none. Use data=folder or data=encoded "
+                "(without data.preload), or data.format=null.")
+    if d.format is DataFormat.shards:
+        require(cfg.engine.name is EngineName.dataloader,
+                f"data.format=shards streams its shards through a DataLoader; engine={cfg.engine.name.value} reads "
+                "by index. Use engine=dataloader, or data.format=lmdb|folder.")
+        require(cfg.transfer.kind is not TransferKind.resident,
+                "data.format=shards streams its images; transfer=resident (loader=gpu_resident) holds the whole set "
+                "on the device. Choose a loader option that streams batches, or data.format=lmdb|folder.")
+    require(d.shard_mb > 0, f"data.shard_mb={d.shard_mb} must be above 0 (MiB of images per shard).")
+    require(d.shuffle_buffer >= 1, f"data.shuffle_buffer={d.shuffle_buffer} must be at least 1 sample.")
+    if d.path is not None:
+        require(d.format in (DataFormat.lmdb, DataFormat.shards),
+                f"data.path={d.path} names a pack, but data.format={fmt}. Set data.format=lmdb or shards, as the "
+                "pack was made (wif-pack --to), or leave data.path unset.")
+        require(not here or (Path(d.path).expanduser() / "pack.json").is_file(),
+                f"data.path={d.path} is not a wif pack (no pack.json there). Make one with wif-pack, or leave "
+                "data.path unset to pack into the cache.")
+    if d.page_cache is PageCache.cold:
+        require(d.source is DataSource.folder or (d.source is DataSource.encoded and d.format is not None),
+                f"data.page_cache=cold evicts the data's files from the page cache; data={d.source.value}"
+                f"{' without data.format' if d.source is DataSource.encoded else ''} reads no files. Use "
+                "data=folder, or data=encoded with data.format=folder|lmdb|shards.")
+        require(not d.preload, "data.page_cache=cold with data.preload=true: the images are read once and held in "
+                "RAM, so no epoch reads storage. Set data.preload=false, or data.page_cache=warm.")

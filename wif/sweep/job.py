@@ -75,9 +75,9 @@ def run_identity(conf: Config, device: str) -> dict:
 
 def cell_name(conf: Config) -> str:
     """Loader option, the loader knobs set away from PyTorch's defaults, the engine when it is not
-    DataLoader, and the fraction: what the report compares across repeats. data=fixed runs (the report's
-    upper bound) get a cell of their own,
-    so grouping by cell never pools them with a loader option."""
+    DataLoader, data.format when set and a cold page cache, and the fraction: what the report compares
+    across repeats. data=fixed runs (the report's upper bound) get a cell of their own, so grouping by cell
+    never pools them with a loader option."""
     if conf.data.source is DataSource.fixed:
         return f"fixed@{conf.data.fraction:g}"
     lo = conf.loader
@@ -86,6 +86,10 @@ def cell_name(conf: Config) -> str:
         knobs.append(lo.multiprocessing_context.value)
     if conf.engine.name is not EngineName.dataloader:
         knobs.append(conf.engine.name.value)
+    if conf.data.format is not None:  # data.format and a cold page cache: cells of their own (docs/formats.md)
+        knobs.append(conf.data.format.value)
+    if conf.data.page_cache.value == "cold":
+        knobs.append(conf.data.page_cache.value)
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 

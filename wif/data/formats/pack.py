@@ -48,7 +48,8 @@ class Pack:
         return [str(self.path / name) for name in self.meta["files"]]
 
     def fail(self, what: str) -> PackError:
-        return PackError(f"pack {self.path}: {what}. Delete it (a pack in the cache is then rebuilt) or make it again with wif-pack.")
+        return PackError(f"pack {self.path}: {what}. Delete it (a pack in the cache is then rebuilt) or make it "
+                         "again with wif-pack.")
 
 
 def crc(data: bytes) -> int:

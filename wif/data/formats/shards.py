@@ -59,7 +59,8 @@ def write(tmp: Path, listing: Listing, shard_mb: float, progress: Progress) -> T
             ext = os.path.splitext(path)[1].lstrip(".").lower() or "jpg"
             _add(tar, f"{i:08d}.{ext}", data)
             _add(tar, f"{i:08d}.cls", str(label).encode())
-            entry["shard"][i], entry["labels"][i], entry["lengths"][i], entry["crc32"][i] = k, label, len(data), crc(data)
+            entry["shard"][i], entry["labels"][i] = k, label
+            entry["lengths"][i], entry["crc32"][i] = len(data), crc(data)
             size += len(data)
             done, written = done + 1, written + len(data)
             progress(done, written)

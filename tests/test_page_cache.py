@@ -70,9 +70,12 @@ def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: 
                       for key in ("storage_read_bytes", "page_cache_resident_frac")} for mode, r in runs.items()}
     cold, warm = history["cold"], history["warm"]
     assert len(cold["storage_read_bytes"]) == 2 and max(cold["page_cache_resident_frac"]) < 0.10, cold
-    assert cold["storage_read_bytes"][0] >= 0.8 * train_bytes, (cold, train_bytes)  # read by the 2 workers
-    assert min(warm["page_cache_resident_frac"]) > 0.9, warm
-    assert warm["storage_read_bytes"][-1] < 0.05 * train_bytes, (warm, train_bytes)  # after the warm-up epoch
+    assert min(cold["storage_read_bytes"]) >= 0.8 * train_bytes, (cold, train_bytes)  # read by the 2 workers
+    print(f"cold: {cold}; warm: {warm}; the training split's files: {train_bytes} bytes")
+    # warm: the files stay as the OS left them (a cold run before may have evicted some), so the epoch after
+    # the warm-up finds them resident and reads next to nothing
+    assert warm["page_cache_resident_frac"][-1] > 0.9, warm
+    assert warm["storage_read_bytes"][-1] < 0.05 * train_bytes, (warm, train_bytes)
     assert np.mean(cold["storage_read_bytes"]) > 10 * max(warm["storage_read_bytes"][-1], 1.0)
 
 

@@ -10,6 +10,7 @@ is never found under PATH), then every record is checked against its index.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -50,13 +51,17 @@ def progress_bar(total: int, tty: bool) -> Progress:
     return report
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    setup_logging(PROG)
+def build_parser() -> argparse.ArgumentParser:
     parser = tool_parser(PROG, "Pack an image source into LMDB or tar shards (data.format), to train from with "
                                "data.path.")
     parser.add_argument("--to", required=True, choices=[DataFormat.lmdb.value, DataFormat.shards.value])
     parser.add_argument("--out", required=True, type=Path, help="the pack's folder (must not exist yet)")
-    args = parser.parse_intermixed_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    setup_logging(PROG)
+    args = build_parser().parse_intermixed_args(argv)
     out = args.out.expanduser()
     try:
         conf = load_config([*args.overrides, f"data.format={args.to}"], args.config_dir)

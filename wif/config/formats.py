@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wif.config.schema import Config, DataFormat, DataSource, EngineName, PageCache, TransferKind, require
+from wif.config.schema import Config, DataFormat, DataSource, EngineName, PageCache, require
 
 PER_SAMPLE = (DataSource.folder, DataSource.encoded)  # the sources whose images are decoded per sample
 
@@ -24,9 +24,11 @@ def validate_format(cfg: Config, here: bool = True) -> None:
         require(cfg.engine.name is EngineName.dataloader,
                 f"data.format=shards streams its shards through a DataLoader; engine={cfg.engine.name.value} reads "
                 "by index. Use engine=dataloader, or data.format=lmdb|folder.")
-        require(cfg.transfer.kind is not TransferKind.resident,
-                "data.format=shards streams its images; transfer=resident (loader=gpu_resident) holds the whole set "
-                "on the device. Choose a loader option that streams batches, or data.format=lmdb|folder.")
+    if d.format is DataFormat.lmdb:
+        require(cfg.engine.name is not EngineName.dali,
+                "data.format=lmdb with engine=dali: DALI takes every image's encoded bytes into memory before the "
+                "epoch, from files or data=encoded's bytes, never from a pack. Use data.format=folder, or another "
+                "engine.")
     require(d.shard_mb > 0, f"data.shard_mb={d.shard_mb} must be above 0 (MiB of images per shard).")
     require(d.shuffle_buffer >= 1, f"data.shuffle_buffer={d.shuffle_buffer} must be at least 1 sample.")
     if d.path is not None:

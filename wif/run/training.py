@@ -19,7 +19,7 @@ from torch import nn
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind
 from wif.data.custom import custom_datasets
-from wif.data.datasets import Datasets, DecodedSplit, Split, load_datasets, split_indices
+from wif.data.datasets import Datasets, Split, load_datasets, split_indices
 from wif.data.engines import build_engine_batches
 from wif.data.formats.splits import EpochStorage, format_datasets
 from wif.data.loaders import Batch, Batches, FixedBatches
@@ -55,7 +55,7 @@ def _to_device(data: Datasets, device: torch.device, image_size: int) -> Dataset
     Images decoded per sample are decoded once here (no augmentation): decoding cannot happen on the
     device, so the run is tagged `wif.resident_decoded`.
     """
-    splits = [s.materialize(image_size) if isinstance(s, DecodedSplit) else s for s in (data.train, data.val, data.test)]
+    splits = [s if isinstance(s, Split) else s.materialize(image_size) for s in (data.train, data.val, data.test)]
     need = sum(s.nbytes for s in splits)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -116,7 +116,7 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[
                   "num_classes": data.num_classes, "data_load_s": t_setup - t0})
     resident = cfg.transfer.kind is TransferKind.resident
     if resident:
-        emit("tags", {"wif.resident_decoded": isinstance(data.train, DecodedSplit)})
+        emit("tags", {"wif.resident_decoded": not isinstance(data.train, Split)})
         data = _to_device(data, device, cfg.data.image_size)
     pin = cfg.loader.pin_memory and device.type == "cuda"
     batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",

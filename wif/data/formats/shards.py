@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from wif.config import Augment
+from wif.data.datasets import Split, make_transform
 from wif.data.formats.pack import Pack, PackError, Progress, check_record, crc, decode, new_index
 from wif.data.formats.source import PARTS, Listing
 
@@ -116,14 +118,25 @@ class ShardSplit(IterableDataset):
     and through a buffer (training), or shard by shard (evaluation)."""
 
     def __init__(self, pack_path: str, part: str, shards: List[int], indices: np.ndarray, labels: np.ndarray,
-                 transform: Callable, size: Optional[int], shuffle: bool, buffer: int) -> None:
-        self.pack_path, self.part, self.shards = pack_path, part, shards
+                 transform: Callable, size: Optional[int], native: bool, shuffle: bool, buffer: int) -> None:
+        self.pack_path, self.part, self.shards, self.native = pack_path, part, shards, native
         self.wanted = frozenset(int(i) for i in indices)
         self.labels, self.transform, self.size = labels, transform, size
         self.shuffle, self.buffer, self.epoch = shuffle, buffer, 0
 
     def __len__(self) -> int:
         return len(self.wanted)
+
+    def materialize(self, size: int) -> Split:
+        """Every image decoded once, without augmentation, in index order: for holding the set on the device."""
+        plain = make_transform(Augment.none, size, train=False, native=self.native)
+        found: Dict[int, torch.Tensor] = {}
+        for k in self.shards:
+            for i, data, _ in read_shard(os.path.join(self.pack_path, shard_name(self.part, k))):
+                if i in self.wanted:
+                    found[i] = plain(decode(self.pack_path, f"{self.part}/{i:08d}", data, self.size))
+        order = sorted(found)
+        return Split(torch.stack([found[i] for i in order]), self.labels[torch.tensor(order)])
 
     def _plan(self) -> Tuple[List[int], random.Random]:
         """This worker's shards for this epoch, and its random source: every worker draws the same shard

@@ -51,7 +51,8 @@ def format_datasets(cfg: DataConfig) -> Datasets:
     def split(part: str, idx: np.ndarray, train: bool) -> ShardSplit:
         in_shards = sorted({pack.index[part]["shard"][int(i)] for i in idx})
         return ShardSplit(str(pack.path), part, in_shards, idx, torch.from_numpy(labels[part]),
-                          make_transform(cfg.augment, cfg.image_size, train, native), size, train, cfg.shuffle_buffer)
+                          make_transform(cfg.augment, cfg.image_size, train, native), size, native, train,
+                          cfg.shuffle_buffer)
 
     return Datasets(train=split("train", train_idx, True), val=split("train", val_idx, False),
                     test=split("test", np.arange(len(labels["test"])), False), num_classes=n_classes)

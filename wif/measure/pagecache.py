@@ -30,7 +30,10 @@ def evict(paths: Iterable[str]) -> None:
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            try:
+                os.fsync(fd)
+            except OSError:  # a read-only mount (EROFS, EINVAL): its pages are clean already
+                pass
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)

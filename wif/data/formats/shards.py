@@ -123,6 +123,8 @@ class ShardSplit(IterableDataset):
         self.wanted = frozenset(int(i) for i in indices)
         self.labels, self.transform, self.size = labels, transform, size
         self.shuffle, self.buffer, self.epoch = shuffle, buffer, 0
+        # several ranks (torchrun's RANK and WORLD_SIZE): each reads its own shards, the workers split those
+        self.rank, self.world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
     def __len__(self) -> int:
         return len(self.wanted)
@@ -150,7 +152,8 @@ class ShardSplit(IterableDataset):
         shards = list(self.shards)
         if self.shuffle:
             random.Random(base).shuffle(shards)
-        return shards[wid::n], random.Random(base + 1 + wid)
+        slot, slots = self.rank * n + wid, self.world * n
+        return shards[slot::slots], random.Random(base + 1 + slot)
 
     def __iter__(self):
         mine, rng = self._plan()

@@ -205,3 +205,15 @@ def test_a_record_that_does_not_decode_is_named(tmp_path: Path) -> None:
     with pytest.raises(PackError) as err:
         check_pack(open_pack(out), str(tmp_path / "cache"))
     assert f"pack {out}: record train/00000003 does not decode" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_data_encoded_is_written_as_files_and_packed_with_the_bytes_it_decodes(tmp_path: Path) -> None:
+    common = ("data=encoded", "data.num_train=50", "data.num_test=10", "data.fraction=0.4", "data.augment=none",
+              "data.shard_mb=0.01")
+    plain = load_datasets(_data_cfg(tmp_path / "cache", *common))  # the JPEG bytes held in memory
+    expected = _train_images(plain.train)
+    for fmt in FORMATS:
+        data = format_datasets(_data_cfg(tmp_path / "cache", *common, f"data.format={fmt}"))
+        assert _train_images(data.train) == expected, fmt
+    written = list((tmp_path / "cache").glob("encoded-files-*/train/*/*.jpg"))
+    assert len(written) == 50

@@ -217,3 +217,23 @@ def test_data_encoded_is_written_as_files_and_packed_with_the_bytes_it_decodes(t
         assert _train_images(data.train) == expected, fmt
     written = list((tmp_path / "cache").glob("encoded-files-*/train/*/*.jpg"))
     assert len(written) == 50
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (("data=synthetic", "data.format=lmdb"), "data.format=lmdb stores images decoded per sample; data=synthetic"),
+    (("data=encoded", "data.format=shards", "engine=spdl", "loader.num_workers=2"),
+     "data.format=shards streams its shards through a DataLoader; engine=spdl"),
+    (("data=encoded", "data.format=lmdb", "engine=dali", "loader.num_workers=2"), "data.format=lmdb with engine=dali"),
+    (("data=encoded", "data.path=/somewhere"), "data.path=/somewhere names a pack, but data.format=null"),
+    (("data=encoded", "data.page_cache=cold"), "data=encoded without data.format reads no files"),
+    (("data=encoded", "data.format=shards", "data.shard_mb=0"), "data.shard_mb=0.0 must be above 0"),
+])
+def test_formats_that_cannot_run_are_refused_in_one_line(overrides, says) -> None:
+    from omegaconf import OmegaConf
+
+    from tests.conftest import compose_cfg
+    from wif.config import ConfigError, validate
+
+    with pytest.raises(ConfigError) as err:
+        validate(OmegaConf.to_object(compose_cfg(*overrides)))
+    assert says in str(err.value) and "\n" not in str(err.value)

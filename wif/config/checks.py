@@ -71,7 +71,7 @@ def validate(cfg: Config, here: bool = True) -> None:
     require(1 <= d.jpeg_quality <= 100, f"data.jpeg_quality={d.jpeg_quality} must be between 1 and 100.")
     _require_supported_by_torch(lo)
     validate_engine(cfg)
-    validate_format(cfg, here)
+    validate_format(cfg)
     if cfg.transfer.kind is TransferKind.stream:
         require(lo.name != "gpu_resident",
                 "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "

@@ -3,18 +3,16 @@ the cold page cache can run with, refused in one line naming the key before any 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from wif.config.schema import Config, DataFormat, DataSource, EngineName, PageCache, require
 
 PER_SAMPLE = (DataSource.folder, DataSource.encoded)  # the sources whose images are decoded per sample
 
 
-def validate_format(cfg: Config, here: bool = True) -> None:
-    """data.format and data.page_cache against the source, engine and transfer; `here=False` leaves out what
-    only the machine that runs the job can tell (whether data.path exists there)."""
+def validate_format(cfg: Config) -> None:
+    """data.format and data.page_cache against the source and engine. Whether data.path holds a pack is
+    checked as the job starts (wif.data.formats.store.ensure_pack), with every record."""
     d = cfg.data
-    fmt = d.format.value if d.format is not None else None
+    fmt = d.format.value if d.format is not None else "null"
     if d.format is not None:
         require(d.source in PER_SAMPLE and not d.preload,
                 f"data.format={fmt} stores images decoded per sample; data={d.source.value}"
@@ -35,9 +33,6 @@ def validate_format(cfg: Config, here: bool = True) -> None:
         require(d.format in (DataFormat.lmdb, DataFormat.shards),
                 f"data.path={d.path} names a pack, but data.format={fmt}. Set data.format=lmdb or shards, as the "
                 "pack was made (wif-pack --to), or leave data.path unset.")
-        require(not here or (Path(d.path).expanduser() / "pack.json").is_file(),
-                f"data.path={d.path} is not a wif pack (no pack.json there). Make one with wif-pack, or leave "
-                "data.path unset to pack into the cache.")
     if d.page_cache is PageCache.cold:
         require(d.source is DataSource.folder or (d.source is DataSource.encoded and d.format is not None),
                 f"data.page_cache=cold evicts the data's files from the page cache; data={d.source.value}"

@@ -16,7 +16,7 @@ from wif.config import DataConfig, DataFormat
 from wif.data.folder_check import unreadable
 from wif.data.formats import lmdb_format, shards
 from wif.data.formats.check import check_pack
-from wif.data.formats.pack import PACK_VERSION, Pack, Progress, finish, open_pack, remove_stale
+from wif.data.formats.pack import PACK_VERSION, Pack, PackError, Progress, finish, open_pack, remove_stale
 from wif.data.formats.source import Listing, source_listing
 
 log = logging.getLogger("wif")
@@ -84,6 +84,9 @@ def ensure_pack(cfg: DataConfig, check: bool = True, progress: Optional[Progress
     """The pack a run reads: data.path, or the cache's pack of the source (built when missing); with
     `check`, every record checked (once per pack: wif.data.formats.check)."""
     if cfg.path is not None:
+        if not (Path(cfg.path).expanduser() / "pack.json").is_file():
+            raise PackError(f"data.path={cfg.path} is not a wif pack (no pack.json there). Make one with wif-pack, "
+                            "or leave data.path unset to pack into the cache.")
         pack = open_pack(Path(cfg.path).expanduser(), cfg.format.value)
     else:
         listing = listing_of(cfg)

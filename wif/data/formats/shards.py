@@ -11,7 +11,7 @@ import os
 import random
 import tarfile
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -71,14 +71,17 @@ def write(tmp: Path, listing: Listing, shard_mb: float, progress: Progress) -> T
     return index, files
 
 
-def read_shard(path: str) -> Iterator[Tuple[int, bytes, Optional[int]]]:
-    """(index, image bytes, label) of each sample of a shard, in the order written."""
+def read_shard(path: str, wanted: Optional[AbstractSet[int]] = None) -> Iterator[Tuple[int, bytes, Optional[int]]]:
+    """(index, image bytes, label) of each sample of a shard (of those in `wanted`), in the order written;
+    the others' bytes are skipped, not copied."""
     samples: Dict[int, Dict[str, bytes]] = {}
     with tarfile.open(path, "r:") as tar:
         for member in tar:
             if not member.isfile():
                 continue
             key, _, ext = member.name.partition(".")
+            if wanted is not None and int(key) not in wanted:
+                continue
             data = tar.extractfile(member).read()
             sample = samples.setdefault(int(key), {})
             sample["cls" if ext == "cls" else "image"] = data
@@ -122,7 +125,7 @@ class ShardSplit(IterableDataset):
         self.pack_path, self.part, self.shards, self.native = pack_path, part, shards, native
         self.wanted = frozenset(int(i) for i in indices)
         self.labels, self.transform, self.size = labels, transform, size
-        self.shuffle, self.buffer, self.epoch = shuffle, buffer, 0
+        self.shuffle, self.buffer = shuffle, buffer
         # several ranks (torchrun's RANK and WORLD_SIZE): each reads its own shards, the workers split those
         self.rank, self.world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
@@ -134,9 +137,8 @@ class ShardSplit(IterableDataset):
         plain = make_transform(Augment.none, size, train=False, native=self.native)
         found: Dict[int, torch.Tensor] = {}
         for k in self.shards:
-            for i, data, _ in read_shard(os.path.join(self.pack_path, shard_name(self.part, k))):
-                if i in self.wanted:
-                    found[i] = plain(decode(self.pack_path, f"{self.part}/{i:08d}", data, self.size))
+            for i, data, _ in read_shard(os.path.join(self.pack_path, shard_name(self.part, k)), self.wanted):
+                found[i] = plain(decode(self.pack_path, f"{self.part}/{i:08d}", data, self.size))
         order = sorted(found)
         return Split(torch.stack([found[i] for i in order]), self.labels[torch.tensor(order)])
 
@@ -145,7 +147,6 @@ class ShardSplit(IterableDataset):
         order (the DataLoader gives them one base seed an epoch), then takes every n-th shard."""
         info = get_worker_info()
         if info is None:
-            self.epoch += 1
             base, wid, n = int(torch.randint(0, 2 ** 62, (1,)).item()), 0, 1
         else:
             base, wid, n = info.seed - info.id, info.id, info.num_workers
@@ -159,9 +160,7 @@ class ShardSplit(IterableDataset):
         mine, rng = self._plan()
         buf: List[Tuple[int, bytes]] = []
         for k in mine:
-            for i, data, _ in read_shard(os.path.join(self.pack_path, shard_name(self.part, k))):
-                if i not in self.wanted:
-                    continue
+            for i, data, _ in read_shard(os.path.join(self.pack_path, shard_name(self.part, k)), self.wanted):
                 if not self.shuffle:
                     yield self._sample(i, data)
                     continue

@@ -16,8 +16,10 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import run_train, train_runs
 from tests.test_data import _data_cfg
 from tests.test_formats import jpeg_folder
+from wif.config import ConfigError
 from wif.data.datasets import split_indices
 from wif.data.folder import folder_files
+from wif.data.formats.splits import prepare_storage
 from wif.measure.pagecache import evict, eviction_refused, resident_fraction, tree_read_bytes
 
 SHM = Path("/dev/shm")
@@ -79,20 +81,40 @@ def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: 
     assert np.mean(cold["storage_read_bytes"]) > 10 * max(warm["storage_read_bytes"][-1], 1.0)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm here")
-def test_cold_is_refused_in_one_line_where_eviction_cannot_work(tmp_path: Path, store: str, cache_dir: Path) -> None:
+@pytest.fixture
+def shm_folder():
+    """A small image folder on /dev/shm (tmpfs): where evicting pages cannot work."""
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm here")
     root = SHM / f"wif-test-{uuid.uuid4().hex[:8]}"
     try:
         jpeg_folder(root, per_class=2, test_per_class=1)
         if not eviction_refused(_files(root)):
             pytest.skip("/dev/shm drops evicted pages here: not a tmpfs")
-        proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={root}",
-                         "data.fraction=1.0", "data.val_split=0.25", "data.page_cache=cold", multirun=False)
+        yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_job_refuses_cold_on_tmpfs_for_the_folder_and_for_a_pack_in_the_cache(shm_folder: Path,
+                                                                                  tmp_path: Path) -> None:
+    folder = _data_cfg(tmp_path / "c", "data=folder", f"data.root={shm_folder}", "data.page_cache=cold")
+    with pytest.raises(ConfigError) as err:
+        prepare_storage(folder)
+    assert "data.page_cache=cold" in str(err.value) and "tmpfs" in str(err.value) and str(shm_folder) in str(err.value)
+    in_shm = _data_cfg(shm_folder / "cache", "data=folder", f"data.root={shm_folder}", "data.format=lmdb",
+                       "data.page_cache=cold")  # the pack goes to a cache on tmpfs
+    with pytest.raises(ConfigError, match="tmpfs"):
+        prepare_storage(in_shm)
+
+
+@pytest.mark.slow
+def test_a_sweep_with_cold_on_tmpfs_is_refused_before_its_first_job(shm_folder: Path, tmp_path: Path, store: str,
+                                                                     cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={shm_folder}",
+                     "data.fraction=1.0", "data.val_split=0.25", "data.page_cache=cold", "loader=baseline,pin")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
-    lines = [line for line in out.splitlines() if "Bad setting" in line]
-    assert len(lines) == 1 and "data.page_cache=cold" in lines[0] and "tmpfs" in lines[0], out[-3000:]
+    reasons = [line for line in out.splitlines() if "data.page_cache=cold:" in line]
+    assert len(reasons) == 1 and "tmpfs" in reasons[0] and "2 of 2 jobs" in out, out[-3000:]
     assert train_runs(store) == []

@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import tempfile
 from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -70,7 +71,8 @@ def resident_fraction(paths: Sequence[str]) -> float:
     return resident / total if total else 0.0
 
 
-def eviction_refused(paths: Sequence[str], probe: int = 64, limit: float = 0.5) -> Optional[str]:
+def eviction_refused(paths: Sequence[str], probe: int = 64, limit: float = 0.5,
+                     where: Optional[str] = None) -> Optional[str]:
     """Why data.page_cache=cold cannot work on these files, or None: a few files are read, evicted and
     checked. tmpfs (and a filesystem that ignores the advice) keeps them resident."""
     sample = [p for p in paths[:probe] if os.path.getsize(p) > 0]
@@ -82,10 +84,23 @@ def eviction_refused(paths: Sequence[str], probe: int = 64, limit: float = 0.5) 
     left = resident_fraction(sample)
     if left <= limit:
         return None
-    fs = _filesystem(sample[0]) if sample else "?"
-    return (f"data.page_cache=cold: {100 * left:.0f}% of {sample[0] if sample else ''} and the other probed files "
-            f"stayed in the page cache after posix_fadvise(DONTNEED) on a {fs} filesystem, so no epoch would read "
+    where = where or os.path.dirname(sample[0])
+    return (f"data.page_cache=cold: {100 * left:.0f}% of the files probed under {where} stayed in the page cache "
+            f"after posix_fadvise(DONTNEED) on its {_filesystem(sample[0])} filesystem, so no epoch would read "
             "storage. Put the data (and WIF_CACHE_DIR for packs) on a disk, or use data.page_cache=warm.")
+
+
+def eviction_refused_in(folder: str) -> Optional[str]:
+    """eviction_refused for files yet to be written into `folder` (a pack, data=encoded's files): a probe
+    file written there, checked and removed."""
+    os.makedirs(folder, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=".wif-evict-probe-", dir=folder)
+    try:
+        os.write(fd, os.urandom(256 << 10))
+        os.close(fd)
+        return eviction_refused([path], where=folder)
+    finally:
+        os.unlink(path)
 
 
 def _filesystem(path: str) -> str:

@@ -5,6 +5,7 @@ record i of every pack, and the fraction, validation split and seeds pick indice
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -16,8 +17,8 @@ from wif.data.formats.lmdb_format import LmdbImages
 from wif.data.formats.pack import Pack
 from wif.data.formats.shards import ShardSplit
 from wif.data.formats.source import PARTS
-from wif.data.formats.store import ensure_pack, listing_of
-from wif.measure.pagecache import evict, eviction_refused, resident_fraction, tree_read_bytes
+from wif.data.formats.store import ensure_pack, listing_of, require_pack_at
+from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, resident_fraction, tree_read_bytes
 
 
 def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
@@ -83,6 +84,21 @@ def prepare_storage(cfg: DataConfig) -> Dict[str, Any]:
         if why:
             raise ConfigError(why)
     return out
+
+
+def preflight_storage(cfg: DataConfig) -> None:
+    """What a sweep can check before its first job, cheaply: data.path holds a pack, and a cold page cache
+    can evict where the job's files are (or will be written). Packs are built by the first job."""
+    if cfg.path is not None:
+        require_pack_at(cfg.path)
+    if cfg.page_cache is not PageCache.cold:
+        return
+    if cfg.source is DataSource.folder and cfg.format in (None, DataFormat.folder) and cfg.path is None:
+        why = eviction_refused(listing_of(cfg).all_paths())
+    else:
+        why = eviction_refused_in(str(Path(cfg.path or cfg.cache_dir).expanduser()))
+    if why:
+        raise ConfigError(why)
 
 
 class EpochStorage:

@@ -160,7 +160,7 @@ def bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> List[Tuple[Job, str]]:
                 check_user_code(conf)  # each distinct factory once, in a forked process
             checks.folder(conf.data, here)
             if here:
-                checks.storage(conf.data)  # data.path, and whether a cold page cache can evict there
+                checks.storage(conf.data)  # whether a cold page cache can evict where the data is
         except ConfigError as err:
             bad.append((job, str(err)))
     return bad

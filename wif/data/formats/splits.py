@@ -14,10 +14,10 @@ import torch
 from wif.config import Augment, ConfigError, DataConfig, DataFormat, DataSource, PageCache
 from wif.data.datasets import Datasets, ImageFiles, checked_split, decoded_datasets, make_transform
 from wif.data.formats.lmdb_format import LmdbImages
-from wif.data.formats.pack import Pack
+from wif.data.formats.pack import Pack, open_pack
 from wif.data.formats.shards import ShardSplit
 from wif.data.formats.source import PARTS
-from wif.data.formats.store import ensure_pack, listing_of, require_pack_at
+from wif.data.formats.store import ensure_pack, listing_of
 from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, resident_fraction, tree_read_bytes
 
 
@@ -87,16 +87,17 @@ def prepare_storage(cfg: DataConfig) -> Dict[str, Any]:
 
 
 def preflight_storage(cfg: DataConfig) -> None:
-    """What a sweep can check before its first job, cheaply: data.path holds a pack, and a cold page cache
-    can evict where the job's files are (or will be written). Packs are built by the first job."""
-    if cfg.path is not None:
-        require_pack_at(cfg.path)
+    """What a sweep can check cheaply before its first job: that a cold page cache can evict where the job's
+    files are (or will be written). Packs are built, and data.path's checked, as each job starts."""
     if cfg.page_cache is not PageCache.cold:
         return
-    if cfg.source is DataSource.folder and cfg.format in (None, DataFormat.folder) and cfg.path is None:
+    if cfg.path is not None:
+        where = Path(cfg.path).expanduser()
+        why = eviction_refused(open_pack(where).files()) if (where / "pack.json").is_file() else None
+    elif cfg.source is DataSource.folder and cfg.format in (None, DataFormat.folder):
         why = eviction_refused(listing_of(cfg).all_paths())
     else:
-        why = eviction_refused_in(str(Path(cfg.path or cfg.cache_dir).expanduser()))
+        why = eviction_refused_in(str(Path(cfg.cache_dir).expanduser()))
     if why:
         raise ConfigError(why)
 

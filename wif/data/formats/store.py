@@ -80,18 +80,13 @@ def build(listing: Listing, fmt: DataFormat, out: Path, shard_mb: float, progres
     return open_pack(out, fmt.value)
 
 
-def require_pack_at(path: str) -> None:
-    """data.path must hold a pack (its pack.json); its records are checked as the job starts."""
-    if not (Path(path).expanduser() / "pack.json").is_file():
-        raise PackError(f"data.path={path} is not a wif pack (no pack.json there). Make one with wif-pack, or "
-                        "leave data.path unset to pack into the cache.")
-
-
 def ensure_pack(cfg: DataConfig, check: bool = True, progress: Optional[Progress] = None) -> Pack:
     """The pack a run reads: data.path, or the cache's pack of the source (built when missing); with
     `check`, every record checked (once per pack: wif.data.formats.check)."""
     if cfg.path is not None:
-        require_pack_at(cfg.path)
+        if not (Path(cfg.path).expanduser() / "pack.json").is_file():
+            raise PackError(f"data.path={cfg.path} is not a wif pack (no pack.json there). Make one with wif-pack, "
+                            "or leave data.path unset to pack into the cache.")
         pack = open_pack(Path(cfg.path).expanduser(), cfg.format.value)
     else:
         listing = listing_of(cfg)

@@ -52,13 +52,13 @@ def test_eviction_empties_the_cache_and_the_next_read_comes_from_storage(tmp_pat
 
 @pytest.mark.slow
 def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    root = jpeg_folder(tmp_path / "images", per_class=20, test_per_class=4, size=96)  # on /tmp: a real disk here
+    root = jpeg_folder(tmp_path / "images", per_class=20, test_per_class=4, size=192)  # on /tmp: a real disk here
     refused = eviction_refused(_files(root))
     if refused:
         pytest.skip(refused)
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={root}",
                      "data.fraction=1.0", "data.val_split=0.25", "loader=baseline", "loader.num_workers=2",
-                     "trainer.epochs=2", "data.page_cache=cold,warm")
+                     "trainer.epochs=2", "data.page_cache=warm,cold", "sweep.shuffle=false")  # warm first
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     # the files the training split reads, picked as every run picks them
     cfg = _data_cfg(tmp_path / "c", "data=folder", f"data.root={root}", "data.fraction=1.0", "data.val_split=0.25")
@@ -74,9 +74,9 @@ def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: 
     assert len(cold["storage_read_bytes"]) == 2 and max(cold["page_cache_resident_frac"]) < 0.10, cold
     assert min(cold["storage_read_bytes"]) >= 0.8 * train_bytes, (cold, train_bytes)  # read by the 2 workers
     print(f"cold: {cold}; warm: {warm}; the training split's files: {train_bytes} bytes")
-    # warm: the files stay as the OS left them (a cold run before may have evicted some), so the epoch after
-    # the warm-up finds them resident and reads next to nothing
-    assert warm["page_cache_resident_frac"][-1] > 0.9, warm
+    # warm: the files stay as the OS left them (here: read by the folder check just before), so the epoch
+    # after the warm-up (which may page in code a worker runs for the first time) reads next to nothing
+    assert min(warm["page_cache_resident_frac"]) > 0.9, warm
     assert warm["storage_read_bytes"][-1] < 0.05 * train_bytes, (warm, train_bytes)
     assert np.mean(cold["storage_read_bytes"]) > 10 * max(warm["storage_read_bytes"][-1], 1.0)
 

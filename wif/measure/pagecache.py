@@ -71,10 +71,11 @@ def resident_fraction(paths: Sequence[str]) -> float:
     return resident / total if total else 0.0
 
 
-def eviction_refused(paths: Sequence[str], probe: int = 64, limit: float = 0.5,
+def eviction_refused(paths: Sequence[str], probe: int = 4, limit: float = 0.5,
                      where: Optional[str] = None) -> Optional[str]:
-    """Why data.page_cache=cold cannot work on these files, or None: a few files are read, evicted and
-    checked. tmpfs (and a filesystem that ignores the advice) keeps them resident."""
+    """Why data.page_cache=cold cannot work on these files, or None: the first few are read, evicted and
+    checked (a few only: a sweep probes before its first job, and a warm run after it should find the rest
+    as it was). tmpfs (and a filesystem that ignores the advice) keeps them resident."""
     sample = [p for p in paths[:probe] if os.path.getsize(p) > 0]
     for path in sample:
         with open(path, "rb") as f:

@@ -3,6 +3,7 @@ the cold page cache can run with, refused in one line naming the key before any 
 
 from __future__ import annotations
 
+from wif.config.engines import installed
 from wif.config.schema import Config, DataFormat, DataSource, EngineName, PageCache, require
 
 PER_SAMPLE = (DataSource.folder, DataSource.encoded)  # the sources whose images are decoded per sample
@@ -23,6 +24,8 @@ def validate_format(cfg: Config) -> None:
                 f"data.format=shards streams its shards through a DataLoader; engine={cfg.engine.name.value} reads "
                 "by index. Use engine=dataloader, or data.format=lmdb|folder.")
     if d.format is DataFormat.lmdb:
+        require(installed("lmdb"), 'data.format=lmdb needs the lmdb package, which is not installed: '
+                'pip install -e ".[formats]"')
         require(cfg.engine.name is not EngineName.dali,
                 "data.format=lmdb with engine=dali: DALI takes every image's encoded bytes into memory before the "
                 "epoch, from files or data=encoded's bytes, never from a pack. Use data.format=folder, or another "

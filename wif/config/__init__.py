@@ -10,6 +10,7 @@ from wif.config.schema import (
                                Config,
                                ConfigError,
                                DataConfig,
+                               DataFormat,
                                DataSource,
                                Device,
                                EngineConfig,
@@ -19,6 +20,7 @@ from wif.config.schema import (
                                ModelConfig,
                                ModelName,
                                OptimizerConfig,
+                               PageCache,
                                Precision,
                                RaceConfig,
                                StartMethod,
@@ -33,8 +35,9 @@ from wif.config.schema import (
                                require,
 )
 
-__all__ = ["Augment", "Config", "ConfigError", "DataConfig", "DataSource", "Device", "EngineConfig", "EngineName",
-           "LoaderConfig", "MeasureConfig", "ModelConfig", "ModelName", "OptimizerConfig",
+__all__ = ["Augment", "Config", "ConfigError", "DataConfig", "DataFormat", "DataSource", "Device", "EngineConfig",
+           "EngineName",
+           "LoaderConfig", "MeasureConfig", "ModelConfig", "ModelName", "OptimizerConfig", "PageCache",
            "Precision", "RaceConfig", "StartMethod", "SweepConfig",
            "TrackingConfig", "TrainerConfig", "TrainerMode", "TransferConfig", "TransferKind", "as_plain",
            "register_configs", "require", "validate", "warnings_for"]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from wif.config.engines import validate_engine
+from wif.config.formats import validate_format
 from wif.config.schema import (
     Augment,
     Config,
@@ -70,6 +71,7 @@ def validate(cfg: Config, here: bool = True) -> None:
     require(1 <= d.jpeg_quality <= 100, f"data.jpeg_quality={d.jpeg_quality} must be between 1 and 100.")
     _require_supported_by_torch(lo)
     validate_engine(cfg)
+    validate_format(cfg)
     if cfg.transfer.kind is TransferKind.stream:
         require(lo.name != "gpu_resident",
                 "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "
@@ -77,7 +79,7 @@ def validate(cfg: Config, here: bool = True) -> None:
                 "loader option that streams batches (e.g. loader=pin_nb transfer=stream), or drop transfer=stream.")
     require(tr.max_batches is None or tr.max_batches > 0,
             f"trainer.max_batches={tr.max_batches} must be at least 1 (or null for whole epochs).")
-    if d.source is DataSource.folder:
+    if d.source is DataSource.folder and d.path is None:  # data.path: the pack is the data, its root unused
         require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
         require(not here or Path(str(d.root)).expanduser().is_dir(),
                 f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and test/, each "

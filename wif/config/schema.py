@@ -38,6 +38,19 @@ class DataSource(str, Enum):
     custom = "custom"  # the user's own Dataset, from the factory named by data._target_
 
 
+class DataFormat(str, Enum):
+    """How images decoded per sample are stored (docs/formats.md); null: as the source keeps them."""
+
+    folder = "folder"  # one file per image
+    lmdb = "lmdb"  # one LMDB record per image (encoded bytes + label)
+    shards = "shards"  # tar shards in WebDataset's layout, read in sequence
+
+
+class PageCache(str, Enum):
+    warm = "warm"  # files stay in the page cache between epochs, as the OS leaves them
+    cold = "cold"  # the data's files are evicted from the page cache before each epoch
+
+
 class Augment(str, Enum):
     none = "none"  # decode only
     flip = "flip"  # random horizontal flip
@@ -105,6 +118,11 @@ class DataConfig:
     skip_bad: bool = False  # data=folder: leave out files that cannot be read as images (else: stop, naming them)
     _target_: Optional[str] = None  # data=custom: an importable callable returning a map-style Dataset
     kwargs: Dict[str, Any] = field(default_factory=dict)  # data=custom: keyword arguments of that callable
+    format: Optional[DataFormat] = None  # data=folder|encoded: folder|lmdb|shards, packed once into the cache
+    path: Optional[str] = None  # data.format=lmdb|shards: a pack made elsewhere (wif-pack) to train from
+    shard_mb: float = 64.0  # data.format=shards: bytes of images per shard, in MiB
+    shuffle_buffer: int = 1000  # data.format=shards: samples in the shuffle buffer (after the shards' shuffle)
+    page_cache: PageCache = PageCache.warm  # cold: evict the data's files before each epoch
 
 
 @dataclass

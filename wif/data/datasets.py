@@ -184,17 +184,29 @@ def load_datasets(cfg: DataConfig) -> Datasets:
             arrays, num_classes = folder_arrays(cfg)
         decoders = None if cfg.augment is Augment.none else {
             p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
-    n_total = len(arrays["train_y"])
+    y, test_y = arrays["train_y"], arrays["test_y"]
+    if decoders is not None:
+        return decoded_datasets(decoders, y, test_y, num_classes, cfg)
+    train_idx, val_idx = checked_split(len(y), cfg)
+    x = arrays["train_x"]
+    return Datasets(train=_to_split(x[train_idx], y[train_idx]), val=_to_split(x[val_idx], y[val_idx]),
+                    test=_to_split(arrays["test_x"], test_y), num_classes=num_classes)
+
+
+def checked_split(n_total: int, cfg: DataConfig) -> Tuple[np.ndarray, np.ndarray]:
+    """split_indices, refusing a fraction that leaves no training image: every format splits this way."""
     train_idx, val_idx = split_indices(n_total, cfg.fraction, cfg.val_split, cfg.seed)
     if len(train_idx) == 0:
         raise ConfigError(f"data.fraction={cfg.fraction} of {n_total} training images leaves an "
                           "empty training split. Raise data.fraction.")
-    y, test_y = arrays["train_y"], arrays["test_y"]
-    if decoders is not None:
-        return Datasets(train=_decoded(decoders["train"], y, train_idx, cfg, train=True),
-                        val=_decoded(decoders["train"], y, val_idx, cfg, train=False),
-                        test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, train=False),
-                        num_classes=num_classes)
-    x = arrays["train_x"]
-    return Datasets(train=_to_split(x[train_idx], y[train_idx]), val=_to_split(x[val_idx], y[val_idx]),
-                    test=_to_split(arrays["test_x"], test_y), num_classes=num_classes)
+    return train_idx, val_idx
+
+
+def decoded_datasets(decoders: Dict[str, Decoder], y: np.ndarray, test_y: np.ndarray, num_classes: int,
+                     cfg: DataConfig) -> Datasets:
+    """The three splits of a set decoded per sample, from each part's decoder and labels."""
+    train_idx, val_idx = checked_split(len(y), cfg)
+    return Datasets(train=_decoded(decoders["train"], y, train_idx, cfg, train=True),
+                    val=_decoded(decoders["train"], y, val_idx, cfg, train=False),
+                    test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, train=False),
+                    num_classes=num_classes)

@@ -7,7 +7,7 @@ import warnings
 from typing import Iterator, Protocol, Sized, Tuple
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from wif.config import LoaderConfig
 from wif.data.datasets import AnySplit, Split
@@ -74,7 +74,7 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train:
     loader = DataLoader(
         TensorDataset(split.images, split.labels) if isinstance(split, Split) else split,
         batch_size=batch_size,
-        shuffle=shuffle,
+        shuffle=shuffle and not isinstance(split, IterableDataset),  # data.format=shards shuffles its own shards
         num_workers=cfg.num_workers,
         prefetch_factor=cfg.prefetch_factor,
         pin_memory=pin,

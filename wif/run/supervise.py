@@ -147,6 +147,7 @@ class _Run:
              "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
              "compute_threads": p["compute_threads"],
              "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
+        m.update({k: p[k] for k in ("storage_read_bytes", "page_cache_resident_frac") if k in p})  # docs/formats.md
         m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
         self.sampler.poke()
         memory = {k: v for k, v in self.sampler.peaks(p["t_start"], time.monotonic()).items() if k in MEMORY_PEAKS}

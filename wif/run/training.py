@@ -19,8 +19,9 @@ from torch import nn
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind
 from wif.data.custom import custom_datasets
-from wif.data.datasets import Datasets, DecodedSplit, Split, load_datasets, split_indices
+from wif.data.datasets import Datasets, Split, load_datasets, split_indices
 from wif.data.engines import build_engine_batches
+from wif.data.formats.splits import EpochStorage, format_datasets
 from wif.data.loaders import Batch, Batches, FixedBatches
 from wif.data.transfer import StreamPrefetcher, make_transfer
 from wif.measure.timing import synchronize
@@ -54,7 +55,7 @@ def _to_device(data: Datasets, device: torch.device, image_size: int) -> Dataset
     Images decoded per sample are decoded once here (no augmentation): decoding cannot happen on the
     device, so the run is tagged `wif.resident_decoded`.
     """
-    splits = [s.materialize(image_size) if isinstance(s, DecodedSplit) else s for s in (data.train, data.val, data.test)]
+    splits = [s if isinstance(s, Split) else s.materialize(image_size) for s in (data.train, data.val, data.test)]
     need = sum(s.nbytes for s in splits)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -106,13 +107,16 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[
         emit("data", {**{name: b.samples for name, b in batches.items()}, "num_classes": cfg.data.num_classes,
                       "data_load_s": time.perf_counter() - t0})
         return batches, cfg.data.num_classes, time.perf_counter()
-    data = custom_datasets(cfg.data) if cfg.data.source is DataSource.custom else load_datasets(cfg.data)
+    if cfg.data.source is DataSource.custom:
+        data = custom_datasets(cfg.data)
+    else:
+        data = format_datasets(cfg.data) if cfg.data.format is not None else load_datasets(cfg.data)
     t_setup = time.perf_counter()
     emit("data", {"train": len(data.train), "val": len(data.val), "test": len(data.test),
                   "num_classes": data.num_classes, "data_load_s": t_setup - t0})
     resident = cfg.transfer.kind is TransferKind.resident
     if resident:
-        emit("tags", {"wif.resident_decoded": isinstance(data.train, DecodedSplit)})
+        emit("tags", {"wif.resident_decoded": not isinstance(data.train, Split)})
         data = _to_device(data, device, cfg.data.image_size)
     pin = cfg.loader.pin_memory and device.type == "cuda"
     batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
@@ -138,12 +142,14 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     if cfg.transfer.kind is TransferKind.stream:  # wraps the capped batches: never prefetches past the cap
         loaders = {name: StreamPrefetcher(b, device, cfg.transfer.non_blocking) for name, b in loaders.items()}
     transfer = make_transfer(cfg.transfer, device)
+    storage = EpochStorage(cfg.data)  # evicts the data's files before each epoch under data.page_cache=cold
     if tr.mode is TrainerMode.loader_only:  # no model: the loader and transfer alone, timed the same way
         synchronize(device)
         emit("setup", {"setup_s": time.perf_counter() - t0})
         for epoch in range(tr.epoch_limit):
-            if emit("epoch", {"epoch": epoch, **asdict(loader_epoch(loaders["train"], transfer, device)),
-                              **_vram_peaks(device)}) == STOP:
+            storage.before()
+            stats = loader_epoch(loaders["train"], transfer, device)
+            if emit("epoch", {"epoch": epoch, **asdict(stats), **storage.after(), **_vram_peaks(device)}) == STOP:
                 break
         emit("result", _vram_peaks(device))
         return
@@ -158,11 +164,13 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
     for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
+        storage.before()
         stats = train_epoch(model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device,
                             step)
+        read = storage.after()
         val_loss, val_acc, val_time = evaluate(model, loaders["val"], transfer, step.loss_fn, device, step)
         if emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
-                          "val_time_s": val_time, **_vram_peaks(device)}) == STOP:
+                          "val_time_s": val_time, **read, **_vram_peaks(device)}) == STOP:
             break
 
     test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, step.loss_fn, device, step)

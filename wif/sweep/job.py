@@ -19,6 +19,7 @@ from wif.config import Config, ConfigError, DataSource, EngineName, TrainerMode,
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, to_log_file
 from wif.config.targets import typed
 from wif.data.folder_check import require_readable
+from wif.data.formats.splits import prepare_storage
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.contention import is_contended
 from wif.measure.lifetime import owner_tags
@@ -40,7 +41,8 @@ ERROR_TAG_LIMIT = 4000
 # Keys added with the user's own model, data and step (issue 26), at their defaults: left out of the identity.
 NEW_KEY_DEFAULTS = {
     "model": {"arch": None, "weights": None, "_target_": None, "kwargs": {}},
-    "data": {"_target_": None, "kwargs": {}},
+    "data": {"_target_": None, "kwargs": {}, "format": None, "path": None, "shard_mb": 64.0, "shuffle_buffer": 1000,
+             "page_cache": "warm"},
     "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
                 "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}},
 }
@@ -73,9 +75,9 @@ def run_identity(conf: Config, device: str) -> dict:
 
 def cell_name(conf: Config) -> str:
     """Loader option, the loader knobs set away from PyTorch's defaults, the engine when it is not
-    DataLoader, and the fraction: what the report compares across repeats. data=fixed runs (the report's
-    upper bound) get a cell of their own,
-    so grouping by cell never pools them with a loader option."""
+    DataLoader, data.format when set and a cold page cache, and the fraction: what the report compares
+    across repeats. data=fixed runs (the report's upper bound) get a cell of their own, so grouping by cell
+    never pools them with a loader option."""
     if conf.data.source is DataSource.fixed:
         return f"fixed@{conf.data.fraction:g}"
     lo = conf.loader
@@ -84,6 +86,10 @@ def cell_name(conf: Config) -> str:
         knobs.append(lo.multiprocessing_context.value)
     if conf.engine.name is not EngineName.dataloader:
         knobs.append(conf.engine.name.value)
+    if conf.data.format is not None:  # data.format and a cold page cache: cells of their own (docs/formats.md)
+        knobs.append(conf.data.format.value)
+    if conf.data.page_cache.value == "cold":
+        knobs.append(conf.data.page_cache.value)
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 
@@ -107,7 +113,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         validate(conf)
         check_user_code(conf)  # a custom model or dataset factory is called once here, in a forked process
         device = resolve_device(conf.device)
-        folder = require_readable(conf.data) if conf.data.source is DataSource.folder else None
+        folder = require_readable(conf.data) if conf.data.source is DataSource.folder and not conf.data.path else None
+        storage = prepare_storage(conf.data)  # packs built once and checked, cold page cache refused where it can't be
         pin_gpu(device)  # never two timed jobs on one GPU
     except ConfigError as err:
         log.error("Bad setting: %s", err)
@@ -148,6 +155,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     params = {**plain, "wif": {"engine": conf.engine.name.value}}  # param wif.engine, beside the tag
     if folder is not None:
         params["data"] = {**plain["data"], "skipped_files": len(folder.bad)}
+    params["data"] = {**params.get("data", plain["data"]), **storage}  # data.pack_records, pack_bytes (formats.md)
     prefix = "" if kind == "train" else f"{kind}-"
     run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", params, tags, plain)
     log.info("%s  started on %s (MLflow run %s)", label, device, run_id)

@@ -95,6 +95,20 @@ class _Checks:
     def __init__(self) -> None:
         self.devices: Dict[Any, Optional[str]] = {}
         self.folders: Dict[Tuple[str, str], Any] = {}
+        self.storages: Dict[tuple, Optional[str]] = {}
+
+    def storage(self, data: DataConfig) -> None:
+        from wif.data.formats.splits import preflight_storage
+
+        key = (data.source, data.root, data.path, data.cache_dir, data.format, data.page_cache)
+        if key not in self.storages:
+            try:
+                preflight_storage(data)
+                self.storages[key] = None
+            except ConfigError as err:
+                self.storages[key] = str(err)
+        if self.storages[key]:
+            raise ConfigError(self.storages[key])
 
     def device(self, conf: Config) -> None:
         from wif.run.supervise import resolve_device
@@ -145,6 +159,8 @@ def bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> List[Tuple[Job, str]]:
                 checks.device(conf)
                 check_user_code(conf)  # each distinct factory once, in a forked process
             checks.folder(conf.data, here)
+            if here:
+                checks.storage(conf.data)  # whether a cold page cache can evict where the data is
         except ConfigError as err:
             bad.append((job, str(err)))
     return bad

@@ -1,0 +1,120 @@
+"""data.page_cache=cold (docs/formats.md): the data's files are evicted before each epoch without root, the
+first cold epoch reads them from storage, a warm one does not, and where eviction cannot work (tmpfs) cold
+is refused in one line before any run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import run_train, train_runs
+from tests.test_data import _data_cfg
+from tests.test_formats import jpeg_folder
+from wif.config import ConfigError
+from wif.data.datasets import split_indices
+from wif.data.folder import folder_files
+from wif.data.formats.splits import prepare_storage
+from wif.measure.pagecache import evict, eviction_refused, resident_fraction, tree_read_bytes
+
+SHM = Path("/dev/shm")
+
+
+def _files(root: Path):
+    return sorted(str(p) for p in root.rglob("*.jpg"))
+
+
+def test_eviction_empties_the_cache_and_the_next_read_comes_from_storage(tmp_path: Path) -> None:
+    path = tmp_path / "blob"
+    path.write_bytes(os.urandom(4 << 20))
+    refused = eviction_refused([str(path)])
+    if refused:
+        pytest.skip(refused)
+    with open(path, "rb") as f:
+        f.read()
+    assert resident_fraction([str(path)]) > 0.9
+    evict([str(path)])
+    assert resident_fraction([str(path)]) < 0.1
+    before = tree_read_bytes()
+    with open(path, "rb") as f:
+        f.read()
+    assert tree_read_bytes() - before >= 0.8 * (4 << 20)
+    before = tree_read_bytes()
+    with open(path, "rb") as f:  # warm now
+        f.read()
+    assert tree_read_bytes() - before < 0.05 * (4 << 20)
+
+
+@pytest.mark.slow
+def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    root = jpeg_folder(tmp_path / "images", per_class=20, test_per_class=4, size=192)  # on /tmp: a real disk here
+    refused = eviction_refused(_files(root))
+    if refused:
+        pytest.skip(refused)
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={root}",
+                     "data.fraction=1.0", "data.val_split=0.25", "loader=baseline", "loader.num_workers=2",
+                     "trainer.epochs=2", "data.page_cache=warm,cold", "sweep.shuffle=false")  # warm first
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    # the files the training split reads, picked as every run picks them
+    cfg = _data_cfg(tmp_path / "c", "data=folder", f"data.root={root}", "data.fraction=1.0", "data.val_split=0.25")
+    files, _ = folder_files(cfg)
+    train_idx, _ = split_indices(len(files["train_y"]), 1.0, 0.25, 0)
+    train_bytes = sum(os.path.getsize(files["train_paths"][i]) for i in train_idx)
+    client = MlflowClient(store)
+    runs = {r.data.params["data.page_cache"]: r for r in train_runs(store, status="FINISHED")}
+    history = {mode: {key: [m.value for m in sorted(client.get_metric_history(r.info.run_id, key),
+                                                      key=lambda m: m.step)]
+                      for key in ("storage_read_bytes", "page_cache_resident_frac")} for mode, r in runs.items()}
+    cold, warm = history["cold"], history["warm"]
+    assert len(cold["storage_read_bytes"]) == 2 and max(cold["page_cache_resident_frac"]) < 0.10, cold
+    assert min(cold["storage_read_bytes"]) >= 0.8 * train_bytes, (cold, train_bytes)  # read by the 2 workers
+    print(f"cold: {cold}; warm: {warm}; the training split's files: {train_bytes} bytes")
+    # warm: the files stay as the OS left them (here: read by the folder check just before), so the epoch
+    # after the warm-up (which may page in code a worker runs for the first time) reads next to nothing
+    assert min(warm["page_cache_resident_frac"]) > 0.9, warm
+    assert warm["storage_read_bytes"][-1] < 0.05 * train_bytes, (warm, train_bytes)
+    assert np.mean(cold["storage_read_bytes"]) > 10 * max(warm["storage_read_bytes"][-1], 1.0)
+
+
+@pytest.fixture
+def shm_folder():
+    """A small image folder on /dev/shm (tmpfs): where evicting pages cannot work."""
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm here")
+    root = SHM / f"wif-test-{uuid.uuid4().hex[:8]}"
+    try:
+        jpeg_folder(root, per_class=2, test_per_class=1)
+        if not eviction_refused(_files(root)):
+            pytest.skip("/dev/shm drops evicted pages here: not a tmpfs")
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_job_refuses_cold_on_tmpfs_for_the_folder_and_for_a_pack_in_the_cache(shm_folder: Path,
+                                                                                  tmp_path: Path) -> None:
+    folder = _data_cfg(tmp_path / "c", "data=folder", f"data.root={shm_folder}", "data.page_cache=cold")
+    with pytest.raises(ConfigError) as err:
+        prepare_storage(folder)
+    assert "data.page_cache=cold" in str(err.value) and "tmpfs" in str(err.value) and str(shm_folder) in str(err.value)
+    in_shm = _data_cfg(shm_folder / "cache", "data=folder", f"data.root={shm_folder}", "data.format=lmdb",
+                       "data.page_cache=cold")  # the pack goes to a cache on tmpfs
+    with pytest.raises(ConfigError, match="tmpfs"):
+        prepare_storage(in_shm)
+
+
+@pytest.mark.slow
+def test_a_sweep_with_cold_on_tmpfs_is_refused_before_its_first_job(shm_folder: Path, tmp_path: Path, store: str,
+                                                                     cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={shm_folder}",
+                     "data.fraction=1.0", "data.val_split=0.25", "data.page_cache=cold", "loader=baseline,pin")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    reasons = [line for line in out.splitlines() if "data.page_cache=cold:" in line]
+    assert len(reasons) == 1 and "tmpfs" in reasons[0] and "2 of 2 jobs" in out, out[-3000:]
+    assert train_runs(store) == []

@@ -31,7 +31,7 @@ from wif.run.targets import check_user_code
 from wif.run.training import preload
 from wif.sweep import callback
 from wif.sweep.cluster import cluster_tags
-from wif.sweep.gpus import pin_gpu
+from wif.sweep.gpus import pin_gpu, require_gpus
 
 log = logging.getLogger("wif")
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
@@ -42,7 +42,7 @@ NEW_KEY_DEFAULTS = {
     "model": {"arch": None, "weights": None, "_target_": None, "kwargs": {}},
     "data": {"_target_": None, "kwargs": {}},
     "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
-                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}},
+                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}, "nproc": 1, "dist_timeout_s": 300.0},
 }
 
 
@@ -108,7 +108,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         check_user_code(conf)  # a custom model or dataset factory is called once here, in a forked process
         device = resolve_device(conf.device)
         folder = require_readable(conf.data) if conf.data.source is DataSource.folder else None
-        pin_gpu(device)  # never two timed jobs on one GPU
+        if conf.trainer.nproc == 1:
+            pin_gpu(device)  # never two timed jobs on one GPU
+        else:
+            require_gpus(conf.trainer.nproc, device)  # one GPU per rank
     except ConfigError as err:
         log.error("Bad setting: %s", err)
         raise SystemExit(EXIT_BAD_SETTING) from None

@@ -9,6 +9,7 @@ any rank may send the error that ended it, and the first one is the run's reason
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
@@ -27,6 +28,7 @@ from wif.measure.sysinfo import usable_cores
 from wif.run.ddp.rank import rank_main
 
 SHUTDOWN_S = 5  # the launcher's grace for ranks it stops (SIGTERM, then SIGKILL): PyTorch's default is 30 s
+ERROR_WINDOW_S = 1.0  # after a rank's error, the others' that arrive this soon are compared with it
 RELAY_DRAIN_S = 10.0  # after the ranks end: their last messages still reach the supervisor
 
 
@@ -64,6 +66,19 @@ class Relay(threading.Thread):
                 self.failed = True
             self.pipe.send((kind, payload))
 
+    def _first_error(self, error: Dict[str, Any], others: List[Connection]) -> Dict[str, Any]:
+        """The error raised first among those that arrive within ERROR_WINDOW_S: a rank whose peer crashed
+        fails too, and its message (a broken collective) may reach the relay before the cause."""
+        errors = [error]
+        for conn in wait(others, timeout=ERROR_WINDOW_S) if others else []:
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                continue
+            if kind == "error":
+                errors.append(payload)
+        return min(errors, key=lambda e: e.get("t", float("inf")))
+
     def run(self) -> None:
         done: set = set()
         while len(done) < self.nproc:
@@ -74,6 +89,8 @@ class Relay(threading.Thread):
                 except (EOFError, OSError):
                     done.add(id(conn))
                     continue
+                if kind == "error":
+                    payload = self._first_error(payload, [c for c in live if c is not conn])
                 self.say(kind, payload)
                 if kind == "epoch":
                     conn.send(self.pipe.recv())  # the supervisor's answer (GO_ON / STOP) to rank 0
@@ -84,6 +101,10 @@ class Relay(threading.Thread):
 def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) -> None:
     """The forked run process of trainer.nproc>1: launch, relay, and say how the ranks ended."""
     die_with_parent(supervisor)
+    # The launcher logs each rank's end with a traceback of its own: the run's one-line reason comes from the
+    # rank (its traceback goes to the job's log file), so only what the launcher finds critical is shown.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     nproc = conf.trainer.nproc
     threads = threads_per_rank(nproc)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # the ranks' OpenMP pools, before they import torch

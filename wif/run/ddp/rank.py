@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import traceback
 from datetime import timedelta
 from multiprocessing.connection import Client, Connection
@@ -112,7 +113,7 @@ def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, thre
         name, message = describe(err, conf.loader.num_workers)
         first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
         error: Optional[Dict[str, Any]] = {"type": name, "message": f"rank {rank}: {first}",
-                                           "traceback": traceback.format_exc(),
+                                           "traceback": traceback.format_exc(), "t": time.time(),
                                            "bad_setting": isinstance(err, ConfigError)}
         try:
             conn.send(("error", error))

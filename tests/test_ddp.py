@@ -14,10 +14,13 @@ from typing import List, Tuple
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg, run_train, session_of, start_train, train_runs
+from tests.test_cluster import compose_hydra, sbatch_script
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
+from wif.sweep.job import cell_name
 
 DDP = ("preset=smoke", "trainer.nproc=2", "device=cpu")
 GONE_WITHIN_S = 10
@@ -150,3 +153,21 @@ def test_too_many_busy_processes_for_the_cores_are_named_in_a_warning() -> None:
 def test_what_ranks_cannot_shard_is_refused(overrides: tuple) -> None:
     with pytest.raises(ConfigError, match="trainer.nproc"):
         validate(typed(compose_cfg("preset=smoke", *overrides)))
+
+
+def test_the_ddp_study_sweeps_one_and_two_ranks_over_a_few_loader_options() -> None:
+    params = compose_hydra("+study=ddp").hydra.sweeper.params
+    assert params["trainer.nproc"] == "1,2" and len(params["loader"].split(",")) >= 3
+    conf = typed(compose_cfg("+study=ddp", "trainer.nproc=2", "loader=pin_nb_w4_pf2"))
+    validate(conf)
+    assert cell_name(conf) == "pin_nb_w4_pf2+ddp2@0.4"  # never pooled with the one-process cell
+
+
+def test_the_slurm_ddp_launcher_asks_one_task_with_a_gpu_per_rank() -> None:
+    cfg = compose_hydra("hydra/launcher=slurm_ddp", "trainer.nproc=8", "hydra.launcher.partition=gpu")
+    launcher = OmegaConf.create(OmegaConf.to_container(cfg.hydra.launcher, resolve=True))  # as Hydra instantiates it
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    script = sbatch_script(launcher, jobs=6)
+    for line in ("--gpus-per-node=8", "--ntasks-per-node=1", "--nodes=1", "--cpus-per-task=80", "--partition=gpu"):
+        assert f"#SBATCH {line}" in script, line
+    assert launcher.cpus_per_task >= 8 * (8 + 1)  # 8 ranks x (8 workers + 1): the sizing rule

@@ -84,6 +84,8 @@ def cell_name(conf: Config) -> str:
         knobs.append(lo.multiprocessing_context.value)
     if conf.engine.name is not EngineName.dataloader:
         knobs.append(conf.engine.name.value)
+    if conf.trainer.nproc > 1:  # a data-parallel run (wif.run.ddp) is never pooled with a one-process one
+        knobs.append(f"ddp{conf.trainer.nproc}")
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 

@@ -27,7 +27,8 @@ from wif.measure.lifetime import die_with_parent
 from wif.measure.sysinfo import usable_cores
 from wif.run.ddp.rank import rank_main
 
-SHUTDOWN_S = 5  # the launcher's grace for ranks it stops (SIGTERM, then SIGKILL): PyTorch's default is 30 s
+SHUTDOWN_S = 2  # the launcher's grace for ranks it stops (SIGTERM, then SIGKILL; PyTorch's default is 30 s): a rank
+# blocked in a collective cannot run its SIGTERM handler, and its workers die with it (PR_SET_PDEATHSIG)
 ERROR_WINDOW_S = 1.0  # after a rank's error, the others' that arrive this soon are compared with it
 RELAY_DRAIN_S = 10.0  # after the ranks end: their last messages still reach the supervisor
 

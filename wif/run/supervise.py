@@ -28,7 +28,6 @@ from wif.measure.contention import HostCpuMeter, is_contended
 from wif.measure.lifetime import die_with_parent
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.ddp.launch import launch_main
 from wif.run.stopping import GO_ON, STOP, Decision, StopRule, decide
 from wif.run.training import train
 
@@ -250,7 +249,11 @@ def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
 def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe()
-    target = _child_main if conf.trainer.nproc == 1 else launch_main  # several ranks: wif.run.ddp
+    target = _child_main
+    if conf.trainer.nproc > 1:  # several ranks (wif.run.ddp): torch's elastic launcher, imported only for them
+        from wif.run.ddp.launch import launch_main
+
+        target = launch_main
     proc = ctx.Process(target=target, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
     proc.start()
     child_end.close()

@@ -10,6 +10,7 @@ any rank may send the error that ended it, and the first one is the run's reason
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import secrets
 import signal
@@ -118,7 +119,8 @@ def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) ->
                           start_method="spawn", shutdown_timeout=SHUTDOWN_S, logs_specs=DefaultLogsSpecs())
     code = 0
     try:
-        elastic_launch(config, rank_main)(conf, device, listener.address, authkey, threads, os.getpid())
+        elastic_launch(config, rank_main)(conf, device, listener.address, authkey, threads, os.getpid(),
+                                          multiprocessing.get_start_method())
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         relay.say("error", {"type": "RankFailed", "message": f"rank {rank} ended with exit code {failure.exitcode}",

@@ -134,9 +134,10 @@ def test_sigkill_of_the_supervisor_leaves_no_rank_or_worker(tmp_path: Path, stor
     tree = [p for p in _left(proc.pid) if p.pid != proc.pid]
     assert len(tree) >= 5  # the launcher, 2 ranks, a worker each
     (launcher,) = psutil.Process(proc.pid).children()
-    workers = [w for rank in launcher.children() for w in rank.children()]
-    assert len(workers) >= 2  # forked, as in a one-process run (not spawned, as a spawned rank's default would be)
-    assert not [w for w in workers if "spawn_main" in " ".join(w.cmdline())]
+    # Each rank's workers are forked, as in a one-process run (a forked worker has its rank's command line; a
+    # spawned one, as a spawned rank's inherited default would start, its own spawn_main line)
+    workers = [(w, rank) for rank in launcher.children() for w in rank.children()]
+    assert len(workers) >= 2 and all(w.cmdline() == rank.cmdline() for w, rank in workers)
     os.kill(proc.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     proc.communicate(timeout=60)

@@ -70,7 +70,8 @@ class Relay(threading.Thread):
 
     def _first_error(self, error: Dict[str, Any], others: List[Connection]) -> Dict[str, Any]:
         """The error raised first among those that arrive within ERROR_WINDOW_S: a rank whose peer crashed
-        fails too, and its message (a broken collective) may reach the relay before the cause."""
+        fails too, and its message (a broken collective) may reach the relay before the cause. What else
+        arrives meanwhile is dropped: the run is failing, and the launcher stops every rank."""
         errors = [error]
         for conn in wait(others, timeout=ERROR_WINDOW_S) if others else []:
             try:
@@ -85,7 +86,11 @@ class Relay(threading.Thread):
         done: set = set()
         while len(done) < self.nproc:
             live = [c for c in list(self.ranks) if id(c) not in done]
-            for conn in wait(live, timeout=0.2) if live else []:
+            if not live:  # no rank connected yet (they start in seconds), or every one gone: never spin
+                if self.stopped.wait(0.2):
+                    return
+                continue
+            for conn in wait(live, timeout=0.2):
                 try:
                     kind, payload = conn.recv()
                 except (EOFError, OSError):
@@ -96,8 +101,6 @@ class Relay(threading.Thread):
                 self.say(kind, payload)
                 if kind == "epoch":
                     conn.send(self.pipe.recv())  # the supervisor's answer (GO_ON / STOP) to rank 0
-            if not live and self.stopped.is_set():
-                return
 
 
 def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) -> None:

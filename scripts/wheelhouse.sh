@@ -47,5 +47,8 @@ for item in report["install"]:
 PYEOF
 # 3. Wheels of them all (a package published only as source is built into a wheel here, once) and of wif.
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$OUT" -r "$WORK/requirements.txt"
-"$PY" -m pip wheel --quiet --no-deps --wheel-dir "$OUT" "$ROOT"
+# wif is built from a copy: pip builds a local project in its folder, and the checkout keeps no build/.
+mkdir "$WORK/src"
+tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude='*.egg-info' --exclude=__pycache__ -cf - . | tar -C "$WORK/src" -xf -
+"$PY" -m pip wheel --quiet --no-deps --wheel-dir "$OUT" "$WORK/src"
 echo "wheelhouse: $OUT  $(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1)$([ "$WITH_TORCH" = 1 ] || echo ', torch stack left out')"

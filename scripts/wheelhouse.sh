@@ -27,9 +27,13 @@ PY=${PYTHON:-python3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-TARGET="$ROOT${EXTRAS:+[$EXTRAS]}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+# pip prepares and builds a local project in its own folder (egg-info, build/): it works on a copy, and the
+# checkout is left as it was.
+mkdir "$WORK/src"
+tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude='*.egg-info' --exclude=__pycache__ --exclude='*.whl' -cf - . | tar -C "$WORK/src" -xf -
+TARGET="$WORK/src${EXTRAS:+[$EXTRAS]}"
 
 # 1. What pip would install in an empty environment: the whole closure, pinned (nothing is installed).
 "$PY" -m pip install --quiet --dry-run --ignore-installed --report "$WORK/report.json" "$TARGET"
@@ -47,8 +51,5 @@ for item in report["install"]:
 PYEOF
 # 3. Wheels of them all (a package published only as source is built into a wheel here, once) and of wif.
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$OUT" -r "$WORK/requirements.txt"
-# wif is built from a copy: pip builds a local project in its folder, and the checkout keeps no build/.
-mkdir "$WORK/src"
-tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude='*.egg-info' --exclude=__pycache__ -cf - . | tar -C "$WORK/src" -xf -
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$OUT" "$WORK/src"
 echo "wheelhouse: $OUT  $(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1)$([ "$WITH_TORCH" = 1 ] || echo ', torch stack left out')"

@@ -20,7 +20,8 @@ from tests.conftest import compose_cfg, run_train, session_of, start_train, trai
 from tests.test_cluster import compose_hydra, sbatch_script
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
-from wif.sweep.job import cell_name
+from wif.measure.tracking import config_hash
+from wif.sweep.job import cell_name, run_identity
 
 DDP = ("preset=smoke", "trainer.nproc=2", "device=cpu")
 GONE_WITHIN_S = 10
@@ -166,6 +167,9 @@ def test_the_ddp_study_sweeps_one_and_two_ranks_over_a_few_loader_options() -> N
     conf = typed(compose_cfg("+study=ddp", "trainer.nproc=2", "loader=pin_nb_w4_pf2"))
     validate(conf)
     assert cell_name(conf) == "pin_nb_w4_pf2+ddp2@0.4"  # never pooled with the one-process cell
+    one = typed(compose_cfg("+study=ddp", "trainer.nproc=1", "loader=pin_nb_w4_pf2"))
+    assert config_hash(run_identity(conf, "cpu")) != config_hash(run_identity(one, "cpu"))  # the world size is identity
+    assert "nproc" not in run_identity(one, "cpu")["trainer"]  # runs from before trainer.nproc resume as the same jobs
 
 
 def test_the_slurm_ddp_launcher_asks_one_task_with_a_gpu_per_rank() -> None:

@@ -12,7 +12,9 @@ the block), and each command is covered by the real thing, no mocks:
   names takes the flags; a tool's overrides compose and validate as the tool composes them.
 - `python benchmarks/X.py`: the script exists and, where it takes flags, `--help` exits 0.
 - `python -m examples.X`: the example exists and takes the flags shown (tests/test_your_workload.py runs it).
-- `pip install -e ".[X]"`: X is an extra of pyproject.toml. Other programs: an explicit allow-list.
+- `pip install -e ".[X]"`: X is an extra of pyproject.toml; `pip install --no-index --find-links DIR wif`: wif
+  from a wheelhouse. `scripts/X.sh`: the script exists and takes the flags shown. Other programs: an
+  explicit allow-list.
 
 A command no rule covers fails, so a new command in the docs cannot go unchecked. Commands the docs show
 being refused must be refused, with the message the docs show. To stay within about a minute on 2 cores,
@@ -339,6 +341,14 @@ def check_pip(doc: Doc) -> None:
     assert not missing, f"{doc}: no such extra {missing} in pyproject.toml (there are {sorted(extras)})"
 
 
+def check_project_script(doc: Doc) -> None:
+    """`scripts/X.sh`: an executable of this checkout that takes the flags shown (its usage lists them)."""
+    script = ROOT / doc.argv[0]
+    assert script.is_file() and os.access(script, os.X_OK), f"{doc}: no such executable script"
+    flags = [w for w in doc.argv[1:] if w.startswith("--")]
+    assert all(f"{flag})" in script.read_text() for flag in flags), f"{doc}: the script does not take {flags}"
+
+
 def check_external(doc: Doc) -> None:
     prefix = next(p for p in EXTERNAL if doc.argv[:len(p)] == p)
     if prefix[0] == "mlflow":
@@ -367,6 +377,10 @@ def kind_of(doc: Doc) -> str:
         return "script"
     if argv[:3] == ("pip", "install", "-e"):
         return "pip-extra"
+    if argv[:4] == ("pip", "install", "--no-index", "--find-links") and argv[5:] == ("wif",):
+        return "pip-offline"  # wif from a wheelhouse (scripts/wheelhouse.sh; rehearsed as docs/ddp.md says)
+    if argv[0].startswith("scripts/"):
+        return "project-script"
     if argv[0] == "export" and len(argv) > 1 and all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", a) for a in argv[1:]):
         return "export"
     if any(argv[:len(p)] == p for p in EXTERNAL):
@@ -473,6 +487,10 @@ def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], bac
         check_example(doc)
     elif kind == "pip-extra":
         check_pip(doc)
+    elif kind == "project-script":
+        check_project_script(doc)
+    elif kind == "pip-offline":
+        pass  # its form is the check (kind_of): wif, with no index, from one folder
     elif kind == "external":
         check_external(doc)
     elif kind == "export":

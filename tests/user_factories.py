@@ -10,3 +10,23 @@ def a_tensor(num_classes: int = 10) -> torch.Tensor:
 
 
 NOT_CALLABLE = 3
+
+
+class FailsOnRank(torch.nn.Module):
+    """A tiny model that raises in its `step`-th training forward on one rank (RANK, as the launcher sets it):
+    a rank that crashes mid-run, for the DDP failure test."""
+
+    def __init__(self, rank: int = 1, step: int = 2, num_classes: int = 10) -> None:
+        super().__init__()
+        self.rank, self.step, self.calls = str(rank), step, 0
+        self.net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.AdaptiveAvgPool2d(1),
+                                       torch.nn.Flatten(), torch.nn.Linear(8, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import os
+
+        if self.training:
+            self.calls += 1
+            if os.environ.get("RANK") == self.rank and self.calls == self.step:
+                raise RuntimeError(f"rank {self.rank} breaks at training step {self.step}")
+        return self.net(x)

@@ -11,6 +11,7 @@ from wif.config.formats import validate_format
 from wif.config.schema import (
     Augment,
     Config,
+    DataFormat,
     DataSource,
     EngineName,
     LoaderConfig,
@@ -72,6 +73,7 @@ def validate(cfg: Config, here: bool = True) -> None:
     _require_supported_by_torch(lo)
     validate_engine(cfg)
     validate_format(cfg)
+    validate_ranks(cfg)
     if cfg.transfer.kind is TransferKind.stream:
         require(lo.name != "gpu_resident",
                 "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "
@@ -90,6 +92,25 @@ def validate(cfg: Config, here: bool = True) -> None:
             f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
             f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
             "Raise data.fraction or data.num_train so that neither split is empty.")
+
+
+def validate_ranks(cfg: Config) -> None:
+    """trainer.nproc>1 (wif.run.ddp): every rank needs a DataLoader it can give a DistributedSampler."""
+    tr = cfg.trainer
+    require(tr.nproc >= 1, f"trainer.nproc={tr.nproc} must be at least 1 (the ranks of one data-parallel run).")
+    require(tr.dist_timeout_s > 0, f"trainer.dist_timeout_s={tr.dist_timeout_s} must be positive (seconds).")
+    if tr.nproc == 1:
+        return
+    shard = ("a DataLoader whose sampler gives each rank its shard (engine=dataloader, a loader option that "
+             "streams batches, real data)")
+    require(cfg.engine.name is EngineName.dataloader, f"trainer.nproc={tr.nproc} with engine={cfg.engine.name.value}: "
+            f"a data-parallel run needs {shard}. Use engine=dataloader, or trainer.nproc=1.")
+    require(cfg.transfer.kind is not TransferKind.resident and cfg.data.source is not DataSource.fixed,
+            f"trainer.nproc={tr.nproc} with transfer={cfg.transfer.kind.value} data={cfg.data.source.value}: a "
+            f"data-parallel run needs {shard}. Use another loader option or data source, or trainer.nproc=1.")
+    require(cfg.data.format is not DataFormat.shards,
+            f"trainer.nproc={tr.nproc} with data.format=shards: tar shards are dealt to ranks whole, so ranks could "
+            "take unequal numbers of batches and wait on each other. Use data.format=lmdb|folder, or trainer.nproc=1.")
 
 
 def validate_epochs(tr: TrainerConfig) -> None:
@@ -156,6 +177,11 @@ def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[s
     if cfg.data.source is DataSource.custom and (cfg.data.num_train, cfg.data.num_test) != (50_000, 10_000):
         out.append(f"data.num_train={cfg.data.num_train} / data.num_test={cfg.data.num_test} (set by a preset?) have "
                    "no effect with data=custom: your Dataset's length is the training set; data.fraction cuts it.")
+    busy = tr.nproc * (workers + 1)
+    if cores is not None and tr.nproc > 1 and busy > cores:
+        out.append(f"trainer.nproc={tr.nproc} x (loader.num_workers={workers} + 1) = {busy} busy processes, more than "
+                   f"the {cores} usable cores: ranks and workers take turns on them (the usual rule: cores >= "
+                   "ranks x (workers + 1) plus a few).")
     if cfg.data.source is DataSource.fixed:
         out.append("data=fixed: every batch is one random tensor already on the device, so the loader and transfer "
                    "settings have no effect; the run measures the model's compute alone (the upper bound).")

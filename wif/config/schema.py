@@ -196,6 +196,8 @@ class TrainerConfig:
     channels_last: bool = False  # model and 4-D inputs in channels_last memory format
     compile: bool = False  # torch.compile the model; compiled before the first epoch, timed apart (compile_s)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    nproc: int = 1  # ranks of one data-parallel run (DDP, wif.run.ddp): 1 = one process, as ever
+    dist_timeout_s: float = 300.0  # nproc>1: a collective waiting longer than this fails the run (no hang)
 
     @property
     def auto(self) -> bool:
@@ -219,6 +221,7 @@ class MeasureConfig:
     tree_interval_s: float = 0.5  # re-list the worker processes: scanning /proc costs ~2.5 ms
     pss_interval_s: float = 1.0  # USS/PSS read smaps_rollup: ~17 ms for a process with torch imported
     pss_budget_pct: float = 1.0  # PSS reads, summed over the run, never take more than this share of a core
+    rank_indices: bool = False  # trainer.nproc>1: log each rank's sample indices per epoch (artifact rank_indices.json)
     # Others' CPU use during the measured epochs (percent of one core) above which a run is tagged
     # wif.contended=true and left out of the report's fit by default. An idle machine shows a few percent.
     contended_pct: float = 25.0

@@ -4,16 +4,18 @@ one, or batches gathered from a dataset already resident on the device."""
 from __future__ import annotations
 
 import warnings
-from typing import Iterator, Protocol, Sized, Tuple
+from typing import Callable, Iterator, Optional, Protocol, Sized, Tuple
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
 from wif.config import LoaderConfig
 from wif.data.datasets import AnySplit, Split
 from wif.measure.lifetime import dataloader_worker_init
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
+# A run of several ranks (trainer.nproc>1) gives each loader its shard's sampler: (dataset, shuffle) -> Sampler
+SamplerFor = Callable[[Dataset, bool], Sampler]
 
 
 def silence_worker_count_warning() -> None:
@@ -61,7 +63,7 @@ class ResidentBatches:
 
 
 def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train: bool, seed: int,
-                  pin: bool, resident: bool) -> Batches:
+                  pin: bool, resident: bool, sampler: Optional[SamplerFor] = None) -> Batches:
     """The one place where a loader option becomes an iterable of batches.
 
     `pin` is `cfg.pin_memory` already checked against the device (pinning needs CUDA). Keys newer than
@@ -71,16 +73,19 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train:
     if resident:
         return ResidentBatches(split, batch_size, shuffle, seed)
     newer = {} if cfg.in_order else {"in_order": False}
+    dataset = TensorDataset(split.images, split.labels) if isinstance(split, Split) else split
+    shard = sampler(dataset, shuffle) if sampler is not None else None  # it shuffles, if asked, in its place
     loader = DataLoader(
-        TensorDataset(split.images, split.labels) if isinstance(split, Split) else split,
+        dataset,
         batch_size=batch_size,
-        shuffle=shuffle and not isinstance(split, IterableDataset),  # data.format=shards shuffles its own shards
+        shuffle=shuffle and shard is None and not isinstance(dataset, IterableDataset),  # shards shuffle their own
+        sampler=shard,
         num_workers=cfg.num_workers,
         prefetch_factor=cfg.prefetch_factor,
         pin_memory=pin,
         persistent_workers=cfg.persistent_workers,
         multiprocessing_context=cfg.multiprocessing_context.value if cfg.multiprocessing_context else None,
-        generator=torch.Generator().manual_seed(seed) if shuffle else None,
+        generator=torch.Generator().manual_seed(seed) if shuffle and shard is None else None,
         worker_init_fn=dataloader_worker_init if cfg.num_workers > 0 else None,  # workers die with their run
         **newer,
     )

@@ -136,6 +136,8 @@ class _Run:
             self.done = True
         elif kind == "error":
             self.error = p
+        elif kind == "artifact":  # trainer.nproc>1 with measure.rank_indices: each rank's samples
+            self.tracker.client.log_dict(self.run_id, p["data"], p["name"])
 
     def _on_epoch(self, p: Dict[str, Any]) -> None:
         self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
@@ -148,6 +150,7 @@ class _Run:
              "compute_threads": p["compute_threads"],
              "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
         m.update({k: p[k] for k in ("storage_read_bytes", "page_cache_resident_frac") if k in p})  # docs/formats.md
+        m.update({k: v for k, v in p.items() if k.startswith("rank") or k == "slowest_rank"})  # trainer.nproc>1
         m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
         self.sampler.poke()
         memory = {k: v for k, v in self.sampler.peaks(p["t_start"], time.monotonic()).items() if k in MEMORY_PEAKS}
@@ -247,7 +250,12 @@ def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
 def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe()
-    proc = ctx.Process(target=_child_main, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
+    target = _child_main
+    if conf.trainer.nproc > 1:  # several ranks (wif.run.ddp): torch's elastic launcher, imported only for them
+        from wif.run.ddp.launch import launch_main
+
+        target = launch_main
+    proc = ctx.Process(target=target, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
     proc.start()
     child_end.close()
     sampler = TreeSampler(proc.pid, conf.measure)

@@ -11,11 +11,12 @@ import random
 import time
 from dataclasses import asdict
 from itertools import islice
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import Dataset, Sampler
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind
 from wif.data.custom import custom_datasets
@@ -32,6 +33,17 @@ from wif.run.stopping import STOP
 
 Emit = Callable[[str, Dict[str, Any]], Any]  # an epoch's answer: STOP ends the run
 MB = 1024 * 1024
+
+
+class Ranks(Protocol):
+    """What `train` asks of one rank of a data-parallel run (trainer.nproc>1, wif.run.ddp.rank); without it,
+    `train` is the one-process run it always was."""
+
+    def sampler(self, dataset: Dataset, shuffle: bool) -> Sampler: ...  # this rank's shard of a split
+
+    def wrap(self, model: nn.Module) -> nn.Module: ...  # DistributedDataParallel
+
+    def begin_epoch(self, epoch: int) -> None: ...  # set_epoch on the shards, then the ranks meet
 
 
 def seed_everything(seed: int) -> None:
@@ -97,7 +109,8 @@ def _vram_peaks(device: torch.device) -> Dict[str, float]:
             "vram_peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MB}
 
 
-def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[str, Batches], int, float]:
+def _build_batches(cfg: Config, device: torch.device, emit: Emit,
+                   ranks: Optional[Ranks] = None) -> Tuple[Dict[str, Batches], int, float]:
     """Each split's batches as the loader and transfer options ask, the number of classes, and when the
     set-up began: the data load is timed apart (`data_load_s`); building loaders and, for gpu_resident,
     moving the data to the device count as set-up."""
@@ -120,13 +133,15 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit) -> Tuple[Dict[
         data = _to_device(data, device, cfg.data.image_size)
     pin = cfg.loader.pin_memory and device.type == "cuda"
     batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
-                                          seed=cfg.seed, pin=pin, resident=resident, data=cfg.data, device=device)
+                                          seed=cfg.seed, pin=pin, resident=resident, data=cfg.data, device=device,
+                                          sampler=ranks.sampler if ranks is not None else None)
                for name, split in (("train", data.train), ("val", data.val), ("test", data.test))}
     return batches, data.num_classes, t_setup
 
 
-def train(cfg: Config, device: torch.device, emit: Emit) -> None:
-    """Run one configuration; every figure it measures leaves through `emit`."""
+def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] = None) -> None:
+    """Run one configuration; every figure it measures leaves through `emit`. `ranks`: this process is one
+    rank of several (trainer.nproc>1)."""
     seed_everything(cfg.seed)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -135,7 +150,7 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     # torch's intra-op threads as the run starts (torch's default or OMP_NUM_THREADS): each epoch's
     # `compute_threads` says whether the model computed with as many (an engine's workers may change it)
     emit("tags", {"wif.torch_threads": str(torch.get_num_threads())})
-    loaders, num_classes, t0 = _build_batches(cfg, device, emit)
+    loaders, num_classes, t0 = _build_batches(cfg, device, emit, ranks)
     tr = cfg.trainer
     if tr.max_batches is not None:
         loaders["train"] = CappedBatches(loaders["train"], tr.max_batches)
@@ -147,6 +162,8 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
         synchronize(device)
         emit("setup", {"setup_s": time.perf_counter() - t0})
         for epoch in range(tr.epoch_limit):
+            if ranks is not None:
+                ranks.begin_epoch(epoch)
             storage.before()
             stats = loader_epoch(loaders["train"], transfer, device)
             if emit("epoch", {"epoch": epoch, **asdict(stats), **storage.after(), **_vram_peaks(device)}) == STOP:
@@ -155,6 +172,8 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
         return
 
     model = prepare_model(build_model(cfg.model, num_classes).to(device), tr)
+    if ranks is not None:
+        model = ranks.wrap(model)
     optimizer = build_optimizer(tr, model.parameters())
     step = Step(model, optimizer, nn.CrossEntropyLoss(), cfg.model.aux_weight, device, tr.precision, tr.channels_last)
     synchronize(device)
@@ -164,6 +183,8 @@ def train(cfg: Config, device: torch.device, emit: Emit) -> None:
     emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
     for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
+        if ranks is not None:
+            ranks.begin_epoch(epoch)
         storage.before()
         stats = train_epoch(model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device,
                             step)

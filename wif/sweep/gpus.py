@@ -197,3 +197,12 @@ def pin_gpu(device: str) -> Optional[str]:
         except ValueError:
             pass
     return claim_gpu(gpus, prefer).token
+
+
+def require_gpus(nproc: int, device: str) -> None:
+    """trainer.nproc>1 on CUDA: one visible GPU per rank (wif's GPU locks are not taken for a multi-rank job:
+    give it a node, or GPUs, of its own)."""
+    gpus = visible_gpus() if device == "cuda" else None
+    if gpus is not None and len(gpus) < nproc:
+        raise ConfigError(f"trainer.nproc={nproc} needs one GPU per rank, but {len(gpus)} are visible "
+                          f"({','.join(gpus)}). Lower trainer.nproc, or make more GPUs visible.")

@@ -32,7 +32,7 @@ from wif.run.targets import check_user_code
 from wif.run.training import preload
 from wif.sweep import callback
 from wif.sweep.cluster import cluster_tags
-from wif.sweep.gpus import pin_gpu
+from wif.sweep.gpus import pin_gpu, require_gpus
 
 log = logging.getLogger("wif")
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
@@ -44,7 +44,7 @@ NEW_KEY_DEFAULTS = {
     "data": {"_target_": None, "kwargs": {}, "format": None, "path": None, "shard_mb": 64.0, "shuffle_buffer": 1000,
              "page_cache": "warm"},
     "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
-                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}},
+                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}, "nproc": 1, "dist_timeout_s": 300.0},
 }
 
 
@@ -90,6 +90,8 @@ def cell_name(conf: Config) -> str:
         knobs.append(conf.data.format.value)
     if conf.data.page_cache.value == "cold":
         knobs.append(conf.data.page_cache.value)
+    if conf.trainer.nproc > 1:  # a data-parallel run (wif.run.ddp) is never pooled with a one-process one
+        knobs.append(f"ddp{conf.trainer.nproc}")
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 
@@ -115,7 +117,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         device = resolve_device(conf.device)
         folder = require_readable(conf.data) if conf.data.source is DataSource.folder and not conf.data.path else None
         storage = prepare_storage(conf.data)  # packs built once and checked, cold page cache refused where it can't be
-        pin_gpu(device)  # never two timed jobs on one GPU
+        if conf.trainer.nproc == 1:
+            pin_gpu(device)  # never two timed jobs on one GPU
+        else:
+            require_gpus(conf.trainer.nproc, device)  # one GPU per rank
     except ConfigError as err:
         log.error("Bad setting: %s", err)
         raise SystemExit(EXIT_BAD_SETTING) from None

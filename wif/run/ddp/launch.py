@@ -1,0 +1,142 @@
+"""The run process of a data-parallel job: PyTorch's elastic launcher (`torch.distributed.launcher.api`, what
+`torchrun` runs) starts the ranks as its children, and a relay carries their messages to the supervisor.
+
+The supervisor forks this process exactly as it forks a one-process run and reads the same messages from
+the same pipe, so everything it measures (the process tree's RAM, now every rank and its workers) and every
+way a run ends (FAILED, KILLED, a SIGKILL of the supervisor) works unchanged. Rank 0 sends the job's figures;
+any rank may send the error that ended it, and the first one is the run's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import secrets
+import signal
+import threading
+import uuid
+from multiprocessing.connection import Connection, Listener, wait
+from typing import Any, Dict, List, Optional
+
+from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from wif.config import Config
+from wif.measure.lifetime import die_with_parent
+from wif.measure.sysinfo import usable_cores
+from wif.run.ddp.rank import rank_main
+
+SHUTDOWN_S = 2  # the launcher's grace for ranks it stops (SIGTERM, then SIGKILL; PyTorch's default is 30 s): a rank
+# blocked in a collective cannot run its SIGTERM handler, and its workers die with it (PR_SET_PDEATHSIG)
+ERROR_WINDOW_S = 1.0  # after a rank's error, the others' that arrive this soon are compared with it
+RELAY_DRAIN_S = 10.0  # after the ranks end: their last messages still reach the supervisor
+
+
+def threads_per_rank(nproc: int, cores: Optional[int] = None) -> int:
+    """torch's intra-op threads for each rank: the usable cores shared out (torchrun sets 1 unless told)."""
+    return max(1, (cores or usable_cores()) // nproc)
+
+
+class Relay(threading.Thread):
+    """Ranks -> supervisor: accepts one connection per rank, forwards what they send, and carries the
+    supervisor's answer to an epoch back to rank 0. Only the first error is forwarded: the others follow
+    from it (a rank whose peer died sees its collective fail)."""
+
+    def __init__(self, listener: Listener, pipe: Connection, nproc: int) -> None:
+        super().__init__(name="wif-ddp-relay", daemon=True)
+        self.listener, self.pipe, self.nproc = listener, pipe, nproc
+        self.ranks: List[Connection] = []
+        self.lock = threading.Lock()
+        self.failed = False
+        self.stopped = threading.Event()  # the launch is over: once no rank is connected, the relay ends
+        threading.Thread(target=self._accept, name="wif-ddp-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        for _ in range(self.nproc):
+            try:
+                self.ranks.append(self.listener.accept())
+            except OSError:
+                return  # closed: the launch is over
+
+    def say(self, kind: str, payload: Dict[str, Any]) -> None:
+        with self.lock:
+            if kind == "error":
+                if self.failed:
+                    return
+                self.failed = True
+            self.pipe.send((kind, payload))
+
+    def _first_error(self, error: Dict[str, Any], others: List[Connection]) -> Dict[str, Any]:
+        """The error raised first among those that arrive within ERROR_WINDOW_S: a rank whose peer crashed
+        fails too, and its message (a broken collective) may reach the relay before the cause. What else
+        arrives meanwhile is dropped: the run is failing, and the launcher stops every rank."""
+        errors = [error]
+        for conn in wait(others, timeout=ERROR_WINDOW_S) if others else []:
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                continue
+            if kind == "error":
+                errors.append(payload)
+        return min(errors, key=lambda e: e.get("t", float("inf")))
+
+    def run(self) -> None:
+        done: set = set()
+        while len(done) < self.nproc:
+            live = [c for c in list(self.ranks) if id(c) not in done]
+            if not live:  # no rank connected yet (they start in seconds), or every one gone: never spin
+                if self.stopped.wait(0.2):
+                    return
+                continue
+            for conn in wait(live, timeout=0.2):
+                try:
+                    kind, payload = conn.recv()
+                except (EOFError, OSError):
+                    done.add(id(conn))
+                    continue
+                if kind == "error":
+                    payload = self._first_error(payload, [c for c in live if c is not conn])
+                self.say(kind, payload)
+                if kind == "epoch":
+                    conn.send(self.pipe.recv())  # the supervisor's answer (GO_ON / STOP) to rank 0
+
+
+def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) -> None:
+    """The forked run process of trainer.nproc>1: launch, relay, and say how the ranks ended."""
+    die_with_parent(supervisor)
+    # The launcher logs each rank's end with a traceback of its own: the run's one-line reason comes from the
+    # rank (its traceback goes to the job's log file), so only what the launcher finds critical is shown.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
+    nproc = conf.trainer.nproc
+    threads = threads_per_rank(nproc)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the ranks' OpenMP pools, before they import torch
+    authkey = secrets.token_bytes(16)
+    listener = Listener(family="AF_UNIX", authkey=authkey)
+    relay = Relay(listener, pipe, nproc)
+    relay.start()
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
+                          start_method="spawn", shutdown_timeout=SHUTDOWN_S, logs_specs=DefaultLogsSpecs())
+    code = 0
+    try:
+        elastic_launch(config, rank_main)(conf, device, listener.address, authkey, threads, os.getpid(),
+                                          multiprocessing.get_start_method())
+    except ChildFailedError as err:
+        rank, failure = err.get_first_failure()
+        relay.say("error", {"type": "RankFailed", "message": f"rank {rank} ended with exit code {failure.exitcode}",
+                            "traceback": "", "bad_setting": False})
+        code = 1
+    except BaseException as err:  # noqa: BLE001 - SIGINT/SIGTERM reach the launcher as SignalException
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        relay.say("error", {"type": "KeyboardInterrupt", "message": f"interrupted ({type(err).__name__}: {err})",
+                            "traceback": "", "bad_setting": False})
+        code = 130
+    relay.stopped.set()
+    relay.join(RELAY_DRAIN_S)
+    listener.close()
+    if code:
+        raise SystemExit(code)

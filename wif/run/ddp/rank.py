@@ -1,0 +1,131 @@
+"""One rank of a data-parallel run, as the elastic launcher starts it: its process group (with a timeout, so
+that no rank waits forever on a collective), its shard of every split (`DistributedSampler`, `set_epoch`
+every epoch), the model wrapped in DDP, and the run's figures gathered at each epoch's end, where rank 0
+sends the job's to the supervisor. Any rank that fails says why, in one line, before it ends."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import Client, Connection
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import Dataset, DistributedSampler, Sampler
+
+from wif.config import Config, ConfigError
+from wif.config.exits import describe
+from wif.measure.lifetime import die_with_parent
+from wif.run.ddp.gather import job_epoch, job_result
+from wif.run.training import train
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM (the launcher stopping its ranks) ends a rank as Ctrl-C does: its DataLoader shut down."""
+    raise KeyboardInterrupt
+
+
+class RankSide:
+    """What `wif.run.training.train` asks of a rank (`Ranks`), and the `emit` it reports through."""
+
+    def __init__(self, conf: Config, conn: Connection, device: torch.device) -> None:
+        self.conf, self.conn, self.device = conf, conn, device
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.samplers: List[DistributedSampler] = []
+        self.indices: Dict[int, List[int]] = {}  # measure.rank_indices: the train shard's order, per epoch
+
+    def sampler(self, dataset: Dataset, shuffle: bool) -> Sampler:
+        s = DistributedSampler(dataset, num_replicas=self.world, rank=self.rank, shuffle=shuffle, seed=self.conf.seed)
+        self.samplers.append(s)
+        return s
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Every shard draws this epoch's order (without it, every epoch repeats the first: PyTorch #31771);
+        then the ranks meet, so that their epochs start together and the slowest one's time is the job's."""
+        for s in self.samplers:
+            s.set_epoch(epoch)
+        if self.conf.measure.rank_indices and self.samplers and self.samplers[0].shuffle:
+            self.indices[epoch] = [int(i) for i in self.samplers[0]]
+        dist.barrier()
+
+    def _gather(self, payload: Dict[str, Any]) -> List[Dict[str, Any]]:
+        rows: List[Any] = [None] * self.world
+        dist.all_gather_object(rows, payload)
+        return rows
+
+    def emit(self, kind: str, payload: Dict[str, Any]) -> Any:
+        """Called by every rank in the same order: epochs and the result are gathered (between epochs, never in
+        one), the rest is rank 0's to say. The supervisor's answer to an epoch reaches every rank."""
+        if kind == "epoch":
+            rows = self._gather(payload)
+            answer: List[Any] = [None]
+            if self.rank == 0:
+                self.conn.send(("epoch", job_epoch(rows)))
+                answer[0] = self.conn.recv()
+            dist.broadcast_object_list(answer, src=0)
+            return answer[0]
+        if kind == "result":
+            rows = self._gather(payload)
+            shards = self._gather({"indices": self.indices}) if self.conf.measure.rank_indices else []
+            if self.rank == 0:
+                if shards:
+                    self.conn.send(("artifact", {"name": "rank_indices.json",
+                                                 "data": {str(i): s["indices"] for i, s in enumerate(shards)}}))
+                self.conn.send(("result", job_result(rows)))
+            return None
+        if self.rank == 0:
+            self.conn.send((kind, payload))
+        return None
+
+
+def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, threads: int, agent: int,
+              start_method: str) -> None:
+    """The launcher's entrypoint (module-level: spawned ranks unpickle it). Dies with the launcher.
+
+    A rank spawned by the launcher inherits `spawn` as its default start method, and its DataLoader workers
+    would then be spawned too (measured here: ~10 s to a first batch every epoch, where forked workers take
+    0.1 s); under torchrun each rank is a fresh interpreter with the platform's default. The run process's
+    default (`start_method`) is restored, so loader.multiprocessing_context=null means what it means in a
+    one-process run."""
+    die_with_parent(agent)
+    multiprocessing.set_start_method(start_method, force=True)
+    signal.signal(signal.SIGTERM, _interrupted)
+    torch.set_num_threads(threads)
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    conn = Client(address, authkey=authkey)
+    device = torch.device("cuda", local) if device_type == "cuda" else torch.device("cpu")
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    try:
+        if device_type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, timeout=timedelta(seconds=conf.trainer.dist_timeout_s),
+                                **({"device_id": device} if device_type == "cuda" else {}))
+        side = RankSide(conf, conn, device)
+        if rank == 0:
+            conn.send(("tags", {"wif.world_size": str(side.world), "wif.dist_backend": backend,
+                                "wif.threads_per_rank": str(threads)}))
+        train(conf, device, side.emit, side)
+        dist.destroy_process_group()
+    except BaseException as err:  # noqa: BLE001 - every failure must be said, even Ctrl-C
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
+            signal.signal(sig, signal.SIG_IGN)
+        name, message = describe(err, conf.loader.num_workers)
+        first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
+        error: Optional[Dict[str, Any]] = {"type": name, "message": f"rank {rank}: {first}",
+                                           "traceback": traceback.format_exc(), "t": time.time(),
+                                           "bad_setting": isinstance(err, ConfigError)}
+        try:
+            conn.send(("error", error))
+        except OSError:
+            pass  # the launcher is gone: the supervisor will say so
+        raise SystemExit(130 if name == "KeyboardInterrupt" else 1) from None

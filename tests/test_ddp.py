@@ -155,7 +155,8 @@ def test_too_many_busy_processes_for_the_cores_are_named_in_a_warning() -> None:
 
 
 @pytest.mark.parametrize("overrides", [("trainer.nproc=0",), ("trainer.nproc=2", "engine=nodes_threads", "loader.num_workers=2"),
-                                       ("trainer.nproc=2", "loader=gpu_resident"), ("trainer.nproc=2", "data=fixed")])
+                                       ("trainer.nproc=2", "loader=gpu_resident"), ("trainer.nproc=2", "data=fixed"),
+                                       ("trainer.nproc=2", "data=encoded", "data.format=shards")])
 def test_what_ranks_cannot_shard_is_refused(overrides: tuple) -> None:
     with pytest.raises(ConfigError, match="trainer.nproc"):
         validate(typed(compose_cfg("preset=smoke", *overrides)))

@@ -160,6 +160,7 @@ def test_incomplete_blocks_stay_in_the_model_and_one_repeat_has_no_interval(stud
 
 def test_verdicts_name_the_possibly_fastest_the_cheapest_and_the_clearly_slower(study):
     md = (study["out"] / "summary.md").read_text()
+    assert "{" not in md  # no unformatted placeholder left in the words (a missing f once printed '{s.baseline}')
     v01 = next(line for line in md.splitlines() if line.startswith("**Verdict.** At fraction 0.1,"))
     assert "the fastest is one of **pin_nb, pin**" in v01
     # pin is the leanest in RAM and VRAM of the two; pin_nb holds the most VRAM.

@@ -60,7 +60,8 @@ def method_note(s: FractionSummary, confidence: float) -> str:
     spread = (f", each setting's own {math.expm1(own.min()):.1%} to {math.expm1(own.max()):.1%}" if own.size else "")
     return (f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
             f"of freedom, pooled run-to-run noise {math.expm1(f.sigma):.1%}{spread}; each setting is judged by its "
-            "own noise, never below the pooled. Speedups vs {s.baseline} carry "
+            f"own noise, never below the pooled ({s.baseline}'s, which every comparison with it shares, read with "
+            f"the pooled added: docs/statistics.md). Speedups vs {s.baseline} carry "
             f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is "
             + (s.race.describe() + "." if s.race is not None else
                f"Hsu's multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}."))

@@ -135,7 +135,10 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit,
     batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
                                           seed=cfg.seed, pin=pin, resident=resident, data=cfg.data, device=device,
                                           sampler=ranks.sampler if ranks is not None else None)
-               for name, split in (("train", data.train), ("val", data.val), ("test", data.test))}
+               for name, split in (("train", data.train), ("val", data.val), ("test", data.test))
+               if name != "val" or len(split) > 0}
+    # data.val_split=0: no validation loader at all. An empty one still starts its workers after every epoch,
+    # and the forks make the next epoch's writes copy-on-write (benchmarks/your_workload.py saw +18%).
     return batches, data.num_classes, t_setup
 
 
@@ -189,9 +192,11 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
         stats = train_epoch(model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device,
                             step)
         read = storage.after()
-        val_loss, val_acc, val_time = evaluate(model, loaders["val"], transfer, step.loss_fn, device, step)
-        if emit("epoch", {"epoch": epoch, **asdict(stats), "val_loss": val_loss, "val_acc": val_acc,
-                          "val_time_s": val_time, **read, **_vram_peaks(device)}) == STOP:
+        val = {}
+        if "val" in loaders:
+            val = dict(zip(("val_loss", "val_acc", "val_time_s"),
+                           evaluate(model, loaders["val"], transfer, step.loss_fn, device, step)))
+        if emit("epoch", {"epoch": epoch, **asdict(stats), **val, **read, **_vram_peaks(device)}) == STOP:
             break
 
     test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, step.loss_fn, device, step)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
 import torch
 from torch import nn
@@ -36,16 +36,23 @@ class EpochStats:
     t_end: float
 
 
+def _labels(batch: Batch) -> int:
+    return len(batch[1])
+
+
 class TimedFeed:
     """An epoch's batches, on the device, with the host's wait summed: time in `next()` plus the transfer
     call (a blocking copy blocks; a non_blocking one from pinned memory returns at once). Compute between
     two batches is not counted: the clock restarts when the next batch is asked for."""
 
-    def __init__(self, batches: Batches, transfer: Transfer) -> None:
-        self.batches, self.transfer = batches, transfer
+    def __init__(self, batches: Iterable[Any], transfer: Callable[[Any], Any],
+                 count: Callable[[Any], int] = _labels) -> None:
+        """`count`: the samples in a batch as `transfer` returns it (wif's own: its labels; a user's batch
+        of any structure: wif.tools.api counts it its own way)."""
+        self.batches, self.transfer, self.count = batches, transfer, count
         self.samples, self.data_wait, self.copy, self.first_batch = 0, 0.0, 0.0, float("nan")
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Any]:
         t0 = time.perf_counter()
         it = iter(self.batches)
         while True:
@@ -57,12 +64,12 @@ class TimedFeed:
             t_fetched = time.perf_counter()
             if self.samples == 0:
                 self.first_batch = t_fetched - t0  # worker start-up shows here
-            x, y = self.transfer(host_batch)
+            batch = self.transfer(host_batch)
             t_ready = time.perf_counter()
             self.copy += t_ready - t_fetched
             self.data_wait += t_ready - t_wait
-            self.samples += len(y)
-            yield x, y
+            self.samples += self.count(batch)
+            yield batch
 
     def stats(self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float,
               gpu_idle_s: Optional[float]) -> EpochStats:

@@ -21,6 +21,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from wif.measure.timing import StepClock, synchronize
+from wif.run.loop import TimedFeed
+from wif.run.training import CappedBatches
 from wif.tools.tune import Trial, final_pick, search_workers, table
 
 
@@ -28,6 +30,10 @@ def _default_device(device: Optional[torch.device | str]) -> torch.device:
     if device is not None:
         return torch.device(device)
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _as_is(batch: Any) -> Any:
+    return batch
 
 
 def _samples(batch: Any, fallback: int) -> int:
@@ -153,33 +159,21 @@ def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int =
     device (`.item()`) per batch: that synchronizes and hides the overlap being measured. With
     `mlflow_experiment`, every epoch and the summary are logged to a run in that experiment."""
     dev = _default_device(device)
+    batches = loader if max_batches is None else CappedBatches(loader, max_batches)
+    size = getattr(loader, "batch_size", None) or 1
     out: List[Dict[str, float]] = []
     for epoch in range(epochs):
         clock = StepClock(dev)
-        wait, samples, first = 0.0, 0, float("nan")
+        feed = TimedFeed(batches, _as_is, lambda batch: _samples(batch, size))
         synchronize(dev)  # sync point: nothing from before is counted in this epoch
         t0 = time.perf_counter()
-        it = iter(loader)
-        n = 0
-        while max_batches is None or n < max_batches:
-            t_wait = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            t_got = time.perf_counter()
-            wait += t_got - t_wait
-            if n == 0:
-                first = t_got - t0
+        for batch in feed:  # a DataLoader's workers end with the pass, not during the next epoch
             clock.start()
             step(batch)
             clock.stop()
-            samples += _samples(batch, getattr(loader, "batch_size", None) or 1)
-            n += 1
         synchronize(dev)  # sync point: the epoch's queued work is done
-        out.append({"epoch": epoch, "epoch_time_s": time.perf_counter() - t0, "data_wait_s": wait,
-                    "compute_s": clock.compute_s(), "first_batch_s": first, "samples": samples})
-        del it  # a DataLoader's workers end here, not during the next epoch
+        out.append({"epoch": epoch, "epoch_time_s": time.perf_counter() - t0, "data_wait_s": feed.data_wait,
+                    "compute_s": clock.compute_s(), "first_batch_s": feed.first_batch, "samples": feed.samples})
     times = EpochTimes(out, warmup_epochs if epochs > warmup_epochs else 0)
     if mlflow_experiment:
         _log(times, mlflow_experiment, run_name)

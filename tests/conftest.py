@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -99,3 +100,22 @@ def session_of(p: psutil.Process) -> int:
         return os.getsid(p.pid)
     except OSError:
         return -1
+
+
+GONE_WITHIN_S = 10  # a killed supervisor's runs, ranks and workers are all gone within this
+
+
+def left_in_session(session: int) -> List[psutil.Process]:
+    """Processes of the session still alive (a zombie waits only for its parent to read its status)."""
+    return [p for p in psutil.process_iter(["status"])
+            if session_of(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+def sigkill_and_expect_gone(proc: subprocess.Popen, tree: List[psutil.Process]) -> None:
+    """SIGKILL the supervisor `proc` (no handler runs) and assert that `tree` and its session are gone in time."""
+    os.kill(proc.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    proc.communicate(timeout=60)
+    _, alive = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
+    assert not alive and time.monotonic() - killed_at < GONE_WITHIN_S, f"still running: {alive}"
+    assert not left_in_session(proc.pid)

@@ -9,14 +9,14 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import Tuple
 
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import compose_cfg, run_train, session_of, start_train, train_runs
+from tests.conftest import compose_cfg, left_in_session, run_train, sigkill_and_expect_gone, start_train, train_runs
 from tests.test_cluster import compose_hydra, sbatch_script
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
@@ -24,7 +24,6 @@ from wif.measure.tracking import config_hash
 from wif.sweep.job import cell_name, run_identity
 
 DDP = ("preset=smoke", "trainer.nproc=2", "device=cpu")
-GONE_WITHIN_S = 10
 # 160 training images of preset=smoke shared by 2 ranks in batches of 64: 2 steps per rank and epoch
 STEPS_PER_EPOCH = 2
 LONG = (*DDP, "loader.num_workers=1", "loader.persistent_workers=true", "trainer.epochs=50")
@@ -40,9 +39,6 @@ def finished(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Tuple
     return MlflowClient(store), run
 
 
-def _left(session: int) -> List[psutil.Process]:
-    return [p for p in psutil.process_iter(["status"])
-            if session_of(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE]
 
 
 def _until(proc: subprocess.Popen, text: str, timeout: float = 300) -> str:
@@ -112,7 +108,7 @@ def test_a_rank_that_raises_in_epoch_2_fails_the_run_within_30_s_and_leaves_noth
     assert error == "RuntimeError: rank 1: rank 1 breaks at training step 3"
     assert "epoch 2/50" not in out
     time.sleep(1)
-    assert not _left(proc.pid)
+    assert not left_in_session(proc.pid)
 
 
 @pytest.mark.slow
@@ -125,26 +121,21 @@ def test_sigint_ends_every_rank_and_the_run_is_killed(tmp_path: Path, store: str
     (run,) = train_runs(store)
     assert run.info.status == "KILLED"
     time.sleep(1)
-    assert not _left(proc.pid)
+    assert not left_in_session(proc.pid)
 
 
 @pytest.mark.slow
 def test_sigkill_of_the_supervisor_leaves_no_rank_or_worker(tmp_path: Path, store: str, cache_dir: Path) -> None:
     proc = start_train(tmp_path, store, cache_dir, *LONG, multirun=False)
     _until(proc, "epoch 1/50")
-    tree = [p for p in _left(proc.pid) if p.pid != proc.pid]
+    tree = [p for p in left_in_session(proc.pid) if p.pid != proc.pid]
     assert len(tree) >= 5  # the launcher, 2 ranks, a worker each
     (launcher,) = psutil.Process(proc.pid).children()
     # Each rank's workers are forked, as in a one-process run (a forked worker has its rank's command line; a
     # spawned one, as a spawned rank's inherited default would start, its own spawn_main line)
     workers = [(w, rank) for rank in launcher.children() for w in rank.children()]
     assert len(workers) >= 2 and all(w.cmdline() == rank.cmdline() for w, rank in workers)
-    os.kill(proc.pid, signal.SIGKILL)
-    killed_at = time.monotonic()
-    proc.communicate(timeout=60)
-    _, alive = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
-    assert not alive and time.monotonic() - killed_at < GONE_WITHIN_S, f"still running: {alive}"
-    assert not _left(proc.pid)
+    sigkill_and_expect_gone(proc, tree)
 
 
 def test_too_many_busy_processes_for_the_cores_are_named_in_a_warning() -> None:

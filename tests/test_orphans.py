@@ -3,30 +3,18 @@ and the next sweep closes the run record it left RUNNING and runs the job again.
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.conftest import run_train, session_of, start_train, train_runs, wait_for_workers
+from tests.conftest import run_train, sigkill_and_expect_gone, start_train, train_runs, wait_for_workers
 
 pytestmark = pytest.mark.slow
 
 JOB = ("preset=smoke", "loader=pin_nb", "loader.num_workers=2", "loader.persistent_workers=true",
        "data.fraction=1.0", "trainer.epochs=4")
-GONE_WITHIN_S = 10
 
 
-def _left(session: int) -> list:
-    """Processes of the session still alive (a zombie waits only for its parent to read its status)."""
-    out = []
-    for p in psutil.process_iter(["status"]):
-        if session_of(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE:
-            out.append(p)
-    return out
 
 
 def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_job(
@@ -34,12 +22,7 @@ def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_j
     proc = start_train(tmp_path, store, cache_dir, *JOB)
     run_process = wait_for_workers(proc, 2)
     tree = [run_process, *run_process.children()]
-    os.kill(proc.pid, signal.SIGKILL)
-    killed_at = time.monotonic()
-    proc.communicate(timeout=60)
-    _, alive = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
-    assert not alive and time.monotonic() - killed_at < GONE_WITHIN_S, f"still running: {alive}"
-    assert not _left(proc.pid)
+    sigkill_and_expect_gone(proc, tree)
     (stale,) = train_runs(store)
     assert stale.info.status == "RUNNING" and stale.data.tags["wif.pid"] == str(proc.pid)
 
@@ -58,8 +41,4 @@ def test_nodes_procs_workers_end_with_a_killed_supervisor(tmp_path: Path, store:
     run_process = wait_for_workers(proc, 2)
     tree = [run_process, *run_process.children()]
     assert len(tree) >= 3
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
-    _, alive = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
-    assert not alive, f"still running {GONE_WITHIN_S} s after the supervisor's SIGKILL: {alive}"
-    assert not _left(proc.pid)
+    sigkill_and_expect_gone(proc, tree)

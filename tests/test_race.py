@@ -32,8 +32,9 @@ def race(rng: np.random.Generator, effects: np.ndarray, rules: RaceRules) -> tup
     return state, len(rows)
 
 
-def test_identical_settings_are_never_declared_fastest() -> None:
-    rng, rules, n = np.random.default_rng(11), RaceRules(), 100
+@pytest.mark.parametrize("rules", [RaceRules(), RaceRules(min_blocks=2, max_blocks=3)], ids=["default", "look-at-2"])
+def test_identical_settings_are_never_declared_fastest(rules: RaceRules) -> None:
+    rng, n = np.random.default_rng(11), 100
     ends = [race(rng, np.ones(len(NAMES)), rules)[0] for _ in range(n)]
     single = sum(len(s.alive) == 1 for s in ends)
     tied = sum("tied" in s.settled for s in ends)
@@ -98,6 +99,7 @@ def test_a_real_race_logs_its_looks_and_resumes_without_rerunning(tmp_path: Path
     assert record.data.tags["wif.race.same_as"] == "pin=baseline" and record.data.params["race.cells"] == "4"
     fastest = record.data.tags["wif.race.fastest.f0.1"].split()
     assert fastest and set(fastest) <= {"baseline", "pin_nb_w4_pf2", "bg"}
+    assert record.data.tags["wif.race.ended.f0.1"] == (looks["settled"].fillna("").iloc[-1] or "runs ran out")
     # the report reads the race as the race decided: the same possibly-fastest set, said to be the race's
     assert report_main(["--tracking-uri", store, "--out", str(tmp_path / "report"), "--no-log"]) == 0
     table = pd.read_csv(tmp_path / "report" / "summary.csv")

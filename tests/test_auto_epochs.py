@@ -89,51 +89,37 @@ def test_a_steady_run_stops_before_max_epochs_and_logs_why(tmp_path: Path, store
     assert "stops: pinned after" in done.stdout + done.stderr
 
 
-LEAKY_RUNNER = '''
-"""train.py with a training split that leaks by design: each sample handed out keeps 256 KiB alive."""
-import runpy, sys
+LEAKY_MODULE = '''
+"""A Dataset that leaks by design: each sample handed out keeps 256 KiB alive (data=custom)."""
 import torch
 from torch.utils.data import Dataset
-import wif.run.training as training
 
 
-class LeakyTrain(Dataset):
-    def __init__(self, split):
-        self.split, self.kept = split, []
+class Leaky(Dataset):
+    def __init__(self, n):
+        self.n, self.kept = n, []
 
     def __len__(self):
-        return len(self.split)
+        return self.n
 
     def __getitem__(self, i):
-        self.kept.append(torch.ones(65536))  # written, so resident: RAM grows by the split's size x 256 KiB each epoch
-        return self.split.images[i], self.split.labels[i]
+        self.kept.append(torch.ones(65536))  # written, so resident: RAM grows by n x 256 KiB each epoch
+        return torch.zeros(3, 16, 16), i % 2
 
 
-real = training.load_datasets
-
-
-def leaky(cfg):
-    data = real(cfg)
-    data.train = LeakyTrain(data.train)
-    return data
-
-
-training.load_datasets = leaky
-sys.argv = [sys.argv[1], *sys.argv[2:]]
-runpy.run_path(sys.argv[0], run_name="__main__")
+def leaky(n=96):
+    return {"train": Leaky(n), "test": Leaky(16)}
 '''
 
 
 @pytest.mark.slow
 def test_a_run_whose_ram_grows_runs_to_max_epochs(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    # Until data=custom (a dataset of one's own through _target_) lands, the leaking split replaces the
-    # synthetic one in a wrapper around the real train.py: the job, its supervisor and MLflow are the real ones.
-    runner = tmp_path / "leaky_train.py"
-    runner.write_text(LEAKY_RUNNER)
+    (tmp_path / "leaky_data.py").write_text(LEAKY_MODULE)  # the user's own module, importable from the run's cwd
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, str(runner), str(ROOT / "train.py"), *AUTO, "trainer.min_epochs=5",
-           "trainer.max_epochs=9", "trainer.auto_target=1.0", "loader=baseline"]
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, str(ROOT / "train.py"), *AUTO, "data=custom", "data._target_=leaky_data.leaky",
+           "data.num_classes=2", "data.val_split=0", "data.fraction=1", "trainer.min_epochs=5", "trainer.max_epochs=9",
+           "trainer.auto_target=1.0", "loader=baseline"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     run, steps = _the_run(store)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,8 +41,9 @@ def make_folder(root: Path, images: int, classes: int = 2) -> Path:
     return root
 
 
-def hand_written(root: Path, epochs: int, batch_size: int, workers: int, device: str) -> List[float]:
-    """The ImageNet example's training loop, timed per epoch."""
+def hand_written(root: Path, epochs: int, batch_size: int, workers: int,
+                 device: str) -> Tuple[List[float], List[float]]:
+    """The ImageNet example's training loop, timed per epoch; also the seconds each epoch waited in next()."""
     import torch
     import torchvision
     from torchvision import transforms
@@ -56,26 +57,31 @@ def hand_written(root: Path, epochs: int, batch_size: int, workers: int, device:
     model = torchvision.models.resnet18(num_classes=len(train.classes)).to(dev)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
-    times = []
+    times, waits = [], []
     for _ in range(epochs):
         model.train()
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
+        waited, t_wait = 0.0, t0
         for x, y in loader:
+            waited += time.perf_counter() - t_wait
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             loss = loss_fn(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            t_wait = time.perf_counter()
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return times
+        waits.append(waited)
+    return times, waits
 
 
-def with_wif(root: Path, work: Path, epochs: int, batch_size: int, workers: int, device: str) -> float:
-    """train.py on the same folder; its run's median epoch time (warm-up left out)."""
+def with_wif(root: Path, work: Path, epochs: int, batch_size: int, workers: int, device: str,
+             extra: List[str]) -> Tuple[float, float]:
+    """train.py on the same folder; its run's median epoch time (warm-up left out) and median data wait."""
     from mlflow.tracking import MlflowClient
 
     store = f"sqlite:///{work / 'mlflow.db'}"
@@ -83,13 +89,14 @@ def with_wif(root: Path, work: Path, epochs: int, batch_size: int, workers: int,
     cmd = [sys.executable, str(ROOT / "train.py"), "data=folder", f"data.root={root}", "data.image_size=224",
            "data.augment=standard", "model=torchvision", "model.arch=resnet18", f"loader={loader}",
            f"loader.num_workers={workers}", f"data.batch_size={batch_size}", "data.fraction=1", "data.val_split=0",
-           f"trainer.epochs={epochs}", f"device={device}", "resume=false", "progress=false"]
+           f"trainer.epochs={epochs}", f"device={device}", "resume=false", "progress=false", *extra]
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(work / "cache")}
     subprocess.run(cmd, cwd=work, env=env, check=True, capture_output=True, text=True)
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id],
                               "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"])
-    return runs[0].data.metrics["epoch_time_median_s"]
+    waits = sorted(client.get_metric_history(runs[0].info.run_id, "data_wait_s"), key=lambda m: m.step)
+    return runs[0].data.metrics["epoch_time_median_s"], statistics.median(m.value for m in waits[1:] or waits)
 
 
 def main() -> None:
@@ -100,6 +107,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=1, help="alternating rounds of both sides (default: %(default)s)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when there is one")
+    p.add_argument("--wif", action="append", default=[], metavar="KEY=VALUE",
+                   help="an override for wif's side, again for more (e.g. --wif measure.pss_budget_pct=0)")
     args = p.parse_args()
     import torch
 
@@ -109,10 +118,13 @@ def main() -> None:
         root = make_folder(work / "images", args.images)
         hand, wif = [], []
         for r in range(args.rounds):
-            times = hand_written(root, args.epochs, args.batch_size, args.workers, device)
+            times, waits = hand_written(root, args.epochs, args.batch_size, args.workers, device)
             hand.append(statistics.median(times[1:] or times))
-            wif.append(with_wif(root, work, args.epochs, args.batch_size, args.workers, device))
-            print(f"round {r + 1}: hand-written {hand[-1]:.3f} s/epoch, wif {wif[-1]:.3f} s/epoch", flush=True)
+            w, w_wait = with_wif(root, work, args.epochs, args.batch_size, args.workers, device, args.wif)
+            wif.append(w)
+            h_wait = statistics.median(waits[1:] or waits)
+            print(f"round {r + 1}: hand-written {hand[-1]:.3f} s/epoch (data wait {h_wait:.3f} s), "
+                  f"wif {w:.3f} s/epoch (data wait {w_wait:.3f} s)", flush=True)
     h, w = statistics.median(hand), statistics.median(wif)
     print(f"data=folder 224 px, resnet18, {args.images} images, batch {args.batch_size}, {args.workers} workers, "
           f"{device}: hand-written {h:.3f} s/epoch, wif {w:.3f} s/epoch, wif / hand-written = {w / h:.3f} "

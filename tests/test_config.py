@@ -90,6 +90,8 @@ BAD = [
     (("loader.num_workers=-1",), "num_workers"),
     (("data.fraction=0.0001", "data.num_train=1000"), "empty"),
     (("loader=gpu_resident", "loader.num_workers=2"), "transfer=resident"),
+    (("measure.rss_interval_s=0",), "measure.rss_interval_s=0"),
+    (("measure.pss_budget_pct=-1",), "measure.pss_budget_pct"),
 ]
 
 

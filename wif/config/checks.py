@@ -86,6 +86,11 @@ def validate(cfg: Config, here: bool = True) -> None:
         require(not here or Path(str(d.root)).expanduser().is_dir(),
                 f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and test/, each "
                 "holding one sub-folder of images per class.")
+    m = cfg.measure  # a zero interval would make the sampler spin on a core the run needs
+    for key in ("rss_interval_s", "tree_interval_s", "pss_interval_s"):
+        require(getattr(m, key) > 0, f"measure.{key}={getattr(m, key)} must be positive (seconds between samples).")
+    require(0 <= m.pss_budget_pct <= 100,
+            f"measure.pss_budget_pct={m.pss_budget_pct} must lie in [0, 100] (percent of one core).")
     n_subset = round(d.num_train * d.fraction)
     n_val = round(n_subset * d.val_split)
     require(n_subset - n_val > 0 and (d.val_split == 0 or n_val > 0),

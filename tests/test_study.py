@@ -72,6 +72,7 @@ def test_every_run_carries_its_figures_and_context(grid) -> None:
         assert sorted(h.step for h in history) == [0, 1, 2]
         assert m["ram_peak_uss_mb"] <= m["ram_peak_pss_mb"] <= m["ram_peak_rss_mb"]
         assert 0 < m["data_wait_share"] < 1 and m["compute_s"] < m["epoch_time_s"]
+        assert m["first_batch_s"] <= m["data_wait_s"]  # the workers' start-up (iter()) is waited for, and counted
         assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"config.yaml"}
 
 

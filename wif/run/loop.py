@@ -54,7 +54,8 @@ class TimedFeed:
 
     def __iter__(self) -> Iterator[Any]:
         t0 = time.perf_counter()
-        it = iter(self.batches)
+        it = iter(self.batches)  # starts the epoch's workers unless persistent: the host waits for that too
+        self.data_wait += time.perf_counter() - t0
         while True:
             t_wait = time.perf_counter()
             try:

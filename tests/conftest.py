@@ -71,13 +71,20 @@ def by_name(runs: Sequence[Run]) -> Dict[str, Run]:
     return {r.info.run_name: r for r in runs}
 
 
+def _as_in_a_terminal() -> None:
+    """Ctrl-C reaches a terminal's foreground job. A test runner started in the background (`nohup ... &`)
+    passes SIGINT on ignored, and Python then installs no KeyboardInterrupt handler: restore the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_train(tmp_path: Path, store: str, cache_dir: Path, *overrides: str,
                 multirun: bool = True) -> subprocess.Popen:
     """train.py started, not awaited, in a session of its own: a test can signal it as a terminal would."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1"}
     args = ["-m", *one_repeat(overrides)] if multirun else list(overrides)
     return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_as_in_a_terminal)
 
 
 def wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 120) -> psutil.Process:

@@ -31,10 +31,7 @@ from mlflow.tracking import MlflowClient
 from wif.report import runs as runs_io
 from wif.report.stats import summarize_fraction
 
-STUDY_RUNS, STUDY_EPOCHS = 330, 100
-
-
-STUDY_BLOCKS = 10  # the study's repeats, and race.max_blocks
+STUDY_RUNS, STUDY_EPOCHS, STUDY_BLOCKS = 330, 100, 10  # blocks: the study's repeats, and race.max_blocks
 
 
 def study_projection(fixed: pd.DataFrame, cheap: dict, loaders: dict, ended: str, fastest: list, epochs: int,

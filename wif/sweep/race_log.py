@@ -72,11 +72,12 @@ class RaceLog:
     def finish(self, states: Dict[float, FractionState]) -> None:
         """The looks as looks.csv, the possibly-fastest set of each fraction as tags."""
         self._log_looks()
-        self.tracker.set_tags(self.run_id, {f"wif.race.fastest.f{fr:g}": " ".join(st.alive)
-                                            for fr, st in states.items()})
-        # why each fraction's race ended: a longer race (more blocks) would have stopped there too only if it settled
-        self.tracker.set_tags(self.run_id, {f"wif.race.ended.f{fr:g}": st.settled or "runs ran out"
-                                            for fr, st in states.items()})
+        # Why each fraction ended too: a longer race (more blocks) would have stopped there only if it settled.
+        tags = {}
+        for fr, st in states.items():
+            tags[f"wif.race.fastest.f{fr:g}"] = " ".join(st.alive)
+            tags[f"wif.race.ended.f{fr:g}"] = st.settled or "runs ran out"
+        self.tracker.set_tags(self.run_id, tags)
         self.tracker.end_run(self.run_id, FINISHED)
         for fr, st in sorted(states.items()):
             log.info("Race done: at fraction %g the possibly-fastest set is %s%s", fr, self._named(st.alive),

@@ -118,3 +118,45 @@ def test_a_sweep_with_cold_on_tmpfs_is_refused_before_its_first_job(shm_folder: 
     reasons = [line for line in out.splitlines() if "data.page_cache=cold:" in line]
     assert len(reasons) == 1 and "tmpfs" in reasons[0] and "2 of 2 jobs" in out, out[-3000:]
     assert train_runs(store) == []
+
+
+@pytest.mark.slow
+def test_cold_epochs_read_storage_or_the_run_says_it_was_not_cold(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    """An LMDB pack and an image folder, with 0 workers and with persistent ones: every measured epoch read
+    from storage with the data's pages evicted, or the run is tagged not cold, and the report says so. The
+    LMDB run with 0 workers reads through the main process's own map: evicting it means closing that first."""
+    from wif.data.formats.splits import COLD_RESIDENT_LIMIT
+    from wif.report.cli import main as report_main
+
+    root = jpeg_folder(tmp_path / "images", per_class=20, test_per_class=4, size=96)
+    refused = eviction_refused(_files(root))
+    if refused:
+        pytest.skip(refused)
+    common = ("preset=smoke", "data=folder", f"data.root={root}", "data.fraction=1.0", "data.val_split=0.25",
+              "data.page_cache=cold", "loader=baseline", "data.format=folder,lmdb", "trainer.epochs=3")
+    for workers in (("loader.num_workers=0",), ("loader.num_workers=2", "loader.persistent_workers=true")):
+        proc = run_train(tmp_path, store, cache_dir, *common, *workers)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    client = MlflowClient(store)
+    runs = train_runs(store, status="FINISHED")
+    assert len(runs) == 4
+    verdicts = {}
+    for r in runs:
+        h = {key: [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step)]
+             for key in ("storage_read_bytes", "page_cache_resident_frac", "page_cache_cold")}
+        measured = {key: values[1:] for key, values in h.items()}  # after the warm-up epoch
+        cold = all(b > 0 for b in measured["storage_read_bytes"]) and \
+            all(f <= COLD_RESIDENT_LIMIT for f in measured["page_cache_resident_frac"])
+        tag = r.data.tags["wif.page_cache_cold"]
+        assert tag == str(cold).lower() and measured["page_cache_cold"] == [float(cold)] * 2, (r.info.run_name, h)
+        verdicts[(r.data.params["data.format"], r.data.params["loader.num_workers"])] = cold
+        if not cold:
+            assert "stayed resident" in r.data.tags["wif.page_cache_note"]
+    # fixed: the main process's LMDB map no longer holds the pack through the eviction; files hold nothing
+    assert verdicts[("lmdb", "0")] and verdicts[("folder", "0")] and verdicts[("folder", "2")], verdicts
+    out = tmp_path / "report"
+    assert report_main(["--tracking-uri", store, "--out", str(out), "--no-log", "--keep-contended"]) == 0
+    text = (out / "summary.md").read_text()
+    for r in runs:
+        if r.data.tags["wif.page_cache_cold"] == "false":  # a persistent worker's map (docs/formats.md)
+            assert "**Warning: not cold.**" in text and r.info.run_name in text

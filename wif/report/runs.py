@@ -31,7 +31,7 @@ TAGS = {  # column: tag
     "loader": "wif.loader", "fraction": "wif.fraction", "cell": "wif.cell", "device": "wif.device",
     "gpu": "wif.gpu", "model": "wif.model", "block": "wif.block", "sweep_pos": "wif.sweep_pos",
     "sweep_id": "wif.sweep_id", "error": "wif.error", "contended": "wif.contended", "race_id": "wif.race_id",
-    "step": "wif.step",
+    "step": "wif.step", "page_cache_cold": "wif.page_cache_cold", "page_cache_note": "wif.page_cache_note",
 }
 PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs",
           "contended_pct": "measure.contended_pct"}

@@ -175,6 +175,32 @@ def contended_table(runs: pd.DataFrame, value: str) -> str:
     return "\n".join(lines)
 
 
+def not_cold(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs under data.page_cache=cold whose measured epochs were not cold (tag wif.page_cache_cold=false)."""
+    if "page_cache_cold" not in runs:
+        return runs.iloc[:0]
+    return runs[runs["page_cache_cold"].fillna("").str.lower() == "false"]
+
+
+def not_cold_note(runs: pd.DataFrame) -> str | None:
+    """The warning a testbed's section carries when some of its cold runs read warm pages."""
+    bad = not_cold(runs)
+    if bad.empty:
+        return None
+    cells = ", ".join(sorted(bad["cell"].dropna().unique()))
+    return (f"**Warning: not cold.** {len(bad)} runs under data.page_cache=cold ({cells}) kept their data in the "
+            "page cache in measured epochs: their figures are warm ones (tag wif.page_cache_cold=false; listed "
+            "under Runs set apart).")
+
+
+def not_cold_table(sections: Sequence[Section]) -> str:
+    lines = ["| run | cell | why |", "|---|---|---|"]
+    for section in sections:
+        for _, r in not_cold(section.runs).iterrows():
+            lines.append(f"| {r['run_name']} (`{r['run_id'][:8]}`) | {r['cell']} | {r.get('page_cache_note') or ''} |")
+    return "\n".join(lines) if len(lines) > 2 else "None."
+
+
 def outliers_table(sections: Sequence[Section]) -> str:
     """Runs the model flags as far out, with their robust z-score (kept in the fit; each fraction's note says
     whether leaving them out changes the answer)."""
@@ -206,8 +232,8 @@ def render(header: Header, sections: Sequence[Section], excluded: pd.DataFrame, 
         out.append(f"\nRuns come from {len(sections)} testbeds; they are never pooled: one section each.")
     for section in sections:
         out += ["", f"## {section.testbed}", "", device_note(section.runs)]
-        note = mixed_settings_note(section.runs)
-        out += ["", note] if note else []
+        for note in (mixed_settings_note(section.runs), not_cold_note(section.runs)):
+            out += ["", note] if note else []
         for s in sorted(section.summaries, key=lambda s: s.fraction):
             out += ["", f"### Fraction {s.fraction:g}", "", f"**Verdict.** {verdict(s, rules)}", "",
                     markdown_table(s, rules.alpha, confidence), ""]
@@ -218,6 +244,8 @@ def render(header: Header, sections: Sequence[Section], excluded: pd.DataFrame, 
     out += ["", "## Runs set apart", "",
             f"### Contended: other processes used more than {header.contended_pct} of a core during the measured "
             f"epochs; {kept}", "", contended_table(contended, header.statistic), "",
+            "### Not cold: data.page_cache=cold runs whose measured epochs read warm pages; kept in the fit, "
+            "their cells' figures are warm ones", "", not_cold_table(sections), "",
             "### Outliers: residual beyond "
             f"{model.OUTLIER_SDS:g} robust SDs in a robust fit; kept in the fit, each fraction's notes say what "
             "changes without them", "", outliers_table(sections), "",

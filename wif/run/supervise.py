@@ -24,6 +24,7 @@ import psutil
 
 from wif.config import Config, ConfigError, Device, TrainerConfig
 from wif.config.exits import describe
+from wif.data.formats.splits import cold_verdict
 from wif.measure.contention import HostCpuMeter, is_contended
 from wif.measure.lifetime import die_with_parent
 from wif.measure.sampler import TreeSampler
@@ -149,7 +150,7 @@ class _Run:
              "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
              "compute_threads": p["compute_threads"],
              "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
-        m.update({k: p[k] for k in ("storage_read_bytes", "page_cache_resident_frac") if k in p})  # docs/formats.md
+        m.update({k: p[k] for k in ("storage_read_bytes", "page_cache_resident_frac", "page_cache_cold") if k in p})  # docs/formats.md
         m.update({k: v for k, v in p.items() if k.startswith("rank") or k == "slowest_rank"})  # trainer.nproc>1
         m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
         self.sampler.poke()
@@ -286,7 +287,8 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
     sampler.stop()
     _stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
     if run.done and proc.exitcode == 0:
-        tracker.set_tags(run_id, {"wif.stop_reason": run.stop_reason()})
+        cold = cold_verdict(run.epochs, conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
+        tracker.set_tags(run_id, {"wif.stop_reason": run.stop_reason(), **(cold or {})})
         summary = run.summary(t_end)
         summary["sampler_cpu_pct"] = sampler.own_cost_pct()
         return Outcome(FINISHED, summary=summary)

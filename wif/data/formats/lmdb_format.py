@@ -78,6 +78,14 @@ def close(path: str) -> None:
         env.close()
 
 
+def close_all() -> None:
+    """Close every environment this process holds. A live map keeps the pages it touched in the page cache
+    (posix_fadvise(DONTNEED) skips mapped pages), so data.page_cache=cold closes them before it evicts;
+    the next read reopens lazily."""
+    for path in list(_OPEN):
+        close(path)
+
+
 def verify(pack: Pack, decode_all: bool = False) -> None:
     """Every record present, at its length and crc32, with its label; as many entries as pack.json says."""
     import lmdb

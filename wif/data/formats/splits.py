@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from wif.config import Augment, ConfigError, DataConfig, DataFormat, DataSource, PageCache
 from wif.data.datasets import Datasets, ImageFiles, checked_split, decoded_datasets, make_transform
-from wif.data.formats.lmdb_format import LmdbImages
+from wif.data.formats.lmdb_format import LmdbImages, close_all
 from wif.data.formats.pack import Pack, open_pack
 from wif.data.formats.shards import ShardSplit
 from wif.data.formats.source import PARTS
@@ -102,9 +102,14 @@ def preflight_storage(cfg: DataConfig) -> None:
         raise ConfigError(why)
 
 
+COLD_RESIDENT_LIMIT = 0.05  # above this share of the data's pages still resident after eviction, an epoch is not cold
+
+
 class EpochStorage:
     """Around each training epoch: the data's files evicted first (data.page_cache=cold), the share of them
-    still resident, and the bytes the run's process tree read from storage during the epoch."""
+    still resident, and the bytes the run's process tree read from storage during the epoch. Under cold, an
+    epoch that kept more than COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage, says
+    so (`page_cache_cold` 0): a warm figure is never logged as a cold one."""
 
     def __init__(self, cfg: DataConfig) -> None:
         self.cold = cfg.page_cache is PageCache.cold
@@ -114,6 +119,7 @@ class EpochStorage:
 
     def before(self) -> None:
         if self.cold:
+            close_all()  # this process's LMDB maps would keep their pages resident through the eviction
             evict(self.files)
         self.resident = resident_fraction(self.files) if self.files else None
         self.start = tree_read_bytes()
@@ -122,5 +128,27 @@ class EpochStorage:
         out = {"storage_read_bytes": float(tree_read_bytes() - self.start)}
         if self.resident is not None:
             out["page_cache_resident_frac"] = self.resident
+            if self.cold:
+                cold = self.resident <= COLD_RESIDENT_LIMIT and out["storage_read_bytes"] > 0
+                out["page_cache_cold"] = float(cold)
         return out
 
+
+def cold_verdict(epochs: Sequence[Dict[str, Any]], warmup: int) -> Optional[Dict[str, str]]:
+    """The run's tags under data.page_cache=cold, from its epochs' figures (None for a warm run):
+    `wif.page_cache_cold` true only if every measured epoch was cold, and why not where it was not."""
+    flagged = [e for e in epochs if "page_cache_cold" in e]
+    if not flagged:
+        return None
+    measured = flagged[warmup:] or flagged
+    warm = [e for e in measured if not e["page_cache_cold"]]
+    if not warm:
+        return {"wif.page_cache_cold": "true"}
+    resident = max(e["page_cache_resident_frac"] for e in warm)
+    read = min(e["storage_read_bytes"] for e in warm)
+    return {"wif.page_cache_cold": "false",
+            "wif.page_cache_note": f"{len(warm)} of {len(measured)} measured epochs were not cold: up to "
+                                   f"{100 * resident:.0f}% of the data's pages stayed resident after eviction "
+                                   f"(limit {100 * COLD_RESIDENT_LIMIT:.0f}%: a live map holds them, e.g. a "
+                                   f"persistent worker's LMDB environment), as little as {read:.0f} bytes read "
+                                   "from storage in an epoch"}

@@ -3,21 +3,26 @@ with any transfer option on the command line."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
 from wif.config import TransferConfig, TransferKind
-from wif.data.loaders import Batch, Batches
+from wif.data.loaders import Batch, Batches, FixedBatches, ResidentBatches
 
 Transfer = Callable[[Batch], Batch]
+
+
+def on_device(batch: Batch) -> Batch:
+    """The transfer of batches already on the device: gpu_resident's, or those a `StreamPrefetcher` copied."""
+    return batch
 
 
 def make_transfer(cfg: TransferConfig, device: torch.device) -> Transfer:
     """A blocking or non_blocking copy, or nothing for batches already on the device (resident, or copied
     by a `StreamPrefetcher` before the loop sees them)."""
     if cfg.kind in (TransferKind.resident, TransferKind.stream):
-        return lambda batch: batch
+        return on_device
     non_blocking = cfg.non_blocking
 
     def copy(batch: Batch) -> Batch:
@@ -25,6 +30,31 @@ def make_transfer(cfg: TransferConfig, device: torch.device) -> Transfer:
         return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
 
     return copy
+
+
+def batch_nbytes(batch: Any) -> int:
+    """Bytes of a batch's tensors (in tuples, lists or dicts): what copying it to the device moves, as a copy
+    keeps dtype and shape. `nbytes` is shape times item size, host metadata: reading it never syncs."""
+    if isinstance(batch, torch.Tensor):
+        return batch.nbytes
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    return sum(batch_nbytes(b) for b in batch) if isinstance(batch, (tuple, list)) else 0
+
+
+def copies_from_host(batches: Batches, transfer: Transfer) -> bool:
+    """Whether the batches a run's loop receives were copied host-to-device (on a CPU device: would be).
+
+    Not for data=fixed (`FixedBatches`, made on the device) nor gpu_resident (`ResidentBatches`, gathered
+    there), on any device; nor for engine=dali decoding on a GPU, whose batches come out on the device.
+    Looks through the wrappers a run puts around its batches (trainer.max_batches, transfer=stream): each
+    keeps the batches it wraps as `.batches`."""
+    source: Any = batches
+    while not isinstance(source, (FixedBatches, ResidentBatches)) and hasattr(source, "batches"):
+        source = source.batches
+    if isinstance(source, (FixedBatches, ResidentBatches)) or getattr(source, "device_id", None) is not None:
+        return False  # `device_id`: DaliBatches' GPU, None when it decodes on the CPU
+    return transfer is not on_device or isinstance(batches, StreamPrefetcher)
 
 
 class StreamPrefetcher:

@@ -18,7 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from wif.measure.tracking import default_tracking_uri
-from wif.report import figures, raced, stats, tables
+from wif.report import copycost, figures, raced, stats, tables
 from wif.report import runs as runs_io
 from wif.report.verdicts import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
 
@@ -96,6 +96,7 @@ def _report(args: argparse.Namespace) -> int:
     run_filter = runs_io.RunFilter(args.sweep_id, runs_io.parse_tags(args.tag), args.since, args.device)
     try:
         every = runs_io.load_runs(client, args.experiment, run_filter)
+        bandwidth = copycost.read_bandwidth(client, runs_io.experiment_id(client, args.experiment))
     except MlflowException as error:
         raise runs_io.ReportInputError(f"cannot read {args.tracking_uri}: {error.message}") from None
     value = runs_io.STATISTICS[args.statistic]
@@ -103,6 +104,7 @@ def _report(args: argparse.Namespace) -> int:
         print("wif-report: these runs predate epoch_time_median_s; comparing run means (--statistic mean).",
               file=sys.stderr)
         value = runs_io.MEAN
+    every = copycost.add_copy_cost(every, bandwidth)  # a column only where wif-bandwidth measured the GPU
     every["excluded"] = runs_io.exclusion_reasons(every, value)
     excluded = every[every["excluded"] != ""]
     usable = every[every["excluded"] == ""]
@@ -119,7 +121,7 @@ def _report(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     testbeds = sorted(used["testbed"].unique())
-    sections = [_section(client, args, value, used[used["testbed"] == testbed], bound,
+    sections = [_section(client, args, value, used[used["testbed"] == testbed], bound, bandwidth,
                          "" if len(testbeds) == 1 else "_" + re.sub(r"[^a-z0-9]+", "-", testbed.lower()).strip("-"))
                 for testbed in testbeds]
     rows = [tables.csv_rows(s, section.runs) for section in sections for s in section.summaries]
@@ -145,13 +147,18 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _section(client: MlflowClient, args: argparse.Namespace, value: str, runs: pd.DataFrame, bound: pd.DataFrame,
-             suffix: str) -> tables.Section:
+             bandwidth: pd.DataFrame, suffix: str) -> tables.Section:
     """One testbed: summaries per fraction and every plot, files named with `suffix`."""
     testbed = runs["testbed"].iloc[0]
+    at_bw = copycost.COLUMN in runs and runs[copycost.COLUMN].notna().any()
     summaries = [_as_raced(client, args.experiment, value, group,
-                           stats.summarize_fraction(group, args.baseline, value, SUMMARY_METRICS, args.confidence,
-                                                    args.alpha, args.margin, _bound_img_s(bound, testbed, group)))
+                           stats.summarize_fraction(group, args.baseline, value,
+                                                    SUMMARY_METRICS + ([copycost.COLUMN] if at_bw else []),
+                                                    args.confidence, args.alpha, args.margin,
+                                                    _bound_img_s(bound, testbed, group)))
                  for _, group in runs.groupby("fraction")]
+    for s in summaries if at_bw else []:
+        s.notes.append(copycost.note(runs[runs["fraction"] == s.fraction], bandwidth))
     curve_fraction = args.curves_fraction or max(s.fraction for s in summaries)
     curves = _curves(client, runs[runs["fraction"] == curve_fraction])
     pngs = figures.write_plots(args.out, suffix, testbed, summaries, runs, curves, curve_fraction,

@@ -26,15 +26,17 @@ FINAL_METRICS = (
     MEDIAN, MEAN, OTHER_CPU, "throughput_mean_img_s", "time_total_s", "setup_s", "data_wait_share_mean",
     "vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb",
     "ram_peak_rss_mb", "ram_peak_uss_mb", "ram_peak_pss_mb", "workers_peak", "val_acc", "test_acc",
+    "copy_s", "copy_bytes_per_epoch",  # the last epoch's (per-epoch metrics): wif.report.copycost
 )
 TAGS = {  # column: tag
     "loader": "wif.loader", "fraction": "wif.fraction", "cell": "wif.cell", "device": "wif.device",
     "gpu": "wif.gpu", "model": "wif.model", "block": "wif.block", "sweep_pos": "wif.sweep_pos",
     "sweep_id": "wif.sweep_id", "error": "wif.error", "contended": "wif.contended", "race_id": "wif.race_id",
+    "gpu_uuid": "wif.gpu_uuid",  # the very device: wif.report.copycost matches wif-bandwidth's runs on it
     "step": "wif.step", "page_cache_cold": "wif.page_cache_cold", "page_cache_note": "wif.page_cache_note",
 }
 PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs",
-          "contended_pct": "measure.contended_pct"}
+          "contended_pct": "measure.contended_pct", "pin_memory": "loader.pin_memory"}
 PAGE_SIZE = 1000
 
 

@@ -13,6 +13,7 @@ from typing import Sequence
 import pandas as pd
 
 from wif.report import model
+from wif.report.copycost import COLUMN as COPY_AT_BW
 from wif.report.stats import FractionSummary
 from wif.report.verdicts import RAM_COLUMNS, Verdicts, mb, method_note, num, sensitivity_note, slower_by, verdict
 
@@ -81,10 +82,12 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     """One row per loader, fastest first, the figures a reader compares."""
     level = f"{confidence:.0%}"
     bound = "bound_share" in s.table
+    at_bw = COPY_AT_BW in s.table  # only where wif-bandwidth measured this GPU (wif.report.copycost)
     stat = "median" if s.value == "epoch_time_median_s" else "mean"
     header = ["loader", "n", f"epoch time s ({stat}, ± {level})", "img/s", f"speedup vs {s.baseline} ({level} sim.)",
               f"vs {s.baseline}", "vs fastest (MCB)", "noise", "data wait", "VRAM alloc / device MB",
               "RAM RSS / USS / PSS MB", "test acc"] + (["of bound"] if bound else [])
+    header += ["copy ms/epoch: measured / at bandwidth"] if at_bw else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for loader, r in s.table.iterrows():
         if r["n"] < 2:
@@ -99,6 +102,7 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
                  f"{mb(r['vram_peak_allocated_mb'])} / {mb(r['vram_peak_device_mb'])}",
                  " / ".join(mb(r[c]) for c in RAM_COLUMNS.values()),
                  num(r["test_acc"])] + ([num(r["bound_share"], ".0%")] if bound else [])
+        cells += [f"{num(1e3 * r['copy_s'], '.3g')} / {num(r[COPY_AT_BW], '.3g')}"] if at_bw else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

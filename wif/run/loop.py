@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from wif.data.loaders import Batch, Batches
-from wif.data.transfer import Transfer
+from wif.data.transfer import Transfer, batch_nbytes, copies_from_host
 from wif.measure.timing import StepClock, synchronize
 from wif.run.step import Step
 
@@ -28,6 +28,7 @@ class EpochStats:
     train_loss: Optional[float]  # None in loader-only mode: there is no model
     data_wait_s: float  # host blocked in next() plus a blocking copy
     copy_s: float  # the host-side part of data_wait_s spent in the transfer call
+    copy_bytes_per_epoch: int  # what the transfer moved host-to-device (on a CPU device: would have); 0 if nothing
     compute_s: float  # forward, backward, optimizer step (device time on CUDA)
     first_batch_s: float  # from asking for the epoch's iterator to holding its first batch
     gpu_idle_s: Optional[float]  # CUDA only: gaps between steps on the compute stream
@@ -43,14 +44,17 @@ def _labels(batch: Batch) -> int:
 class TimedFeed:
     """An epoch's batches, on the device, with the host's wait summed: time in `next()` plus the transfer
     call (a blocking copy blocks; a non_blocking one from pinned memory returns at once). Compute between
-    two batches is not counted: the clock restarts when the next batch is asked for."""
+    two batches is not counted: the clock restarts when the next batch is asked for. With `copies`, the bytes
+    of every batch are summed too (shape times item size: host metadata, no sync)."""
 
     def __init__(self, batches: Iterable[Any], transfer: Callable[[Any], Any],
-                 count: Callable[[Any], int] = _labels) -> None:
+                 count: Callable[[Any], int] = _labels, copies: bool = False) -> None:
         """`count`: the samples in a batch as `transfer` returns it (wif's own: its labels; a user's batch
-        of any structure: wif.tools.api counts it its own way)."""
-        self.batches, self.transfer, self.count = batches, transfer, count
+        of any structure: wif.tools.api counts it its own way). `copies`: the batches crossed from the host
+        (`wif.data.transfer.copies_from_host`), so their bytes are what the epoch copied."""
+        self.batches, self.transfer, self.count, self.copies = batches, transfer, count, copies
         self.samples, self.data_wait, self.copy, self.first_batch = 0, 0.0, 0.0, float("nan")
+        self.copy_bytes = 0
 
     def __iter__(self) -> Iterator[Any]:
         t0 = time.perf_counter()
@@ -70,12 +74,15 @@ class TimedFeed:
             self.copy += t_ready - t_fetched
             self.data_wait += t_ready - t_wait
             self.samples += self.count(batch)
+            if self.copies:  # the device copy has the host batch's dtype and shape, hence its bytes
+                self.copy_bytes += batch_nbytes(batch)
             yield batch
 
     def stats(self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float,
               gpu_idle_s: Optional[float]) -> EpochStats:
         return EpochStats(epoch_time_s=time.perf_counter() - t0, samples=self.samples, train_loss=train_loss,
-                          data_wait_s=self.data_wait, copy_s=self.copy, compute_s=compute_s,
+                          data_wait_s=self.data_wait, copy_s=self.copy, copy_bytes_per_epoch=self.copy_bytes,
+                          compute_s=compute_s,
                           first_batch_s=self.first_batch, gpu_idle_s=gpu_idle_s,
                           compute_threads=torch.get_num_threads(), t_start=t_start, t_end=time.monotonic())
 
@@ -87,7 +94,7 @@ def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimize
     model.train()
     clock = StepClock(device)
     loss_sum = torch.zeros((), device=device)
-    feed = TimedFeed(batches, transfer)
+    feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer))
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()
     for x, y in feed:
@@ -104,7 +111,7 @@ def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> 
     Nothing consumes the batches; the final synchronization waits for every queued copy, so a non_blocking
     copy is counted in the epoch time even though the host did not wait for it.
     """
-    feed = TimedFeed(batches, transfer)
+    feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer))
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()
     for _ in feed:

@@ -1,0 +1,140 @@
+"""`wif-bandwidth`: this machine's host-to-device and device-to-host copy rates, pinned and pageable.
+
+The physical anchor of the study: a setting cannot copy its batches faster than the link allows, so the
+report states each setting's copy cost as its bytes per epoch over the rate measured here, on the same GPU
+(`wif.report.copycost`). The probe is `wif.measure.bandwidth`; this command checks its input, runs it on
+the first CUDA device, prints a table and logs one MLflow run tagged `wif.kind=bandwidth` to the store
+train.py writes to (the same `tracking.*` overrides).
+
+    wif-bandwidth --sizes-mb 1,16,256 --repeats 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from wif.config import ConfigError, TrackingConfig
+from wif.config.compose import load_config, setup_logging, tool_parser
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK
+from wif.measure.bandwidth import DIRECTIONS, MEMORY, Rate, copy_rates, rate_metrics, size_label
+from wif.measure.sysinfo import host_tags
+from wif.measure.tracking import FINISHED, Tracker
+from wif.run.supervise import cuda_present
+
+PROG = "wif-bandwidth"
+NO_CUDA = "nothing to measure: this machine has no CUDA device (copy rates are between host and GPU)."
+
+
+def sizes(text: str) -> List[float]:
+    """'1,16,256' -> [1.0, 16.0, 256.0]; argparse turns the ValueError into one line and exit 2."""
+    values = [float(part) for part in text.split(",") if part.strip()]
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(text)
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = tool_parser(PROG, "Measure host-to-device and device-to-host copy rates from pinned and pageable memory "
+                          "(median decimal GB/s over the repeats, CUDA events on the copying stream) and log "
+                          "them as an MLflow run tagged wif.kind=bandwidth.")
+    p.add_argument("--sizes-mb", type=sizes, default=[1.0, 16.0, 256.0], metavar="MB[,MB...]",
+                   help="copy sizes in decimal MB (10^6 bytes), comma-separated (default: 1,16,256)")
+    p.add_argument("--repeats", type=int, default=20,
+                   help="timed copies per size, direction and memory kind, after one warm-up (default: %(default)s)")
+    p.add_argument("--no-log", action="store_true", help="print the table only; log no MLflow run")
+    return p
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats={args.repeats} must be at least 1.")
+    if max(args.sizes_mb) > 16384:
+        raise ConfigError(f"--sizes-mb: {max(args.sizes_mb):g} MB is more than 16 GB of pinned host memory; "
+                          "a few hundred MB already reach the link's rate.")
+
+
+def table(rates: Sequence[Rate]) -> str:
+    """One row per size, one column per direction and memory kind: median GB/s (decimal)."""
+    columns = [(d, m) for d in DIRECTIONS for m in MEMORY]
+    by = {(r.direction, r.memory, r.size_mb): r.gbps for r in rates}
+    head = f"{'size MB':>9}" + "".join(f"{d + ' ' + m:>15}" for d, m in columns)
+    rows = [head] + [f"{s:>9g}" + "".join(f"{by[(d, m, s)]:>15.2f}" for d, m in columns)
+                     for s in sorted({r.size_mb for r in rates})]
+    best = rate_metrics(rates)
+    rows.append(f"{'best':>9}" + "".join(f"{best[f'{d}_{m}_best_gbps']:>15.2f}" for d, m in columns))
+    return "\n".join(rows) + "\n(GB/s, decimal: 10^9 bytes per second; median of the repeats)"
+
+
+def device_tags() -> Dict[str, str]:
+    """The GPU measured, as training runs name theirs (`wif.gpu`, `wif.gpu_uuid`): the report matches on them."""
+    import torch
+
+    from wif.run.training import device_info
+
+    info = device_info(torch.device("cuda", 0))
+    tags = {"wif.kind": "bandwidth", "wif.device": "cuda", "wif.gpu": info["name"], "wif.gpu_uuid": info["uuid"],
+            "wif.cuda": str(info["cuda"]), "wif.gpu_capability": info["capability"], "wif.torch": torch.__version__}
+    try:
+        from wif.measure.nvml import GpuProbe
+
+        probe = GpuProbe(info["uuid"])
+        tags["wif.gpu_driver"] = str(probe.driver)
+        probe.close()
+    except Exception:  # noqa: BLE001 - NVML missing or refusing: the rates stand without the driver's version
+        tags["wif.gpu_driver"] = "unknown"
+    return tags
+
+
+def log_run(uri: str, experiment: str, args: argparse.Namespace, rates: Sequence[Rate]) -> str:
+    """One FINISHED run: the rates as metrics, the GPU and software as tags, the sizes and repeats as params."""
+    tracker = Tracker(uri, experiment)
+    tags = {**host_tags(), **device_tags()}
+    name = f"bandwidth-{tags['wif.gpu'].replace(' ', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    params = {"sizes_mb": ",".join(size_label(s) for s in args.sizes_mb), "repeats": args.repeats}
+    run_id = tracker.start_run(name, params, tags, {**params, "units": "GB/s = 1e9 bytes/s, MB = 1e6 bytes"})
+    tracker.log_metrics(run_id, rate_metrics(rates))
+    tracker.end_run(run_id, FINISHED)
+    return run_id
+
+
+def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, TrackingConfig]:
+    """The flags, and the store train.py writes to; ConfigError for bad input, and where there is no CUDA device
+    (found before CUDA, the store, or anything else is touched)."""
+    args = build_parser().parse_intermixed_args(argv)
+    _check(args)
+    tracking = load_config(args.overrides, args.config_dir).tracking
+    if not cuda_present():
+        raise ConfigError(NO_CUDA)
+    return args, tracking
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    setup_logging(PROG)
+    try:
+        args, tracking = _inputs(argv)
+    except ConfigError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return EXIT_BAD_SETTING
+    import torch
+
+    device = torch.device("cuda", 0)
+    print(f"{PROG}: {torch.cuda.get_device_name(device)}: sizes {', '.join(f'{s:g}' for s in args.sizes_mb)} MB, "
+          f"{args.repeats} timed copies each after one warm-up", flush=True)
+    try:
+        rates = copy_rates(args.sizes_mb, args.repeats, device)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; nothing logged.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(table(rates))
+    if not args.no_log:
+        run_id = log_run(tracking.uri, tracking.experiment, args, rates)
+        print(f"Logged as run {run_id} (tag wif.kind=bandwidth) in experiment {tracking.experiment!r} "
+              f"at {tracking.uri}.")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,9 +11,9 @@ included; target <= 0.25 at 20 epochs) and its projection for the study's 330-ru
     python benchmarks/cheap_answer.py --quick    # 3 options, 10 epochs: a short check of the wiring
 
 The defaults are this CPU's: fraction 0.7 of the smoke data gives epochs of 0.25-0.65 s (at 0.1 they last
-0.04 s and scatter by more than any target), the race looks first after block 2 of 3 (a first look at
-block 3 of 3 could save nothing), and the auto target is 8%: epoch times on 2 shared cores scatter by about
-3% (sd), so the 95% interval of the median of 6 steady epochs (their range) is rarely narrower than +/- 5%.
+0.04 s and scatter by more than any target), and the race looks first after block 2 of 3 (a first look at
+block 3 of 3 could save nothing). The cheap way runs at trainer.auto_target's default (auto: derived from the
+tie margin and the cell's earlier runs, docs/cheap-answer.md); `--target 0.08` sets one by hand.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--min-blocks", type=int, default=2, help="race.min_blocks: the race's first look")
-    p.add_argument("--target", type=float, default=0.08, help="trainer.auto_target of the cheap way")
+    p.add_argument("--target", type=float, help="trainer.auto_target of the cheap way (default: its default, auto)")
     p.add_argument("--quick", action="store_true", help="baseline,bg,pin_nb_w4_pf2 and 10 epochs")
     p.add_argument("--again", type=Path, help="an earlier run's work folder: compare its two sweeps again")
     a = p.parse_args()
@@ -89,7 +89,8 @@ def main() -> None:
         t0 = time.monotonic()
         cheap_uri, cheap_s = race_bench.sweep(work, "cheap", common + [
             "hydra/sweeper=race", f"race.max_blocks={a.blocks}", f"race.min_blocks={min(a.min_blocks, a.blocks)}",
-            "trainer.epochs=auto", f"trainer.max_epochs={a.epochs}", f"trainer.auto_target={a.target}"], cache)
+            "trainer.epochs=auto", f"trainer.max_epochs={a.epochs}"]
+            + ([f"trainer.auto_target={a.target}"] if a.target is not None else []), cache)
         fixed_uri, fixed_s = race_bench.sweep(work, "fixed", common + [
             f"trainer.epochs={a.epochs}", f"repeat=range(0,{a.blocks})"], cache)
         print(f"both sweeps in {time.monotonic() - t0:.0f} s (cheap {cheap_s:.0f} s, fixed {fixed_s:.0f} s wall)")

@@ -131,7 +131,10 @@ def validate_epochs(tr: TrainerConfig) -> None:
     require(0 <= tr.warmup_epochs < tr.min_epochs <= tr.max_epochs,
             f"trainer.epochs=auto needs 0 <= trainer.warmup_epochs < trainer.min_epochs <= trainer.max_epochs; "
             f"got {tr.warmup_epochs}, {tr.min_epochs}, {tr.max_epochs}.")
-    require(tr.auto_target > 0, f"trainer.auto_target={tr.auto_target} must be above 0 (e.g. 0.01: +/- 1%).")
+    target = tr.auto_target
+    require(target == "auto" or (isinstance(target, (int, float)) and not isinstance(target, bool) and target > 0),
+            f"trainer.auto_target={target} must be auto (derived from the tie margin and earlier runs) or a share "
+            "above 0 (e.g. 0.01: +/- 1%).")
     require(0.5 <= tr.auto_confidence < 1, f"trainer.auto_confidence={tr.auto_confidence} must lie in [0.5, 1).")
     require(tr.memory_window >= 1, f"trainer.memory_window={tr.memory_window} must be at least 1 epoch.")
     require(tr.memory_tolerance >= 0, f"trainer.memory_tolerance={tr.memory_tolerance} cannot be negative.")

@@ -183,7 +183,9 @@ class TrainerConfig:
     warmup_epochs: int = 1  # logged, but left out of the summary means
     min_epochs: int = 7  # epochs=auto: 1 warm-up + 6 steady, the fewest with a 95% interval of their median
     max_epochs: int = 100  # epochs=auto: the study's epochs
-    auto_target: float = 0.01  # epochs=auto: stop when the median's interval is within +/- this share of it
+    # epochs=auto: auto (derived from the report's tie margin and the cell's between-run noise in earlier runs,
+    # wif.run.stopping), or a share: stop when the median's interval is within +/- this share of it (0.01: 1%)
+    auto_target: Any = "auto"
     auto_confidence: float = 0.95  # epochs=auto: that interval's confidence
     memory_window: int = 3  # epochs=auto: epochs that must add no RAM or VRAM peak above memory_tolerance
     memory_tolerance: float = 0.01  # epochs=auto: a peak counts as new above the old one by more than this share

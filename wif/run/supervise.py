@@ -29,7 +29,7 @@ from wif.measure.contention import HostCpuMeter, is_contended
 from wif.measure.lifetime import die_with_parent
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.stopping import GO_ON, STOP, Decision, StopRule, decide
+from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide, read_between
 from wif.run.training import train
 
 log = logging.getLogger("wif")
@@ -39,9 +39,11 @@ INTERRUPT_GRACE_S = 5.0
 MEMORY_PEAKS = ("ram_peak_rss_mb", "vram_peak_device_mb", "vram_peak_allocated_mb", "vram_peak_reserved_mb")
 
 
-def stop_rule(tr: TrainerConfig) -> StopRule:
-    return StopRule(tr.warmup_epochs, tr.min_epochs, tr.max_epochs, tr.auto_target, tr.auto_confidence,
-                    tr.memory_window, tr.memory_tolerance)
+def stop_rule(tr: TrainerConfig, between: Optional[Between] = None) -> StopRule:
+    """The run's stopping rule; `between`: its cell's between-run noise, for auto_target=auto."""
+    target = None if tr.auto_target == "auto" else float(tr.auto_target)
+    return StopRule(tr.warmup_epochs, tr.min_epochs, tr.max_epochs, target, tr.auto_confidence,
+                    tr.memory_window, tr.memory_tolerance, between)
 
 
 def cuda_present() -> bool:
@@ -114,6 +116,8 @@ class _Run:
     error: Optional[Dict[str, Any]] = None
     done: bool = False
     decision: Optional[Decision] = None  # the last answer of the stopping rule (trainer.epochs=auto)
+    rule: Optional[StopRule] = None  # trainer.epochs=auto: the rule, its between-run noise read before the run
+    t_spawn: float = 0.0  # time.monotonic() when the run's process started: its start cost is counted from here
 
     def on_message(self, kind: str, p: Dict[str, Any]) -> None:
         if kind == "device":
@@ -162,17 +166,26 @@ class _Run:
         tr = self.conf.trainer
         if tr.auto:
             self.decision = decide([e["epoch_time_s"] for e in self.epochs],
-                                   {k: [e["memory"].get(k, 0.0) for e in self.epochs] for k in memory}, stop_rule(tr))
+                                   {k: [e["memory"].get(k, 0.0) for e in self.epochs] for k in memory},
+                                   self.rule or stop_rule(tr), self.start_cost())
         if self.conf.progress:
             val = f"  val_acc {m['val_acc']:.3f}" if m["val_acc"] is not None else ""  # none in loader-only mode
             d = self.decision
             pin = "" if d is None or d.half_width is None else f"  median +/- {100 * d.half_width:.1f}%"
+            pin += f" (target {100 * d.target:.1f}%)" if pin and d.target is not None else ""
             pin += f"  memory rising: {', '.join(d.growing)}" if d is not None and d.growing else ""
             log.info("%s  epoch %d/%s  %.2f s  %.0f img/s  data wait %.0f%%%s%s%s", self.label, p["epoch"] + 1,
                      f"auto<={tr.max_epochs}" if tr.auto else tr.epochs, t, m["throughput_img_s"],
                      100 * m["data_wait_share"], val, pin, self.contention_note(m["host_other_cpu_pct"]))
         if self.decision is not None and self.decision.stop:
             log.info("%s  stops: %s", self.label, self.decision.reason)
+
+    def start_cost(self) -> Optional[float]:
+        """The run's start (fork, data, model, warm-up epochs) in steady epochs, each counted start to start
+        (validation and logging included): Kalibera and Jones' cost of a run against an epoch's."""
+        starts = [e["t_start"] for e in self.epochs[self.conf.trainer.warmup_epochs:]]
+        per_epoch = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else 0.0
+        return (starts[0] - self.t_spawn) / per_epoch if per_epoch > 0 and self.t_spawn else None
 
     def answer(self) -> str:
         """What the run hears after an epoch: STOP once the stopping rule says so."""
@@ -250,6 +263,9 @@ def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
 
 
 def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
+    tr = conf.trainer  # auto_target=auto: the cell's earlier runs, read once before the fork, never in an epoch
+    auto = tr.auto and tr.auto_target == "auto"
+    between = read_between(tracker.client, tracker.experiment_id, run_id) if auto else None
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe()
     target = _child_main
@@ -258,13 +274,14 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
 
         target = launch_main
     proc = ctx.Process(target=target, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
+    t_spawn = time.monotonic()
     proc.start()
     child_end.close()
     sampler = TreeSampler(proc.pid, conf.measure)
     sampler.start()
     meter = HostCpuMeter(proc.pid)
     meter.mark()
-    run = _Run(conf, tracker, run_id, label, sampler, meter)
+    run = _Run(conf, tracker, run_id, label, sampler, meter, rule=stop_rule(tr, between), t_spawn=t_spawn)
     t_end = 0.0
     try:
         while proc.is_alive() or conn.poll():

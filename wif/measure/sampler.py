@@ -16,41 +16,21 @@ Peaks and means are taken over windows the run reports (its epochs), never over 
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import psutil
 
 from wif.config import MeasureConfig
 from wif.measure.nvml import GpuProbe
 from wif.measure.proctree import HAS_CHILDREN_FILES, child_pids, fork_shared_share, shm_used
+from wif.measure.series import Series, rank_peaks
 
 log = logging.getLogger(__name__)
 MB = 1024 * 1024
-
-
-@dataclass
-class _Series:
-    """Timestamped rows, appended in time order, cut into windows by bisection."""
-
-    t: List[float] = field(default_factory=list)
-    rows: List[tuple] = field(default_factory=list)
-
-    def add(self, t: float, *row: Optional[float]) -> None:
-        self.t.append(t)
-        self.rows.append(row)
-
-    def between(self, t0: float, t1: float, column: int) -> List[float]:
-        """Values sampled in [t0, t1]; if none fell inside (a window shorter than the cadence), the last
-        value sampled before t1, which held during the window."""
-        lo, hi = bisect.bisect_left(self.t, t0), bisect.bisect_right(self.t, t1)
-        rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0):hi]
-        return [r[column] for r in rows if r[column] is not None]
 
 
 class TreeSampler(threading.Thread):
@@ -60,10 +40,16 @@ class TreeSampler(threading.Thread):
         me = psutil.Process()
         self.forked_from: Optional[psutil.Process] = me if self.root.ppid() == me.pid else None
         self.cfg = cfg
-        self.fast = _Series()  # (rss_mb, gpu_mem_mb)
-        self.mid = _Series()  # (workers, cpu_pct, shm_mb, gpu_util)
-        self.slow = _Series()  # (uss_mb, pss_mb)
+        self.fast = Series()  # (rss_mb, gpu_mem_mb)
+        self.mid = Series()  # (workers, cpu_pct, shm_mb, gpu_util)
+        self.slow = Series()  # (uss_mb, pss_mb)
         self.gpu: Optional[GpuProbe] = None
+        # trainer.nproc>1: each rank's process and its GPU, as the ranks report them. Workers are then counted
+        # under the rank that started them (the ranks themselves and the launcher are not workers), and
+        # device memory per rank, on the rank's own GPU.
+        self.ranks: Dict[int, Tuple[int, Optional[GpuProbe]]] = {}
+        self.per_rank = Series()  # (workers of rank 0, 1, ..., vram MB of rank 0, 1, ...)
+        self._parent: Dict[int, int] = {}
         self._halt = threading.Event()
         self._wake = threading.Event()  # set by stop() and poke(): the next sample is taken at once
         self._poked = False
@@ -82,6 +68,11 @@ class TreeSampler(threading.Thread):
         with self._lock:
             self.gpu = GpuProbe(uuid)
 
+    def add_rank(self, rank: int, pid: int, uuid: Optional[str]) -> None:
+        """A rank of a data-parallel run: its process, and the GPU it computes on (None on a CPU)."""
+        with self._lock:
+            self.ranks[rank] = (pid, GpuProbe(uuid) if uuid else None)
+
     def seen(self) -> List[psutil.Process]:
         """Every process of the tree ever sampled: what to clean up if the run dies without its workers."""
         with self._lock:
@@ -99,7 +90,9 @@ class TreeSampler(threading.Thread):
                 return []
             pids = [self.root.pid]
             for pid in pids:  # grows while it is walked: breadth first over the tree
-                pids += child_pids(pid)
+                children = child_pids(pid)
+                self._parent.update((c, pid) for c in children)
+                pids += children
             procs = []
             for pid in pids:
                 try:
@@ -119,6 +112,25 @@ class TreeSampler(threading.Thread):
         with self._lock:
             gpu_mem = self.gpu.memory({p.pid for p in procs}) / MB if self.gpu is not None else None
         self.fast.add(now, rss / MB, gpu_mem)
+        if self.ranks:
+            self._sample_ranks(procs, now)
+
+    def _sample_ranks(self, procs: List[psutil.Process], now: float) -> None:
+        """Per rank: its workers (descendants of the rank's process) and its device memory on its own GPU."""
+        with self._lock:
+            ranks = sorted(self.ranks.items())
+        slot = {pid: i for i, (_, (pid, _)) in enumerate(ranks)}  # a rank's process -> its place in the row
+        under: List[set] = [{pid} for _, (pid, _) in ranks]
+        for p in procs:
+            pid, hops = p.pid, 0
+            while pid in self._parent and hops < 64:  # up to the rank that started it, if any
+                pid, hops = self._parent[pid], hops + 1
+                if pid in slot:
+                    under[slot[pid]].add(p.pid)
+                    break
+        workers = [len(pids) - 1 for pids in under]
+        vram = [probe.memory(pids) / MB if probe is not None else None for (_, (_, probe)), pids in zip(ranks, under)]
+        self.per_rank.add(now, *workers, *vram)
 
     def _sample_mid(self, procs: List[psutil.Process], now: float) -> None:
         cpu_delta, cpu_now = 0.0, {}
@@ -135,7 +147,11 @@ class TreeSampler(threading.Thread):
         shm_mb = None if shm is None or self._shm0 is None else max(shm - self._shm0, 0) / MB
         with self._lock:
             gpu_util = self.gpu.utilization() if self.gpu is not None else None
-        self.mid.add(now, max(len(procs) - 1, 0), cpu_pct, shm_mb, gpu_util)
+        workers = max(len(procs) - 1, 0)
+        if self.ranks:  # the ranks' workers only: the ranks and the launcher's helpers are not workers
+            last = self.per_rank.rows[-1] if self.per_rank.rows else ()
+            workers = int(sum(last[:len(self.ranks)])) if last else 0
+        self.mid.add(now, workers, cpu_pct, shm_mb, gpu_util)
 
     def _sample_slow(self, now: float) -> Optional[set]:
         """Sum USS and PSS over the tree, keeping the sum only if the tree held still while it was read;
@@ -223,6 +239,9 @@ class TreeSampler(threading.Thread):
             self.join()
         if self.gpu is not None:
             self.gpu.close()
+        for _, probe in self.ranks.values():
+            if probe is not None:
+                probe.close()
 
     def epoch_means(self, t0: float, t1: float) -> Dict[str, float]:
         out: Dict[str, float] = {}
@@ -241,9 +260,11 @@ class TreeSampler(threading.Thread):
             values = series.between(t0, t1, column)
             if values:
                 out[key] = float(max(values))
+        out.update(rank_peaks(self.per_rank, len(self.ranks), t0, t1))
         return out
 
     def own_cost_pct(self) -> float:
         """The sampler thread's CPU time as a share of one core over its lifetime, leaving out the reads
         taken while the run waited between epochs: what it could have taken from the run."""
         return 100.0 * (self.own_cpu_s - self.paused_cpu_s) / self.wall_s if self.wall_s else 0.0
+

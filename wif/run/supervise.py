@@ -143,6 +143,8 @@ class _Run:
             self.error = p
         elif kind == "artifact":  # trainer.nproc>1 with measure.rank_indices: each rank's samples
             self.tracker.client.log_dict(self.run_id, p["data"], p["name"])
+        elif kind == "rank":  # trainer.nproc>1: each rank's process and GPU, for its workers and VRAM
+            self.sampler.add_rank(p["rank"], p["pid"], p["uuid"])
 
     def _on_epoch(self, p: Dict[str, Any]) -> None:
         self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch

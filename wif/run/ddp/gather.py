@@ -19,9 +19,11 @@ def _per_rank(rows: List[Dict[str, Any]], keys: tuple) -> Dict[str, float]:
 
 
 def _vram(rows: List[Dict[str, Any]]) -> Dict[str, float]:
-    """Each rank's torch allocator peaks, and their max as the job's (the rank that needs the biggest GPU)."""
+    """Each rank's torch allocator peaks, their max as the job's (the rank that needs the biggest GPU) and
+    their sum (`..._sum_mb`: what the job holds over all its GPUs)."""
     out = _per_rank(rows, VRAM_KEYS)
     out.update({k: max(r[k] for r in rows) for k in VRAM_KEYS if all(k in r for r in rows)})
+    out.update({k.replace("_mb", "_sum_mb"): sum(r[k] for r in rows) for k in VRAM_KEYS if all(k in r for r in rows)})
     return out
 
 

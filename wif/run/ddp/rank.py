@@ -111,6 +111,9 @@ def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, thre
         dist.init_process_group(backend, timeout=timedelta(seconds=conf.trainer.dist_timeout_s),
                                 **({"device_id": device} if device_type == "cuda" else {}))
         side = RankSide(conf, conn, device)
+        # every rank (not rank 0 alone): the supervisor counts each rank's workers and reads each rank's GPU
+        uuid = str(torch.cuda.get_device_properties(device).uuid) if device_type == "cuda" else None
+        conn.send(("rank", {"rank": rank, "pid": os.getpid(), "uuid": uuid}))
         if rank == 0:
             conn.send(("tags", {"wif.world_size": str(side.world), "wif.dist_backend": backend,
                                 "wif.threads_per_rank": str(threads)}))

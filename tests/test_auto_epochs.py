@@ -164,14 +164,12 @@ def test_earlier_runs_are_read_from_the_store_by_cell_and_testbed(store: str) ->
         finished("bg@0.7", figure)
     finished("bg@0.7", 9.0, **{"wif.contended": "true"})  # disturbed: left out
     finished("bg@0.7", 9.0, **{"wif.model": "googlenet"})  # another testbed: left out
-    me = client.create_run(exp, tags={**testbed, "wif.cell": "bg@0.7"}).info.run_id  # RUNNING: not its own history
-    got = read_between(client, exp, me)
+    got = read_between(client, exp, {**testbed, "wif.cell": "bg@0.7"})  # the tags of a run about to start
     assert got is not None and got.own and got.runs == 3
     assert got.sd == pytest.approx(statistics.stdev([math.log(x) for x in (1.0, 1.1, 1.2)]))
     finished("pin@0.7", 2.0)  # pin's one earlier run: its noise is pooled from the same sweep's cells
     finished("pin@0.7", 2.0, **{"wif.sweep_id": "s0"})  # an earlier sweep, its own cell: read too
-    pin = client.create_run(exp, tags={**testbed, "wif.cell": "pin@0.7"}).info.run_id
-    pooled = read_between(client, exp, pin)
+    pooled = read_between(client, exp, {**testbed, "wif.cell": "pin@0.7"})
     assert pooled is not None and not pooled.own and (pooled.runs, pooled.cells) == (5, 2)
     assert pooled.sd == pytest.approx(got.sd * math.sqrt(2 / 3))  # bg's squares over bg's 2 df + pin's 1
 

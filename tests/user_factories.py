@@ -30,3 +30,18 @@ class FailsOnRank(torch.nn.Module):
             if os.environ.get("RANK") == self.rank and self.calls == self.step:
                 raise RuntimeError(f"rank {self.rank} breaks at training step {self.step}")
         return self.net(x)
+
+
+def counted_squares(calls: str, n_train: int = 96, n_test: int = 32, size: int = 16):
+    """examples.datasets.noisy_squares that appends a line to the file `calls` each time it is called: how many
+    times a user's (possibly slow) dataset factory was built."""
+    from examples.datasets import noisy_squares
+
+    with open(calls, "a") as f:
+        f.write("called\n")
+    return noisy_squares(n_train=n_train, n_test=n_test, size=size)
+
+
+def raising_dataset(n: int = 8):
+    """A dataset factory whose own code raises."""
+    raise ValueError(f"cannot open the bucket for {n} samples")

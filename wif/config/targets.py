@@ -145,6 +145,15 @@ def _known_arch(m: ModelConfig) -> None:
                               f"{', '.join(w.name for w in tvm.get_model_weights(m.arch))}, or DEFAULT.") from None
 
 
+def factory_failure(key: str, target: object, err: BaseException) -> str:
+    """The one line a user's factory that raised is refused with: the key, the error, where it was raised."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{key}={target} raised {type(err).__name__}: {' '.join(str(err).split())}{where}."
+
+
 def importable(key: str, path: str) -> Callable[..., Any]:
     """The callable `path` names (pkg.module.name), or ConfigError naming `key` and what went wrong."""
     module, _, name = str(path).rpartition(".")

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 from torch.utils.data import Dataset, Subset
 
 from wif.config import ConfigError, DataConfig
-from wif.config.targets import importable
+from wif.config.targets import factory_failure, importable
 from wif.data.datasets import Datasets, split_indices
 
 PARTS = ("train", "val", "test")
@@ -27,7 +27,10 @@ def custom_sets(cfg: DataConfig) -> Dict[str, Optional[Dataset]]:
     """Call the factory and check what it returned: ConfigError naming data._target_ when it is not a
     map-style Dataset of (input, label) pairs (or a dict of them)."""
     factory = importable("data._target_", str(cfg._target_))
-    made = factory(**cfg.kwargs)
+    try:
+        made = factory(**cfg.kwargs)
+    except Exception as err:  # the user's code: one line naming the key, its traceback in the job's log
+        raise ConfigError(factory_failure("data._target_", cfg._target_, err)) from err
     sets: Dict[str, Any] = dict(made) if isinstance(made, dict) else {"train": made}
     extra = set(sets) - set(PARTS)
     if extra or "train" not in sets:

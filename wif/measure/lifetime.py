@@ -95,3 +95,33 @@ def owner_gone(tags: Mapping[str, str]) -> bool:
     except (psutil.Error, ValueError):
         return False
     return abs(started - float(tags["wif.pid_started"])) > START_TIME_TOLERANCE_S
+
+
+def stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
+    """Terminate a run and every worker it started, even those a crashed run left behind; `is_running`
+    compares start times, so a recycled PID is never hit. The run goes first, so that it can shut its
+    DataLoader down itself; whatever is left after the grace period is terminated, then killed."""
+    if procs and procs[0].is_running():
+        try:
+            procs[0].terminate()
+            procs[0].wait(grace_s)
+        except psutil.Error:
+            pass
+    live = {p.pid: p for p in procs if p.is_running()}
+    for p in list(live.values()):
+        try:
+            live.update({c.pid: c for c in p.children(recursive=True)})  # started since the last sample
+        except psutil.Error:
+            pass
+    procs = list(live.values())
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass

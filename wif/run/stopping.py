@@ -224,14 +224,13 @@ def _allocation(start: float, steady: Sequence[float], rule: StopRule) -> str:
     return f"a run's start costs {start:.1f} epochs; epochs scatter {100 * within_sd(steady):.1f}%, {noise}"
 
 
-def read_between(client: Any, experiment_id: str, run_id: str) -> Optional[Between]:
-    """The between-run noise of this run's cell from the store's earlier finished, uncontended runs of the
+def read_between(client: Any, experiment_id: str, tags: Dict[str, str]) -> Optional[Between]:
+    """The between-run noise of the cell a run with these `tags` measures, from the store's earlier finished, uncontended runs of the
     same testbed, read once before the run starts: the cell's own runs (one small query) and, while they are
     too few, the runs of the same sweep's earlier blocks (a second). A store that cannot answer costs the
     run its between-run evidence (the target falls back to the tie margin), never the run."""
     figures: Dict[str, Dict[str, float]] = {}  # cell -> run id -> figure
     try:
-        tags = client.get_run(run_id).data.tags
         same = [f"tags.`{k}` = '{tags[k]}'" for k in TESTBED_TAGS if k in tags and "'" not in tags[k]]
         for key in ("wif.cell", "wif.sweep_id"):
             if key == "wif.sweep_id" and len(figures.get(tags.get("wif.cell", ""), {})) > MIN_BETWEEN_DF:

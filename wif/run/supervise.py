@@ -18,15 +18,13 @@ import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
-
-import psutil
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wif.config import Config, ConfigError, Device, TrainerConfig
 from wif.config.exits import describe
 from wif.data.formats.splits import cold_verdict
 from wif.measure.contention import HostCpuMeter, is_contended
-from wif.measure.lifetime import die_with_parent
+from wif.measure.lifetime import die_with_parent, stop_tree
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide, read_between
@@ -34,6 +32,7 @@ from wif.run.training import train
 
 log = logging.getLogger("wif")
 INTERRUPT_GRACE_S = 5.0
+REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was created
 # The memory peaks trainer.epochs=auto waits on: summed RSS of the run's tree (sampled from outside), device
 # memory from NVML, and torch's allocator peaks (sent by the run). Each must stop rising before a run stops.
 MEMORY_PEAKS = ("ram_peak_rss_mb", "vram_peak_device_mb", "vram_peak_allocated_mb", "vram_peak_reserved_mb")
@@ -98,19 +97,22 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
 # ----------------------------------------------------------------------------- the supervisor
 @dataclass
 class Outcome:
-    status: str = FAILED
+    status: str = FAILED  # or REFUSED: a bad setting found by the run's own process before its record existed
     error: Optional[Dict[str, Any]] = None
     summary: Dict[str, float] = field(default_factory=dict)
+    run_id: Optional[str] = None  # the MLflow run, once opened
 
 
 @dataclass
 class _Run:
     conf: Config
     tracker: Tracker
-    run_id: str
+    open_run: Callable[[], str]  # creates the MLflow run: called once the run's process has built its data
     label: str
     sampler: TreeSampler
     meter: HostCpuMeter
+    run_id: Optional[str] = None
+    pending: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)  # what came before the run existed
     epochs: List[Dict[str, Any]] = field(default_factory=list)
     final: Dict[str, float] = field(default_factory=dict)
     error: Optional[Dict[str, Any]] = None
@@ -119,7 +121,21 @@ class _Run:
     rule: Optional[StopRule] = None  # trainer.epochs=auto: the rule, its between-run noise read before the run
     t_spawn: float = 0.0  # time.monotonic() when the run's process started: its start cost is counted from here
 
+    def open(self) -> str:
+        """The MLflow run, opened on first need, with what the run said before it existed."""
+        if self.run_id is None:
+            self.run_id = self.open_run()
+            for kind, p in self.pending:
+                self.on_message(kind, p)
+            self.pending.clear()
+        return self.run_id
+
     def on_message(self, kind: str, p: Dict[str, Any]) -> None:
+        if self.run_id is None and kind not in ("rank", "error"):
+            if kind != "data":  # the device and the run's first tags wait for the record
+                self.pending.append((kind, p))
+                return
+            self.open()  # the data is built (a user's factory called once, and checked): the record is opened
         if kind == "device":
             tags = {"wif.gpu": p["name"]}
             if p["type"] == "cuda":
@@ -234,40 +250,13 @@ class _Run:
         return out
 
 
-def _stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
-    """Terminate a run and every worker it started, even those a crashed run left behind; `is_running`
-    compares start times, so a recycled PID is never hit. The run goes first, so that it can shut its
-    DataLoader down itself; whatever is left after the grace period is terminated, then killed."""
-    if procs and procs[0].is_running():
-        try:
-            procs[0].terminate()
-            procs[0].wait(grace_s)
-        except psutil.Error:
-            pass
-    live = {p.pid: p for p in procs if p.is_running()}
-    for p in list(live.values()):
-        try:
-            live.update({c.pid: c for c in p.children(recursive=True)})  # started since the last sample
-        except psutil.Error:
-            pass
-    procs = list(live.values())
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
-def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: str) -> Outcome:
+def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[], str], label: str,
+              tags: Dict[str, str]) -> Outcome:
+    """Fork the run and watch it. Its MLflow record (`open_run`) is created once its process has built the
+    data: a dataset factory that fails or returns the wrong thing is REFUSED with no record, and called once."""
     tr = conf.trainer  # auto_target=auto: the cell's earlier runs, read once before the fork, never in an epoch
     auto = tr.auto and tr.auto_target == "auto"
-    between = read_between(tracker.client, tracker.experiment_id, run_id) if auto else None
+    between = read_between(tracker.client, tracker.experiment_id, tags) if auto else None
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe()
     target = _child_main
@@ -283,7 +272,7 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
     sampler.start()
     meter = HostCpuMeter(proc.pid)
     meter.mark()
-    run = _Run(conf, tracker, run_id, label, sampler, meter, rule=stop_rule(tr, between), t_spawn=t_spawn)
+    run = _Run(conf, tracker, open_run, label, sampler, meter, rule=stop_rule(tr, between), t_spawn=t_spawn)
     t_end = 0.0
     try:
         while proc.is_alive() or conn.poll():
@@ -299,19 +288,22 @@ def supervise(conf: Config, device: str, tracker: Tracker, run_id: str, label: s
                     t_end = time.monotonic()
     except KeyboardInterrupt:
         proc.join(INTERRUPT_GRACE_S)  # Ctrl-C reached the run too: let it end by itself first
-        _stop_tree(sampler.seen())
+        stop_tree(sampler.seen())
         proc.join()
         sampler.stop()
-        return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C or SIGTERM)"})
+        return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C or SIGTERM)"},
+                       run_id=run.open())
     proc.join()
     sampler.stop()
-    _stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
+    stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
     if run.done and proc.exitcode == 0:
         cold = cold_verdict(run.epochs, conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
-        tracker.set_tags(run_id, {"wif.stop_reason": run.stop_reason(), **(cold or {})})
+        tracker.set_tags(run.open(), {"wif.stop_reason": run.stop_reason(), **(cold or {})})
         summary = run.summary(t_end)
         summary["sampler_cpu_pct"] = sampler.own_cost_pct()
-        return Outcome(FINISHED, summary=summary)
+        return Outcome(FINISHED, summary=summary, run_id=run.run_id)
     error = run.error or {"type": "ProcessDied", "message": f"the run's process ended with exit code {proc.exitcode} "
                           "(killed by a signal, out of memory, or a crash in native code)", "traceback": ""}
-    return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error)
+    if run.run_id is None and error.get("bad_setting"):
+        return Outcome(REFUSED, error)  # no record: a bad setting, as one found before the fork would be
+    return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error, run_id=run.open())

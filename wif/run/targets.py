@@ -10,10 +10,10 @@ takes nothing down with it. Each distinct factory and arguments is checked once 
 from __future__ import annotations
 
 import multiprocessing as mp
-import traceback
 from typing import Callable, Dict, List, Optional, Tuple
 
 from wif.config import Config, ConfigError, DataSource, ModelName
+from wif.config.targets import factory_failure
 from wif.data.custom import custom_sets
 from wif.run.model import build_model
 
@@ -37,11 +37,11 @@ def _optimizer_probe(conf: Config) -> None:
     build_optimizer(conf.trainer, nn.Linear(2, 2).parameters())
 
 
-def _probes(conf: Config) -> List[Tuple[Tuple[str, str], Callable[[Config], None]]]:
+def _probes(conf: Config, data: bool) -> List[Tuple[Tuple[str, str], Callable[[Config], None]]]:
     out = []
     if conf.model.name is ModelName.custom:
         out.append((("model", f"{conf.model._target_} {sorted(conf.model.kwargs.items())}"), _model_probe))
-    if conf.data.source is DataSource.custom:
+    if data and conf.data.source is DataSource.custom:
         out.append((("data", f"{conf.data._target_} {sorted(conf.data.kwargs.items())}"), _data_probe))
     opt = conf.trainer.optimizer
     if opt._target_ != "torch.optim.SGD" or opt.kwargs:
@@ -59,15 +59,15 @@ def _run(probe: Callable[[Config], None], conf: Config, conn: object) -> None:
         key, target = {_model_probe: ("model._target_", conf.model._target_),
                        _data_probe: ("data._target_", conf.data._target_)}.get(
             probe, ("trainer.optimizer._target_", conf.trainer.optimizer._target_))
-        last = traceback.extract_tb(err.__traceback__)[-1]
-        conn.send(f"{key}={target} raised {type(err).__name__}: {' '.join(str(err).split())} "
-                  f"(at {last.filename}:{last.lineno}).")  # type: ignore[attr-defined]
+        conn.send(factory_failure(key, target, err))  # type: ignore[attr-defined]
 
 
-def check_user_code(conf: Config) -> None:
+def check_user_code(conf: Config, data: bool = True) -> None:
     """ConfigError (one line naming the key) when a custom model or dataset factory fails or returns the
-    wrong type; each one is called once, in a forked process."""
-    for key, probe in _probes(conf):
+    wrong type; each one is called once, in a forked process. `data=False`: the dataset factory is left to
+    the run's own process, which checks what it builds before its MLflow run exists (a slow factory is
+    then called once per run, not twice)."""
+    for key, probe in _probes(conf, data):
         if key not in _SEEN:
             ctx = mp.get_context("fork")
             parent, child = ctx.Pipe(duplex=False)

@@ -27,7 +27,7 @@ from wif.measure.sysinfo import host_tags, usable_cores
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, close_stale_runs, config_hash
 from wif.run.model import model_label
 from wif.run.step import step_label
-from wif.run.supervise import Outcome, interrupt, resolve_device, supervise
+from wif.run.supervise import REFUSED, Outcome, interrupt, resolve_device, supervise
 from wif.run.targets import check_user_code
 from wif.run.training import preload
 from wif.sweep import callback
@@ -113,7 +113,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     try:
         conf: Config = typed(cfg)
         validate(conf)
-        check_user_code(conf)  # a custom model or dataset factory is called once here, in a forked process
+        check_user_code(conf, data=False)  # a custom model factory, called once here in a forked process; the
+        # dataset factory is called by the run's own process, which checks it before the MLflow run exists
         device = resolve_device(conf.device)
         folder = require_readable(conf.data) if conf.data.source is DataSource.folder and not conf.data.path else None
         storage = prepare_storage(conf.data)  # packs built once and checked, cold page cache refused where it can't be
@@ -162,9 +163,17 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         params["data"] = {**plain["data"], "skipped_files": len(folder.bad)}
     params["data"] = {**params.get("data", plain["data"]), **storage}  # data.pack_records, pack_bytes (formats.md)
     prefix = "" if kind == "train" else f"{kind}-"
-    run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", params, tags, plain)
-    log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
-    outcome = supervise(conf, device, tracker, run_id, label)
+
+    def open_run() -> str:
+        run_id = tracker.start_run(f"{prefix}{setting}-f{fraction}-r{conf.repeat}", params, tags, plain)
+        log.info("%s  started on %s (MLflow run %s)", label, device, run_id)
+        return run_id
+
+    outcome = supervise(conf, device, tracker, open_run, label, tags)
+    if outcome.status == REFUSED:  # e.g. data=custom's factory failed: no run was created, as for any bad setting
+        log.error("Bad setting: %s", (outcome.error or {}).get("message"))
+        raise SystemExit(EXIT_BAD_SETTING)
+    run_id = outcome.run_id
 
     # One FINISHED run per configuration and repeat, ever: with resume (the default) a job another process
     # finished meanwhile makes this run the duplicate; with resume=false this run supersedes the older ones.

@@ -25,9 +25,9 @@ from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.sysinfo import host_tags, usable_cores
-from wif.measure.tracking import FINISHED, KILLED, Tracker
+from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.run.model import model_label
-from wif.run.supervise import resolve_device, supervise
+from wif.run.supervise import REFUSED, Outcome, resolve_device, supervise
 from wif.run.training import preload
 
 PROG = "wif-tune"
@@ -129,7 +129,9 @@ class Tuner:
         name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
         run_id = self.tracker.start_run(name, plain, tags, plain)
         label = f"pin_memory={pin_memory} num_workers={num_workers}"
-        outcome = supervise(conf, self.device, self.tracker, run_id, label)
+        outcome = supervise(conf, self.device, self.tracker, lambda: run_id, label, tags)
+        if outcome.status == REFUSED:  # the trial's record exists already: it failed
+            outcome = Outcome(FAILED, outcome.error)
         error = outcome.error or {}
         trial = Trial(pin_memory, num_workers, phase, outcome.status, run_id, outcome.summary,
                       f"{error.get('type')}: {error.get('message')}" if error else "")

@@ -83,6 +83,23 @@ def test_compile_time_is_logged_apart_from_the_epochs(custom_run) -> None:
     assert "compile" in run.data.tags["wif.step"]
 
 
+@pytest.mark.slow
+def test_compile_leaves_the_persistent_workers_start_up_in_the_first_epoch(tmp_path: Path, store: str,
+                                                                           cache_dir: Path) -> None:
+    """The compile warm-up's batch does not come from the loader: its persistent workers start in the first timed
+    epoch, whose first_batch_s shows their start-up (the later epochs' first batch comes from live workers)."""
+    if not HAS_COMPILER:
+        pytest.skip("no C++ compiler: torch.compile cannot build CPU kernels here")
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "trainer.epochs=3", "trainer.compile=true",
+                     "loader=baseline", "loader.num_workers=2", "loader.persistent_workers=true", multirun=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (run,) = train_runs(store, status="FINISHED")
+    first = [m.value for m in sorted(MlflowClient(store).get_metric_history(run.info.run_id, "first_batch_s"),
+                                     key=lambda m: m.step)]
+    assert run.data.metrics["compile_s"] > 0 and len(first) == 3
+    assert first[0] > 2 * max(first[1:]), first  # forking two workers, against a batch from workers alive
+
+
 BAD = {
     "a model that does not read it": ("model=tiny", "+model._target_=examples.models.small_cnn"),
     "a module that does not exist": ("model=custom", "model._target_=no.such.fn"),

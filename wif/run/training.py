@@ -16,9 +16,9 @@ from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset, IterableDataset, Sampler, default_collate
 
-from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind
+from wif.config import Config, ConfigError, DataSource, EngineName, TrainerMode, TransferKind
 from wif.data.custom import custom_datasets
 from wif.data.datasets import Datasets, Split, load_datasets, split_indices
 from wif.data.engines import build_engine_batches
@@ -110,7 +110,7 @@ def _vram_peaks(device: torch.device) -> Dict[str, float]:
 
 
 def _build_batches(cfg: Config, device: torch.device, emit: Emit,
-                   ranks: Optional[Ranks] = None) -> Tuple[Dict[str, Batches], int, float]:
+                   ranks: Optional[Ranks] = None) -> Tuple[Dict[str, Batches], int, float, Any]:
     """Each split's batches as the loader and transfer options ask, the number of classes, and when the
     set-up began: the data load is timed apart (`data_load_s`); building loaders and, for gpu_resident,
     moving the data to the device count as set-up."""
@@ -119,7 +119,7 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit,
         batches: Dict[str, Batches] = dict(_fixed_batches(cfg, device))
         emit("data", {**{name: b.samples for name, b in batches.items()}, "num_classes": cfg.data.num_classes,
                       "data_load_s": time.perf_counter() - t0})
-        return batches, cfg.data.num_classes, time.perf_counter()
+        return batches, cfg.data.num_classes, time.perf_counter(), None
     if cfg.data.source is DataSource.custom:
         data = custom_datasets(cfg.data)
     else:
@@ -139,7 +139,7 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit,
                if name != "val" or len(split) > 0}
     # data.val_split=0: no validation loader at all. An empty one still starts its workers after every epoch,
     # and the forks make the next epoch's writes copy-on-write (benchmarks/your_workload.py saw +18%).
-    return batches, data.num_classes, t_setup
+    return batches, data.num_classes, t_setup, data.train
 
 
 def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] = None) -> None:
@@ -153,7 +153,7 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     # torch's intra-op threads as the run starts (torch's default or OMP_NUM_THREADS): each epoch's
     # `compute_threads` says whether the model computed with as many (an engine's workers may change it)
     emit("tags", {"wif.torch_threads": str(torch.get_num_threads())})
-    loaders, num_classes, t0 = _build_batches(cfg, device, emit, ranks)
+    loaders, num_classes, t0, train_set = _build_batches(cfg, device, emit, ranks)
     tr = cfg.trainer
     if tr.max_batches is not None:
         loaders["train"] = CappedBatches(loaders["train"], tr.max_batches)
@@ -182,7 +182,7 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     synchronize(device)
     setup_s = time.perf_counter() - t0
     # torch.compile compiles at the first call: on one real batch here, timed apart from setup and epochs.
-    compile_s = compile_now(step, transfer(next(iter(loaders["train"]))), device) if tr.compile else None
+    compile_s = compile_now(step, transfer(_compile_batch(cfg, loaders["train"], train_set)), device) if tr.compile else None
     emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
     for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
@@ -201,6 +201,22 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
 
     test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, step.loss_fn, device, step)
     emit("result", {"test_loss": test_loss, "test_acc": test_acc, "test_time_s": test_time, **_vram_peaks(device)})
+
+
+def _compile_batch(cfg: Config, loader: Batches, train_set: Any) -> Any:
+    """The batch torch.compile compiles on. Drawn from a loader with persistent workers, it would start them
+    before the first timed epoch, whose `first_batch_s` would then miss their start-up: such a batch is
+    collated here, in this process, from the training set's first samples instead."""
+    persistent = (cfg.engine.name is EngineName.dataloader and cfg.loader.persistent_workers
+                  and cfg.loader.num_workers > 0 and train_set is not None)
+    if not persistent:
+        return next(iter(loader))
+    n = cfg.data.batch_size
+    if isinstance(train_set, Split):  # tensors held in RAM
+        return train_set.images[:n], train_set.labels[:n]
+    if isinstance(train_set, IterableDataset):
+        return default_collate(list(islice(iter(train_set), n)))
+    return default_collate([train_set[i] for i in range(min(n, len(train_set)))])
 
 
 @functools.lru_cache(maxsize=None)

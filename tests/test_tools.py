@@ -206,7 +206,36 @@ def test_wif_batch_size_says_it_needs_cuda(tmp_path: Path, store: str, cache_dir
     assert proc.stderr.strip().count("\n") == 0 and "needs a CUDA device" in proc.stderr
 
 
+def test_wif_batch_size_probes_data_custom_with_its_own_first_sample() -> None:
+    """data=custom: the probes train on the user's first sample repeated to the batch size (its shape and its
+    classes, not data.image_size's), read once in a forked child; a factory that fails is one line."""
+    from wif.config.targets import typed
+    from wif.tools.batch_size import first_sample, sample_batches
+
+    conf = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=examples.datasets.noisy_squares",
+                             "+data.kwargs.size=20", "+data.kwargs.num_classes=6"))
+    sample = first_sample(conf)
+    assert tuple(sample.x.shape) == (3, 20, 20) and sample.num_classes == 6
+    batches = sample_batches(sample, 24, 3, torch.device("cpu"))
+    assert len(batches) == 3 and tuple(batches[0][0].shape) == (24, 3, 20, 20) and batches[0][1].shape == (24,)
+    assert torch.equal(batches[0][0][5], sample.x) and int(batches[0][1][7]) == sample.y
+    bad = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=tests.user_factories.raising_dataset"))
+    with pytest.raises(ConfigError, match="data._target_=tests.user_factories.raising_dataset raised ValueError"):
+        first_sample(bad)
+
+
 # ----------------------------------------------------------------------------- GPU
+@gpu_only
+def test_wif_batch_size_finds_a_batch_for_a_custom_model_on_custom_data(tmp_path: Path, store: str,
+                                                                       cache_dir: Path) -> None:
+    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "model=custom",
+                 "model._target_=examples.models.small_cnn", "data=custom",
+                 "data._target_=examples.datasets.noisy_squares", "+data.kwargs.size=48", "--max-batch", "256")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "inputs (3, 48, 48) from data._target_=examples.datasets.noisy_squares" in proc.stdout
+    assert "Largest batch size: 256" in proc.stdout and "data.batch_size=256" in proc.stdout
+
+
 @gpu_only
 @pytest.mark.parametrize("behind_cycles", [0, 20_000_000], ids=["compute-ahead", "compute-behind"])
 def test_stream_prefetcher_never_uses_a_batch_before_its_copy(behind_cycles: int) -> None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing as mp
+import pickle
 import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from wif.config import Config, ConfigError
+from wif.config import Config, ConfigError, DataSource
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.run.supervise import cuda_present
@@ -66,8 +67,57 @@ class Probe:
     error: str = ""  # anything but running out of memory: the search cannot go on
 
 
-def probe(conf: Config, batch: int, steps: int) -> Probe:
-    """Train `steps` steps at this batch size on the device; runs in a fresh process."""
+@dataclass
+class Sample:
+    """data=custom: the first training sample of the user's Dataset and its number of classes. Each probe
+    trains on it repeated to the batch size: the input's shape and dtype are the user's, not data.image_size."""
+
+    x: Any
+    y: Any
+    num_classes: int
+
+
+def sample_batches(sample: Sample, batch: int, steps: int, device: Any) -> List[Tuple[Any, Any]]:
+    """`steps` batches of `batch` copies of the sample, collated as a DataLoader collates, on the device."""
+    from torch.utils.data import default_collate
+
+    x, y = default_collate([(sample.x, sample.y)] * batch)
+    return [(x.to(device), y.to(device))] * steps
+
+
+def first_sample(conf: Config) -> Sample:
+    """Call the user's dataset factory once, in a forked child (this process never runs torch compute), and
+    bring back its first training sample; ConfigError (one line) when the factory fails or is wrong."""
+    ctx = mp.get_context("fork")
+    conn, child_end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_sample_child, args=(conf, child_end), name="wif-sample")
+    proc.start()
+    child_end.close()
+    try:
+        got = pickle.loads(conn.recv_bytes())
+    except EOFError:
+        got = f"the process calling data._target_ ended with exit code {proc.exitcode}"
+    proc.join()
+    if isinstance(got, str):
+        raise ConfigError(got)
+    return got
+
+
+def _sample_child(conf: Config, conn: Any) -> None:
+    from wif.data.custom import custom_sets, num_classes_of
+
+    try:
+        train = custom_sets(conf.data)["train"]
+        x, y = train[0]
+        got: Any = Sample(x, y, num_classes_of(train, conf.data.num_classes))
+    except ConfigError as err:
+        got = str(err)
+    conn.send_bytes(pickle.dumps(got))  # by value: torch's pickler would share tensors through a child about to exit
+
+
+def probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None) -> Probe:
+    """Train `steps` steps at this batch size on the device; runs in a fresh process. `sample`: data=custom's
+    first sample, repeated to the batch size (else random images at data.image_size)."""
     import torch
     from torch import nn
 
@@ -79,13 +129,15 @@ def probe(conf: Config, batch: int, steps: int) -> Probe:
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     d, tr = conf.data, conf.trainer
+    classes = sample.num_classes if sample is not None else d.num_classes
     try:
         # The run's own step: its precision, memory format, compilation and optimizer change the memory it takes.
-        model = prepare_model(build_model(conf.model, d.num_classes).to(device), tr)
+        model = prepare_model(build_model(conf.model, classes).to(device), tr)
         optimizer = build_optimizer(tr, model.parameters())
         step = Step(model, optimizer, nn.CrossEntropyLoss(), conf.model.aux_weight, device, tr.precision,
                     tr.channels_last)
-        batches = FixedBatches(batch * steps, batch, d.image_size, d.num_classes, device, conf.seed)
+        batches = (sample_batches(sample, batch, steps, device) if sample is not None
+                   else FixedBatches(batch * steps, batch, d.image_size, d.num_classes, device, conf.seed))
         train_epoch(model, batches, lambda b: b, optimizer, step.loss_fn, conf.model.aux_weight, device, step)
     except torch.cuda.OutOfMemoryError:
         _, total = torch.cuda.mem_get_info(device)
@@ -94,18 +146,18 @@ def probe(conf: Config, batch: int, steps: int) -> Probe:
     return Probe(batch, True, torch.cuda.max_memory_reserved(device) / MB, (total - free) / MB, total / MB)
 
 
-def _probe_child(conf: Config, batch: int, steps: int, conn: Any) -> None:
+def _probe_child(conf: Config, batch: int, steps: int, sample: Optional[Sample], conn: Any) -> None:
     try:
-        conn.send(probe(conf, batch, steps))
+        conn.send(probe(conf, batch, steps, sample))
     except BaseException as err:  # noqa: BLE001 - the parent must hear of every failure
         conn.send(Probe(batch, False, error=f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
 
 
-def run_probe(conf: Config, batch: int, steps: int) -> Probe:
+def run_probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None) -> Probe:
     """One probe in a forked child: a clean CUDA context and allocator every time."""
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_probe_child, args=(conf, batch, steps, child_end), name=f"wif-probe {batch}")
+    proc = ctx.Process(target=_probe_child, args=(conf, batch, steps, sample, child_end), name=f"wif-probe {batch}")
     proc.start()
     child_end.close()
     try:
@@ -149,13 +201,13 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-batch={args.max_batch} is smaller than --multiple={args.multiple}.")
 
 
-def search(conf: Config, args: argparse.Namespace) -> Tuple[int, Dict[int, Probe]]:
+def search(conf: Config, args: argparse.Namespace, sample: Optional[Sample] = None) -> Tuple[int, Dict[int, Probe]]:
     """(largest batch size, every probe by size)."""
     probes: Dict[int, Probe] = {}
 
     def fits(k: int) -> bool:
         batch = k * args.multiple
-        p = probes[batch] = run_probe(conf, batch, args.steps)
+        p = probes[batch] = run_probe(conf, batch, args.steps, sample)
         if p.error:
             raise ProbeFailed(f"batch {batch}: {p.error}")
         ok = p.trained and p.used_mb <= args.fill * p.total_mb
@@ -182,11 +234,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         return EXIT_BAD_SETTING
     d = conf.data
-    print(f"{PROG}: model={conf.model.name.value}, {d.image_size}x{d.image_size} images, {d.num_classes} classes; "
+    sample = None
+    if d.source is DataSource.custom:  # the user's inputs, whatever their shape: one sample, repeated
+        try:
+            sample = first_sample(conf)
+        except ConfigError as err:
+            print(f"{PROG}: {err}", file=sys.stderr)
+            return EXIT_BAD_SETTING
+    shape = (f"inputs {tuple(getattr(sample.x, 'shape', ()))} from data._target_={d._target_}, {sample.num_classes}"
+             if sample is not None else f"{d.image_size}x{d.image_size} images, {d.num_classes}")
+    print(f"{PROG}: model={conf.model.name.value}, {shape} classes; "
           f"largest multiple of {args.multiple} up to {args.max_batch} that trains within {args.fill:.0%} of the "
           "device's memory", flush=True)
     try:
-        best, probes = search(conf, args)
+        best, probes = search(conf, args, sample)
     except ProbeFailed as err:
         print(f"{PROG}: a probe failed for a reason other than device memory, so the search stops: {err}",
               file=sys.stderr)

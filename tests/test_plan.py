@@ -1,7 +1,9 @@
-"""wif-plan: the price of a sweep from earlier runs of the same testbed, in a real SQLite MLflow store."""
+"""wif-plan: the price of a sweep from earlier runs of the same testbed, or from a probe, in a real SQLite MLflow
+store."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -61,7 +63,30 @@ def test_wif_plan_prices_a_grid_from_the_store(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_wif_plan_without_history_says_how_to_get_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["loader=baseline,pin", "preset=smoke", "device=cpu", "--tracking-uri",
+    assert main(["loader=baseline,pin", "preset=smoke", "device=cpu", "--no-probe", "--tracking-uri",
                  f"sqlite:///{tmp_path / 'm.db'}"]) == 0
     assert "no earlier finished run of this testbed" in capsys.readouterr().out
     assert main(["trainer.epochs=abc", "device=cpu", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 2
+
+
+@pytest.mark.slow
+def test_wif_plan_on_an_empty_store_probes_each_setting_and_prices_from_it(
+        tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the probe is a train.py sweep: its Hydra folders land here
+    monkeypatch.setenv("WIF_CACHE_DIR", str(cache_dir))
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    grid = ["loader=baseline,bg", "data.fraction=0.1,0.4", "repeat=range(0,3)", "preset=smoke", "device=cpu"]
+    assert main([*grid, "--tracking-uri", store]) == 0
+    out = capsys.readouterr().out
+    assert "probing each setting" in out and "wif-plan: probe: 2 settings probed in" in out
+    assert re.search(r"fixed grid: 12 runs, 36 epochs, about [\d.]+ min", out), out
+    assert re.search(r"race \+ auto: \d+ runs, \d+ epochs, about [\d.]+ min", out), out
+    client = MlflowClient(store)
+    probes = client.search_runs([client.get_experiment_by_name("who_is_faster-probe").experiment_id])
+    assert len(probes) == 2 and {r.data.tags["wif.kind"] for r in probes} == {"probe"}
+    assert client.get_experiment_by_name("who_is_faster") is None or not client.search_runs(
+        [client.get_experiment_by_name("who_is_faster").experiment_id], "tags.`wif.kind` = 'train'")
+
+    assert main([*grid, "--tracking-uri", store]) == 0  # the probe is kept: asked again, nothing runs
+    again = capsys.readouterr().out
+    assert "priced from the store's probe of every setting" in again and "probing" not in again

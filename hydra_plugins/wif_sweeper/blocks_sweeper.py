@@ -7,12 +7,16 @@ Optuna and Ax sweepers.
 """
 
 import itertools
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
+from omegaconf import OmegaConf
 
 from wif.sweep.blocks import shuffle_within_blocks
 
@@ -26,6 +30,44 @@ ConfigStore.instance().store(group="hydra/sweeper", name="blocks", node=BlocksSw
 
 
 class BlocksSweeper(BasicSweeper):
+    def sweep(self, arguments: List[str]) -> Any:
+        if OmegaConf.select(self.config, "sweep.budget_min") is None and not self.config.sweep.get("probe_only"):
+            return super().sweep(arguments)
+        return self._sweep_in_budget(arguments)
+
+    def _sweep_in_budget(self, arguments: List[str]) -> Any:
+        """sweep.budget_min: the jobs priced (a probe first where the store has no price), the plan said, then
+        the jobs in their order, each only if it can finish in what is left (wif.sweep.budget)."""
+        from wif.sweep import callback
+        from wif.sweep.budget import blocks_line
+        from wif.sweep.probe import SweepBudget
+
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        (jobs,) = self.split_arguments(parser.parse_overrides(self._parse_config() + list(arguments)), None)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        budget = SweepBudget(self.config, jobs)
+        budget.price_with_probe(lambda batch: self.launcher.launch(batch, initial_job_idx=0))
+        if self.config.sweep.get("probe_only"):
+            callback.TALLY.total = 0
+            return []
+        order = [budget.job(job) for job in jobs]
+        budget.log_plan(order, "the grid")
+        returns: List[Any] = []
+        undone: List[Any] = []
+        for i, job in enumerate(jobs):
+            if budget.skip(job):
+                continue
+            if not budget.may_start(job):
+                undone.append(order[i])
+                continue
+            t0 = time.monotonic()
+            returns.append(self.launcher.launch([job], initial_job_idx=i))
+            budget.measured(job, time.monotonic() - t0)
+        callback.TALLY.budget = budget.outcome(undone, blocks_line([budget.job(job) for job in jobs]))
+        return returns
+
     def split_arguments(self, overrides: List[Override], max_batch_size: Optional[int]) -> List[List[List[str]]]:
         (jobs,) = BasicSweeper.split_arguments(overrides, None)
         if self._shuffle():

@@ -66,43 +66,116 @@ class RaceSweeper(BasicSweeper):
         race_id = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
         shuffle = bool(OmegaConf.select(cfg, "sweep.shuffle", default=True))
         callback.TALLY.total = len(cells) * rules.max_blocks  # at most: the progress label counts against it
-        record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, fixed_cells, twins)
         states = {fr: FractionState(fr, sorted({s for s, f in names.values() if f == fr})) for fr in _fractions(names)}
+        self._launched, budget = 0, None
+        if OmegaConf.select(cfg, "sweep.budget_min") is not None or cfg.sweep.get("probe_only"):
+            budget = self._budget(cells, rules, race_id)  # priced (probed) before the race's record exists
+            if cfg.sweep.get("probe_only"):
+                callback.TALLY.total = 0
+                return []
+        record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, fixed_cells, twins)
         try:
-            states, returns = self._run_blocks(cells, names, states, rules, race_id, shuffle, record)
+            if budget is None:
+                states, returns = self._run_blocks(cells, names, states, rules, race_id, shuffle, record)
+            else:
+                states, returns = self._race_in_budget(cells, names, states, rules, race_id, shuffle, record, budget)
         except BaseException as stop:  # Ctrl-C, SIGTERM (a job exits 130) or a crash: the record must not stay RUNNING
             interrupted = isinstance(stop, KeyboardInterrupt) or getattr(stop, "code", None) == EXIT_INTERRUPTED
             record.abandon(interrupted)
             if isinstance(stop, KeyboardInterrupt):  # between jobs, e.g. during a look: exit as a job would
                 raise SystemExit(EXIT_INTERRUPTED) from None
             raise
-        record.finish(states)
+        record.finish(states, budget_tags(budget, self._undone) if budget else None)
         return returns
+
+    def _budget(self, cells: Sequence[Cell], rules: RaceRules, race_id: str) -> Any:
+        """sweep.budget_min: every job the race may run priced (a probe first where the store has no price)."""
+        from wif.sweep.probe import SweepBudget
+
+        jobs = [list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"] for block in range(rules.max_blocks)
+                for cell in cells]
+        budget = SweepBudget(self.config, jobs)
+        budget.price_with_probe(lambda batch: self.launcher.launch(batch, initial_job_idx=0))
+        return budget
+
+    def _race_in_budget(self, cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]],
+                        states: Dict[float, FractionState], rules: RaceRules, race_id: str, shuffle: bool,
+                        record: Any, budget: Any) -> Tuple[Dict[float, FractionState], List[Any]]:
+        """The fractions whose first look fits go first, cheapest first (wif.sweep.budget.choose_fractions),
+        each raced to its end, a job started only if it can finish in time; then the next fractions."""
+        from wif.sweep.budget import choose_fractions, minutes
+
+        returns: List[Any] = []
+        tried: set = set()
+        while True:
+            waiting = [fr for fr, st in states.items() if not st.settled and fr not in tried]
+            if not waiting:
+                break
+            first_look = {fr: budget.undone_s(_race_jobs(budget, states, fr, rules.min_blocks)) for fr in waiting}
+            focus = choose_fractions(first_look, budget.left_s())
+            log.info("Budget plan: fractions %s now (to their first look, after block %d: %s); %s", ", ".join(
+                f"{fr:g}" for fr in focus), rules.min_blocks, ", ".join(minutes(first_look[fr]) for fr in focus),
+                "; ".join(f"{fr:g} waits ({minutes(first_look[fr])} to its first look)"
+                          for fr in waiting if fr not in focus) or "none waits")
+            budget.log_plan([j for fr in focus for j in _race_jobs(budget, states, fr, rules.max_blocks)],
+                            f"the race at {', '.join(f'{fr:g}' for fr in focus)} (no setting dropped: at most)")
+            states, more = self._run_blocks(cells, names, states, rules, race_id, shuffle, record, budget, set(focus))
+            returns += more
+            tried.update(focus)
+        undone = [j for fr, st in states.items() if not st.settled for j in _race_jobs(budget, states, fr,
+                                                                                        rules.max_blocks)]
+        undone += [j for j in budget.refused if j not in undone]  # in a settled fraction too: its last blocks
+        self._undone = [j for j in undone if not budget.jobs[j.key].done]
+        decided = "; ".join(f"f{fr:g} {f'decided ({st.settled})' if st.settled else 'not decided'}: possibly "
+                            f"fastest {', '.join(st.alive)}" for fr, st in sorted(states.items()))
+        callback.TALLY.budget = budget.outcome(self._undone, decided)
+        return states, returns
 
     def _run_blocks(self, cells: Sequence[Tuple[str, ...]], names: Dict[Tuple[str, ...], Tuple[str, float]],
                     states: Dict[float, FractionState], rules: RaceRules, race_id: str, shuffle: bool,
-                    record: Any) -> Tuple[Dict[float, FractionState], List[Any]]:
-        """Block after block of the cells still in the race, a look after each from race.min_blocks on."""
-        t0, launched, returns = time.monotonic(), 0, []
+                    record: Any, budget: Any = None, only: Any = None) -> Tuple[Dict[float, FractionState], List[Any]]:
+        """Block after block of the cells still in the race (of the fractions `only`, if given), a look after
+        each from race.min_blocks on; under a budget each job starts only if it can finish in time."""
+        t0, returns = time.monotonic(), []
         for block in range(rules.max_blocks):
-            alive = {fr: set(st.alive) for fr, st in states.items() if not st.settled}
+            alive = {fr: set(st.alive) for fr, st in states.items() if not st.settled and (not only or fr in only)}
             if not alive:
                 break
             jobs = [list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"] for cell in cells
                     if names[cell][0] in alive.get(names[cell][1], set())]
             jobs = shuffle_within_blocks(jobs) if shuffle else jobs
             self.validate_batch_is_legal(jobs)
-            returns.append(self.launcher.launch(jobs, initial_job_idx=launched))
-            launched += len(jobs)
+            if budget is None:
+                returns.append(self.launcher.launch(jobs, initial_job_idx=self._launched))
+                self._launched += len(jobs)
+            else:
+                ran = self._launch_in_budget(jobs, budget)
+                returns += ran
+                if not ran and any(not budget.job(job).done for job in jobs):
+                    break  # no job of this block could start in time: the next block's cost the same
             runs = record.usable_runs()
-            for fr, state in states.items():
-                states[fr] = look(state, runs[runs["fraction"] == fr], record.value, rules, block + 1)
+            for fr in alive:
+                states[fr] = look(states[fr], runs[runs["fraction"] == fr], record.value, rules, block + 1)
             if block + 1 >= rules.min_blocks:
                 record.look(block + 1, states, runs, time.monotonic() - t0)
             else:
                 log.info("Race: block %d of at least %d done, %d runs; the first look comes after block %d",
                          block + 1, rules.min_blocks, len(runs), rules.min_blocks)
         return states, returns
+
+    def _launch_in_budget(self, jobs: List[List[str]], budget: Any) -> List[Any]:
+        """One job at a time, each only if it can finish in what is left; finished ones skipped unlaunched."""
+        returns = []
+        for job in jobs:
+            if budget.skip(job):
+                continue
+            if not budget.may_start(job):
+                continue
+            t0 = time.monotonic()
+            returns.append(self.launcher.launch([job], initial_job_idx=self._launched))
+            self._launched += 1
+            budget.measured(job, time.monotonic() - t0)
+        return returns
 
     def _name_cells(self, cells: Sequence[Cell]) -> Tuple[Dict[Cell, Tuple[str, float]], Dict[Cell, str]]:
         """Each cell's setting (the report's row name) and fraction, and what its run does on a CPU (a key:
@@ -120,6 +193,20 @@ class RaceSweeper(BasicSweeper):
             names[cell] = (setting, float(fraction))
             on_cpu[cell] = _what_runs_on_cpu(conf)
         return names, on_cpu
+
+
+def _race_jobs(budget: Any, states: Dict[float, FractionState], fraction: float, blocks: int) -> List[Any]:
+    """The budget's jobs of a fraction's settings still in the race, blocks 0..blocks-1, block-major."""
+    alive = set(states[fraction].alive)
+    return sorted((j for j in budget.jobs.values() if j.fraction == fraction and j.setting in alive
+                   and j.block < blocks), key=lambda j: j.block)
+
+
+def budget_tags(budget: Any, undone: List[Any]) -> Dict[str, str]:
+    """The budget's outcome on the race's record: what ended it, and what finishing would cost."""
+    return {"wif.budget.min": f"{budget.budget_s / 60:g}", "wif.budget.probe_s": f"{budget.probe_s:.1f}",
+            "wif.budget.ended": callback.TALLY.budget, "wif.budget.undone_min": f"{budget.undone_s(undone) / 60:.2f}",
+            "wif.budget.by_budget": str(bool(budget.refused)).lower()}
 
 
 def _same_names(names: Dict[Cell, Tuple[str, float]]) -> List[str]:

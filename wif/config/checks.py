@@ -91,6 +91,8 @@ def validate(cfg: Config, here: bool = True) -> None:
         require(getattr(m, key) > 0, f"measure.{key}={getattr(m, key)} must be positive (seconds between samples).")
     require(0 <= m.pss_budget_pct <= 100,
             f"measure.pss_budget_pct={m.pss_budget_pct} must lie in [0, 100] (percent of one core).")
+    require(cfg.sweep.budget_min is None or cfg.sweep.budget_min > 0,
+            f"sweep.budget_min={cfg.sweep.budget_min} must be a positive number of minutes (or null: no budget).")
     n_subset = round(d.num_train * d.fraction)
     n_val = round(n_subset * d.val_split)
     require(n_subset - n_val > 0 and (d.val_split == 0 or n_val > 0),

@@ -232,6 +232,11 @@ class MeasureConfig:
 @dataclass
 class SweepConfig:
     shuffle: bool = True  # run each block's cells in an order seeded by the block (hydra/sweeper=blocks)
+    # Minutes of wall time for the whole command (null: none): the sweep prices its jobs first (a probe when the
+    # store has no earlier run of the testbed), starts only jobs that can finish in time, and ends with what it
+    # decided (wif.sweep.budget). The same command with a larger budget resumes.
+    budget_min: Optional[float] = None
+    probe_only: bool = False  # run the budget's probe of this sweep's settings, and nothing else (wif-plan)
 
 
 @dataclass

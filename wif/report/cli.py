@@ -177,7 +177,9 @@ def _as_raced(client: MlflowClient, experiment: str, value: str, runs: pd.DataFr
         s.notes.append(f"These runs come from race {race_id[:8]}, whose own run (wif.kind=race) is gone: they are "
                        "compared as a fixed grid, which ignores that the race looked after every block.")
         return s
-    rules, same_as = record
+    rules, same_as, budget = record
+    if budget:  # sweep.budget_min: what the budget let the race decide, and what finishing would cost
+        s.notes.append(f"The race ran under a time budget: {budget}.")
     s.race = raced.answer(runs, value, rules, race_id, same_as)
     s.table = raced.apply(s.table, s.fit, s.race)
     return s

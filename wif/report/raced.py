@@ -42,16 +42,17 @@ def race_of(runs: pd.DataFrame) -> str | None:
     return str(ids[0]) if len(ids) == 1 and runs["race_id"].notna().all() else None
 
 
-def record_of(client: MlflowClient, experiment_id: str, race_id: str) -> tuple[RaceRules, str] | None:
-    """The rules a race ran with and who ran as whom ('pin=baseline ...'), from its own MLflow run
-    (wif.kind=race); None when that run is gone."""
+def record_of(client: MlflowClient, experiment_id: str, race_id: str) -> tuple[RaceRules, str, str] | None:
+    """The rules a race ran with, who ran as whom ('pin=baseline ...') and how its time budget ended (tag
+    wif.budget.ended, '' without a budget), from its own MLflow run (wif.kind=race); None when that run is gone."""
     found = client.search_runs([experiment_id], f"tags.`wif.kind` = 'race' and tags.`wif.race_id` = '{race_id}'",
                                order_by=["attributes.start_time DESC"], max_results=1)
     if not found:
         return None
     p = found[0].data.params
     return (RaceRules(int(p["race.min_blocks"]), int(p["race.max_blocks"]), float(p["race.margin"]),
-                      float(p["race.confidence"])), found[0].data.tags.get("wif.race.same_as", ""))
+                      float(p["race.confidence"])), found[0].data.tags.get("wif.race.same_as", ""),
+            found[0].data.tags.get("wif.budget.ended", ""))
 
 
 def answer(runs: pd.DataFrame, value: str, rules: RaceRules, race_id: str, same_as: str = "") -> RaceAnswer:

@@ -32,6 +32,7 @@ class SweepTally:
     killed: int = 0
     failures: List[str] = field(default_factory=list)
     started_ms: int = 0  # when the sweep started: every run it created started later
+    budget: str = ""  # a budgeted sweep's outcome (wif.sweep.probe.SweepBudget.outcome): said on the last line
 
     def ran_elsewhere(self) -> bool:
         """Jobs were planned but none ended in this process: a launcher ran them in processes of their own."""
@@ -100,12 +101,14 @@ class SweepCallback(Callback):
         if t.ran_elsewhere():
             try:
                 t = tally_from_store(config, t.started_ms, t.total or 0)
+                t.budget = TALLY.budget
             except Exception as err:  # noqa: BLE001 - an outcome nobody can read is not a success
                 log.error("Could not read how the sweep's jobs ended from %s (%s).", config.tracking.uri, err)
                 raise SystemExit(EXIT_FAILED) from None
         spent = time.time() - t.started_ms / 1000 if t.started_ms else 0.0  # what wif-plan priced beforehand
         log.info("Sweep done: %d finished, %d failed, %d killed, %d skipped (already finished; resume=false "
-                 "reruns them); spent %.1f min wall.", t.finished, t.failed, t.killed, t.skipped, spent / 60)
+                 "reruns them); spent %.1f min wall%s.", t.finished, t.failed, t.killed, t.skipped, spent / 60,
+                 f"; {t.budget}" if t.budget else "")
         for line in t.failures:
             log.error("  failed: %s", line)
         if t.failed or t.killed:

@@ -5,15 +5,20 @@ earlier runs of the same testbed (device, GPU model, network) in the MLflow stor
 overhead (fork, data, set-up: `job_overhead_s`) plus its epochs (`time_total_s` per epoch run). The cheap
 way's epochs per run are those earlier `trainer.epochs=auto` runs took (else `trainer.min_epochs`), and its
 share of the grid's runs is what earlier races of the store ran (else the share stated as assumed).
-With no earlier run of the testbed it says so, and how to get one: a one-block probe of the same grid.
+With no earlier run of the testbed a short probe (wif.sweep.probe: a few batches of each setting, its job
+start included) prices it, and its own cost is printed; `--no-probe` only says how to get a price.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from hydra import compose, initialize_config_dir
@@ -25,19 +30,9 @@ from wif.config import ConfigError, register_configs, validate
 from wif.config.compose import CONF_DIR
 from wif.config.exits import EXIT_BAD_SETTING
 from wif.measure.tracking import default_tracking_uri
+from wif.sweep.probe import RunCost, read_history  # noqa: F401 - RunCost: what a history holds, for callers
 
 ASSUMED_RACE_SHARE = 0.4  # of the fixed grid's runs, when the store holds no race: docs/race.md measured 0.38
-
-
-@dataclass
-class RunCost:
-    """What one earlier run cost: its job's overhead, its epochs and their seconds (validation and test included)."""
-
-    cell: str
-    overhead_s: float
-    epochs: int
-    run_s: float
-    auto: bool
 
 
 @dataclass
@@ -69,26 +64,6 @@ def price(cells: Dict[str, int], epochs: int, history: Sequence[RunCost], runs_s
     return Price(round(runs), round(epochs_total), seconds)
 
 
-def read_history(client: MlflowClient, experiment: str, testbed: Dict[str, str]) -> List[RunCost]:
-    """Finished training runs of the testbed (tags wif.device, wif.gpu, wif.model), oldest first."""
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return []
-    where = " and ".join(["tags.`wif.kind` = 'train'", "attributes.status = 'FINISHED'"] +
-                         [f"tags.`{k}` = '{v}'" for k, v in testbed.items()])
-    out = []
-    for run in client.search_runs([exp.experiment_id], where, max_results=50_000):
-        m, p = run.data.metrics, run.data.params
-        if "time_total_s" not in m:
-            continue
-        epochs = m.get("epochs_run") or float(p.get("trainer.epochs", "0") if p.get("trainer.epochs") != "auto" else 0)
-        if not epochs:
-            continue
-        out.append(RunCost(run.data.tags.get("wif.cell", "?"), m.get("job_overhead_s", 0.0), int(epochs),
-                           m["time_total_s"], p.get("trainer.epochs") == "auto"))
-    return out
-
-
 def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
     """The share of its fixed grid's runs the store's finished races ran (wif.kind=race records)."""
     exp = client.get_experiment_by_name(experiment)
@@ -104,10 +79,43 @@ def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
     return ran / planned if planned else None
 
 
+def probe_price(cells: Dict[str, int], shapes: Dict[str, tuple], probes: Dict, epochs: float,
+                runs_share: float = 1.0) -> Optional[Price]:
+    """The sweep's price from probes of its settings (wif.sweep.probe): `shapes` maps each cell to its
+    (fraction, batches a training epoch); a setting without a probe is priced at the median one."""
+    from wif.sweep.budget import Job, Prices
+
+    prices = Prices(probes=probes)
+    runs = seconds = 0.0
+    for cell, repeats in cells.items():
+        cost = prices.cost(Job((), cell, *shapes[cell], 0))
+        if cost is None:
+            return None
+        runs += repeats * runs_share
+        seconds += repeats * runs_share * cost.seconds(epochs)
+    return Price(round(runs), round(runs * epochs), seconds)
+
+
+def run_probe(overrides: Sequence[str], uri: str, experiment: str) -> float:
+    """train.py -m with the sweep's overrides and sweep.probe_only=true: the probe the budgeted sweep runs
+    (its settings not probed yet), in a process of its own as a sweep would; its wall time."""
+    train = Path(__file__).resolve().parents[2] / "train.py"
+    cmd = [sys.executable, str(train), "-m", *overrides, "sweep.probe_only=true", f"tracking.experiment={experiment}"]
+    print(f"wif-plan: no earlier run of this testbed in the store: probing each setting ({' '.join(cmd[1:])})",
+          flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, env={**os.environ, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"wif-plan: the probe failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+    return time.monotonic() - t0
+
+
 def plan_cells(overrides: Sequence[str]) -> tuple:
-    """(cell -> repeats, a composed config of the sweep, for its testbed and trainer) from train.py's overrides."""
+    """(cell -> repeats, a composed config of the sweep for its testbed and trainer, cell -> (fraction,
+    training batches an epoch)) from train.py's overrides."""
     from wif.sweep.callback import plan_jobs
     from wif.sweep.job import cell_name
+    from wif.sweep.budget import batches_per_epoch
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -117,6 +125,7 @@ def plan_cells(overrides: Sequence[str]) -> tuple:
         jobs = plan_jobs(base.hydra.sweeper.params or {}, overrides)
         cells: Dict[str, int] = {}
         names: Dict[tuple, str] = {}
+        shapes: Dict[str, tuple] = {}
         conf = None
         for job in jobs:
             key = tuple(o for o in job if not o.startswith("repeat="))
@@ -124,8 +133,31 @@ def plan_cells(overrides: Sequence[str]) -> tuple:
                 conf = OmegaConf.to_object(compose("config", overrides=list(job)))
                 validate(conf)
                 names[key] = cell_name(conf)
+                d = conf.data
+                shapes[names[key]] = (d.fraction, batches_per_epoch(d.num_train, d.fraction, d.val_split,
+                                                                    d.batch_size, conf.trainer.max_batches))
             cells[names[key]] = cells.get(names[key], 0) + 1
-    return cells, conf
+    return cells, conf, shapes
+
+
+def _probed(a: argparse.Namespace, cells: Dict[str, int], shapes: Dict[str, tuple], testbed: Dict[str, str],
+            epochs: int, auto_epochs: float, share: float) -> tuple:
+    """(fixed, cheap) priced from the probe of every setting, run first where the store lacks one."""
+    from wif.sweep.probe import read_probes
+
+    client = MlflowClient(a.tracking_uri)
+    probes = read_probes(client, a.experiment, testbed)
+    settings = {cell.rpartition("@")[0] for cell in cells}
+    if settings - set(probes):
+        spent = run_probe(a.overrides, a.tracking_uri, a.experiment)
+        probes = read_probes(client, a.experiment, testbed)
+        missing = settings - set(probes)
+        failed = f" ({len(missing)} failed: priced at the median setting)" if missing else ""
+        print(f"wif-plan: probe: {len(probes)} settings probed{failed} in {spent:.1f} s ({spent / 60:.1f} min, "
+              "its jobs' start included)")
+    else:
+        print(f"wif-plan: priced from the store's probe of every setting (experiment {a.experiment}-probe)")
+    return (probe_price(cells, shapes, probes, epochs), probe_price(cells, shapes, probes, auto_epochs, share))
 
 
 def _line(name: str, p: Price) -> str:
@@ -137,35 +169,43 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the overrides train.py -m would take")
     ap.add_argument("--tracking-uri", default=default_tracking_uri())
     ap.add_argument("--experiment", default="who_is_faster")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="with no earlier run of the testbed, say how to get a price instead of probing")
     return ap
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = build_parser().parse_args(argv)
     try:
-        cells, conf = plan_cells(a.overrides)
+        cells, conf, shapes = plan_cells(a.overrides)
     except ConfigError as err:
         print(f"wif-plan: bad setting: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
     from wif.run.supervise import resolve_device
 
+    from wif.run.model import model_label
+
     tr = conf.trainer
-    testbed = {"wif.device": resolve_device(conf.device), "wif.model": conf.model.name.value}
+    testbed = {"wif.device": resolve_device(conf.device), "wif.model": model_label(conf.model)}
     client = MlflowClient(a.tracking_uri)
     history = read_history(client, a.experiment, testbed)
     epochs = tr.epoch_limit
     print(f"wif-plan: {len(cells)} cells x {max(cells.values())} repeats, {epochs} epochs a run "
           f"({'trainer.epochs=auto: up to max_epochs' if tr.auto else 'trainer.epochs'}), testbed "
           f"{testbed['wif.device']}/{testbed['wif.model']}, from {len(history)} earlier runs in {a.tracking_uri}")
-    fixed = price(cells, epochs, history)
-    if fixed is None:
-        print("wif-plan: no earlier finished run of this testbed in the store: run one block first "
-              "(the same command with repeat=0 and trainer.epochs=3), then ask again")
-        return 0
     auto_runs = [r.epochs for r in history if r.auto]
     auto_epochs = statistics.median(auto_runs) if auto_runs else tr.min_epochs
     share = race_share(client, a.experiment)
+    fixed = price(cells, epochs, history)
     cheap = price(cells, epochs, history, share if share is not None else ASSUMED_RACE_SHARE, auto_epochs)
+    if fixed is None and not a.no_probe:
+        fixed, cheap = _probed(a, cells, shapes, testbed, epochs, auto_epochs,
+                               share if share is not None else ASSUMED_RACE_SHARE)
+    if fixed is None:
+        print("wif-plan: no earlier finished run of this testbed in the store: run one block first "
+              "(the same command with repeat=0 and trainer.epochs=3), or let wif-plan probe it (without "
+              "--no-probe), then ask again")
+        return 0
     print(_line("fixed grid", fixed))
     print(_line("race + auto", cheap) + f"  ({cheap.seconds / fixed.seconds:.2f} of the fixed grid: "
           f"{auto_epochs:g} epochs a run {'as earlier auto runs took' if auto_runs else '(trainer.min_epochs, assumed)'}"

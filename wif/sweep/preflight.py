@@ -36,6 +36,7 @@ log = logging.getLogger("wif")
 
 JOBS_NAMED = 5  # jobs named per reason in the refusal; the rest are counted
 Job = Sequence[str]  # a job's overrides, as the sweeper hands them to the launcher
+_COMPOSED: Dict[Tuple[str, ...], Config] = {}  # each job's config as checked: a budgeted sweep prices them
 
 
 class _Composer:
@@ -141,6 +142,17 @@ class _Checks:
             raise ConfigError(verdict.message())
 
 
+def _key(job: Job) -> Tuple[str, ...]:
+    return tuple(sorted(o for o in job if not o.startswith("race.id=")))  # the race's id changes no price
+
+
+def composed(master: DictConfig, job: Job) -> Config:
+    """The job's typed config, as the checks composed it (composed now if they did not)."""
+    if _key(job) not in _COMPOSED:
+        _COMPOSED[_key(job)] = _Composer(master).config(job)
+    return _COMPOSED[_key(job)]
+
+
 def runs_here(master: DictConfig) -> bool:
     """False when the launcher runs the jobs on other machines (SLURM): their devices and disks are not
     this machine's, so only what does not depend on the machine is checked here."""
@@ -153,7 +165,7 @@ def bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> List[Tuple[Job, str]]:
     bad = []
     for job in jobs:
         try:
-            conf = composer.config(job)
+            conf = _COMPOSED[_key(job)] = composer.config(job)
             validate(conf, here)
             if here:
                 checks.device(conf)

@@ -69,14 +69,16 @@ class RaceLog:
                               "dropped": " ".join(st.dropped), "settled": st.settled, "runs": len(runs),
                               "fixed_grid_runs": fixed, "run_time_s": runs["time_total_s"].sum(), "wall_s": wall_s})
 
-    def finish(self, states: Dict[float, FractionState]) -> None:
-        """The looks as looks.csv, the possibly-fastest set of each fraction as tags."""
+    def finish(self, states: Dict[float, FractionState], budget: Dict[str, str] | None = None) -> None:
+        """The looks as looks.csv, the possibly-fastest set of each fraction as tags; a budgeted race's outcome
+        too (wif.budget.*: what ended it, what finishing would cost)."""
         self._log_looks()
         # Why each fraction ended too: a longer race (more blocks) would have stopped there only if it settled.
-        tags = {}
+        unsettled = "the time budget ended first (sweep.budget_min)" if budget else "runs ran out"
+        tags = dict(budget or {})
         for fr, st in states.items():
             tags[f"wif.race.fastest.f{fr:g}"] = " ".join(st.alive)
-            tags[f"wif.race.ended.f{fr:g}"] = st.settled or "runs ran out"
+            tags[f"wif.race.ended.f{fr:g}"] = st.settled or unsettled
         self.tracker.set_tags(self.run_id, tags)
         self.tracker.end_run(self.run_id, FINISHED)
         for fr, st in sorted(states.items()):

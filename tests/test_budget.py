@@ -1,0 +1,170 @@
+"""A time budget for a sweep (sweep.budget_min): the planning rules on constructed cases, and real budgeted
+sweeps of train.py in a subprocess (the plan said before the first job, no job started that could not
+finish, the end on time, and a larger budget resuming what is missing)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import compose_cfg, run_train, train_runs
+from wif.sweep import budget as b
+from wif.sweep.budget import batches_per_epoch
+from wif.sweep.probe import probe_job
+
+
+def job(cell: str, block: int = 0, batches: int = 10, epochs: int | None = 3, done: bool = False) -> b.Job:
+    return b.Job((cell, f"repeat={block}"), cell, float(cell.rpartition("@")[2]), block, batches, epochs, done)
+
+
+def test_a_probe_extrapolates_to_a_full_epoch_and_keeps_the_rest_fixed() -> None:
+    # 4 batches: the first waits 0.5 s (workers), then 0.1 s each; validation 0.2 s at fraction 0.4
+    probe = b.ProbeCost(wall_s=5.0, run_s=4.0, epoch_s=0.8, first_batch_s=0.5, val_s=0.2, batches=4, fraction=0.4)
+    cost = probe.cost(batches=21, fraction=0.2)
+    assert cost.overhead_s == pytest.approx(1.0)  # launch to return, less the run
+    assert cost.fixed_s == pytest.approx(4.0 - 2 * (0.8 + 0.2))  # set-up, test, warm-up's extra
+    assert cost.epoch_s == pytest.approx(0.5 + 20 * 0.1 + 0.1)
+    assert cost.seconds(3) == pytest.approx(1.0 + 2.0 + 3 * 2.6)
+
+
+def test_auto_epochs_are_priced_at_their_most_plausible() -> None:
+    assert (b.auto_epochs([], 7, 100).expected, b.auto_epochs([], 7, 100).upper) == (7, 100)
+    assert b.auto_epochs([8, 9], 7, 100).upper == 100  # too few seen to bound the next
+    seen = b.auto_epochs([7, 9, 12], 7, 100)
+    assert (seen.expected, seen.upper) == (9, 18)  # 1.5x the most any took
+    assert b.auto_epochs([70, 80, 90], 7, 100).upper == 100  # never above max_epochs
+
+
+def test_prices_learn_from_the_jobs_this_sweep_ran() -> None:
+    prices = b.Prices(history={"a@0.1": b.CellCost(1.0, 0.0, 1.0), "b@0.1": b.CellCost(1.0, 0.0, 3.0)})
+    assert prices.expected_s(job("a@0.1")) == pytest.approx(4.0)
+    assert prices.expected_s(job("new@0.1")) == pytest.approx(7.0)  # never run: the median cell
+    assert prices.upper_s(job("a@0.1")) == pytest.approx(b.SAFETY * 4.0)
+    assert prices.expected_s(job("a@0.1", done=True)) == 0.0  # finished before: skipped, free
+    prices.measure(job("a@0.1"), wall_s=8.0, run_s=6.0, epochs=3)  # twice the guess
+    assert prices.expected_s(job("a@0.1")) == pytest.approx(8.0)  # measured: its own
+    assert prices.expected_s(job("b@0.1")) == pytest.approx(2 * 10.0)  # guessed: scaled by how far guesses were
+
+
+def test_the_plan_is_a_prefix_of_the_order_that_fits() -> None:
+    prices = b.Prices(history={"a@0.1": b.CellCost(1.0, 0.0, 1.0)})  # 4 s a job
+    order = [job("a@0.1", block) for block in range(5)]
+    fit, rest = b.fits(order, prices, left_s=b.END_RESERVE_S + 13.0)
+    assert (len(fit), len(rest)) == (3, 2)
+    assert b.fits([job("a@0.1", 0, done=True)] + order[:1], prices, b.END_RESERVE_S + 4.0)[1] == []
+    assert b.may_start(prices.upper_s(order[0]), b.END_RESERVE_S + b.SAFETY * 4.0)
+    assert not b.may_start(prices.upper_s(order[0]), b.END_RESERVE_S + b.SAFETY * 4.0 - 0.1)
+    assert b.blocks_line([job("a@0.1", 0, done=True), job("a@0.4", 0, done=True), job("a@0.1", 1, done=True),
+                          job("a@0.4", 1), job("a@0.1", 2)]) == "1 of 3 blocks complete, block 1: 1 of 2 jobs"
+
+
+def test_a_race_under_a_budget_runs_the_fractions_it_can_decide_first() -> None:
+    first_look = {0.1: 30.0, 0.4: 90.0, 0.7: 200.0}
+    assert b.choose_fractions(first_look, 1000.0) == [0.1, 0.4, 0.7]
+    assert b.choose_fractions(first_look, 130.0) == [0.1, 0.4]  # 0.7 could not reach its first look
+    assert b.choose_fractions(first_look, 20.0) == [0.1]  # none fits: the cheapest gets furthest
+    assert b.choose_fractions({}, 20.0) == []
+
+
+def test_probe_jobs_and_batches() -> None:
+    assert batches_per_epoch(2000, 0.1, 0.2, 64, None) == 3  # 200 images, 40 for validation, 160 / 64
+    assert batches_per_epoch(2000, 0.7, 0.2, 64, 4) == 4
+    probe = probe_job(["repeat=3", "loader=bg", "trainer.epochs=auto", "race.id=abc"], "who_is_faster")
+    assert "repeat=3" not in probe and "trainer.epochs=auto" not in probe and "race.id=abc" not in probe
+    assert {"repeat=0", "trainer.epochs=2", "trainer.max_batches=4", "loader=bg",
+            "tracking.experiment=who_is_faster-probe"} <= set(probe)
+
+
+def test_a_bad_budget_is_refused_in_one_line() -> None:
+    from omegaconf import OmegaConf
+
+    from wif.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=r"sweep.budget_min=-1.0 must be a positive number of minutes"):
+        validate(OmegaConf.to_object(compose_cfg("sweep.budget_min=-1")))
+    validate(OmegaConf.to_object(compose_cfg("sweep.budget_min=6")))
+
+
+STARTING = re.compile(r"Budget: starting \S+ \(block \d+\): up to ([\d.]+) s, ([\d.]+) s left")
+
+
+@pytest.mark.slow
+def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path: Path, store: str,
+                                                                        cache_dir: Path) -> None:
+    args = ["preset=smoke", "loader=baseline,bg", "data.fraction=0.1", "repeat=range(0,8)", "device=cpu",
+            "trainer.epochs=2", "measure.contended_pct=10000"]
+    t0 = time.monotonic()
+    first = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=0.4", timeout=300)
+    wall = time.monotonic() - t0
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-3000:]
+    lines = out.splitlines()
+    (tmp_path / "first.log").write_text(out)  # kept for a failure's reading
+    plan = next(i for i, line in enumerate(lines) if "Budget plan: fits" in line)
+    probe_done = next(i for i, line in enumerate(lines) if "Probe done in" in line)
+    started = [i for i, line in enumerate(lines) if "started on cpu" in line and i > probe_done]
+    assert probe_done < plan < min(started, default=len(lines))  # the plan before the first job of the sweep
+    last = next(line for line in reversed(lines) if "Sweep done" in line)
+    assert "ended by the budget" in last and "not run:" in last and "to finish" in last
+    # no job started that the budget said could not finish: each start's upper price fitted in what was left
+    starts = [STARTING.search(line) for line in lines if "Budget: starting" in line]
+    assert len(starts) == len(started)
+    assert all(float(m.group(1)) + b.END_RESERVE_S <= float(m.group(2)) for m in starts)
+    assert len([line for line in lines if "not started: it may take up to" in line]) in (1, 2)  # once a cell
+    assert wall < 0.4 * 60 * 1.1  # the whole command, Python's start included
+    ran = train_runs(store, status="FINISHED")
+    assert len(ran) == len(started) < 16
+    client = MlflowClient(store)
+    probes = client.search_runs([client.get_experiment_by_name("who_is_faster-probe").experiment_id])
+    assert {r.data.tags["wif.kind"] for r in probes} == {"probe"} and len(probes) == 2  # never a study run
+
+    again = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=5", timeout=400)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-3000:]
+    assert f"{len(ran)} skipped" in out and "Probe:" not in out  # finished runs kept; the probe reused
+    assert "nothing left undone" in next(line for line in reversed(out.splitlines()) if "Sweep done" in line)
+    done = train_runs(store, status="FINISHED")
+    assert len(done) == 16 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 16
+
+
+@pytest.mark.slow
+def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(tmp_path: Path, store: str,
+                                                                          cache_dir: Path) -> None:
+    from wif.report.cli import main as report_main
+
+    args = ["preset=smoke", "hydra/sweeper=race", "loader=baseline,bg", "data.fraction=0.1,0.4", "race.max_blocks=3",
+            "device=cpu", "trainer.epochs=2", "measure.contended_pct=10000"]
+    first = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=0.3", timeout=300)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-3000:]
+    assert "Budget plan: fractions" in out and "Budget plan: fits" in out
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("who_is_faster").experiment_id
+    (record,) = client.search_runs([exp], "tags.`wif.kind` = 'race'")
+    tags = record.data.tags
+    assert tags["wif.budget.min"] == "0.3" and float(tags["wif.budget.probe_s"]) > 0
+    assert tags["wif.budget.ended"] in next(line for line in out.splitlines() if "Sweep done" in line)
+    ran = train_runs(store, status="FINISHED")
+    if tags["wif.budget.by_budget"] == "true":  # as it should on any machine: 12 jobs do not fit in 18 s
+        assert len(ran) < 12 and float(tags["wif.budget.undone_min"]) > 0
+        assert "not run:" in tags["wif.budget.ended"] and "to finish" in tags["wif.budget.ended"]
+        for fraction in ("0.1", "0.4"):  # each fraction said decided or not, and why a race ended
+            ended = tags[f"wif.race.ended.f{fraction}"]
+            assert (f"f{fraction} not decided" in tags["wif.budget.ended"]) == ("budget" in ended)
+        if ran:  # the report says how the budget ended the race, in one line
+            assert report_main(["--tracking-uri", store, "--out", str(tmp_path / "report"), "--no-log"]) == 0
+            summary = (tmp_path / "report" / "summary.md").read_text()
+            assert "The race ran under a time budget: budget 0.3 min" in summary
+
+    again = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=5", timeout=400)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-3000:]
+    assert f"{len(ran)} skipped" in out and "nothing left undone" in out
+    done = train_runs(store, status="FINISHED")
+    assert len(done) == 12 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 12
+    last = client.search_runs([exp], "tags.`wif.kind` = 'race'", order_by=["attributes.start_time DESC"])[0]
+    assert last.data.tags["wif.budget.by_budget"] == "false" and last.data.tags["wif.budget.undone_min"] == "0.00"

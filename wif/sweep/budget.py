@@ -1,0 +1,202 @@
+"""A time budget for a sweep (`sweep.budget_min`), the pure part: what a job costs, what fits, what is left.
+
+A job's price is its start (fork, Hydra's set-up, data) plus its epochs: `overhead_s + fixed_s + epochs *
+epoch_s`. Its *expected* price plans what fits; its *upper* price (the most epochs it may plausibly take,
+times SAFETY) decides whether it may start at all, so no job is started that cannot finish inside the
+budget (cheaper jobs after a refused one still may start). A running job is never stopped by the budget:
+the check comes before each start. The prices come
+from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe), and each job this sweep
+runs replaces the guess for its cell with what it measured; cells not run yet are scaled by how far the
+measured jobs were from their guesses.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+SAFETY = 1.2  # a job starts only if 1.2x its upper price fits in what is left
+END_RESERVE_S = 5.0  # the sweep's own end (the last look, the record, the exit) after its last job
+RATIO_BOUNDS = (0.5, 2.0)  # how far measured jobs may scale the guesses of cells not run yet (one slow job is noise)
+AUTO_SEEN = 3  # auto runs seen before their epochs bound the next one's, instead of trainer.max_epochs
+AUTO_HEADROOM = 1.5  # ... at 1.5x the most epochs any of them took (capped at trainer.max_epochs)
+
+
+@dataclass(frozen=True)
+class CellCost:
+    """What one run of a cell costs: its job's start, a fixed part of the run, and each epoch."""
+
+    overhead_s: float
+    fixed_s: float
+    epoch_s: float
+
+    def seconds(self, epochs: float) -> float:
+        return self.overhead_s + self.fixed_s + epochs * self.epoch_s
+
+    def scaled(self, ratio: float) -> "CellCost":
+        return CellCost(self.overhead_s * ratio, self.fixed_s * ratio, self.epoch_s * ratio)
+
+
+@dataclass(frozen=True)
+class ProbeCost:
+    """A probe run of a setting (a few batches a training epoch, two epochs): what it measured."""
+
+    wall_s: float  # the job, launch to return (its start included)
+    run_s: float  # time_total_s
+    epoch_s: float  # the second (steady) epoch's training pass
+    first_batch_s: float  # ... of which the wait for the first batch (workers starting)
+    val_s: float  # the second epoch's validation
+    batches: int  # batches in a probe epoch
+    fraction: float
+
+    def cost(self, batches: int, fraction: float) -> CellCost:
+        """The price of a full run at `batches` a training epoch and `fraction`: the steady batch rate
+        extrapolated, validation scaled with the fraction, the rest of the probe run kept as fixed."""
+        per_batch = (self.epoch_s - self.first_batch_s) / max(self.batches - 1, 1)
+        epoch = self.first_batch_s + max(batches - 1, 0) * per_batch
+        val = self.val_s * fraction / self.fraction
+        return CellCost(max(self.wall_s - self.run_s, 0.0), max(self.run_s - 2 * (self.epoch_s + self.val_s), 0.0),
+                        epoch + val)
+
+
+@dataclass(frozen=True)
+class Epochs:
+    expected: float
+    upper: float
+    why: str = ""
+
+
+def auto_epochs(taken: Sequence[int], min_epochs: int, max_epochs: int) -> Epochs:
+    """The epochs a `trainer.epochs=auto` run will take: expected, the median earlier auto runs of the
+    testbed took (else min_epochs); upper, 1.5x the most any took once AUTO_SEEN have, else max_epochs."""
+    if not taken:
+        return Epochs(min_epochs, max_epochs, f"auto: {min_epochs} expected (none seen), up to max_epochs={max_epochs}")
+    expected = float(statistics.median(taken))
+    if len(taken) < AUTO_SEEN:
+        return Epochs(expected, max_epochs, f"auto: {expected:g} expected ({len(taken)} seen), up to max_epochs")
+    upper = min(max_epochs, math.ceil(AUTO_HEADROOM * max(taken)))
+    return Epochs(expected, upper, f"auto: {expected:g} expected, up to {upper} ({len(taken)} seen, most {max(taken)})")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as the budget sees it."""
+
+    key: Tuple[str, ...]  # its overrides
+    cell: str  # setting@fraction
+    fraction: float
+    block: int
+    batches: int  # training batches in a full epoch
+    epochs: Optional[int] = None  # trainer.epochs; None: auto (Prices.auto)
+    done: bool = False  # a FINISHED run of this configuration exists: skipped, costs nothing
+
+    @property
+    def setting(self) -> str:
+        return self.cell.rpartition("@")[0]
+
+
+@dataclass
+class Prices:
+    """Each cell's price: measured in this sweep, else from earlier runs (`history`), else from the probe
+    of its setting, else the median cell; guesses scaled by how far measured jobs were from theirs."""
+
+    history: Dict[str, CellCost] = field(default_factory=dict)
+    probes: Dict[str, ProbeCost] = field(default_factory=dict)
+    auto: Epochs = Epochs(7, 100)  # what a trainer.epochs=auto run takes
+    measured: Dict[str, List[CellCost]] = field(default_factory=dict)
+    ratios: List[float] = field(default_factory=list)
+
+    def guess(self, job: Job) -> Optional[CellCost]:
+        """The price before any job of the cell ran here. A probe's start is the median of all probes': the
+        first job of a process also pays one-time costs (imports, the data set's cache)."""
+        if job.cell in self.history:
+            return self.history[job.cell]
+        if job.setting in self.probes:
+            start = statistics.median(max(p.wall_s - p.run_s, 0.0) for p in self.probes.values())
+            cost = self.probes[job.setting].cost(job.batches, job.fraction)
+            return CellCost(start, cost.fixed_s, cost.epoch_s)
+        known = list(self.history.values()) or [self.guess(Job(job.key, f"{s}@{job.fraction:g}", job.fraction,
+                                                               job.block, job.batches)) for s in self.probes]
+        if not known:
+            return None
+        keys = ("overhead_s", "fixed_s", "epoch_s")
+        return CellCost(*(statistics.median(getattr(c, k) for c in known) for k in keys))
+
+    def cost(self, job: Job) -> Optional[CellCost]:
+        if job.cell in self.measured:
+            seen = self.measured[job.cell]
+            return CellCost(statistics.median(c.overhead_s for c in seen), 0.0,
+                            statistics.median(c.epoch_s for c in seen))
+        guess = self.guess(job)
+        ratio = min(max(statistics.median(self.ratios), RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if self.ratios else 1.0
+        return guess.scaled(ratio) if guess else guess
+
+    def expected_s(self, job: Job) -> float:
+        cost = self.cost(job)
+        return 0.0 if job.done or cost is None else cost.seconds(job.epochs or self.auto.expected)
+
+    def upper_s(self, job: Job) -> float:
+        cost = self.cost(job)
+        return 0.0 if job.done or cost is None else SAFETY * cost.seconds(job.epochs or self.auto.upper)
+
+    def measure(self, job: Job, wall_s: float, run_s: float, epochs: int) -> None:
+        """What a job of this sweep took: the cell's price from now on, and the others' correction."""
+        guess = self.guess(job)
+        if guess is not None and job.cell not in self.measured:
+            self.ratios.append(wall_s / max(guess.seconds(epochs), 1e-6))
+        self.measured.setdefault(job.cell, []).append(CellCost(max(wall_s - run_s, 0.0), 0.0, run_s / max(epochs, 1)))
+
+
+def batches_per_epoch(num_train: int, fraction: float, val_split: float, batch_size: int,
+                      max_batches: Optional[int]) -> int:
+    """Training batches in a full epoch, as wif.data.datasets splits the subset (validation cut first)."""
+    subset = round(num_train * fraction)
+    full = max(math.ceil((subset - round(subset * val_split)) / batch_size), 1)
+    return min(full, max_batches) if max_batches else full
+
+
+def may_start(upper_s: float, left_s: float) -> bool:
+    """A job may start only if its upper price, and the sweep's end after it, fit in what is left."""
+    return upper_s + END_RESERVE_S <= left_s
+
+
+def fits(jobs: Sequence[Job], prices: Prices, left_s: float) -> Tuple[List[Job], List[Job]]:
+    """(the jobs that fit in `left_s` at their expected prices, in order; the rest): a prefix of the order,
+    which puts the most informative first (whole blocks, each repeat one block)."""
+    spent, out = 0.0, []
+    for i, job in enumerate(jobs):
+        spent += prices.expected_s(job)
+        if spent + END_RESERVE_S > left_s:
+            return out, list(jobs[i:])
+        out.append(job)
+    return out, []
+
+
+def choose_fractions(first_look_s: Dict[float, float], left_s: float) -> List[float]:
+    """The fractions a race runs now: those whose cost to their first look fits, cheapest first (a fraction
+    decided tells more than three half-run), or, when none fits, the cheapest alone (it gets furthest)."""
+    chosen, spent = [], 0.0
+    for fr, cost in sorted(first_look_s.items(), key=lambda i: (i[1], i[0])):
+        if spent + cost + END_RESERVE_S <= left_s:
+            chosen.append(fr)
+            spent += cost
+    return sorted(chosen) or ([min(first_look_s, key=lambda fr: (first_look_s[fr], fr))] if first_look_s else [])
+
+
+def blocks_line(jobs: Sequence[Job]) -> str:
+    """'blocks 0-1 complete, block 2: 5 of 33 jobs': how far a list of jobs (done or run) gets."""
+    per: Dict[int, List[Job]] = {}
+    for job in jobs:
+        per.setdefault(job.block, []).append(job)
+    complete = [b for b, js in sorted(per.items()) if all(j.done for j in js)]
+    partial = [(b, sum(j.done for j in js), len(js)) for b, js in sorted(per.items())
+               if b not in complete and any(j.done for j in js)]
+    out = [f"{len(complete)} of {len(per)} blocks complete"]
+    out += [f"block {b}: {n} of {m} jobs" for b, n, m in partial]
+    return ", ".join(out)
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"

@@ -88,7 +88,8 @@ def probe_price(cells: Dict[str, int], shapes: Dict[str, tuple], probes: Dict, e
     prices = Prices(probes=probes)
     runs = seconds = 0.0
     for cell, repeats in cells.items():
-        cost = prices.cost(Job((), cell, *shapes[cell], 0))
+        fraction, batches = shapes[cell]
+        cost = prices.cost(Job((), cell, fraction, 0, batches))  # block 0: a price does not depend on it
         if cost is None:
             return None
         runs += repeats * runs_share

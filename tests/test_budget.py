@@ -79,6 +79,15 @@ def test_probe_jobs_and_batches() -> None:
             "tracking.experiment=who_is_faster-probe"} <= set(probe)
 
 
+def test_a_budget_that_started_no_job_is_not_read_as_jobs_run_elsewhere() -> None:
+    """A budgeted sweep whose budget started none of its 30 jobs ran nothing: its tally must not be read from
+    the store as a submitting launcher's (which said '30 skipped (already finished)')."""
+    from wif.sweep.callback import SweepTally
+
+    assert SweepTally(total=30).ran_elsewhere()  # submitit: nothing ended here, the store knows
+    assert not SweepTally(total=30, budget="budget 2 min: ended by the budget; 0 jobs run").ran_elsewhere()
+
+
 def test_a_bad_budget_is_refused_in_one_line() -> None:
     from omegaconf import OmegaConf
 

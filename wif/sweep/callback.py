@@ -35,8 +35,10 @@ class SweepTally:
     budget: str = ""  # a budgeted sweep's outcome (wif.sweep.probe.SweepBudget.outcome): said on the last line
 
     def ran_elsewhere(self) -> bool:
-        """Jobs were planned but none ended in this process: a launcher ran them in processes of their own."""
-        return bool(self.total) and not (self.finished or self.failed or self.killed or self.skipped)
+        """Jobs were planned but none ended in this process: a launcher ran them in processes of their own. A
+        budgeted sweep runs its jobs here (it refuses the submitting launchers): one whose budget started none
+        ran nothing, anywhere (its jobs were counted as skipped, 'already finished', before)."""
+        return bool(self.total) and not (self.finished or self.failed or self.killed or self.skipped or self.budget)
 
 
 TALLY = SweepTally()

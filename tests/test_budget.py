@@ -104,7 +104,8 @@ STARTING = re.compile(r"Budget: starting \S+ \(block \d+\): up to ([\d.]+) s, ([
 @pytest.mark.slow
 def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path: Path, store: str,
                                                                         cache_dir: Path) -> None:
-    args = ["preset=smoke", "loader=baseline,bg", "data.fraction=0.1", "repeat=range(0,8)", "device=cpu",
+    # 48 jobs of about 0.7 s on a quiet 2-core machine: more than the 0.4 min budget, however fast it runs
+    args = ["preset=smoke", "loader=baseline,bg", "data.fraction=0.1", "repeat=range(0,24)", "device=cpu",
             "trainer.epochs=2", "measure.contended_pct=10000"]
     t0 = time.monotonic()
     first = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=0.4", timeout=300)
@@ -126,7 +127,7 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     assert len([line for line in lines if "not started: it may take up to" in line]) in (1, 2)  # once a cell
     assert wall < 0.4 * 60 * 1.1  # the whole command, Python's start included
     ran = train_runs(store, status="FINISHED")
-    assert len(ran) == len(started) < 16
+    assert len(ran) == len(started) < 48
     client = MlflowClient(store)
     probes = client.search_runs([client.get_experiment_by_name("who_is_faster-probe").experiment_id])
     assert {r.data.tags["wif.kind"] for r in probes} == {"probe"} and len(probes) == 2  # never a study run
@@ -137,7 +138,7 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     assert f"{len(ran)} skipped" in out and "Probe:" not in out  # finished runs kept; the probe reused
     assert "nothing left undone" in next(line for line in reversed(out.splitlines()) if "Sweep done" in line)
     done = train_runs(store, status="FINISHED")
-    assert len(done) == 16 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 16
+    assert len(done) == 48 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 48
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from wif.config.schema import (
                                TrainerMode,
                                TransferConfig,
                                TransferKind,
+                               UserCodeError,
                                as_plain,
                                register_configs,
                                require,
@@ -39,5 +40,5 @@ __all__ = ["Augment", "Config", "ConfigError", "DataConfig", "DataFormat", "Data
            "EngineName",
            "LoaderConfig", "MeasureConfig", "ModelConfig", "ModelName", "OptimizerConfig", "PageCache",
            "Precision", "RaceConfig", "StartMethod", "SweepConfig",
-           "TrackingConfig", "TrainerConfig", "TrainerMode", "TransferConfig", "TransferKind", "as_plain",
+           "TrackingConfig", "TrainerConfig", "TrainerMode", "TransferConfig", "TransferKind", "UserCodeError", "as_plain",
            "register_configs", "require", "validate", "warnings_for"]

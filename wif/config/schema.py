@@ -18,6 +18,11 @@ class ConfigError(ValueError):
     """A setting that cannot run; the message names it and says what to do."""
 
 
+class UserCodeError(ConfigError):
+    """A user's factory failed or built the wrong thing: refused as a bad setting, before any run is recorded
+    (a dataset factory is checked by the run's own process, before its MLflow run is opened)."""
+
+
 def require(ok: bool, message: str) -> None:
     """Raise `ConfigError(message)` unless `ok`: every check reads as the rule it states."""
     if not ok:

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 from torch.utils.data import Dataset, Subset
 
-from wif.config import ConfigError, DataConfig
+from wif.config import ConfigError, DataConfig, UserCodeError
 from wif.config.targets import factory_failure, importable
 from wif.data.datasets import Datasets, split_indices
 
@@ -24,31 +24,31 @@ def _is_map_style(ds: Any) -> bool:
 
 
 def custom_sets(cfg: DataConfig) -> Dict[str, Optional[Dataset]]:
-    """Call the factory and check what it returned: ConfigError naming data._target_ when it is not a
+    """Call the factory and check what it returned: UserCodeError naming data._target_ when it is not a
     map-style Dataset of (input, label) pairs (or a dict of them)."""
     factory = importable("data._target_", str(cfg._target_))
     try:
         made = factory(**cfg.kwargs)
     except Exception as err:  # the user's code: one line naming the key, its traceback in the job's log
-        raise ConfigError(factory_failure("data._target_", cfg._target_, err)) from err
+        raise UserCodeError(factory_failure("data._target_", cfg._target_, err)) from err
     sets: Dict[str, Any] = dict(made) if isinstance(made, dict) else {"train": made}
     extra = set(sets) - set(PARTS)
     if extra or "train" not in sets:
-        raise ConfigError(f"data._target_={cfg._target_} returned a dict with keys {sorted(sets)}: expected "
-                          "'train' and optionally 'val' and 'test'.")
+        raise UserCodeError(f"data._target_={cfg._target_} returned a dict with keys {sorted(sets)}: expected "
+                            "'train' and optionally 'val' and 'test'.")
     for part in PARTS:
         ds = sets.get(part)
         if ds is None:
             continue
         if not _is_map_style(ds):
-            raise ConfigError(f"data._target_={cfg._target_} returned a {type(ds).__name__} for {part}, not a map-style "
-                              "Dataset (one with __getitem__ and __len__) of (input, label).")
+            raise UserCodeError(f"data._target_={cfg._target_} returned a {type(ds).__name__} for {part}, not a "
+                                "map-style Dataset (one with __getitem__ and __len__) of (input, label).")
         if len(ds) == 0:
-            raise ConfigError(f"data._target_={cfg._target_}: its {part} Dataset is empty.")
+            raise UserCodeError(f"data._target_={cfg._target_}: its {part} Dataset is empty.")
         sample = ds[0]
         if not (isinstance(sample, (tuple, list)) and len(sample) == 2):
-            raise ConfigError(f"data._target_={cfg._target_}: {part}[0] is a {type(sample).__name__}, not an "
-                              "(input, label) pair.")
+            raise UserCodeError(f"data._target_={cfg._target_}: {part}[0] is a {type(sample).__name__}, not an "
+                                "(input, label) pair.")
     return {part: sets.get(part) for part in PARTS}
 
 

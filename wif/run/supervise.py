@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from wif.config import Config, ConfigError, Device, TrainerConfig
+from wif.config import Config, ConfigError, Device, TrainerConfig, UserCodeError
 from wif.config.exits import describe
 from wif.data.formats.splits import cold_verdict
 from wif.measure.contention import HostCpuMeter, is_contended
@@ -90,7 +90,7 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
             signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
         name, message = describe(err, conf.loader.num_workers)
         conn.send(("error", {"type": name, "message": message, "traceback": traceback.format_exc(),
-                             "bad_setting": isinstance(err, ConfigError)}))
+                             "bad_setting": isinstance(err, ConfigError), "user_code": isinstance(err, UserCodeError)}))
         raise SystemExit(1)
 
 
@@ -305,6 +305,6 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
         return Outcome(FINISHED, summary=summary, run_id=run.run_id)
     error = run.error or {"type": "ProcessDied", "message": f"the run's process ended with exit code {proc.exitcode} "
                           "(killed by a signal, out of memory, or a crash in native code)", "traceback": ""}
-    if run.run_id is None and error.get("bad_setting"):
-        return Outcome(REFUSED, error)  # no record: a bad setting, as one found before the fork would be
+    if run.run_id is None and error.get("user_code"):
+        return Outcome(REFUSED, error)  # no record: the user's dataset factory, as the check before the fork was
     return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error, run_id=run.open())

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from wif.config import Config, ConfigError
+from wif.config import Config, ConfigError, UserCodeError
 from wif.config.exits import describe
 from wif.measure.lifetime import die_with_parent
 from wif.run.ddp.gather import job_epoch, job_result
@@ -126,7 +126,8 @@ def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, thre
         first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
         error: Optional[Dict[str, Any]] = {"type": name, "message": f"rank {rank}: {first}",
                                            "traceback": traceback.format_exc(), "t": time.time(),
-                                           "bad_setting": isinstance(err, ConfigError)}
+                                           "bad_setting": isinstance(err, ConfigError),
+                                           "user_code": isinstance(err, UserCodeError)}
         try:
             conn.send(("error", error))
         except OSError:

@@ -62,6 +62,7 @@ def validate(cfg: Config, here: bool = True) -> None:
                 "transfer=resident holds the whole dataset on the device and uses no DataLoader; it cannot take "
                 f"loader.num_workers={lo.num_workers}, loader.background={lo.background} or "
                 f"loader.pin_memory={lo.pin_memory}. Use loader=gpu_resident, or another transfer option.")
+    validate_uint8(cfg)
     validate_options(cfg)
     require(not (d.source is DataSource.custom and cfg.transfer.kind is TransferKind.resident),
             "data=custom cannot be held on the device by transfer=resident (loader=gpu_resident): your Dataset "
@@ -99,6 +100,28 @@ def validate(cfg: Config, here: bool = True) -> None:
             f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
             f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
             "Raise data.fraction or data.num_train so that neither split is empty.")
+
+
+def validate_uint8(cfg: Config) -> None:
+    """transfer.uint8=true: wif's own images cross from the host as uint8 and wif normalizes them on the device,
+    so every batch must be copied, and be images whose dtype and normalization wif decides."""
+    if not cfg.transfer.uint8:
+        return
+    drop = "Drop transfer.uint8=true"
+    require(cfg.transfer.kind is not TransferKind.resident,
+            f"transfer.uint8=true with loader={cfg.loader.name} (transfer=resident): the dataset is held on the "
+            f"device, so nothing travels per batch. {drop}, or use a loader option that streams batches.")
+    require(cfg.data.source is not DataSource.fixed,
+            f"transfer.uint8=true with data=fixed: its batch is made on the device, never copied. {drop}.")
+    require(cfg.data.source is not DataSource.custom,
+            f"transfer.uint8=true with data=custom: your Dataset decides its own dtype and normalization. {drop}, "
+            "or return uint8 from your Dataset and normalize in your model.")
+    require(cfg.engine.name is not EngineName.dali,
+            f"transfer.uint8=true with engine=dali: DALI normalizes in its own pipeline. {drop}, or use another "
+            "engine.")
+    require(cfg.data.format is None,
+            f"transfer.uint8=true with data.format={cfg.data.format.value if cfg.data.format else ''}: packed "
+            f"formats still decode to float on the host. {drop}, or data.format=null.")
 
 
 def validate_ranks(cfg: Config) -> None:

@@ -156,6 +156,10 @@ class EngineConfig:
 class TransferConfig:
     kind: TransferKind = TransferKind.copy
     non_blocking: bool = False
+    # true: the loader yields uint8 images (a quarter of float32's bytes cross to the device), converted to float
+    # and normalized on the device after the copy (timm's PrefetchLoader); with kind copy or stream and
+    # data=synthetic|encoded|folder (wif.config.checks refuses the rest)
+    uint8: bool = False
 
 
 @dataclass

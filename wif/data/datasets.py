@@ -6,6 +6,9 @@
   ever converted to float.
 - Decoded per sample (`data=encoded`, `data=folder`): JPEG bytes or image files decoded, augmented and
   normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
+Under transfer.uint8=true both hold or yield uint8 images instead: every per-sample step (crops, flips) is
+the same, and the float conversion and normalization, the last steps, run on the device after the copy
+(`wif.data.transfer.to_float`, with the mean and std below).
 The fraction takes a seeded subset of the training set before the train/validation split; every source
 splits the same way. The sources themselves live in `wif.data.synthetic` and `wif.data.folder`.
 """
@@ -31,7 +34,7 @@ NORMALIZE_MEAN, NORMALIZE_STD = 0.5, 0.25
 
 @dataclass
 class Split:
-    images: torch.Tensor  # float32, N x 3 x H x W, normalized
+    images: torch.Tensor  # float32, N x 3 x H x W, normalized (uint8 as decoded under transfer.uint8=true)
     labels: torch.Tensor  # int64, N
 
     def __len__(self) -> int:
@@ -82,9 +85,10 @@ class HeldImages:
         return self.images[i]
 
 
-def make_transform(augment: Augment, size: int, train: bool, native: bool = False):
+def make_transform(augment: Augment, size: int, train: bool, native: bool = False, uint8: bool = False):
     """uint8 image to normalized float; random augmentation on the training split only. `native`: images
-    at their own size, evaluated on Resize(size * 256/224) + CenterCrop(size) as PyTorch's ImageNet example."""
+    at their own size, evaluated on Resize(size * 256/224) + CenterCrop(size) as PyTorch's ImageNet example.
+    `uint8`: the same steps without the last two (float conversion, normalization): the device does them."""
     from torchvision.transforms import v2
 
     steps = []
@@ -94,8 +98,9 @@ def make_transform(augment: Augment, size: int, train: bool, native: bool = Fals
         steps += [v2.Resize(round(size * 256 / 224), antialias=True), v2.CenterCrop(size)]
     if train and augment in (Augment.flip, Augment.standard):
         steps.append(v2.RandomHorizontalFlip())
-    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([NORMALIZE_MEAN] * 3, [NORMALIZE_STD] * 3)]
-    return v2.Compose(steps)
+    if not uint8:
+        steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize([NORMALIZE_MEAN] * 3, [NORMALIZE_STD] * 3)]
+    return v2.Compose(steps) if steps else v2.Identity()  # uint8, nothing to crop: the decoded image as it is
 
 
 class DecodedSplit(Dataset):
@@ -156,19 +161,24 @@ def split_indices(n_total: int, fraction: float, val_split: float, seed: int) ->
     return np.sort(subset[n_val:]), np.sort(subset[:n_val])
 
 
-def _to_split(images_u8: np.ndarray, labels: np.ndarray) -> Split:
-    x = torch.from_numpy(images_u8).to(torch.float32)
-    x.div_(255.0).sub_(NORMALIZE_MEAN).div_(NORMALIZE_STD)
+def _to_split(images_u8: np.ndarray, labels: np.ndarray, uint8: bool = False) -> Split:
+    """Held images as the loader hands them out: normalized float32, or the uint8 images themselves."""
+    x = torch.from_numpy(np.ascontiguousarray(images_u8))
+    if not uint8:
+        x = x.to(torch.float32).div_(255.0).sub_(NORMALIZE_MEAN).div_(NORMALIZE_STD)
     return Split(x, torch.from_numpy(np.ascontiguousarray(labels)))
 
 
-def _decoded(decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool) -> DecodedSplit:
-    transform = make_transform(cfg.augment, cfg.image_size, train, native=getattr(decoder, "native", False))
+def _decoded(decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool,
+             uint8: bool = False) -> DecodedSplit:
+    transform = make_transform(cfg.augment, cfg.image_size, train, native=getattr(decoder, "native", False),
+                               uint8=uint8)
     return DecodedSplit(decoder, torch.from_numpy(labels), idx, transform)
 
 
-def load_datasets(cfg: DataConfig) -> Datasets:
-    """Train, validation and test splits: tensors in host memory, or images decoded per sample."""
+def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
+    """Train, validation and test splits: tensors in host memory, or images decoded per sample. `uint8`
+    (transfer.uint8=true): their images stay uint8, for the device to convert and normalize."""
     if cfg.source is DataSource.encoded:
         arrays, num_classes = encoded_arrays(cfg), cfg.num_classes
         decoders = {p: JpegBlob(torch.from_numpy(arrays[f"{p}_blob"]), torch.from_numpy(arrays[f"{p}_offsets"]))
@@ -186,11 +196,11 @@ def load_datasets(cfg: DataConfig) -> Datasets:
             p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
     y, test_y = arrays["train_y"], arrays["test_y"]
     if decoders is not None:
-        return decoded_datasets(decoders, y, test_y, num_classes, cfg)
+        return decoded_datasets(decoders, y, test_y, num_classes, cfg, uint8)
     train_idx, val_idx = checked_split(len(y), cfg)
     x = arrays["train_x"]
-    return Datasets(train=_to_split(x[train_idx], y[train_idx]), val=_to_split(x[val_idx], y[val_idx]),
-                    test=_to_split(arrays["test_x"], test_y), num_classes=num_classes)
+    return Datasets(train=_to_split(x[train_idx], y[train_idx], uint8), val=_to_split(x[val_idx], y[val_idx], uint8),
+                    test=_to_split(arrays["test_x"], test_y, uint8), num_classes=num_classes)
 
 
 def checked_split(n_total: int, cfg: DataConfig) -> Tuple[np.ndarray, np.ndarray]:
@@ -203,10 +213,10 @@ def checked_split(n_total: int, cfg: DataConfig) -> Tuple[np.ndarray, np.ndarray
 
 
 def decoded_datasets(decoders: Dict[str, Decoder], y: np.ndarray, test_y: np.ndarray, num_classes: int,
-                     cfg: DataConfig) -> Datasets:
+                     cfg: DataConfig, uint8: bool = False) -> Datasets:
     """The three splits of a set decoded per sample, from each part's decoder and labels."""
     train_idx, val_idx = checked_split(len(y), cfg)
-    return Datasets(train=_decoded(decoders["train"], y, train_idx, cfg, train=True),
-                    val=_decoded(decoders["train"], y, val_idx, cfg, train=False),
-                    test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, train=False),
+    return Datasets(train=_decoded(decoders["train"], y, train_idx, cfg, True, uint8),
+                    val=_decoded(decoders["train"], y, val_idx, cfg, False, uint8),
+                    test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, False, uint8),
                     num_classes=num_classes)

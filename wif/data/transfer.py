@@ -1,5 +1,9 @@
 """How a host batch reaches the device. Kept apart from the loader so any loader option can be combined
-with any transfer option on the command line."""
+with any transfer option on the command line.
+
+Under transfer.uint8=true the loader yields uint8 images: the copy moves a quarter of float32's bytes, and the
+images are converted to float and normalized on the device right after it (`to_float`, timm's
+PrefetchLoader), on the stream that copied them, so the loop still sees the float batches of the host path."""
 
 from __future__ import annotations
 
@@ -8,9 +12,39 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from wif.config import TransferConfig, TransferKind
+from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD
 from wif.data.loaders import Batch, Batches, FixedBatches, ResidentBatches
 
 Transfer = Callable[[Batch], Batch]
+
+
+def to_float(images: torch.Tensor) -> torch.Tensor:
+    """uint8 images to the float32 the host path makes (scale to [0, 1], then normalize), on their own device:
+    (x - 255 mean) / (255 std), one new tensor and two passes in place, queued on the current stream."""
+    return images.float().sub_(255 * NORMALIZE_MEAN).div_(255 * NORMALIZE_STD)
+
+
+class Sent(tuple):
+    """A device batch (images, labels) whose images crossed as uint8 and were converted after the copy:
+    `wire_nbytes` is what the copy moved, which `batch_nbytes` reports (the batch now holds more)."""
+
+    wire_nbytes: int
+
+    def __new__(cls, images: torch.Tensor, labels: torch.Tensor, wire_nbytes: int) -> "Sent":
+        batch = super().__new__(cls, (images, labels))
+        batch.wire_nbytes = wire_nbytes
+        return batch
+
+
+def copy_to(device: torch.device, non_blocking: bool, uint8: bool = False) -> Transfer:
+    """The copy of one host batch, queued on the current stream; under `uint8`, its images converted after it."""
+
+    def copy(batch: Batch) -> Batch:
+        x, y = batch
+        dx, dy = x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+        return Sent(to_float(dx), dy, batch_nbytes(batch)) if uint8 else (dx, dy)
+
+    return copy
 
 
 def on_device(batch: Batch) -> Batch:
@@ -23,18 +57,15 @@ def make_transfer(cfg: TransferConfig, device: torch.device) -> Transfer:
     by a `StreamPrefetcher` before the loop sees them)."""
     if cfg.kind in (TransferKind.resident, TransferKind.stream):
         return on_device
-    non_blocking = cfg.non_blocking
-
-    def copy(batch: Batch) -> Batch:
-        x, y = batch
-        return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
-
-    return copy
+    return copy_to(device, cfg.non_blocking, cfg.uint8)
 
 
 def batch_nbytes(batch: Any) -> int:
     """Bytes of a batch's tensors (in tuples, lists or dicts): what copying it to the device moves, as a copy
-    keeps dtype and shape. `nbytes` is shape times item size, host metadata: reading it never syncs."""
+    keeps dtype and shape (a `Sent` batch: the uint8 bytes it crossed as). `nbytes` is shape times item size,
+    host metadata: reading it never syncs."""
+    if isinstance(batch, Sent):
+        return batch.wire_nbytes
     if isinstance(batch, torch.Tensor):
         return batch.nbytes
     if isinstance(batch, dict):
@@ -65,18 +96,21 @@ class StreamPrefetcher:
     batch (`wait_stream`), and each batch is marked as used by the compute stream (`record_stream`) so
     the allocator does not hand its memory to the copy stream's next allocation while kernels still read
     it. On a device without CUDA there is no stream to overlap on: the batches are plainly copied.
+    `uint8` (transfer.uint8=true): the images are converted on the side stream too, after their copy, so the
+    conversion overlaps the compute as the copy does.
     """
 
-    def __init__(self, batches: Batches, device: torch.device, non_blocking: bool = True) -> None:
+    def __init__(self, batches: Batches, device: torch.device, non_blocking: bool = True, uint8: bool = False) -> None:
         self.batches, self.device, self.non_blocking = batches, device, non_blocking  # CPU: `warnings_for` says so
+        self.copy = copy_to(device, non_blocking, uint8)
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.device.type != "cuda":
-            for x, y in self.batches:
-                yield x.to(self.device), y.to(self.device)
+            for batch in self.batches:
+                yield self.copy(batch)
             return
         copy_stream = torch.cuda.Stream(self.device)
         host = iter(self.batches)
@@ -84,19 +118,17 @@ class StreamPrefetcher:
         def preload() -> Optional[Batch]:
             """Fetch the next host batch and queue its copy on the side stream; None at the epoch's end."""
             try:
-                x, y = next(host)
+                batch = next(host)
             except StopIteration:
                 return None
-            with torch.cuda.stream(copy_stream):  # allocated and copied on the side stream
-                nb = self.non_blocking
-                return x.to(self.device, non_blocking=nb), y.to(self.device, non_blocking=nb)
+            with torch.cuda.stream(copy_stream):  # allocated, copied (and converted) on the side stream
+                return self.copy(batch)
 
         ahead = preload()
         while ahead is not None:
             compute = torch.cuda.current_stream(self.device)
             compute.wait_stream(copy_stream)  # queued on the device: the host does not block
-            x, y = ahead
-            x.record_stream(compute)
-            y.record_stream(compute)
-            ahead = preload()  # the next copy overlaps this batch's compute
-            yield x, y
+            for tensor in ahead:
+                tensor.record_stream(compute)
+            batch, ahead = ahead, preload()  # the next copy overlaps this batch's compute
+            yield batch

@@ -123,7 +123,8 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit,
     if cfg.data.source is DataSource.custom:
         data = custom_datasets(cfg.data)
     else:
-        data = format_datasets(cfg.data) if cfg.data.format is not None else load_datasets(cfg.data)
+        data = (format_datasets(cfg.data) if cfg.data.format is not None
+                else load_datasets(cfg.data, uint8=cfg.transfer.uint8))  # uint8: normalized on the device
     t_setup = time.perf_counter()
     emit("data", {"train": len(data.train), "val": len(data.val), "test": len(data.test),
                   "num_classes": data.num_classes, "data_load_s": t_setup - t0})
@@ -158,7 +159,8 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     if tr.max_batches is not None:
         loaders["train"] = CappedBatches(loaders["train"], tr.max_batches)
     if cfg.transfer.kind is TransferKind.stream:  # wraps the capped batches: never prefetches past the cap
-        loaders = {name: StreamPrefetcher(b, device, cfg.transfer.non_blocking) for name, b in loaders.items()}
+        loaders = {name: StreamPrefetcher(b, device, cfg.transfer.non_blocking, cfg.transfer.uint8)
+                   for name, b in loaders.items()}
     transfer = make_transfer(cfg.transfer, device)
     storage = EpochStorage(cfg.data)  # evicts the data's files before each epoch under data.page_cache=cold
     if tr.mode is TrainerMode.loader_only:  # no model: the loader and transfer alone, timed the same way

@@ -187,3 +187,17 @@ def test_the_stream_prefetcher_converts_as_a_synchronous_copy_does(cache_dir: Pa
         diffs.append(torch.stack([(x - wx).abs().max(), (y - wy).abs().max().float()]))
     assert len(diffs) == len(want) >= 40
     assert torch.stack(diffs).max().item() == 0
+
+
+def test_uint8_and_the_stream_prefetcher_are_cells_of_their_own_and_old_runs_keep_their_identity() -> None:
+    """The report never pools uint8 or stream runs with the plain copy of the same loader option, and adding
+    the key did not change the identity (resume) of a run that does not set it."""
+    from wif.sweep.job import cell_name, run_identity
+
+    plain = typed(compose_cfg("preset=smoke", "loader=pin_nb"))
+    assert cell_name(plain) == "pin_nb@0.1"
+    assert cell_name(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer.uint8=true"))) == "pin_nb+uint8@0.1"
+    assert cell_name(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer=stream"))) == "pin_nb+stream@0.1"
+    assert "uint8" not in run_identity(plain, "cpu")["transfer"]
+    assert run_identity(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer.uint8=true")),
+                        "cpu")["transfer"]["uint8"] is True

@@ -15,7 +15,8 @@ from typing import Dict, Optional
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from wif.config import Config, ConfigError, DataSource, EngineName, TrainerMode, as_plain, validate, warnings_for
+from wif.config import (Config, ConfigError, DataSource, EngineName, TrainerMode, TransferKind, as_plain, validate,
+                        warnings_for)
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, to_log_file
 from wif.config.targets import typed
 from wif.data.folder_check import require_readable
@@ -45,6 +46,7 @@ NEW_KEY_DEFAULTS = {
              "page_cache": "warm"},
     "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
                 "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}, "nproc": 1, "dist_timeout_s": 300.0},
+    "transfer": {"uint8": False},  # issue 41
 }
 
 
@@ -75,7 +77,8 @@ def run_identity(conf: Config, device: str) -> dict:
 
 def cell_name(conf: Config) -> str:
     """Loader option, the loader knobs set away from PyTorch's defaults, the engine when it is not
-    DataLoader, data.format when set and a cold page cache, and the fraction: what the report compares
+    DataLoader, data.format when set and a cold page cache, the stream prefetcher and uint8 batches when set by
+    hand, and the fraction: what the report compares
     across repeats. data=fixed runs (the report's upper bound) get a cell of their own, so grouping by cell
     never pools them with a loader option."""
     if conf.data.source is DataSource.fixed:
@@ -92,6 +95,10 @@ def cell_name(conf: Config) -> str:
         knobs.append(conf.data.page_cache.value)
     if conf.trainer.nproc > 1:  # a data-parallel run (wif.run.ddp) is never pooled with a one-process one
         knobs.append(f"ddp{conf.trainer.nproc}")
+    if conf.transfer.kind is TransferKind.stream:  # no loader option sets these: set by hand, cells of their own
+        knobs.append("stream")
+    if conf.transfer.uint8:
+        knobs.append("uint8")
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 

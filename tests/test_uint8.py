@@ -113,7 +113,6 @@ REFUSED = [
      "transfer.uint8=true with data=custom: your Dataset decides its own dtype"),
     (("data=encoded", "engine=dali", "loader.num_workers=2"),
      "transfer.uint8=true with engine=dali: DALI normalizes in its own pipeline"),
-    (("data=encoded", "data.format=lmdb"), "transfer.uint8=true with data.format=lmdb: packed formats"),
 ]
 
 
@@ -201,3 +200,21 @@ def test_uint8_and_the_stream_prefetcher_are_cells_of_their_own_and_old_runs_kee
     assert "uint8" not in run_identity(plain, "cpu")["transfer"]
     assert run_identity(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer.uint8=true")),
                         "cpu")["transfer"]["uint8"] is True
+
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "shards"])
+def test_packed_formats_hand_out_uint8_that_converts_to_the_float_path(tmp_path: Path, fmt: str) -> None:
+    """data.format=lmdb|shards under transfer.uint8: the same images as the float path once converted."""
+    from tests.test_data import _data_cfg
+    from tests.test_formats import jpeg_folder
+    from wif.data.formats.splits import format_datasets
+    from wif.data.transfer import to_float
+
+    root = jpeg_folder(tmp_path / "images", per_class=4, test_per_class=2, size=32)
+    cfg = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}", f"data.format={fmt}",
+                    "data.augment=none", "data.image_size=32", "data.fraction=1.0")
+    plain, wire = format_datasets(cfg), format_datasets(cfg, uint8=True)
+    for p, w in zip(list(plain.test)[:4], list(wire.test)[:4]):
+        assert w[0].dtype == torch.uint8 and p[0].dtype == torch.float32 and int(w[1]) == int(p[1])
+        assert torch.allclose(to_float(w[0]), p[0], atol=1e-5)

@@ -119,9 +119,6 @@ def validate_uint8(cfg: Config) -> None:
     require(cfg.engine.name is not EngineName.dali,
             f"transfer.uint8=true with engine=dali: DALI normalizes in its own pipeline. {drop}, or use another "
             "engine.")
-    require(cfg.data.format is None,
-            f"transfer.uint8=true with data.format={cfg.data.format.value if cfg.data.format else ''}: packed "
-            f"formats still decode to float on the host. {drop}, or data.format=null.")
 
 
 def validate_ranks(cfg: Config) -> None:

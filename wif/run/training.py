@@ -123,8 +123,8 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit,
     if cfg.data.source is DataSource.custom:
         data = custom_datasets(cfg.data)
     else:
-        data = (format_datasets(cfg.data) if cfg.data.format is not None
-                else load_datasets(cfg.data, uint8=cfg.transfer.uint8))  # uint8: normalized on the device
+        load = format_datasets if cfg.data.format is not None else load_datasets
+        data = load(cfg.data, uint8=cfg.transfer.uint8)  # uint8: normalized on the device
     t_setup = time.perf_counter()
     emit("data", {"train": len(data.train), "val": len(data.val), "test": len(data.test),
                   "num_classes": data.num_classes, "data_load_s": t_setup - t0})

@@ -32,28 +32,30 @@ def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
     return size, size is None
 
 
-def format_datasets(cfg: DataConfig) -> Datasets:
-    """Train, validation and test splits from data.format's storage."""
+def format_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
+    """Train, validation and test splits from data.format's storage. `uint8` (transfer.uint8=true): the
+    images stay uint8, for the device to convert and normalize."""
     if cfg.format is DataFormat.folder:
         listing = listing_of(cfg)
         size, native = _decode_size(cfg, cfg.source.value)
         decoders = {p: ImageFiles(listing.paths[p], size) for p in PARTS}
         for d in decoders.values():
             d.native = native
-        return decoded_datasets(decoders, listing.labels["train"], listing.labels["test"], listing.num_classes, cfg)
+        return decoded_datasets(decoders, listing.labels["train"], listing.labels["test"], listing.num_classes, cfg,
+                                uint8)
     pack = ensure_pack(cfg, check=False)
     size, native = _decode_size(cfg, pack.meta.get("source", "folder"))
     labels = {p: np.asarray(pack.index[p]["labels"], dtype=np.int64) for p in PARTS}
     n_classes = int(pack.meta["num_classes"])
     if cfg.format is DataFormat.lmdb:
         decoders = {p: LmdbImages(str(pack.path), p, size, native) for p in PARTS}
-        return decoded_datasets(decoders, labels["train"], labels["test"], n_classes, cfg)
+        return decoded_datasets(decoders, labels["train"], labels["test"], n_classes, cfg, uint8)
     train_idx, val_idx = checked_split(len(labels["train"]), cfg)
 
     def split(part: str, idx: np.ndarray, train: bool) -> ShardSplit:
         in_shards = sorted({pack.index[part]["shard"][int(i)] for i in idx})
         return ShardSplit(str(pack.path), part, in_shards, idx, torch.from_numpy(labels[part]),
-                          make_transform(cfg.augment, cfg.image_size, train, native), size, native, train,
+                          make_transform(cfg.augment, cfg.image_size, train, native, uint8), size, native, train,
                           cfg.shuffle_buffer)
 
     return Datasets(train=split("train", train_idx, True), val=split("train", val_idx, False),

@@ -74,7 +74,7 @@ class TimedFeed:
             self.copy += t_ready - t_fetched
             self.data_wait += t_ready - t_wait
             self.samples += self.count(batch)
-            if self.copies:  # the device copy has the host batch's dtype and shape, hence its bytes
+            if self.copies:  # the bytes that crossed: the host batch's (a uint8 batch says so, wif.data.transfer.Sent)
                 self.copy_bytes += batch_nbytes(batch)
             yield batch
 

@@ -7,7 +7,6 @@ Optuna and Ax sweepers.
 """
 
 import itertools
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
@@ -54,19 +53,10 @@ class BlocksSweeper(BasicSweeper):
             return []
         order = [budget.job(job) for job in jobs]
         budget.log_plan(order, "the grid")
-        returns: List[Any] = []
-        undone: List[Any] = []
-        for i, job in enumerate(jobs):
-            if budget.skip(job):
-                continue
-            if not budget.may_start(job):
-                undone.append(order[i])
-                continue
-            t0 = time.monotonic()
-            returns.append(self.launcher.launch([job], initial_job_idx=i))
-            budget.measured(job, time.monotonic() - t0)
-        callback.TALLY.budget = budget.outcome(undone, blocks_line([budget.job(job) for job in jobs]))
-        return returns
+        returns = [budget.launch(job, lambda j, i=i: self.launcher.launch([j], initial_job_idx=i))
+                   for i, job in enumerate(jobs)]
+        callback.TALLY.budget = budget.outcome(budget.refused, blocks_line([budget.job(job) for job in jobs]))
+        return [r for r in returns if r is not None]
 
     def split_arguments(self, overrides: List[Override], max_batch_size: Optional[int]) -> List[List[List[str]]]:
         (jobs,) = BasicSweeper.split_arguments(overrides, None)

@@ -165,17 +165,11 @@ class RaceSweeper(BasicSweeper):
 
     def _launch_in_budget(self, jobs: List[List[str]], budget: Any) -> List[Any]:
         """One job at a time, each only if it can finish in what is left; finished ones skipped unlaunched."""
-        returns = []
-        for job in jobs:
-            if budget.skip(job):
-                continue
-            if not budget.may_start(job):
-                continue
-            t0 = time.monotonic()
-            returns.append(self.launcher.launch([job], initial_job_idx=self._launched))
+        def launch(job: List[str]) -> Any:
             self._launched += 1
-            budget.measured(job, time.monotonic() - t0)
-        return returns
+            return self.launcher.launch([job], initial_job_idx=self._launched - 1)
+
+        return [r for r in (budget.launch(job, launch) for job in jobs) if r is not None]
 
     def _name_cells(self, cells: Sequence[Cell]) -> Tuple[Dict[Cell, Tuple[str, float]], Dict[Cell, str]]:
         """Each cell's setting (the report's row name) and fraction, and what its run does on a CPU (a key:

@@ -97,7 +97,7 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
 # ----------------------------------------------------------------------------- the supervisor
 @dataclass
 class Outcome:
-    status: str = FAILED  # or REFUSED: a bad setting found by the run's own process before its record existed
+    status: str = FAILED  # or REFUSED: the user's dataset factory failed in the run's process, no record opened
     error: Optional[Dict[str, Any]] = None
     summary: Dict[str, float] = field(default_factory=dict)
     run_id: Optional[str] = None  # the MLflow run, once opened

@@ -239,6 +239,16 @@ class SweepBudget:
         self.refused.append(job)
         return False
 
+    def launch(self, overrides: Sequence[str], launch: Callable[[Sequence[str]], Any]) -> Optional[Any]:
+        """One job under the budget: skipped if it finished before, refused if it cannot finish in what is
+        left, else launched, its time teaching the prices of what follows; None when it did not run."""
+        if self.skip(overrides) or not self.may_start(overrides):
+            return None
+        t0 = time.monotonic()
+        result = launch(overrides)
+        self.measured(overrides, time.monotonic() - t0)
+        return result
+
     def skip(self, overrides: Sequence[str]) -> bool:
         """A job finished before (resume): skipped without launching it."""
         job = self.job(overrides)

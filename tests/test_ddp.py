@@ -74,10 +74,11 @@ def test_two_ranks_finish_with_the_world_size_and_each_ranks_figures(finished: t
         assert job == max(history["rank0_epoch_time_s"][step], history["rank1_epoch_time_s"][step])
     # RAM of the whole tree: the launcher, both ranks (each has torch loaded: well above one process's)
     assert m["ram_peak_pss_mb"] > 0 and m["ram_peak_rss_mb"] > m["ram_peak_pss_mb"] > 0
-    # workers counted as workers, per rank: a persistent worker for each of a rank's train, validation and test
-    # loaders; the ranks and the launcher's helpers are not workers (they were counted: 8 or more here)
-    assert (m["rank0_workers_peak"], m["rank1_workers_peak"]) == (3, 3), m
-    assert 3 <= m["workers_peak"] <= 6, m
+    # workers counted as workers, per rank: a persistent worker for each of a rank's train and validation
+    # loaders, and the test loader's for the moment it lives (seen only when a sample falls in it: CI saw 2, a
+    # quiet machine 3); the ranks and the launcher's helpers are not workers (they were counted: 8 or more here)
+    assert m["rank0_workers_peak"] in (2, 3) and m["rank1_workers_peak"] in (2, 3), m
+    assert 2 <= m["workers_peak"] <= 6, m
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ quarter), a real train.py sweep of both paths, the refusals, and the stream pref
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import List
 
@@ -93,6 +94,7 @@ def test_a_uint8_run_learns_as_the_float_run_does_and_copies_a_quarter_of_its_im
 
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data.fraction=0.7", "transfer.uint8=false,true")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"\] \w+\+uint8 fraction=0.7 repeat=0  finished", proc.stdout + proc.stderr)  # progress names the cell
     runs = {r.data.params["transfer.uint8"]: r for r in train_runs(store, status="FINISHED")}
     assert set(runs) == {"False", "True"}
     wire, plain = runs["True"], runs["False"]

@@ -141,9 +141,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
     sweep_id, pos, multirun = _sweep_position()
     tally = callback.TALLY
-    engine = "" if conf.engine.name is EngineName.dataloader else f"+{conf.engine.name.value}"
-    label = (f"[{pos + 1}/{tally.total or '?'}] {conf.loader.name}{engine} fraction={conf.data.fraction} "
-             f"repeat={conf.repeat}")
+    setting = cell_name(conf).rpartition("@")[0]  # the cell's setting (pin_nb+uint8, baseline+dali), as the report names it
+    label = f"[{pos + 1}/{tally.total or '?'}] {setting} fraction={conf.data.fraction} repeat={conf.repeat}"
     close_stale_runs(tracker, digest, label)
     if conf.resume and tracker.finished_runs(digest):
         tally.skipped += 1

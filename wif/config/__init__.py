@@ -12,6 +12,8 @@ from wif.config.schema import (
                                DataConfig,
                                DataFormat,
                                DataSource,
+                               Decode,
+                               DecodeBackend,
                                Device,
                                EngineConfig,
                                EngineName,
@@ -37,7 +39,7 @@ from wif.config.schema import (
 )
 
 __all__ = ["Augment", "Config", "ConfigError", "DataConfig", "DataFormat", "DataSource", "Device", "EngineConfig",
-           "EngineName",
+           "EngineName", "Decode", "DecodeBackend",
            "LoaderConfig", "MeasureConfig", "ModelConfig", "ModelName", "OptimizerConfig", "PageCache",
            "Precision", "RaceConfig", "StartMethod", "SweepConfig",
            "TrackingConfig", "TrainerConfig", "TrainerMode", "TransferConfig", "TransferKind", "UserCodeError", "as_plain",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
+from wif.config.decode import validate_decode
 from wif.config.engines import validate_engine
 from wif.config.formats import validate_format
 from wif.config.schema import (
@@ -74,6 +75,7 @@ def validate(cfg: Config, here: bool = True) -> None:
     _require_supported_by_torch(lo)
     validate_engine(cfg)
     validate_format(cfg)
+    validate_decode(cfg)
     validate_ranks(cfg)
     if cfg.transfer.kind is TransferKind.stream:
         require(lo.name != "gpu_resident",
@@ -198,6 +200,9 @@ def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[s
     if cfg.engine.name is EngineName.dali and cfg.loader.pin_memory:
         out.append("engine=dali ignores loader.pin_memory: DALI places its own outputs (in device memory when it "
                    "decodes on a GPU).")
+    if not cuda and cfg.data.decode.value == "device":
+        out.append("data.decode=device without CUDA: each batch is decoded on the CPU in the main process, so this "
+                   "run's figures mean nothing for the speed of decoding on a GPU (tagged wif.decode_note).")
     if not cuda and cfg.transfer.kind is TransferKind.stream:
         out.append("transfer=stream needs CUDA for its side stream: on the CPU it falls back to a plain copy.")
     tr = cfg.trainer

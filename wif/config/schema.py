@@ -56,6 +56,19 @@ class PageCache(str, Enum):
     cold = "cold"  # the data's files are evicted from the page cache before each epoch
 
 
+class Decode(str, Enum):
+    """data.decode: where images decoded per sample are decoded (wif.config.decode says what each refuses)."""
+
+    host = "host"  # in __getitem__, in the loader's workers
+    device = "device"  # the workers hand over encoded bytes; the main process decodes each batch on the device
+
+
+class DecodeBackend(str, Enum):
+    auto = "auto"  # torchcodec where it is installed, else torchvision
+    torchcodec = "torchcodec"
+    torchvision = "torchvision"
+
+
 class Augment(str, Enum):
     none = "none"  # decode only
     flip = "flip"  # random horizontal flip
@@ -128,6 +141,8 @@ class DataConfig:
     shard_mb: float = 64.0  # data.format=shards: bytes of images per shard, in MiB
     shuffle_buffer: int = 1000  # data.format=shards: samples in the shuffle buffer (after the shards' shuffle)
     page_cache: PageCache = PageCache.warm  # cold: evict the data's files before each epoch
+    decode: Decode = Decode.host  # device: decode, crop and normalize each batch on the device (wif.data.decode)
+    decode_backend: DecodeBackend = DecodeBackend.auto  # data.decode=device: the JPEG decoder
 
 
 @dataclass

@@ -46,7 +46,8 @@ class Split:
 
 
 class Decoder(Protocol):
-    """Image i of a set as uint8 C x H x W. Implementations are plain classes: they pickle into workers."""
+    """Image i of a set as uint8 C x H x W. Implementations are plain classes: they pickle into workers.
+    Those of encoded images also give image i's bytes as stored (`encoded`), for data.decode=device."""
 
     def __call__(self, i: int) -> torch.Tensor: ...
 
@@ -60,7 +61,10 @@ class JpegBlob:
     def __call__(self, i: int) -> torch.Tensor:
         from torchvision.io import decode_jpeg
 
-        return decode_jpeg(self.blob[self.offsets[i]:self.offsets[i + 1]])
+        return decode_jpeg(self.encoded(i))
+
+    def encoded(self, i: int) -> torch.Tensor:
+        return self.blob[self.offsets[i]:self.offsets[i + 1]]
 
 
 class ImageFiles:
@@ -73,6 +77,11 @@ class ImageFiles:
 
     def __call__(self, i: int) -> torch.Tensor:
         return read_image(Path(self.paths[i]), self.size)
+
+    def encoded(self, i: int) -> torch.Tensor:
+        from torchvision.io import read_file
+
+        return read_file(self.paths[i])
 
 
 class HeldImages:

@@ -87,6 +87,7 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train:
         multiprocessing_context=cfg.multiprocessing_context.value if cfg.multiprocessing_context else None,
         generator=torch.Generator().manual_seed(seed) if shuffle and shard is None else None,
         worker_init_fn=dataloader_worker_init if cfg.num_workers > 0 else None,  # workers die with their run
+        collate_fn=getattr(dataset, "collate", None),  # a dataset's own batches (wif.data.decode's encoded bytes)
         **newer,
     )
     return BackgroundBatches(loader, cfg.bg_max_prefetch) if cfg.background else loader

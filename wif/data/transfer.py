@@ -52,12 +52,12 @@ def on_device(batch: Batch) -> Batch:
     return batch
 
 
-def make_transfer(cfg: TransferConfig, device: torch.device) -> Transfer:
-    """A blocking or non_blocking copy, or nothing for batches already on the device (resident, or copied
-    by a `StreamPrefetcher` before the loop sees them)."""
+def make_transfer(cfg: TransferConfig, device: torch.device, decode: Optional[Transfer] = None) -> Transfer:
+    """A blocking or non_blocking copy (or `decode`, data.decode=device's: wif.data.decode), or nothing for
+    batches already on the device (resident, or copied by a `StreamPrefetcher` before the loop sees them)."""
     if cfg.kind in (TransferKind.resident, TransferKind.stream):
         return on_device
-    return copy_to(device, cfg.non_blocking, cfg.uint8)
+    return decode or copy_to(device, cfg.non_blocking, cfg.uint8)
 
 
 def batch_nbytes(batch: Any) -> int:
@@ -97,12 +97,13 @@ class StreamPrefetcher:
     the allocator does not hand its memory to the copy stream's next allocation while kernels still read
     it. On a device without CUDA there is no stream to overlap on: the batches are plainly copied.
     `uint8` (transfer.uint8=true): the images are converted on the side stream too, after their copy, so the
-    conversion overlaps the compute as the copy does.
+    conversion overlaps the compute as the copy does; so is a batch decoded there (`decode`, data.decode=device).
     """
 
-    def __init__(self, batches: Batches, device: torch.device, non_blocking: bool = True, uint8: bool = False) -> None:
+    def __init__(self, batches: Batches, device: torch.device, non_blocking: bool = True, uint8: bool = False,
+                 decode: Optional[Transfer] = None) -> None:
         self.batches, self.device, self.non_blocking = batches, device, non_blocking  # CPU: `warnings_for` says so
-        self.copy = copy_to(device, non_blocking, uint8)
+        self.copy = decode or copy_to(device, non_blocking, uint8)
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset, IterableDataset, Sampler, default_collate
 from wif.config import Config, ConfigError, DataSource, EngineName, TrainerMode, TransferKind
 from wif.data.custom import custom_datasets
 from wif.data.datasets import Datasets, Split, load_datasets, split_indices
+from wif.data.decode import device_decode, encoded_datasets
 from wif.data.engines import build_engine_batches
 from wif.data.formats.splits import EpochStorage, format_datasets
 from wif.data.loaders import Batch, Batches, FixedBatches
@@ -125,6 +126,8 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit,
     else:
         load = format_datasets if cfg.data.format is not None else load_datasets
         data = load(cfg.data, uint8=cfg.transfer.uint8)  # uint8: normalized on the device
+        if cfg.data.decode.value == "device":  # the workers hand over encoded bytes: wif.data.decode
+            data = encoded_datasets(data, cfg.data)
     t_setup = time.perf_counter()
     emit("data", {"train": len(data.train), "val": len(data.val), "test": len(data.test),
                   "num_classes": data.num_classes, "data_load_s": t_setup - t0})
@@ -158,10 +161,14 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     tr = cfg.trainer
     if tr.max_batches is not None:
         loaders["train"] = CappedBatches(loaders["train"], tr.max_batches)
+    decode = device_decode(cfg.data, device, cfg.transfer.non_blocking)  # data.decode=device: decoded in transfer
+    if decode is not None:
+        emit("tags", decode.tags())
     if cfg.transfer.kind is TransferKind.stream:  # wraps the capped batches: never prefetches past the cap
-        loaders = {name: StreamPrefetcher(b, device, cfg.transfer.non_blocking, cfg.transfer.uint8)
+        loaders = {name: StreamPrefetcher(b, device, cfg.transfer.non_blocking, cfg.transfer.uint8, decode)
                    for name, b in loaders.items()}
-    transfer = make_transfer(cfg.transfer, device)
+    transfer = make_transfer(cfg.transfer, device, decode)
+    decoded = decode.epoch_figures if decode is not None else dict  # images on a slow path, per training epoch
     storage = EpochStorage(cfg.data)  # evicts the data's files before each epoch under data.page_cache=cold
     if tr.mode is TrainerMode.loader_only:  # no model: the loader and transfer alone, timed the same way
         synchronize(device)
@@ -170,8 +177,10 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
             if ranks is not None:
                 ranks.begin_epoch(epoch)
             storage.before()
+            decoded()
             stats = loader_epoch(loaders["train"], transfer, device)
-            if emit("epoch", {"epoch": epoch, **asdict(stats), **storage.after(), **_vram_peaks(device)}) == STOP:
+            if emit("epoch", {"epoch": epoch, **asdict(stats), **storage.after(), **decoded(),
+                              **_vram_peaks(device)}) == STOP:
                 break
         emit("result", _vram_peaks(device))
         return
@@ -191,9 +200,10 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
         if ranks is not None:
             ranks.begin_epoch(epoch)
         storage.before()
+        decoded()
         stats = train_epoch(model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device,
                             step)
-        read = storage.after()
+        read = {**storage.after(), **decoded()}
         val = {}
         if "val" in loaders:
             val = dict(zip(("val_loss", "val_acc", "val_time_s"),
@@ -216,9 +226,10 @@ def _compile_batch(cfg: Config, loader: Batches, train_set: Any) -> Any:
     n = cfg.data.batch_size
     if isinstance(train_set, Split):  # tensors held in RAM
         return train_set.images[:n], train_set.labels[:n]
+    collate = getattr(train_set, "collate", default_collate)  # data.decode=device: its encoded batch
     if isinstance(train_set, IterableDataset):
-        return default_collate(list(islice(iter(train_set), n)))
-    return default_collate([train_set[i] for i in range(min(n, len(train_set)))])
+        return collate(list(islice(iter(train_set), n)))
+    return collate([train_set[i] for i in range(min(n, len(train_set)))])
 
 
 @functools.lru_cache(maxsize=None)

@@ -43,7 +43,7 @@ ERROR_TAG_LIMIT = 4000
 NEW_KEY_DEFAULTS = {
     "model": {"arch": None, "weights": None, "_target_": None, "kwargs": {}},
     "data": {"_target_": None, "kwargs": {}, "format": None, "path": None, "shard_mb": 64.0, "shuffle_buffer": 1000,
-             "page_cache": "warm"},
+             "page_cache": "warm", "decode": "host", "decode_backend": "auto"},
     "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
                 "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}, "nproc": 1, "dist_timeout_s": 300.0},
     "transfer": {"uint8": False},  # issue 41
@@ -78,7 +78,7 @@ def run_identity(conf: Config, device: str) -> dict:
 def cell_name(conf: Config) -> str:
     """Loader option, the loader knobs set away from PyTorch's defaults, the engine when it is not
     DataLoader, data.format when set and a cold page cache, the stream prefetcher and uint8 batches when set by
-    hand, and the fraction: what the report compares
+    hand, decoding on the device, and the fraction: what the report compares
     across repeats. data=fixed runs (the report's upper bound) get a cell of their own, so grouping by cell
     never pools them with a loader option."""
     if conf.data.source is DataSource.fixed:
@@ -99,6 +99,9 @@ def cell_name(conf: Config) -> str:
         knobs.append("stream")
     if conf.transfer.uint8:
         knobs.append("uint8")
+    if conf.data.decode.value == "device":  # decoded on the device: never pooled with the host's decode
+        knobs.append("device_decode" + ("" if conf.data.decode_backend.value == "auto" else
+                                        f"_{conf.data.decode_backend.value}"))
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 

@@ -117,9 +117,18 @@ class LmdbImages:
         self.path, self.part, self.size, self.native = path, part, size, native
 
     def __call__(self, i: int):
+        return decode(self.path, record_key(self.part, i), self._record(i), self.size)
+
+    def encoded(self, i: int):
+        """Image i's bytes as stored, for data.decode=device."""
+        import torch
+
+        return torch.frombuffer(bytearray(self._record(i)), dtype=torch.uint8)
+
+    def _record(self, i: int) -> bytes:
         key = record_key(self.part, i)
         with _env(self.path).begin() as txn:
             value = txn.get(key.encode())
         if value is None:
             raise PackError(f"pack {self.path}: record {key} is missing. Delete the pack (the cache rebuilds it).")
-        return decode(self.path, key, value[_HEADER.size:], self.size)
+        return value[_HEADER.size:]

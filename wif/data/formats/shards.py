@@ -118,7 +118,10 @@ def verify(pack: Pack, decode_all: bool = False) -> None:
 
 class ShardSplit(IterableDataset):
     """One split of a part read from its shards: yields each of `indices` once an epoch, shuffled by shard
-    and through a buffer (training), or shard by shard (evaluation)."""
+    and through a buffer (training), or shard by shard (evaluation). `encoded` (data.decode=device,
+    wif.data.decode): each image's bytes as stored instead, for the device to decode."""
+
+    encoded = False
 
     def __init__(self, pack_path: str, part: str, shards: List[int], indices: np.ndarray, labels: np.ndarray,
                  transform: Callable, size: Optional[int], native: bool, shuffle: bool, buffer: int) -> None:
@@ -174,5 +177,7 @@ class ShardSplit(IterableDataset):
             yield self._sample(*item)
 
     def _sample(self, i: int, data: bytes):
+        if self.encoded:
+            return torch.frombuffer(bytearray(data), dtype=torch.uint8), self.labels[i]
         image = decode(self.pack_path, f"{self.part}/{i:08d}", data, self.size)
         return self.transform(image), self.labels[i]

@@ -1,0 +1,216 @@
+"""data.decode=device: the loader's workers hand over each image's encoded bytes, and the main process decodes
+the batch on the device, then resizes, crops, flips and normalizes it there (CUDA cannot run in forked
+workers, so the decoding cannot move into them).
+
+- A split's samples become (encoded bytes, label) (`EncodedSplit`; the shard format's own split yields them
+  with `encoded` set), and a batch is one blob of bytes with its offsets (`EncodedBatch`): three tensors
+  cross from a worker, however many images.
+- `DeviceDecode` is the run's transfer: it decodes a batch's JPEGs in one call (torchcodec's `decode_jpeg`
+  where installed, else torchvision's; a list on CUDA is one batched nvJPEG call), then applies each
+  sample the host path's own per-sample steps (`wif.data.datasets.make_transform`, without its last two:
+  random crops and flips drawn per sample as on the host) and `wif.data.transfer.to_float`. What the
+  batch copied is its encoded bytes and labels (`copy_bytes_per_epoch`).
+- Images the batched device decode does not take at full speed are counted (`decode_slow_path_images`, per
+  training epoch): JPEGs other than baseline or extended sequential (progressive, lossless, arithmetic:
+  nvJPEG's hardware engine refuses them and decodes on its slower hybrid path) and non-JPEG files (PNG...),
+  decoded on the CPU and copied.
+On a CPU device the same code decodes with device='cpu' in the main process: its figures mean nothing for the
+speed of a GPU decode (tag wif.decode_note). wif.config.decode refuses what this cannot run with.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.utils.data import Dataset
+
+from wif.config import Augment, DataConfig, DecodeBackend
+from wif.data.datasets import AnySplit, Datasets, DecodedSplit, make_transform
+from wif.data.formats.shards import ShardSplit
+from wif.data.transfer import Sent, to_float
+
+FULL_SPEED_SOF = (0xC0, 0xC1)  # baseline and extended sequential Huffman: nvJPEG's hardware (batched) path
+SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (C4, C8, CC are not frames)
+STANDALONE = frozenset(range(0xD0, 0xDA)) | {0x01}  # markers without a length: RSTn, SOI, EOI, TEM
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the host path does to one split's decoded image, done on the device instead."""
+
+    size: Optional[int]  # resized to size x size on decoding (data=folder without augment=standard); None: as is
+    augment: Augment
+    image_size: int
+    train: bool
+    native: bool  # at its own size: evaluated on Resize + CenterCrop, as the host path
+
+    def steps(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The host's per-sample steps for this split, before its float conversion and normalization."""
+        return make_transform(self.augment, self.image_size, self.train, self.native, uint8=True)
+
+
+class EncodedBatch:
+    """A batch as the workers hand it over: every image's encoded bytes in one blob, their offsets, the labels,
+    and the split's plan. Not a tuple: DataLoader pins it through `pin_memory` (it would make a tuple a list)."""
+
+    def __init__(self, blob: torch.Tensor, offsets: torch.Tensor, labels: torch.Tensor, plan: Plan) -> None:
+        self.blob, self.offsets, self.labels, self.plan = blob, offsets, labels, plan
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def images(self) -> List[torch.Tensor]:
+        """Each image's bytes: views of the blob (pinned with it)."""
+        bounds = self.offsets.tolist()
+        return [self.blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    @property
+    def nbytes(self) -> int:
+        """What crosses to the device: the bytes and the labels (the offsets are read on the host)."""
+        return self.blob.nbytes + self.labels.nbytes
+
+    def pin_memory(self) -> "EncodedBatch":
+        return EncodedBatch(self.blob.pin_memory(), self.offsets, self.labels.pin_memory(), self.plan)
+
+
+class Collate:
+    """A split's collate_fn (DataLoader takes it from the dataset's `collate`): samples into an `EncodedBatch`."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def __call__(self, samples: Sequence[Tuple[torch.Tensor, torch.Tensor]]) -> EncodedBatch:
+        data = [s[0] for s in samples]
+        offsets = torch.zeros(len(data) + 1, dtype=torch.int64)
+        offsets[1:] = torch.tensor([len(d) for d in data], dtype=torch.int64).cumsum(0)
+        return EncodedBatch(torch.cat(data), offsets, torch.stack([torch.as_tensor(s[1]) for s in samples]),
+                            self.plan)
+
+
+class EncodedSplit(Dataset):
+    """A split decoded per sample (`DecodedSplit`) whose samples are its images' bytes as stored."""
+
+    def __init__(self, split: DecodedSplit, plan: Plan) -> None:
+        self.decoder, self.labels, self.indices = split.decoder, split.labels, split.indices
+        self.collate = Collate(plan)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        j = int(self.indices[i])
+        return self.decoder.encoded(j), self.labels[j]
+
+
+def encoded_split(split: AnySplit, cfg: DataConfig, train: bool) -> Dataset:
+    """The split handing out encoded bytes, with the plan of what the host path did after decoding."""
+    source = split if isinstance(split, ShardSplit) else getattr(split, "decoder", None)
+    if source is None or not (isinstance(split, ShardSplit) or hasattr(source, "encoded")):
+        raise TypeError(f"data.decode=device: a {type(split).__name__} holds no encoded images")  # validate refuses
+    plan = Plan(getattr(source, "size", None), cfg.augment, cfg.image_size, train, getattr(source, "native", False))
+    if isinstance(split, ShardSplit):
+        shards = copy.copy(split)
+        shards.encoded, shards.collate = True, Collate(plan)
+        return shards
+    return EncodedSplit(split, plan)
+
+
+def encoded_datasets(data: Datasets, cfg: DataConfig) -> Datasets:
+    """Every split handing out encoded bytes (data.decode=device); the training split with its augmentation."""
+    return replace(data, train=encoded_split(data.train, cfg, True), val=encoded_split(data.val, cfg, False),
+                   test=encoded_split(data.test, cfg, False))
+
+
+def jpeg_kind(data: torch.Tensor) -> str:
+    """'fast' for a baseline or extended sequential JPEG, 'slow' for another JPEG (progressive, lossless,
+    arithmetic), 'other' for what is not a JPEG. Walks the markers up to the frame header: a few reads."""
+    a = data.numpy()
+    n = len(a)
+    if n < 4 or a[0] != 0xFF or a[1] != 0xD8:
+        return "other"
+    pos = 2
+    while pos + 3 < n:
+        if a[pos] != 0xFF:
+            return "slow"  # not a marker where one must be: let the decoder judge, on its careful path
+        marker = int(a[pos + 1])
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in SOF:
+            return "fast" if marker in FULL_SPEED_SOF else "slow"
+        pos += 2 if marker in STANDALONE else 2 + (int(a[pos + 2]) << 8 | int(a[pos + 3]))
+    return "slow"
+
+
+JpegDecoder = Callable[[List[torch.Tensor], torch.device], List[torch.Tensor]]
+
+
+def jpeg_decoder(backend: DecodeBackend) -> Tuple[str, JpegDecoder]:
+    """(name, decode a list of JPEGs to RGB uint8 on a device). auto: torchcodec where it imports (its build may
+    not load with this torch), else torchvision."""
+    if backend is not DecodeBackend.torchvision:
+        try:
+            from torchcodec.decoders import decode_jpeg as codec_jpeg
+
+            return "torchcodec", lambda data, device: codec_jpeg(data, mode="RGB", device=device)
+        except (ImportError, OSError, RuntimeError):
+            if backend is DecodeBackend.torchcodec:
+                raise
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    return "torchvision", lambda data, device: decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+
+
+class DeviceDecode:
+    """The transfer of a run under data.decode=device: an `EncodedBatch` in, the float batch the host path would
+    yield out, on the device. `non_blocking` copies the labels as transfer.non_blocking asks."""
+
+    def __init__(self, device: torch.device, backend: DecodeBackend = DecodeBackend.auto,
+                 non_blocking: bool = False) -> None:
+        self.device, self.non_blocking = device, non_blocking
+        self.backend, self.decode_jpegs = jpeg_decoder(backend)
+        self.slow_path = 0
+        self._steps: Dict[Plan, Callable[[torch.Tensor], torch.Tensor]] = {}
+
+    def __call__(self, batch: EncodedBatch) -> Sent:
+        from torchvision.io import ImageReadMode, decode_image
+        from torchvision.transforms.v2.functional import resize
+
+        data = batch.images()
+        kinds = [jpeg_kind(d) for d in data]
+        self.slow_path += sum(k != "fast" for k in kinds)
+        jpegs = [i for i, k in enumerate(kinds) if k != "other"]
+        images: List[Optional[torch.Tensor]] = [None] * len(data)
+        for i, image in zip(jpegs, self.decode_jpegs([data[i] for i in jpegs], self.device) if jpegs else []):
+            images[i] = image
+        for i, kind in enumerate(kinds):
+            if kind == "other":  # no device decoder for it: the CPU decodes, and the image is copied
+                images[i] = decode_image(data[i], mode=ImageReadMode.RGB).to(self.device, non_blocking=self.non_blocking)
+        plan = batch.plan
+        steps = self._steps.setdefault(plan, plan.steps())
+        out = [steps(img if plan.size is None else resize(img, [plan.size, plan.size], antialias=True))
+               for img in images]
+        labels = batch.labels.to(self.device, non_blocking=self.non_blocking)
+        return Sent(to_float(torch.stack(out)), labels, batch.nbytes)
+
+    def epoch_figures(self) -> Dict[str, float]:
+        """The images decoded on a slower path since the last call (the run logs them per training epoch)."""
+        out, self.slow_path = {"decode_slow_path_images": float(self.slow_path)}, 0
+        return out
+
+    def tags(self) -> Dict[str, str]:
+        tags = {"wif.decode": "device", "wif.decode_backend": self.backend}
+        if self.device.type != "cuda":
+            tags["wif.decode_note"] = ("data.decode=device on a CPU: each batch was decoded on the CPU in the main "
+                                       "process; its figures mean nothing for the speed of decoding on a GPU")
+        return tags
+
+
+def device_decode(cfg: DataConfig, device: torch.device, non_blocking: bool) -> Optional[DeviceDecode]:
+    """The run's device decoder under data.decode=device; None under data.decode=host."""
+    if cfg.decode.value != "device":
+        return None
+    return DeviceDecode(device, cfg.decode_backend, non_blocking)

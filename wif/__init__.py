@@ -17,7 +17,8 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
 imports torch or the training code; the sweep uses its pure race rules.
 
 From a user's own script: `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`
-(wif.tools.api; imported on first use, so `import wif` stays free of torch).
+(wif.tools.api; imported on first use, so `import wif` stays free of torch), and `wif.advise(overrides)`
+(wif-advise: the bottleneck found and the fix raced; the package wif.advise, callable).
 """
 
 from typing import Any
@@ -26,6 +27,10 @@ API = ("tune_workers", "time_epochs", "WorkerPick", "EpochTimes")
 
 
 def __getattr__(name: str) -> Any:
+    if name == "advise":
+        import importlib
+
+        return importlib.import_module("wif.advise")
     if name in API:
         from wif.tools import api
 

@@ -202,6 +202,11 @@ def _check(args: argparse.Namespace, conf: Config) -> None:
             raise ConfigError(f"--{key}={getattr(args, key)} must be at least 1.")
     if args.radius < 0 or args.min_gain < 0 or (args.max_workers is not None and args.max_workers < 0):
         raise ConfigError("--radius, --min-gain and --max-workers cannot be negative.")
+    check_tunable(conf)
+
+
+def check_tunable(conf: Config) -> None:
+    """Refuse a configuration with no streaming loader to tune (wif-tune and wif-advise)."""
     if conf.data.source is DataSource.fixed:
         raise ConfigError("data=fixed has no loader to tune: its batches are already on the device. Pick the data "
                           "option you train on (e.g. data=synthetic).")

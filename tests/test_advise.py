@@ -1,0 +1,61 @@
+"""wif-advise end to end: a real run on a small data-bound workload with a real SQLite store, and a bad
+override refused in one line before anything runs."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOW_READS = ["preset=smoke", "data=custom", "data._target_=wif.advise.examples.slow_reads", "data.fraction=0.05",
+              "+data.kwargs.delay_ms=3"]
+
+
+def _advise(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "wif.advise.cli", *args,
+                           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_bad_override_is_refused_in_one_line_before_anything_runs(tmp_path):
+    out = _advise(tmp_path, "preset=smoke", "loader.num_workerz=2")
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wif-advise:") and "num_workerz" in lines[0]
+    assert not (tmp_path / "mlflow.db").exists()
+    bad_option = _advise(tmp_path, "preset=smoke", "--max-blocks", "1")
+    assert bad_option.returncode == 2 and "max-blocks" in bad_option.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
+    out = _advise(tmp_path, *SLOW_READS, "--epochs", "2", "--race-candidates", "1", "--max-blocks", "3",
+                  "--max-epochs", "7")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout
+    assert "Data-bound" in text
+    assert "3/4 the race: current against w" in text
+    answer = text[text.index("4/4 the answer"):]
+    assert "predicted s" in answer and "measured s" in answer
+    assert "Pick: w" in answer, answer  # items wait 3 ms without CPU: workers overlap the waits
+    speed = float(answer.split("95% interval ")[1].split("-")[0])
+    assert speed > 1.0
+    assert "Use it: python train.py" in answer and "loader.num_workers=" in answer
+    assert "DataLoader(" in answer
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`wif.kind` = 'advise'")
+    parents = [r for r in runs if r.data.tags.get("wif.advise_role") == "parent"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(children) == len(runs) - 1 >= 5
+    assert {"measure", "loader", "race"} <= {r.data.tags["wif.advise_role"] for r in children}
+    artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"epoch_split.png", "candidates.txt"} <= artifacts
+    assert parents[0].data.tags["wif.advise.pick"].startswith("w")

@@ -1,0 +1,152 @@
+"""What `wif-advise` says: where the time goes, the candidates' predicted and measured epochs, the pick
+(or why to keep the current setting), the lines to paste, and the picture of each epoch's split."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from wif.advise.measure import Candidate, Measured
+from wif.advise.predict import Prediction, relative_error
+from wif.advise.verify import BASELINE, RaceResult
+
+PHASES = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("compute_s", "compute"), ("gpu_idle_s", "GPU idle"))
+
+
+def where_time_goes(now: Measured, bound_s: float, bound_source: str, items: int, loader_img_s: float,
+                    margin: float) -> tuple[bool, str]:
+    """(data-bound?, the sentence): the configured epoch against the bound and the loader's ceiling."""
+    epoch = now.median()
+    gap = epoch / bound_s - 1 if bound_s > 0 else math.nan
+    split = ", ".join(f"{label} {now.mean(key):.3f} s" for key, label in PHASES if not math.isnan(now.mean(key)))
+    head = f"The configured setting: {epoch:.3f} s an epoch ({split}); the bound ({bound_source}): {bound_s:.3f} s."
+    wait = (now.mean("data_wait_s") + _zero(now.mean("gpu_idle_s"))) / epoch
+    if gap <= margin:
+        return False, (f"{head}\nNot data-bound: within {max(gap, 0):.0%} of the bound; loader settings cannot help.")
+    if wait <= margin:  # slower than the bound, but not waiting: the step itself was slower (e.g. a busy CPU)
+        return False, (f"{head}\nNot data-bound: the step waits {wait:.0%} of the epoch for data; the epoch is "
+                       f"{gap:.0%} above the bound in the step itself, which loader settings cannot help.")
+    model_img_s = items / bound_s if bound_s > 0 else math.nan
+    return True, (f"{head}\nData-bound: the loader gives {loader_img_s:,.0f} img/s, the model takes {model_img_s:,.0f}; "
+                  f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%}).")
+
+
+def _zero(x: float) -> float:
+    return 0.0 if math.isnan(x) else x
+
+
+def candidate_table(names: Sequence[str], ceilings: Dict[str, float], predicted: Dict[str, Prediction],
+                    race: Optional[RaceResult]) -> str:
+    """One row a candidate: loader-only ceiling, predicted epoch, and for raced ones measured and error."""
+    rows = [f"{'setting':<16}{'loader img/s':>13}{'predicted s':>12}{'limit':>9}{'measured s':>11}{'error':>8}"
+            f"{'speedup (95% CI)':>26}"]
+    for name in names:
+        p = predicted.get(name)
+        measured = race.measured_s(name) if race is not None else math.nan
+        err = relative_error(p.epoch_s, measured) if p is not None else math.nan
+        speed = ""
+        if race is not None and race.table is not None and name in race.table.index and name != BASELINE:
+            r = race.table.loc[name]
+            speed = f"{r['speedup']:.2f} ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+        rows.append(f"{name:<16}{ceilings.get(name, math.nan):>13,.0f}"
+                    f"{(p.epoch_s if p else math.nan):>12.3f}{(p.bound if p else ''):>9}"
+                    + (f"{measured:>11.3f}{err:>+8.0%}" if not math.isnan(measured) else f"{'not raced':>11}{'':>8}")
+                    + f"{speed:>26}")
+    return "\n".join(rows)
+
+
+def memory_cost(race: RaceResult, name: str) -> str:
+    """The pick's RAM (PSS, else RSS) and VRAM peaks against the current setting's, from their race runs."""
+    parts = []
+    for keys, label in ((("ram_peak_pss_mb", "ram_peak_rss_mb"), "RAM"), (("vram_peak_device_mb",), "VRAM")):
+        for key in keys:
+            mine, base = race.mean(name, key), race.mean(BASELINE, key)
+            if not (math.isnan(mine) or math.isnan(base)):
+                parts.append(f"{label} {mine:,.0f} MB against {base:,.0f} MB ({mine - base:+,.0f} MB)")
+                break
+    return "; ".join(parts) or "no memory figure (runs too short for the sampler)"
+
+
+def why_keep(race: Optional[RaceResult], raced: Sequence[str], predicted: Dict[str, Prediction],
+             data_bound: bool, on_cpu: bool, margin: float) -> str:
+    """Why no candidate is recommended, from what was measured (or, with no race, predicted)."""
+    if not data_bound:
+        return "the epoch is at the compute bound: no loader setting can make it shorter."
+    if race is None or not raced:
+        worst = max((p.slowdown for p in predicted.values()), default=1.0)
+        if on_cpu and worst > 1.2:
+            return (f"no candidate is predicted faster by more than {margin:.0%}: on this CPU the workers would take "
+                    f"the cores the step uses (its CPU work stretched up to {worst:.1f}x).")
+        return f"no candidate is predicted faster than the current setting by more than {margin:.0%}."
+    reasons = []
+    for name in raced:
+        said = "its race did not show it faster"
+        if race.table is not None and name in race.table.index:
+            r = race.table.loc[name]
+            said = f"its race did not show it faster (speedup {r['speedup']:.2f}, 95% interval " \
+                   f"{r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+        mine = [m.mean("compute_s") for m in race.runs.get(name, [])]
+        theirs = [m.mean("compute_s") for m in race.runs.get(BASELINE, [])]
+        if on_cpu and mine and theirs and sum(mine) / len(mine) > 1.1 * sum(theirs) / len(theirs):
+            said += (f"; the step's compute took {sum(mine) / len(mine):.3f} s an epoch against "
+                     f"{sum(theirs) / len(theirs):.3f} s: the workers take the cores the step uses")
+        reasons.append(f"{name}: {said}")
+    return "; ".join(reasons) + "."
+
+
+def train_line(overrides: Sequence[str], pick: Candidate) -> str:
+    """The train.py line applying the pick, keeping the user's other overrides."""
+    mine = set(pick.keys)
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in mine]
+    return " ".join(["python train.py", *kept, *pick.overrides()])
+
+
+def dataloader_kwargs(pick: Candidate, pin: bool) -> str:
+    """The DataLoader keyword arguments (and the copy's) to paste into one's own script."""
+    k = pick.keys
+    if k.get("engine.name") not in (None, "dataloader"):
+        return f"engine={k['engine.name']} (not a DataLoader: {pick.workers} threads of torchdata.nodes)"
+    args = [f"num_workers={pick.workers}"]
+    if pick.workers > 0:
+        args += [f"persistent_workers={pick.persistent}", f"prefetch_factor={pick.prefetch}"]
+    args.append(f"pin_memory={bool(k.get('loader.pin_memory', pin))}")
+    line = f"DataLoader(dataset, batch_size=..., shuffle=True, {', '.join(args)})"
+    return line + ("; copy with .to(device, non_blocking=True)" if pick.copy_hidden else "")
+
+
+def picture(runs: Sequence[Measured], bound_s: float, bound_source: str, path: Path) -> Optional[Path]:
+    """Each setting's steady epoch as stacked phases, beside the bound: a PNG at `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names: List[str] = []
+    parts: Dict[str, List[float]] = {label: [] for _, label in PHASES}
+    parts["other"] = []
+    for m in runs:
+        if not m.ok:
+            continue
+        names.append(f"{m.name} ({m.role})")
+        total, shown = m.mean("epoch_time_s"), 0.0
+        for key, label in PHASES:
+            v = m.mean(key)
+            v = 0.0 if math.isnan(v) else v
+            parts[label].append(v)
+            shown += v
+        parts["other"].append(max(total - shown, 0.0))
+    if not names:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
+    left = [0.0] * len(names)
+    for label, values in parts.items():
+        ax.barh(names, values, left=left, label=label)
+        left = [a + b for a, b in zip(left, values)]
+    ax.axvline(bound_s, color="black", linestyle="--", label=f"bound ({bound_source})")
+    ax.set_xlabel("seconds per epoch (steady epochs' mean)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,46 @@
+"""A Dataset whose items wait on storage: `data=custom data._target_=wif.advise.examples.slow_reads`.
+
+Each item sleeps `delay_ms` (a network or disk read that takes no CPU) and then returns a small image,
+so at 0 workers the step waits on the data and workers overlap the waits even on 2 cores. The default
+sizes give 12 batches of 64 at data.fraction=0.1 (the issue's measured case) and small validation and
+test sets, so `wif-advise` on it finishes in a few minutes.
+
+    wif-advise preset=smoke data=custom data._target_=wif.advise.examples.slow_reads
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, Tuple
+
+import torch
+from torch.utils.data import Dataset
+
+
+class SlowReads(Dataset):
+    """Item i: a seeded noise image with a bright square for its class, after `delay_ms` of waiting."""
+
+    def __init__(self, n: int, size: int, num_classes: int, delay_ms: float, seed: int) -> None:
+        self.n, self.size, self.delay_s, self.seed = n, size, delay_ms / 1000.0, seed
+        self.classes = [f"class{k}" for k in range(num_classes)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
+        time.sleep(self.delay_s)
+        label = i % len(self.classes)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        image = 0.5 * torch.randn(3, self.size, self.size, generator=g)
+        side = max(self.size // 4, 1)
+        offset = (label * side) % (self.size - side + 1)
+        image[:, offset:offset + side, offset:offset + side] += 2.0
+        return image, label
+
+
+def slow_reads(n_train: int = 7680, n_val: int = 64, n_test: int = 64, size: int = 32, num_classes: int = 4,
+               delay_ms: float = 4.0) -> Dict[str, Dataset]:
+    """Train (7,680 items: 768 at data.fraction=0.1), and small val and test sets that wait as long."""
+    return {"train": SlowReads(n_train, size, num_classes, delay_ms, seed=0),
+            "val": SlowReads(n_val, size, num_classes, delay_ms, seed=1),
+            "test": SlowReads(n_test, size, num_classes, delay_ms, seed=2)}

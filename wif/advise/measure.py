@@ -1,0 +1,178 @@
+"""The measuring steps of `wif-advise`, each one run of the study's own loop in a forked, sampled child
+(`wif.run.supervise.supervise`), recorded in MLflow nested under the advice's parent run
+(tag `mlflow.parentRunId`) and tagged `wif.kind=advise`, so the study's report never mixes them in.
+
+- the configured setting's training epochs: the split into data wait, copy, compute and GPU idle;
+- the compute bound: `data=fixed` (the same batch on the device every step), or for `data=custom` the
+  configured run's own step time (data=fixed cannot make the user's batches);
+- loader-only trials of each candidate: its ceiling, and its rate per item for the prediction.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from wif.config import Augment, Config, DataSource, PageCache, TrainerMode, as_plain, validate
+from wif.measure.sysinfo import host_tags
+from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.run.model import model_label
+from wif.run.supervise import REFUSED, Outcome, supervise
+from wif.tools.tune import WORKER_ONLY
+
+EPOCH_KEYS = ("epoch_time_s", "data_wait_s", "copy_s", "compute_s", "gpu_idle_s", "first_batch_s", "cpu_util_pct")
+
+
+@dataclass
+class Candidate:
+    """A loader setting: the keys it sets (as train.py overrides) and what the prediction needs of it."""
+
+    name: str
+    keys: Dict[str, Any]  # dotted config key -> value, e.g. {"loader.num_workers": 4}
+    workers: int = 0
+    persistent: bool = False
+    prefetch: int = 2
+    copy_hidden: bool = False
+
+    def overrides(self) -> List[str]:
+        return [f"{k}={_text(v)}" for k, v in self.keys.items()]
+
+
+def _text(value: Any) -> str:
+    """A value as a train.py override writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(getattr(value, "value", value))
+
+
+def apply(base: Config, cand: Candidate) -> Config:
+    """The base configuration with the candidate's keys set (worker-only keys neutral at 0 workers)."""
+    conf = copy.deepcopy(base)
+    for key, value in cand.keys.items():
+        group, name = key.split(".", 1)
+        node = getattr(conf, group)
+        old = getattr(node, name)
+        setattr(node, name, type(old)(value) if old is not None and value is not None and hasattr(old, "value")
+                else value)
+    if conf.loader.num_workers == 0:
+        for key, neutral in WORKER_ONLY:
+            setattr(conf.loader, key, neutral)
+    return conf
+
+
+@dataclass
+class Measured:
+    """One measuring run: its record, outcome and per-epoch figures (steady: the warm-up left out)."""
+
+    role: str
+    name: str
+    run_id: str
+    status: str
+    summary: Dict[str, float]
+    epochs: List[Dict[str, float]] = field(default_factory=list)
+    tags: Dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    warmup: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.status == FINISHED and bool(self.epochs)
+
+    @property
+    def steady(self) -> List[Dict[str, float]]:
+        return self.epochs[self.warmup:] or self.epochs
+
+    def mean(self, key: str) -> float:
+        """The steady epochs' mean of `key`; NaN where no epoch has it."""
+        values = [e[key] for e in self.steady if e.get(key) is not None and not math.isnan(e[key])]
+        return statistics.mean(values) if values else math.nan
+
+    def median(self, key: str = "epoch_time_s") -> float:
+        values = [e[key] for e in self.steady if e.get(key) is not None]
+        return statistics.median(values) if values else math.nan
+
+    @property
+    def n_train(self) -> int:
+        return int(self.tags.get("wif.n_train", 0))
+
+
+class Runner:
+    """Runs configurations as runs nested under one parent; prints a line for each."""
+
+    def __init__(self, tracker: Tracker, device: str, parent_id: str, advise_id: str) -> None:
+        self.tracker, self.device, self.parent_id, self.advise_id = tracker, device, parent_id, advise_id
+        self.runs: List[Measured] = []
+
+    def run(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None) -> Measured:
+        conf.progress = False
+        validate(conf)
+        plain = as_plain(conf)
+        tags = {**host_tags(), "wif.kind": "advise", "wif.advise_id": self.advise_id, "wif.advise_role": role,
+                "mlflow.parentRunId": self.parent_id, "wif.loader": name, "wif.device": self.device,
+                "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.fraction": f"{conf.data.fraction:g}",
+                "wif.cell": f"advise-{self.advise_id}-{name}", **(extra or {})}
+        run_id = self.tracker.start_run(f"advise-{role}-{name}", plain, tags, plain)
+        outcome = supervise(conf, self.device, self.tracker, lambda: run_id, f"{role} {name}", tags)
+        if outcome.status == REFUSED:
+            outcome = Outcome(FAILED, outcome.error)
+        error = outcome.error or {}
+        text = f"{error.get('type')}: {error.get('message')}" if error else ""
+        if outcome.status == FINISHED:
+            self.tracker.log_metrics(run_id, outcome.summary)
+        else:
+            self.tracker.set_tags(run_id, {"wif.error": text[:4000]})
+        self.tracker.end_run(run_id, outcome.status)
+        record = self.tracker.client.get_run(run_id)
+        m = Measured(role, name, run_id, outcome.status, outcome.summary, self._epochs(run_id),
+                     dict(record.data.tags), text, conf.trainer.warmup_epochs)
+        self.runs.append(m)
+        if outcome.status == KILLED:
+            raise KeyboardInterrupt
+        return m
+
+    def _epochs(self, run_id: str) -> List[Dict[str, float]]:
+        history = {k: {m.step: m.value for m in self.tracker.client.get_metric_history(run_id, k)} for k in EPOCH_KEYS}
+        steps = sorted(history["epoch_time_s"])
+        return [{k: history[k].get(s, math.nan) for k in EPOCH_KEYS} for s in steps]
+
+
+def training(base: Config, cand: Candidate, epochs: int) -> Config:
+    """A candidate's training run of `epochs` fixed epochs (the first is warm-up)."""
+    conf = apply(base, cand)
+    conf.trainer.mode, conf.trainer.epochs = TrainerMode.train, epochs
+    return conf
+
+
+def raced(base: Config, cand: Candidate, max_epochs: int) -> Config:
+    """A candidate's run in the race: trainer.epochs=auto, capped at `max_epochs`."""
+    conf = apply(base, cand)
+    tr = conf.trainer
+    tr.mode, tr.epochs, tr.max_epochs = TrainerMode.train, "auto", min(tr.max_epochs, max_epochs)
+    tr.min_epochs = min(tr.min_epochs, tr.max_epochs)
+    return conf
+
+
+def loader_only(base: Config, cand: Candidate, batches: int, epochs: int) -> Config:
+    """A candidate's loader-only trial: `batches` batches an epoch, no model."""
+    conf = apply(base, cand)
+    tr = conf.trainer
+    tr.mode, tr.epochs, tr.max_batches = TrainerMode.loader_only, epochs, batches
+    return conf
+
+
+def bound(base: Config, epochs: int) -> Optional[Config]:
+    """data=fixed at the configured model, step and batch size; None where it cannot stand for the data
+    (data=custom: your Dataset decides the inputs' shape)."""
+    if base.data.source is DataSource.custom:
+        return None
+    conf = apply(base, Candidate("bound", {"loader.num_workers": 0}))
+    d = conf.data
+    d.source, d.format, d.preload, d.augment, d.page_cache = DataSource.fixed, None, False, Augment.none, PageCache.warm
+    conf.transfer.uint8 = False
+    conf.trainer.mode, conf.trainer.epochs = TrainerMode.train, epochs
+    return conf

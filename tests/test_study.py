@@ -98,3 +98,51 @@ def test_rerunning_the_same_command_resumes(grid, cache_dir: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(train_runs(store, status="FINISHED")) == 33
     assert "33 skipped" in proc.stdout + proc.stderr
+
+
+TRANSFER_CELLS = {"pin_w4_pf2": "float", "pin_nb_w4_pf2": "float", "pin_nb_w4_pf2+stream": "float",
+                  "pin_nb_w4_pf2+uint8": "uint8", "pin_nb_w4_pf2+stream+uint8": "uint8",
+                  "pin_nb_w4_pf2+device_decode": "encoded", "pin_nb_w4_pf2+stream+device_decode": "encoded"}
+
+
+def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer_with_its_bytes(
+        tmp_path: Path, cache_dir: Path) -> None:
+    """+study=transfers on data=encoded (every cell), then on data=folder (a host and a device decode): each sweep's
+    report has a row per transfer with the bytes it copied an epoch, data=fixed as the bound, and the caveat
+    that device decoding on a CPU says nothing of its speed."""
+    import pandas as pd
+
+    from tests.test_decode import _conf
+    from wif.data.datasets import load_datasets
+    from wif.data.formats.source import encoded_files
+    from wif.report.cli import main as report
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    small = ("preset=smoke", "repeat=0", "data.fraction=0.1")
+    encoded = run_train(tmp_path, store, cache_dir, "+study=transfers", "data=encoded", *small)
+    assert encoded.returncode == 0, encoded.stderr[-3000:]
+    runs = train_runs(store, status="FINISHED")
+    assert {r.data.tags["wif.cell"] for r in runs} == {f"{c}@0.1" for c in TRANSFER_CELLS} | {"fixed@0.1"}
+    folder = encoded_files(_conf(cache_dir, "data=encoded").data).where  # data=encoded's JPEGs as files
+    proc = run_train(tmp_path, store, cache_dir, "+study=transfers", "data=folder", f"data.root={folder}",
+                     "+transfers=non_blocking,device_decode,bound", *small)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweeps = {r.data.params["data.source"]: r.data.tags["wif.sweep_id"] for r in train_runs(store, status="FINISHED")
+              if r.data.params["data.source"] != "fixed"}
+    assert len(set(sweeps.values())) == 2  # one sweep each
+
+    for source, cells in (("encoded", TRANSFER_CELLS), ("folder", ("pin_nb_w4_pf2", "pin_nb_w4_pf2+device_decode"))):
+        train = load_datasets(_conf(cache_dir, f"data={source}", f"data.root={folder}", "data.fraction=0.1").data).train
+        n = len(train)
+        want = {"float": n * (4 * 3 * 64 * 64 + 8), "uint8": n * (3 * 64 * 64 + 8),
+                "encoded": sum(len(train.decoder.encoded(int(j))) for j in train.indices) + 8 * n}
+        out = tmp_path / f"report-{source}"
+        assert report(["--tracking-uri", store, "--out", str(out), "--no-log", "--keep-contended",
+                       "--sweep-id", sweeps[source]]) == 0
+        rows = pd.read_csv(out / "summary.csv").set_index("loader")
+        assert set(rows.index) == set(cells), source
+        for cell in cells:
+            assert rows.loc[cell, "copy_bytes_per_epoch"] == want[TRANSFER_CELLS[cell]], (source, cell)
+        md = (out / "summary.md").read_text()
+        assert "copied MB/epoch" in md and "1 as the on-device upper bound" in md
+        assert "**Note: decoded on the CPU.**" in md

@@ -34,6 +34,7 @@ TAGS = {  # column: tag
     "sweep_id": "wif.sweep_id", "error": "wif.error", "contended": "wif.contended", "race_id": "wif.race_id",
     "gpu_uuid": "wif.gpu_uuid",  # the very device: wif.report.copycost matches wif-bandwidth's runs on it
     "step": "wif.step", "page_cache_cold": "wif.page_cache_cold", "page_cache_note": "wif.page_cache_note",
+    "decode_note": "wif.decode_note",  # data.decode=device on a CPU: wif.report.tables.decode_note
 }
 PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs",
           "contended_pct": "measure.contended_pct", "pin_memory": "loader.pin_memory"}

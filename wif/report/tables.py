@@ -13,6 +13,7 @@ from typing import Sequence
 import pandas as pd
 
 from wif.report import model
+from wif.report.copycost import BYTES as COPY_BYTES
 from wif.report.copycost import COLUMN as COPY_AT_BW
 from wif.report.stats import FractionSummary
 from wif.report.verdicts import RAM_COLUMNS, Verdicts, mb, method_note, num, sensitivity_note, slower_by, verdict
@@ -83,10 +84,11 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     level = f"{confidence:.0%}"
     bound = "bound_share" in s.table
     at_bw = COPY_AT_BW in s.table  # only where wif-bandwidth measured this GPU (wif.report.copycost)
+    copied = COPY_BYTES in s.table and s.table[COPY_BYTES].notna().any()  # runs from before issue 41 have none
     stat = "median" if s.value == "epoch_time_median_s" else "mean"
     header = ["loader", "n", f"epoch time s ({stat}, ± {level})", "img/s", f"speedup vs {s.baseline} ({level} sim.)",
-              f"vs {s.baseline}", "vs fastest (MCB)", "noise", "data wait", "VRAM alloc / device MB",
-              "RAM RSS / USS / PSS MB", "test acc"] + (["of bound"] if bound else [])
+              f"vs {s.baseline}", "vs fastest (MCB)", "noise", "data wait"] + (["copied MB/epoch"] if copied else []) + [
+              "VRAM alloc / device MB", "RAM RSS / USS / PSS MB", "test acc"] + (["of bound"] if bound else [])
     header += ["copy ms/epoch: measured / at bandwidth"] if at_bw else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for loader, r in s.table.iterrows():
@@ -98,7 +100,7 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
         cells = [str(loader), str(int(r["n"])), time, num(r["throughput_mean_img_s"], ",.0f"),
                  _ratio(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]), test, _vs_fastest(r),
                  num(r.get("noise", float("nan")), ".1%"),
-                 num(r["data_wait_share_mean"], ".1%"),
+                 num(r["data_wait_share_mean"], ".1%")] + ([num(r[COPY_BYTES] / 1e6, ".3g")] if copied else []) + [
                  f"{mb(r['vram_peak_allocated_mb'])} / {mb(r['vram_peak_device_mb'])}",
                  " / ".join(mb(r[c]) for c in RAM_COLUMNS.values()),
                  num(r["test_acc"])] + ([num(r["bound_share"], ".0%")] if bound else [])
@@ -115,6 +117,10 @@ def footnotes(s: FractionSummary, confidence: float) -> list[str]:
     if "bound_share" in s.table:
         notes.append("'of bound': throughput as a share of the synthetic on-device upper bound "
                      "(same testbed and batch size): near 100% means loading is not the bottleneck.")
+    if COPY_BYTES in s.table and s.table[COPY_BYTES].notna().any():
+        notes.append("'copied MB/epoch': what the transfer moved host-to-device in a training epoch "
+                     "(copy_bytes_per_epoch; MB = 10^6 bytes): float32 images, uint8 images under transfer.uint8, "
+                     "encoded bytes under data.decode=device; 0 for data on the device.")
     if s.sensitivity is not None:
         notes.append(sensitivity_note(s))
     return notes + s.notes
@@ -197,6 +203,17 @@ def not_cold_note(runs: pd.DataFrame) -> str | None:
             "under Runs set apart).")
 
 
+def decode_note(runs: pd.DataFrame) -> str | None:
+    """The caveat a testbed's section carries when some of its runs decoded on the device without a GPU."""
+    if "decode_note" not in runs or not runs["decode_note"].notna().any():
+        return None
+    on_cpu = runs[runs["decode_note"].notna()]
+    cells = ", ".join(sorted(on_cpu["cell"].dropna().unique()))
+    return (f"**Note: decoded on the CPU.** {len(on_cpu)} runs under data.decode=device ({cells}) had no GPU: each "
+            "batch was decoded on the CPU in the main process, so their figures mean nothing for the speed of "
+            "decoding on a GPU (tag wif.decode_note).")
+
+
 def not_cold_table(sections: Sequence[Section]) -> str:
     lines = ["| run | cell | why |", "|---|---|---|"]
     for section in sections:
@@ -236,7 +253,7 @@ def render(header: Header, sections: Sequence[Section], excluded: pd.DataFrame, 
         out.append(f"\nRuns come from {len(sections)} testbeds; they are never pooled: one section each.")
     for section in sections:
         out += ["", f"## {section.testbed}", "", device_note(section.runs)]
-        for note in (mixed_settings_note(section.runs), not_cold_note(section.runs)):
+        for note in (mixed_settings_note(section.runs), not_cold_note(section.runs), decode_note(section.runs)):
             out += ["", note] if note else []
         for s in sorted(section.summaries, key=lambda s: s.fraction):
             out += ["", f"### Fraction {s.fraction:g}", "", f"**Verdict.** {verdict(s, rules)}", "",

@@ -171,6 +171,15 @@ def test_combinations_where_device_decode_means_nothing_are_refused_in_one_line(
         assert "is not installed" in str(other)
 
 
+@pytest.mark.slow
+def test_a_refused_device_decode_exits_2_with_its_one_line(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data.decode=device", multirun=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "Bad setting: data.decode=device decodes encoded images on the device, but data=synthetic" in out
+    assert "Traceback" not in out and not train_runs(store)
+
+
 def test_a_decoder_picked_for_the_host_decode_is_refused() -> None:
     with pytest.raises(ConfigError, match="^data.decode_backend=torchvision picks the decoder of data.decode=device"):
         validate(typed(compose_cfg("preset=smoke", "data=encoded", "data.decode_backend=torchvision")))

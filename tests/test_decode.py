@@ -262,3 +262,20 @@ def test_the_stream_prefetcher_decodes_as_a_synchronous_decode_does(cache_dir: P
         diffs.append(torch.stack([(x - wx).abs().max(), (y - wy).abs().max().float()]))
     assert len(diffs) == len(want) >= 40
     assert torch.stack(diffs).max().item() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@needs_cuda
+def test_a_device_decode_run_on_cuda_decodes_there_and_says_nothing_of_the_cpu(
+        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=encoded", "data.augment=none", "data.fraction=0.7",
+                     "device=cuda", "loader=pin_nb_w4_pf2", "data.decode=device", "transfer=copy,stream")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "data.decode=device without CUDA" not in out
+    runs = train_runs(store, status="FINISHED")
+    assert len(runs) == 2
+    for run in runs:
+        assert run.data.tags["wif.device"] == "cuda" and "wif.decode_note" not in run.data.tags
+        assert run.data.metrics["decode_slow_path_images"] == 0 and run.data.metrics["test_acc"] > 0.5

@@ -269,8 +269,8 @@ def test_the_stream_prefetcher_decodes_as_a_synchronous_decode_does(cache_dir: P
 @needs_cuda
 def test_a_device_decode_run_on_cuda_decodes_there_and_says_nothing_of_the_cpu(
         tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=encoded", "data.augment=none", "data.fraction=0.7",
-                     "device=cuda", "loader=pin_nb_w4_pf2", "data.decode=device", "transfer=copy,stream")
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=encoded", "data.augment=none",
+                     "data.fraction=0.7", "device=cuda", "loader=pin_nb_w4_pf2", "data.decode=device", "transfer=copy,stream")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "data.decode=device without CUDA" not in out

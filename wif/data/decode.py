@@ -188,7 +188,8 @@ class DeviceDecode:
             images[i] = image
         for i, kind in enumerate(kinds):
             if kind == "other":  # no device decoder for it: the CPU decodes, and the image is copied
-                images[i] = decode_image(data[i], mode=ImageReadMode.RGB).to(self.device, non_blocking=self.non_blocking)
+                image = decode_image(data[i], mode=ImageReadMode.RGB)
+                images[i] = image.to(self.device, non_blocking=self.non_blocking)
         plan = batch.plan
         steps = self._steps.setdefault(plan, plan.steps())
         out = [steps(img if plan.size is None else resize(img, [plan.size, plan.size], antialias=True))

@@ -87,8 +87,9 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     copied = COPY_BYTES in s.table and s.table[COPY_BYTES].notna().any()  # runs from before issue 41 have none
     stat = "median" if s.value == "epoch_time_median_s" else "mean"
     header = ["loader", "n", f"epoch time s ({stat}, ± {level})", "img/s", f"speedup vs {s.baseline} ({level} sim.)",
-              f"vs {s.baseline}", "vs fastest (MCB)", "noise", "data wait"] + (["copied MB/epoch"] if copied else []) + [
-              "VRAM alloc / device MB", "RAM RSS / USS / PSS MB", "test acc"] + (["of bound"] if bound else [])
+              f"vs {s.baseline}", "vs fastest (MCB)", "noise", "data wait"]
+    header += (["copied MB/epoch"] if copied else []) + ["VRAM alloc / device MB", "RAM RSS / USS / PSS MB", "test acc"]
+    header += ["of bound"] if bound else []
     header += ["copy ms/epoch: measured / at bandwidth"] if at_bw else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for loader, r in s.table.iterrows():

@@ -72,7 +72,7 @@ def why_keep(race: Optional[RaceResult], raced: Sequence[str], predicted: Dict[s
              data_bound: bool, on_cpu: bool, margin: float) -> str:
     """Why no candidate is recommended, from what was measured (or, with no race, predicted)."""
     if not data_bound:
-        return "the epoch is at the compute bound: no loader setting can make it shorter."
+        return "the step hardly waits for data: no loader setting can make the epoch shorter."
     if race is None or not raced:
         worst = max((p.slowdown for p in predicted.values()), default=1.0)
         if on_cpu and worst > 1.2:

@@ -28,7 +28,8 @@ def where_time_goes(now: Measured, bound_s: float, bound_source: str, items: int
         return False, (f"{head}\nNot data-bound: the step waits {wait:.0%} of the epoch for data; the epoch is "
                        f"{gap:.0%} above the bound in the step itself, which loader settings cannot help.")
     model_img_s = items / bound_s if bound_s > 0 else math.nan
-    return True, (f"{head}\nData-bound: the loader gives {loader_img_s:,.0f} img/s, the model takes {model_img_s:,.0f}; "
+    return True, (f"{head}\nData-bound: the loader gives {loader_img_s:,.0f} img/s, "
+                  f"the model takes {model_img_s:,.0f}; "
                   f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%}).")
 
 

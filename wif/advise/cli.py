@@ -128,12 +128,13 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
             ceilings[cand.name] = items / now.mean("data_wait_s")  # the configured run fetched in-process
             return ceilings[cand.name]
         m = runner.run(loader_only(base, cand, n_trial, opts.epochs), "loader", cand.name)
-        say(f"  loader only {cand.name:<16} " + (f"{m.n_train and min(m.n_train, n_trial * bs) / m.median():>9,.0f} img/s"
-                                                 if m.ok else f"{m.status}: {m.error}"))
+        if m.ok:
+            ceilings[cand.name] = min(m.n_train, n_trial * bs) / m.median()
+        say(f"  loader only {cand.name:<16} " + (f"{ceilings[cand.name]:>9,.0f} img/s" if m.ok
+                                                 else f"{m.status}: {m.error}"))
         if not m.ok:
             return None
         trials[cand.name] = m
-        ceilings[cand.name] = min(m.n_train, n_trial * bs) / m.median()
         return ceilings[cand.name]
 
     if cur.workers > 0:

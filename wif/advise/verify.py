@@ -73,7 +73,8 @@ def run_race(runner: Runner, base: Config, contenders: Sequence[Candidate], rule
         if blocks >= rules.min_blocks:
             dropped = ", ".join(f"{n} (>= {s:.2f}x slower)" for n, s in state.dropped.items())
             say(f"  look after block {blocks}: in the race {', '.join(state.alive)}"
-                + (f"; dropped {dropped}" if dropped else "") + (f"; settled: {state.settled}" if state.settled else ""))
+                + (f"; dropped {dropped}" if dropped else "")
+                + (f"; settled: {state.settled}" if state.settled else ""))
         if state.settled:
             break
         if BASELINE in state.dropped:  # the question asked is answered: some candidate is clearly faster

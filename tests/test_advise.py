@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SLOW_READS = ["preset=smoke", "data=custom", "data._target_=wif.advise.examples.slow_reads", "data.fraction=0.05",
+SLOW_READS = ["preset=smoke", "data=custom", "data._target_=wif.advisor.examples.slow_reads", "data.fraction=0.05",
               "+data.kwargs.delay_ms=3"]
 
 
 def _advise(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "wif.advise.cli", *args,
+    return subprocess.run([sys.executable, "-m", "wif.advisor.cli", *args,
                            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -1,10 +1,10 @@
-"""wif.advise.predict on constructed cases whose epoch time is known by hand."""
+"""wif.advisor.predict on constructed cases whose epoch time is known by hand."""
 
 import math
 
 import pytest
 
-from wif.advise.predict import Loader, Step, batch_sizes, item_time, predict, rank, relative_error, simulate
+from wif.advisor.predict import Loader, Step, batch_sizes, item_time, predict, rank, relative_error, simulate
 
 ITEM = 0.004  # 4 ms an item: a sleep standing for a network read (the issue's measured case)
 GPU_STEP = Step(compute_s=0.001, on_cpu=False)

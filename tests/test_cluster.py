@@ -9,8 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -21,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from tests.conftest import CONF, ROOT, run_train, train_runs
+from tests.servers import MlflowServer
 from wif.sweep.cluster import (
     check_gpu_parallelism,
     cluster_tags,
@@ -74,7 +73,7 @@ def sbatch_script(launcher: DictConfig, jobs: int) -> str:
 def test_slurm_launcher_composes_with_what_a_user_sets() -> None:
     cfg = compose_hydra(*SLURM_USER)
     launcher = cfg.hydra.launcher
-    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher._target_ == "hydra_plugins.wif_launcher.launchers.SlurmLauncher"
     assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.nodes) == (1, 1, 1)  # one GPU per job
     assert (launcher.partition, launcher.account, launcher.constraint) == ("gpu", "proj42", "a100")
     assert (launcher.timeout_min, launcher.cpus_per_task, launcher.mem_gb) == (600, 12, 48)
@@ -114,7 +113,7 @@ def test_the_default_stays_the_basic_launcher() -> None:
 def test_local_gpus_composes() -> None:
     cfg = compose_hydra("hydra/launcher=local_gpus", "hydra.launcher.timeout_min=90")
     launcher = cfg.hydra.launcher
-    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+    assert launcher._target_ == "hydra_plugins.wif_launcher.launchers.LocalLauncher"
     assert (launcher.tasks_per_node, launcher.timeout_min, launcher.gpus_per_node) == (1, 90, None)
     assert cfg.hydra.callbacks.wif_cluster.pin_gpus is True
 
@@ -339,49 +338,14 @@ def test_local_gpus_sweep_runs_each_job_in_its_own_process_one_per_gpu(tmp_path:
     assert all(int(t["wif.node_jobs"]) >= 1 for t in tags)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Any]]:
-    """A real tracking server, as docs/cluster.md starts one: its own SQLite database and artifact store,
-    on a free loopback port; stopped (its whole process group) however the tests end."""
-    root = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
-    uri = f"http://127.0.0.1:{port}"
-    log = open(root / "server.log", "w")
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts")],
-        cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    """A real tracking server (tests/servers.py), stopped however the tests end."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     try:
-        deadline = time.monotonic() + 120  # ~25 s on a busy 2-core machine
-        while True:
-            assert server.poll() is None, (root / "server.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the MLflow server did not answer within 120 s"
-            time.sleep(0.5)
-        yield {"uri": uri, "root": root}
+        yield {"uri": server.start().uri, "root": server.root}
     finally:
-        try:
-            os.killpg(server.pid, signal.SIGTERM)  # the group this fixture started, nothing else
-            server.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(server.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            server.wait()
-        log.close()
+        server.stop()
 
 
 @pytest.mark.slow

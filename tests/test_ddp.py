@@ -172,7 +172,7 @@ def test_the_ddp_study_sweeps_one_and_two_ranks_over_a_few_loader_options() -> N
 def test_the_slurm_ddp_launcher_asks_one_task_with_a_gpu_per_rank() -> None:
     cfg = compose_hydra("hydra/launcher=slurm_ddp", "trainer.nproc=8", "hydra.launcher.partition=gpu")
     launcher = OmegaConf.create(OmegaConf.to_container(cfg.hydra.launcher, resolve=True))  # as Hydra instantiates it
-    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher._target_ == "hydra_plugins.wif_launcher.launchers.SlurmLauncher"
     script = sbatch_script(launcher, jobs=6)
     for line in ("--gpus-per-node=8", "--ntasks-per-node=1", "--nodes=1", "--cpus-per-task=80", "--partition=gpu"):
         assert f"#SBATCH {line}" in script, line

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "wif"
 MAX_LINES = 320
 
 # Which wif packages each package may import (its own always). Bottom to top: config <- measure <- data <- run
-# <- sweep; tools beside sweep; the report reads the store (measure.tracking alone: see REPORT_MAY_IMPORT).
+# <- sweep; tools beside sweep, advisor above tools; the report reads the store (measure.tracking alone: see REPORT_MAY_IMPORT).
 MAY_IMPORT: Mapping[str, Set[str]] = {
     "config": set(),
     "measure": {"config"},
@@ -27,6 +27,7 @@ MAY_IMPORT: Mapping[str, Set[str]] = {
     "run": {"config", "measure", "data"},
     "sweep": {"config", "measure", "data", "run", "report"},
     "tools": {"config", "measure", "data", "run"},
+    "advisor": {"config", "measure", "data", "run", "tools", "report"},
     "report": {"measure"},
 }
 REPORT_MAY_IMPORT = {"wif.measure.tracking", "wif.measure.lifetime"}  # the store's address, and what it imports

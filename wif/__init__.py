@@ -11,14 +11,15 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
     run      one run: model, epoch loop, training, the supervised child process
     sweep    many runs: the Hydra job, the sweep's callback and tally, preflight, blocks, the race's
              record, cluster and GPU placement
-    tools    wif-tune and wif-batch-size (import run and below, never sweep)
+    tools    wif-tune, wif-batch-size and wif-bandwidth (import run and below, never sweep)
+    advisor  wif-advise: the bottleneck found, candidates predicted and raced (imports tools and below)
 
 `report` stands beside them: it reads the MLflow store (and `measure.tracking` for its address) and never
 imports torch or the training code; the sweep uses its pure race rules.
 
 From a user's own script: `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`
 (wif.tools.api; imported on first use, so `import wif` stays free of torch), and `wif.advise(overrides)`
-(wif-advise: the bottleneck found and the fix raced; the package wif.advise, callable).
+(wif-advise: the bottleneck found and the fix raced; wif.advisor.cli.advise_overrides).
 """
 
 from typing import Any
@@ -28,9 +29,9 @@ API = ("tune_workers", "time_epochs", "WorkerPick", "EpochTimes")
 
 def __getattr__(name: str) -> Any:
     if name == "advise":
-        import importlib
+        from wif.advisor.cli import advise_overrides
 
-        return importlib.import_module("wif.advise")
+        return advise_overrides
     if name in API:
         from wif.tools import api
 

@@ -14,16 +14,35 @@ Imported by DataLoader workers (their `worker_init_fn`): this module imports nei
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import socket
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 import psutil
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 START_TIME_TOLERANCE_S = 1.0  # process start times read twice may differ by rounding, never by this much
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block ends, then act as ever (main thread only): a run record created on
+    the tracking store and interrupted before its id is known would stay RUNNING beside the one the interrupt
+    then opens. Python's handlers are swapped, not the signal mask: a mask holds one thread, and the kernel
+    hands a process's signal to any thread that does not block it (the sampler's)."""
+    caught: list = []
+    old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 def die_with_parent(parent_pid: Optional[int] = None) -> None:

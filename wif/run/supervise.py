@@ -24,7 +24,7 @@ from wif.config import Config, ConfigError, Device, TrainerConfig, UserCodeError
 from wif.config.exits import describe
 from wif.data.formats.splits import cold_verdict
 from wif.measure.contention import HostCpuMeter, is_contended
-from wif.measure.lifetime import die_with_parent, stop_tree
+from wif.measure.lifetime import die_with_parent, signals_held, stop_tree
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide, read_between
@@ -124,7 +124,8 @@ class _Run:
     def open(self) -> str:
         """The MLflow run, opened on first need, with what the run said before it existed."""
         if self.run_id is None:
-            self.run_id = self.open_run()
+            with signals_held():  # scancel's SIGTERM while the record is made: one record all the same
+                self.run_id = self.open_run()
             for kind, p in self.pending:
                 self.on_message(kind, p)
             self.pending.clear()

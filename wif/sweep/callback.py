@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -42,21 +42,33 @@ class SweepTally:
 
 
 TALLY = SweepTally()
+# Jobs of this sweep that a submitting launcher saw end without a result (hydra_plugins/wif_launcher):
+# job number -> why (scancel, preemption, a time limit, a kill).
+LOST: Dict[int, str] = {}
 SEARCH_LIMIT = 50_000  # MLflow's largest page of runs
 
 
 def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTally:
     """How this sweep's jobs ended, read from the runs they logged: under submitit (local or SLURM) each job
-    runs in a process of its own, whose tally never reaches the submitting one."""
-    from wif.measure.tracking import FAILED, FINISHED, Tracker
+    runs in a process of its own, whose tally never reaches the submitting one. A job that ended without a
+    result (LOST) is killed: its run, when it left one RUNNING, is closed as KILLED now."""
+    from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 
     tracker = Tracker(str(config.tracking.uri), str(config.tracking.experiment))
     runs = tracker.client.search_runs(
         [tracker.experiment_id], max_results=SEARCH_LIMIT,
         filter_string=f"tags.`wif.sweep_id` = '{config.hydra.sweep.dir}' and attributes.start_time >= {since_ms}")
-    t = SweepTally(total=total, skipped=max(0, total - len(runs)))  # a skipped job creates no run
+    t = SweepTally(total=total, skipped=max(0, total - len(runs)), started_ms=since_ms)  # a skipped job: no run
+    positions = {int(run.data.tags.get("wif.sweep_pos", -1)) for run in runs}
+    for pos in LOST:
+        if pos not in positions:  # it ended before its run was opened: killed, not skipped
+            t.skipped, t.killed = max(0, t.skipped - 1), t.killed + 1
     for run in runs:
         error = run.data.tags.get("wif.error", "")
+        if run.info.status == "RUNNING" and int(run.data.tags.get("wif.sweep_pos", -1)) in LOST:
+            error = f"Killed: {LOST[int(run.data.tags['wif.sweep_pos'])]}, and its run was left RUNNING"
+            tracker.set_tags(run.info.run_id, {"wif.error": error})
+            tracker.end_run(run.info.run_id, KILLED)
         if run.info.status == FINISHED:
             t.finished += 1
         elif run.info.status == FAILED:
@@ -88,6 +100,7 @@ class SweepCallback(Callback):
         """Count the jobs, and refuse the sweep (exit 2) before its first job if any job cannot run."""
         global TALLY
         TALLY = SweepTally(started_ms=int(time.time() * 1000))
+        LOST.clear()
         try:
             jobs = plan_jobs(config.hydra.sweeper.params or {}, config.hydra.overrides.task)
         except Exception as err:  # a sweeper whose syntax the basic one lacks: each job checks itself
@@ -113,5 +126,7 @@ class SweepCallback(Callback):
                  f"; {t.budget}" if t.budget else "")
         for line in t.failures:
             log.error("  failed: %s", line)
+        for pos, why in sorted(LOST.items()):
+            log.error("  killed: job #%d: %s", pos, why)
         if t.failed or t.killed:
             raise SystemExit(EXIT_FAILED)

@@ -1,11 +1,11 @@
-"""A Dataset whose items wait on storage: `data=custom data._target_=wif.advise.examples.slow_reads`.
+"""A Dataset whose items wait on storage: `data=custom data._target_=wif.advisor.examples.slow_reads`.
 
 Each item sleeps `delay_ms` (a network or disk read that takes no CPU) and then returns a small image,
 so at 0 workers the step waits on the data and workers overlap the waits even on 2 cores. The default
 sizes give 12 batches of 64 at data.fraction=0.1 (the issue's measured case) and small validation and
 test sets, so `wif-advise` on it finishes in a few minutes.
 
-    wif-advise preset=smoke data=custom data._target_=wif.advise.examples.slow_reads
+    wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ import importlib.util
 import math
 from typing import List, Optional
 
-from wif.advise.measure import Candidate, Measured
-from wif.advise.predict import Loader, Step, batch_sizes, item_time
+from wif.advisor.measure import Candidate, Measured
+from wif.advisor.predict import Loader, Step, batch_sizes, item_time
 from wif.config import Config, ConfigError, DataSource, TransferKind, validate
 
 
@@ -65,7 +65,7 @@ def _more(best: Candidate, suffix: str, keys: dict, **changes) -> Candidate:
 
 
 def _accepted(base: Config, cand: Candidate) -> bool:
-    from wif.advise.measure import apply
+    from wif.advisor.measure import apply
 
     try:
         validate(apply(base, cand))

@@ -1,10 +1,10 @@
 """`wif-advise`: why is my training slow, and what should I change. The same overrides as train.py.
 
-    wif-advise preset=smoke data=custom data._target_=wif.advise.examples.slow_reads
+    wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
 
 1. where the time goes: the configured setting's epochs split, the compute bound, the loader's ceiling;
-2. candidates: loader-only trials, each one's epoch predicted (wif.advise.predict);
-3. verified: the current setting raced against the best predicted (wif.advise.verify);
+2. candidates: loader-only trials, each one's epoch predicted (wif.advisor.predict);
+3. verified: the current setting raced against the best predicted (wif.advisor.verify);
 4. the answer: the pick with its speedup interval and memory cost, or keep what you have; the lines to
    paste; a picture. One MLflow parent run (wif.kind=advise) with every trial nested under it.
 """
@@ -22,10 +22,10 @@ from typing import Callable, Dict, Optional, Sequence
 
 import psutil
 
-from wif.advise import answer, candidates
-from wif.advise.measure import Candidate, Measured, Runner, bound, loader_only, training
-from wif.advise.predict import Prediction, batch_sizes, predict, rank
-from wif.advise.verify import RaceResult, run_race
+from wif.advisor import answer, candidates
+from wif.advisor.measure import Candidate, Measured, Runner, bound, loader_only, training
+from wif.advisor.predict import Prediction, batch_sizes, predict, rank
+from wif.advisor.verify import RaceResult, run_race
 from wif.config import Config, ConfigError, as_plain
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK

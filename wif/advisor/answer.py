@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from wif.advise.measure import Candidate, Measured
-from wif.advise.predict import Prediction, relative_error
-from wif.advise.verify import BASELINE, RaceResult
+from wif.advisor.measure import Candidate, Measured
+from wif.advisor.predict import Prediction, relative_error
+from wif.advisor.verify import BASELINE, RaceResult
 
 PHASES = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("compute_s", "compute"), ("gpu_idle_s", "GPU idle"))
 

@@ -1,0 +1,14 @@
+"""`wif-advise` and `wif.advise(...)`: where an epoch's time goes, what loader setting should help, and a
+race that proves it.
+
+    predict   the prediction model: each candidate's epoch time from measured rates (pure, no torch)
+    measure   the measuring steps: the configured setting's epochs, the compute bound, loader-only trials
+    verify    the race of the current setting against the best predicted candidates (the report's rules)
+    answer    the sentence, the tables, the lines to paste and the picture
+    candidates the settings worth trying, and the rates the prediction takes from their trials
+    cli       the command line, and `advise_overrides`, which `import wif; wif.advise(overrides)` calls
+    examples  a Dataset whose items wait on storage (the must-show case; the tests use it too)
+
+Above `wif.tools`: imports it (wif-tune's worker search), `wif.run` and below, and the report's pure race and
+decision rules; never the sweep.
+"""

@@ -1,0 +1,101 @@
+"""Many writers at once: N=4 jobs side by side on this machine (`hydra/launcher=local_gpus` on four 'GPUs' of a
+CPU machine, each job its own submitit process) writing to one SQLite store, and to one MLflow server that is
+restarted mid-sweep. Every run is accounted for: one FINISHED run per job, none lost, duplicated or left RUNNING,
+no 'database is locked'."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+from mlflow.entities import Run
+
+from tests.conftest import run_train, start_train, train_runs
+from tests.servers import MlflowServer
+
+pytestmark = pytest.mark.slow
+N = 4
+LOADERS = "loader=baseline,pin,bg,bg_pin"  # N jobs
+SIDE_BY_SIDE = ("hydra/launcher=local_gpus", "device=cpu", "preset=smoke", "repeat=0", "data.fraction=0.1")
+GPUS = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(N))}  # N at once: one per 'GPU'
+
+
+@pytest.fixture(autouse=True)
+def own_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU locks of this test's own, apart from those of real jobs on this machine."""
+    monkeypatch.setenv("WIF_LOCK_DIR", str(tmp_path / "locks"))
+
+
+def job_logs(tmp_path: Path) -> str:
+    return "".join(p.read_text() for p in tmp_path.glob("multirun/*/*/.submitit/*/*_log.*"))
+
+
+def one_finished_run_per_job(runs: List[Run]) -> None:
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    assert sorted(r.data.tags["wif.loader"] for r in finished) == ["baseline", "bg", "bg_pin", "pin"], \
+        [(r.info.run_name, r.info.status) for r in runs]
+    assert len({r.data.tags["wif.config_hash"] for r in finished}) == N  # no duplicate
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    for run in finished:  # whole: every epoch's metrics, the summary, its config
+        assert {"epoch_time_mean_s", "test_acc"} <= run.data.metrics.keys()
+
+
+def test_four_jobs_at_once_write_one_sqlite_store(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    proc = run_train(tmp_path, store, cache_dir, *SIDE_BY_SIDE, LOADERS, timeout=400, env=GPUS)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert f"local_gpus: {N} job(s) at a time" in out and f"Sweep done: {N} finished, 0 failed, 0 killed" in out
+    runs = train_runs(store)
+    one_finished_run_per_job(runs)
+    assert len(runs) == N
+    starts, ends = [r.info.start_time for r in runs], [r.info.end_time for r in runs]
+    assert max(starts) < min(ends)  # they did write at the same time
+    assert "database is locked" not in job_logs(tmp_path) + out
+
+
+@pytest.fixture
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    srv = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+
+
+def test_four_jobs_at_once_write_one_server_restarted_mid_sweep(tmp_path: Path, cache_dir: Path,
+                                                                server: MlflowServer,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server goes down while the four runs are RUNNING and comes back on its port and store. MLflow's
+    client retries what it could not send; a run that failed on it all the same says so, and the same command
+    again completes it (resume): in the end one FINISHED run per job, and none RUNNING."""
+    sweep = (*SIDE_BY_SIDE, LOADERS, "trainer.epochs=8", f"tracking.uri={server.uri}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", GPUS["CUDA_VISIBLE_DEVICES"])
+    proc = start_train(tmp_path, server.uri, cache_dir, *sweep)
+    try:
+        deadline = time.monotonic() + 240
+        while len(train_runs(server.uri, status="RUNNING")) < N:
+            assert proc.poll() is None and time.monotonic() < deadline, "the four runs never ran at once"
+            time.sleep(0.5)
+        down = time.time()
+        server.stop()
+        time.sleep(3)  # down while the runs log their epochs
+        up = server.start() and time.time()
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    runs = train_runs(server.uri)
+    print(f"first sweep: exit {proc.returncode}; " + out.strip().splitlines()[-1][-200:])
+    print("runs:", sorted((r.data.tags["wif.loader"], r.info.status) for r in runs))
+    if proc.returncode != 0:  # a run that could not reach the server for long enough: failed, and said so
+        failed = [r for r in runs if r.info.status != "FINISHED"]
+        assert failed and "Sweep done:" in out, out[-3000:]
+        again = run_train(tmp_path, server.uri, cache_dir, *sweep, timeout=400, env=GPUS)
+        assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+        runs = train_runs(server.uri)
+    one_finished_run_per_job(runs)
+    # the outage fell inside each of the first sweep's N runs: begun before it, ended after it
+    assert len([r for r in runs if r.info.start_time < down * 1000 and r.info.end_time > up * 1000]) == N
+    assert "database is locked" not in job_logs(tmp_path) + out

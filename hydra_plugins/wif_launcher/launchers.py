@@ -2,8 +2,8 @@
 
 The plugin collects `job.results()` job by job, and the first job that ended without a result (scancel,
 preemption, a time limit, an out-of-memory or SIGKILL, a run marked KILLED, whose job exits on purpose)
-raises there: the sweep command dies with a traceback while the jobs behind it run on, and nothing says how
-the sweep ended. These launchers await every job; one that ended without a result is logged in one line,
+raises there (as Hydra's sweeper does on a job whose task raised): the sweep command dies with a traceback while
+the jobs behind it run on, and nothing says how the sweep ended. These launchers await every job; one that ended without a result is logged in one line,
 remembered in `wif.sweep.callback.LOST` (job number -> why) and handed to Hydra as done with no value, so
 that the sweep's tally (read from the store) counts it as killed, closes a run it left RUNNING, and the
 command fails as for any killed run.
@@ -56,14 +56,17 @@ class _AwaitsEveryJob(plugin.BaseSubmititLauncher):
         from submitit.core.utils import FailedJobError, UncompletedJobError
 
         try:
-            return job.results()[0]
+            ret = job.results()[0]
+            if ret.status != JobStatus.FAILED:
+                return ret
+            why = f"job {job.job_id} failed outside its run: {type(ret._return_value).__name__}: {ret._return_value}"
         except UncompletedJobError as err:  # FailedJobError too: an error outside the task, its last line says which
             last = str(err).strip().splitlines()[-1][:300] if isinstance(err, FailedJobError) else ""
             why = f"job {job.job_id} ended without a result ({job.state}){': ' + last if last else ''}"
-            log.error("#%d %s; its log: %s", idx, why, job.paths.stderr)
-            callback.LOST[idx] = why
-            # COMPLETED with no value: Hydra's sweeper raises on a FAILED one before the sweep's tally is made
-            return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=None)
+        log.error("#%d %s; its log: %s", idx, why, job.paths.stderr)
+        callback.LOST[idx] = why
+        # COMPLETED with no value: Hydra's sweeper raises on a FAILED one before the sweep's tally is made
+        return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=None)
 
 
 class SlurmLauncher(_AwaitsEveryJob):

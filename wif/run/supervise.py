@@ -293,7 +293,7 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
         stop_tree(sampler.seen())
         proc.join()
         sampler.stop()
-        return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C or SIGTERM)"},
+        return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C, SIGTERM, or SIGUSR2)"},
                        run_id=run.open())
     proc.join()
     sampler.stop()

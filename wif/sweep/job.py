@@ -119,6 +119,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     """Hydra's task: returns the run's mean epoch time, or None when it was skipped or failed."""
     preload()  # once per process; after that a no-op
     signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGUSR2, interrupt)  # SLURM's warning before the time limit (hydra/launcher=slurm): no requeue
     t_job = time.monotonic()
     try:
         conf: Config = typed(cfg)

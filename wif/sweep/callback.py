@@ -58,15 +58,19 @@ def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTall
     runs = tracker.client.search_runs(
         [tracker.experiment_id], max_results=SEARCH_LIMIT,
         filter_string=f"tags.`wif.sweep_id` = '{config.hydra.sweep.dir}' and attributes.start_time >= {since_ms}")
-    t = SweepTally(total=total, skipped=max(0, total - len(runs)), started_ms=since_ms)  # a skipped job: no run
-    positions = {int(run.data.tags.get("wif.sweep_pos", -1)) for run in runs}
-    for pos in LOST:
-        if pos not in positions:  # it ended before its run was opened: killed, not skipped
+    def pos(run: Any) -> int:
+        return int(run.data.tags.get("wif.sweep_pos", -1))
+
+    positions = {pos(run) for run in runs}
+    done = {pos(run) for run in runs if run.info.status == FINISHED}
+    t = SweepTally(total=total, skipped=max(0, total - len(positions)), started_ms=since_ms)  # a skipped job: no run
+    for job in LOST:
+        if job not in positions:  # it ended before its run was opened: killed, not skipped
             t.skipped, t.killed = max(0, t.skipped - 1), t.killed + 1
     for run in runs:
         error = run.data.tags.get("wif.error", "")
-        if run.info.status == "RUNNING" and int(run.data.tags.get("wif.sweep_pos", -1)) in LOST:
-            error = f"Killed: {LOST[int(run.data.tags['wif.sweep_pos'])]}, and its run was left RUNNING"
+        if run.info.status == "RUNNING" and pos(run) in LOST:
+            error = f"Killed: {LOST[pos(run)]}, and its run was left RUNNING"
             tracker.set_tags(run.info.run_id, {"wif.error": error})
             tracker.end_run(run.info.run_id, KILLED)
         if run.info.status == FINISHED:
@@ -76,8 +80,8 @@ def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTall
             t.failures.append(f"{run.info.run_name}: {error}")
         elif error.startswith("Duplicate"):  # another process finished the same job first
             t.skipped += 1
-        else:  # KILLED, or still RUNNING: its job's process ended without closing it
-            t.killed += 1
+        elif pos(run) not in done:  # KILLED, or still RUNNING: its job's process ended without closing it (a job
+            t.killed += 1  # SLURM requeued after a preemption and that finished since is not killed)
     return t
 
 

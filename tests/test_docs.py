@@ -61,6 +61,9 @@ EXTERNAL = {
     ("mlflow", "ui"): "MLflow's UI on the local store (its flags are checked against mlflow's CLI)",
     ("mlflow", "server"): "an MLflow tracking server (its flags are checked against mlflow's CLI)",
     ("pip", "install", "mlflow", "psycopg2-binary"): "the tracking server's own packages",
+    ("apt-get", "install", "-y", "munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server"):
+        "Debian's SLURM packages for scripts/slurm_local.sh (tests/test_slurm.py runs against them)",
+    ("sacct",): "SLURM's accounting (tests/test_slurm.py reads it)",
 }
 
 # Commands the docs show being refused, and the reason they show (the exit 2 of a bad setting).

@@ -1,6 +1,6 @@
 """A real MLflow tracking server for tests, as docs/cluster.md starts one: its own SQLite database and
 artifact store, on a free loopback port, in a process group of its own; stopped and started again on the same
-port and store (a server restarted mid-sweep)."""
+port and store (a server restarted mid-sweep). `server`: one for a test module (import it there)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
+
+import pytest
 
 START_WITHIN_S = 120  # ~25 s on a busy 2-core machine
 
@@ -66,3 +68,13 @@ class MlflowServer:
                 pass
             self.proc.wait()
         self.proc = None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    srv = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+

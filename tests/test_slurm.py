@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, run_train, start_train, train_runs
-from tests.servers import MlflowServer
+from tests.servers import MlflowServer, server  # noqa: F401 - the fixture
 from wif.config.exits import EXIT_FAILED
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -52,15 +52,6 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, str]]:
         yield {"SLURM_CONF": str(state / "slurm.conf"), "state": str(state)}
     finally:
         subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    srv = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
-    try:
-        yield srv.start()
-    finally:
-        srv.stop()
 
 
 def sacct(slurm: Dict[str, str], *job_ids: str) -> Dict[str, str]:

@@ -247,6 +247,7 @@ def test_cluster_tags_outside_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     (["python", "-u", "-m", "submitit.core._submit", "/sweep/.submitit/%j"], True),
     (["python", "train.py", "-m", "hydra/launcher=slurm"], False),  # only submits and waits
     (["python", "train.py", "-m", "hydra/launcher=local_gpus"], False),
+    (["python", "train.py", "-m", "hydra/launcher=slurm_ddp"], False),
     (["python", "train.py", "-m", "hydra/launcher=basic"], True),
     (["python", "-m", "submitit.local._local", "/sweep"], False),  # submitit's controller, not a job
     (["srun", "--unbuffered", "python", "-u", "-m", "submitit.core._submit", "/f"], False),  # its python is

@@ -29,7 +29,7 @@ from wif.sweep.gpus import ClusterError, busy_gpus, claim_gpu, visible_gpus
 log = logging.getLogger("wif")
 
 # Launchers whose train.py process only submits jobs and waits: not a job itself.
-SUBMITTING_LAUNCHERS = ("slurm", "local_gpus", "submitit_slurm", "submitit_local")
+SUBMITTING_LAUNCHERS = ("slurm", "slurm_ddp", "local_gpus", "submitit_slurm", "submitit_local")
 # Environment -> tag: what identifies the job to its scheduler.
 JOB_ENV_TAGS = (("SLURM_JOB_ID", "wif.slurm_job_id"), ("SLURM_ARRAY_JOB_ID", "wif.slurm_array_job_id"),
                 ("SLURM_ARRAY_TASK_ID", "wif.slurm_array_task_id"), ("SLURM_JOB_PARTITION", "wif.slurm_partition"),

@@ -188,6 +188,14 @@ def test_earlier_runs_are_read_from_the_store_by_cell_and_testbed(store: str) ->
     pooled = read_between(client, exp, {**testbed, "wif.cell": "pin@0.7"})
     assert pooled is not None and not pooled.own and (pooled.runs, pooled.cells) == (5, 2)
     assert pooled.sd == pytest.approx(got.sd * math.sqrt(2 / 3))  # bg's squares over bg's 2 df + pin's 1
+    # a wif-advise race reads its own runs of the cell (its earlier blocks), never the study's, and the study
+    # never reads the race's
+    for figure in (1.0, 1.2, 1.5):
+        finished("advise-a1-w4", figure, **{"wif.kind": "advise", "wif.sweep_id": "none"})
+    raced = read_between(client, exp, {**testbed, "wif.kind": "advise", "wif.cell": "advise-a1-w4"})
+    assert raced is not None and raced.own and raced.runs == 3
+    assert read_between(client, exp, {**testbed, "wif.cell": "bg@0.7"}).runs == 3
+    assert read_between(client, exp, {**testbed, "wif.kind": "advise", "wif.cell": "bg@0.7"}) is None
 
 
 def _the_run(store: str):

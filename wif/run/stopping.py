@@ -236,7 +236,7 @@ def _allocation(start: float, steady: Sequence[float], rule: StopRule) -> str:
 
 def read_between(client: Any, experiment_id: str, tags: Dict[str, str]) -> Optional[Between]:
     """The between-run noise of the cell a run with these `tags` measures, from the store's earlier finished, uncontended runs of the
-    same testbed, read once before the run starts: the cell's own runs (one small query) and, while they are
+    same kind and testbed (a study's runs; a wif-advise race's, whose cells are its own), read once before the run starts: the cell's own runs (one small query) and, while they are
     too few, the runs of the same sweep's earlier blocks (a second). A store that cannot answer costs the
     run its between-run evidence (the target falls back to the tie margin), never the run."""
     figures: Dict[str, Dict[str, float]] = {}  # cell -> run id -> figure
@@ -245,7 +245,8 @@ def read_between(client: Any, experiment_id: str, tags: Dict[str, str]) -> Optio
         for key in ("wif.cell", "wif.sweep_id"):
             if key == "wif.sweep_id" and len(figures.get(tags.get("wif.cell", ""), {})) > MIN_BETWEEN_DF:
                 break
-            where = " and ".join(["tags.`wif.kind` = 'train'", "attributes.status = 'FINISHED'", *same,
+            kind = tags.get("wif.kind", "train").replace("'", "")  # a study's runs, or one wif-advise race's
+            where = " and ".join([f"tags.`wif.kind` = '{kind}'", "attributes.status = 'FINISHED'", *same,
                                   f"tags.`{key}` = '{tags.get(key, '').replace(chr(39), '')}'"])
             for run in client.search_runs([experiment_id], where, max_results=HISTORY_RUNS,
                                           order_by=["attributes.start_time DESC"]):

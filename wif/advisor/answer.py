@@ -139,14 +139,14 @@ def picture(runs: Sequence[Measured], bound_s: float, bound_source: str, path: P
         parts["other"].append(max(total - shown, 0.0))
     if not names:
         return None
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
+    fig, ax = plt.subplots(figsize=(9.5, 0.5 * len(names) + 1.5))
     left = [0.0] * len(names)
     for label, values in parts.items():
         ax.barh(names, values, left=left, label=label)
         left = [a + b for a, b in zip(left, values)]
     ax.axvline(bound_s, color="black", linestyle="--", label=f"bound ({bound_source})")
     ax.set_xlabel("seconds per epoch (steady epochs' mean)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars, never over them
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

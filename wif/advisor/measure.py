@@ -16,11 +16,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
-from wif.config import Augment, Config, DataSource, PageCache, TrainerMode, as_plain, validate
+from wif.config import Augment, Config, DataSource, PageCache, TrainerMode, validate
 from wif.measure.sysinfo import host_tags
-from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
-from wif.run.supervise import REFUSED, Outcome, supervise
+from wif.tools.recorded import run_recorded
 from wif.tools.tune import WORKER_ONLY
 
 EPOCH_KEYS = ("epoch_time_s", "data_wait_s", "copy_s", "compute_s", "gpu_idle_s", "first_batch_s", "cpu_util_pct")
@@ -111,22 +111,12 @@ class Runner:
     def run(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None) -> Measured:
         conf.progress = False
         validate(conf)
-        plain = as_plain(conf)
         tags = {**host_tags(), "wif.kind": "advise", "wif.advise_id": self.advise_id, "wif.advise_role": role,
                 "mlflow.parentRunId": self.parent_id, "wif.loader": name, "wif.device": self.device,
                 "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.fraction": f"{conf.data.fraction:g}",
                 "wif.cell": f"advise-{self.advise_id}-{name}", **(extra or {})}
-        run_id = self.tracker.start_run(f"advise-{role}-{name}", plain, tags, plain)
-        outcome = supervise(conf, self.device, self.tracker, lambda: run_id, f"{role} {name}", tags)
-        if outcome.status == REFUSED:
-            outcome = Outcome(FAILED, outcome.error)
-        error = outcome.error or {}
-        text = f"{error.get('type')}: {error.get('message')}" if error else ""
-        if outcome.status == FINISHED:
-            self.tracker.log_metrics(run_id, outcome.summary)
-        else:
-            self.tracker.set_tags(run_id, {"wif.error": text[:4000]})
-        self.tracker.end_run(run_id, outcome.status)
+        run_id, outcome, text = run_recorded(self.tracker, conf, self.device, f"advise-{role}-{name}", tags,
+                                             f"{role} {name}")
         record = self.tracker.client.get_run(run_id)
         m = Measured(role, name, run_id, outcome.status, outcome.summary, self._epochs(run_id),
                      dict(record.data.tags), text, conf.trainer.warmup_epochs)

@@ -20,15 +20,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
-from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, as_plain, validate, warnings_for
+from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, validate, warnings_for
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.sysinfo import host_tags, usable_cores
-from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
-from wif.run.supervise import REFUSED, Outcome, resolve_device, supervise
+from wif.run.supervise import resolve_device
 from wif.run.training import preload
+from wif.tools.recorded import run_recorded
 
 PROG = "wif-tune"
 # Loader keys that only mean something with worker processes, and their value without any.
@@ -120,26 +121,15 @@ class Tuner:
 
     def run(self, pin_memory: bool, num_workers: int, phase: str) -> Optional[float]:
         conf = trial_config(self.base, num_workers, pin_memory, self.args.batches, self.args.epochs)
-        plain = as_plain(conf)
         fraction = f"{conf.data.fraction:g}"
         tags = {**host_tags(), "wif.kind": "tune", "wif.tune_id": self.tune_id, "wif.tune_phase": phase,
                 "wif.loader": conf.loader.name, "wif.fraction": fraction, "wif.device": self.device,
                 "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.transfer": conf.transfer.kind.value,
                 "wif.num_workers": num_workers, "wif.pin_memory": pin_memory}
         name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
-        run_id = self.tracker.start_run(name, plain, tags, plain)
         label = f"pin_memory={pin_memory} num_workers={num_workers}"
-        outcome = supervise(conf, self.device, self.tracker, lambda: run_id, label, tags)
-        if outcome.status == REFUSED:  # the trial's record exists already: it failed
-            outcome = Outcome(FAILED, outcome.error)
-        error = outcome.error or {}
-        trial = Trial(pin_memory, num_workers, phase, outcome.status, run_id, outcome.summary,
-                      f"{error.get('type')}: {error.get('message')}" if error else "")
-        if outcome.status == FINISHED:
-            self.tracker.log_metrics(run_id, outcome.summary)
-        else:
-            self.tracker.set_tags(run_id, {"wif.error": trial.error[:4000]})
-        self.tracker.end_run(run_id, outcome.status)
+        run_id, outcome, error = run_recorded(self.tracker, conf, self.device, name, tags, label)
+        trial = Trial(pin_memory, num_workers, phase, outcome.status, run_id, outcome.summary, error)
         self.trials.append(trial)
         print(f"  {phase:<6} {label:<34} " + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error),
               flush=True)

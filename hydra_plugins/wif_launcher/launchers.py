@@ -2,11 +2,11 @@
 
 The plugin collects `job.results()` job by job, and the first job that ended without a result (scancel,
 preemption, a time limit, an out-of-memory or SIGKILL, a run marked KILLED, whose job exits on purpose)
-raises there (as Hydra's sweeper does on a job whose task raised): the sweep command dies with a traceback while
-the jobs behind it run on, and nothing says how the sweep ended. These launchers await every job; one that ended without a result is logged in one line,
-remembered in `wif.sweep.callback.LOST` (job number -> why) and handed to Hydra as done with no value, so
-that the sweep's tally (read from the store) counts it as killed, closes a run it left RUNNING, and the
-command fails as for any killed run.
+raises there (as Hydra's sweeper does on a job whose task raised): the sweep command dies with a traceback
+while the jobs behind it run on, and nothing says how the sweep ended. These launchers await every job; one
+that ended without a result is logged in one line, remembered in `wif.sweep.callback.LOST` (job number ->
+why) and handed to Hydra as done with no value, so that the sweep's tally (read from the store) counts it as
+killed, closes a run it left RUNNING, and the command fails as for any killed run.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class _AwaitsEveryJob(plugin.BaseSubmititLauncher):
 
         assert self.config is not None
         params = dict(self.params)
-        init = {f"{self._EXECUTOR}_max_num_timeout": params.pop("max_num_timeout")} if "max_num_timeout" in params else {}
+        timeouts = params.pop("max_num_timeout", None)
+        init = {f"{self._EXECUTOR}_max_num_timeout": timeouts} if timeouts is not None else {}
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=params.pop("submitit_folder"), **init)
         generic = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{k if k in generic else f"{self._EXECUTOR}_{k}": v for k, v in params.items()})

@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Build a wheelhouse: wif and every package it needs, as wheels in one folder, for GPU nodes without an index.
-#   scripts/wheelhouse.sh WHEELHOUSE [--with-torch] [--extras pipelines,timm]
-#                         [--have NODE_FREEZE] [--python-version 3.12 --platform manylinux_2_28_x86_64]
+#   scripts/wheelhouse.sh WHEELHOUSE [--with-torch] [--extras pipelines,timm] [--have NODE_FREEZE [--with-ui]]
+#                         [--python-version 3.12 --platform manylinux_2_28_x86_64]
 # Without --with-torch the torch stack (torch, torchvision, triton, the nvidia-* CUDA wheels) is left out, for nodes
 # that have their own torch and torchvision (a module, a container); torch's own pure-Python dependencies
 # (sympy, networkx, jinja2, ...) are kept. --have FILE (the node's `pip freeze`) writes only what the node lacks:
 # the closure is resolved around the node's versions (they are pip constraints), and every package the node has
 # at the chosen version is left out; one the node has at a version wif's closure excludes is written (said so).
-# --python-version/--platform (repeatable) resolve and download wheels for the node's interpreter instead of
-# this one (PYTHON, default python3). Install on the node, from a copy of this checkout:
+# With --have, wif is the node build: MLflow's client and SQL store (mlflow-skinny) without its UI and server,
+# unless the node has mlflow or --with-ui is given. --python-version/--platform (repeatable) resolve and download
+# wheels for the node's interpreter instead of this one (PYTHON, default python3). Install on the node, from a
+# copy of this checkout:
 #   pip install --no-index --find-links WHEELHOUSE wif
 # PIP_* variables (PIP_INDEX_URL, ...) reach pip as usual.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "wheelhouse.sh: $*" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 case $1 in -h|--help) usage ;; -*) die "the wheelhouse folder comes first, not $1" ;; esac
 OUT=$1; shift
 WITH_TORCH=0
+WITH_UI=0
 EXTRAS=""
 HAVE=""
 PYVER=""
@@ -26,6 +29,7 @@ PLATFORMS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --with-torch) WITH_TORCH=1 ;;
+    --with-ui) WITH_UI=1 ;;
     --extras) [ $# -ge 2 ] || die "--extras needs a value"; EXTRAS=$2; shift ;;
     --have) [ $# -ge 2 ] || die "--have needs a file"; HAVE=$2; shift ;;
     --python-version) [ $# -ge 2 ] || die "--python-version needs a value"; PYVER=$2; shift ;;
@@ -50,6 +54,7 @@ touch "$WORK/constraints.txt"
 # pip prepares and builds a local project in its own folder (egg-info, build/): it works on a copy, and the
 # checkout is left as it was.
 tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude='*.egg-info' --exclude=__pycache__ --exclude='*.whl' -cf - . | tar -C "$WORK/src" -xf -
+[ -z "$HAVE" ] || [ "$WITH_UI" = 1 ] || "$PY" "$HELPER" node-build "$WORK/src/pyproject.toml" "$HAVE"
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$WORK/wif" "$WORK/src"
 WIF_WHEEL=$(ls "$WORK"/wif/wif-*.whl)
 TARGET="$WIF_WHEEL${EXTRAS:+[$EXTRAS]}"

@@ -10,6 +10,10 @@
       too (pip before 24 does not infer it for --platform).
   wheelhouse_have.py sdists REPORT
       name==version of each package of pip's --report that comes as source, not as a wheel (wif aside).
+  wheelhouse_have.py node-build PYPROJECT HAVE
+      Rewrites a copy's pyproject.toml into the node build: MLflow's client and its SQL store (mlflow-skinny,
+      sqlalchemy, alembic) for mlflow, whose UI and server bring 50-100 MB the node does not need (the store is
+      browsed where it is brought back). A node that has mlflow keeps it. Says what it did on one line.
   wheelhouse_have.py select REPORT WITH_TORCH [HAVE] > requirements.txt
       name==version of each package of pip's --report to put in the wheelhouse: not wif (built apart), not the
       torch stack unless WITH_TORCH, and, with HAVE, not what the node has at that very version.
@@ -157,6 +161,25 @@ def constraints(have_path: str, wheel: str, extras: str, python_version: str, st
         stub_wheel(Path(stubs), name, version, tag)
 
 
+# The SQL store's own packages, as mlflow 3 pins them; mlflow-skinny leaves them out.
+NODE_STORE = '"sqlalchemy>=1.4,<3", "alembic>=1.8,<2,!=1.10.0"'
+
+
+def node_build(pyproject: str, have_path: str) -> None:
+    path = Path(pyproject)
+    text = path.read_text()
+    if "mlflow" in read_have(have_path, loud=False):
+        warn("the node has mlflow: wif is built to use it as it is")
+        return
+    text, n = re.subn(r'"mlflow(?![-\w])([^"]*)"', r'"mlflow-skinny\1", ' + NODE_STORE, text)
+    text, m = re.subn(r'^version = "([^"+]+)"', r'version = "\1+node"', text, flags=re.M)
+    if n != 1 or m != 1:
+        raise SystemExit(f"wheelhouse.sh: {pyproject}: no single mlflow requirement and version to rewrite")
+    path.write_text(text)
+    warn("the node build: mlflow-skinny and the SQL store's packages for mlflow, no MLflow UI or server on the "
+         "node (browse the store where you bring it back; --with-ui keeps them)")
+
+
 def same_version(a: str, b: str) -> bool:
     try:
         return Version(a) == Version(b)
@@ -195,6 +218,8 @@ def main(argv: List[str]) -> int:
         print("\n".join(expand_platforms(argv[1:])))
     elif argv[:1] == ["sdists"] and len(argv) == 2:
         print("\n".join(sdists(argv[1])))
+    elif argv[:1] == ["node-build"] and len(argv) == 3:
+        node_build(argv[1], argv[2])
     elif argv[:1] == ["select"] and len(argv) in (3, 4):
         print("\n".join(select(argv[1], argv[2] == "1", argv[3] if len(argv) == 4 else None)))
     else:

@@ -110,6 +110,30 @@ def test_manylinux_platforms_include_the_older_ones() -> None:
     assert "manylinux_2_16_x86_64" not in out and out[-1] == "macosx_11_0_arm64"
 
 
+def test_the_node_build_takes_mlflows_client_and_store_without_its_ui_unless_the_node_has_mlflow(
+        tmp_path: Path) -> None:
+    """mlflow's UI and server pull pyarrow, scikit-learn, Flask, docker...: 50-100 MB a node does not need."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    def build(have_lines: List[str]) -> tuple:
+        pyproject = tmp_path / "pyproject.toml"
+        pyproject.write_text((ROOT / "pyproject.toml").read_text())
+        have = tmp_path / "have.txt"
+        have.write_text("\n".join(have_lines) + "\n")
+        run = helper("node-build", pyproject, have)
+        assert run.returncode == 0, run.stderr
+        return tomllib.loads(pyproject.read_text())["project"], run.stderr
+
+    original = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project, said = build(["torch==2.11.0", "pandas==3.1.1"])
+    names = [re.split(r"[<>=!~ ;]", d)[0] for d in project["dependencies"]]
+    assert "mlflow" not in names and {"mlflow-skinny", "sqlalchemy", "alembic"} <= set(names), names
+    assert len(names) == len(original["dependencies"]) + 2
+    assert project["version"] == original["version"] + "+node" and "no MLflow UI" in said
+    project, said = build(["mlflow==3.17.2"])
+    assert project == original and "the node has mlflow" in said
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--have"], "--have needs a file"),
     (["--have", "/nonexistent/freeze.txt"], "--have /nonexistent/freeze.txt: no such file"),
@@ -125,17 +149,22 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, argv: List[str], 
 def test_script_writes_only_what_the_node_lacks(tmp_path: Path) -> None:
     """The documented `scripts/wheelhouse.sh DIR --have FILE`, for real: this interpreter (which has wif's closure)
     as the node, less hydra-core and what only it and wif need (omegaconf, and antlr4-python3-runtime and
-    prefetch_generator, source only: built here): those four and wif come out, nothing the node has."""
+    prefetch_generator, source only: built here), and less mlflow: those four and wif come out, nothing the node
+    has, and no mlflow: the node build needs only mlflow-skinny and the store's packages, which the node has."""
     freeze = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True, check=True)
-    lacking = {"hydra-core", "omegaconf", "antlr4-python3-runtime", "prefetch-generator"}
+    lacking = {"hydra-core", "omegaconf", "antlr4-python3-runtime", "prefetch-generator", "mlflow"}
     kept = [line for line in freeze.stdout.splitlines()
             if re.sub(r"[-_.]+", "-", re.split(r"[=@ ]", line)[0]).lower() not in lacking]
-    assert len(kept) == len(freeze.stdout.splitlines()) - 4, "this interpreter lacks part of wif's closure"
+    assert len(kept) == len(freeze.stdout.splitlines()) - 5, "this interpreter lacks part of wif's closure"
     have = tmp_path / "have.txt"
     have.write_text("\n".join(kept) + "\n")
     out = tmp_path / "wh"
     run = subprocess.run([str(SCRIPT), str(out), "--have", str(have)], capture_output=True, text=True,
                          env={**__import__("os").environ, "PYTHON": sys.executable}, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert wheel_names(out) == sorted(lacking | {"wif"}), run.stderr[-3000:]
+    assert wheel_names(out) == sorted(lacking - {"mlflow"} | {"wif"}), run.stderr[-3000:]
+    wif_wheel = next(out.glob("wif-*.whl"))
+    with zipfile.ZipFile(wif_wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith("METADATA"))).decode()
+    assert "Requires-Dist: mlflow-skinny" in meta and "Requires-Dist: mlflow>" not in meta and "+node" in wif_wheel.name
     assert re.search(r"wheelhouse: .* 5 wheels written, [\d.]+ MB", run.stdout), run.stdout

@@ -22,13 +22,25 @@ def job(cell: str, block: int = 0, batches: int = 10, epochs: int | None = 3, do
 
 
 def test_a_probe_extrapolates_to_a_full_epoch_and_keeps_the_rest_fixed() -> None:
-    # 4 batches: the first waits 0.5 s (workers), then 0.1 s each; validation 0.2 s at fraction 0.4
-    probe = b.ProbeCost(wall_s=5.0, run_s=4.0, epoch_s=0.8, first_batch_s=0.5, val_s=0.2, batches=4, fraction=0.4)
+    # 4 batches: the first waits 0.5 s (workers start), the loop takes 0.1 s a batch, the workers' shutdown 0.1 s
+    # after the last; validation 0.8 s at fraction 0.4, of which its workers' start and shutdown (0.6 s) are fixed
+    probe = b.ProbeCost(wall_s=5.0, run_s=4.0, epoch_s=1.0, first_batch_s=0.5, val_s=0.8, batches=4, fraction=0.4,
+                        loop_s=0.9)
     cost = probe.cost(batches=21, fraction=0.2)
     assert cost.overhead_s == pytest.approx(1.0)  # launch to return, less the run
-    assert cost.fixed_s == pytest.approx(4.0 - 2 * (0.8 + 0.2))  # set-up, test, warm-up's extra
-    assert cost.epoch_s == pytest.approx(0.5 + 20 * 0.1 + 0.1)
-    assert cost.seconds(3) == pytest.approx(1.0 + 2.0 + 3 * 2.6)
+    assert cost.fixed_s == pytest.approx(4.0 - 2 * (1.0 + 0.8))  # set-up, test, warm-up's extra
+    assert cost.epoch_s == pytest.approx((0.5 + 0.1 + 21 * 0.1) + (0.6 + 0.2 * 0.2 / 0.4))
+    assert cost.seconds(3) == pytest.approx(1.0 + 0.4 + 3 * 3.4)
+    # a probe that did not log its loop (an older run): no tail, the epoch past its first batch is per batch
+    old = b.ProbeCost(wall_s=5.0, run_s=4.0, epoch_s=0.9, first_batch_s=0.5, val_s=0.2, batches=4, fraction=0.4)
+    assert old.cost(21, 0.4).epoch_s == pytest.approx(0.5 + 21 * 0.1 + 0.2)
+
+
+def test_a_probe_epoch_outlasts_the_loaders_prefetch_twice() -> None:
+    """Capped at 4 batches, 4 workers x prefetch_factor 2 fetched 8 while the step took 4, and their start-up
+    was priced as per batch: a 2-block smoke grid was priced 32% high."""
+    assert b.probe_batches(0) == b.PROBE_BATCHES == 4
+    assert b.probe_batches(8) == 16 and b.probe_batches(64) == 128
 
 
 def test_auto_epochs_are_priced_at_their_most_plausible() -> None:
@@ -77,6 +89,7 @@ def test_probe_jobs_and_batches() -> None:
     assert "repeat=3" not in probe and "trainer.epochs=auto" not in probe and "race.id=abc" not in probe
     assert {"repeat=0", "trainer.epochs=2", "trainer.max_batches=4", "loader=bg",
             "tracking.experiment=who_is_faster-probe"} <= set(probe)
+    assert "trainer.max_batches=16" in probe_job(["loader=pin_nb_w4_pf2"], "who_is_faster", 16)
 
 
 def test_a_budget_that_started_no_job_is_not_read_as_jobs_run_elsewhere() -> None:

@@ -38,18 +38,19 @@ def test_price_adds_overhead_and_epochs_per_cell() -> None:
 
 def test_a_probe_prices_each_cell_at_its_own_fraction_and_batches() -> None:
     """A probe of 4 batches at fraction 0.7 (0.01 s to the first batch, then 0.01 s a batch; 0.02 s of
-    validation) prices a full epoch of 18 batches at 0.18 s + 0.02 s, one of 3 batches at 0.1 at 0.03 s +
-    0.02/7 s; each run adds the probes' start (0.3 s) and the rest of the probe run (0.1 s). (The cells'
-    batches were once read as their block, and every epoch priced at one batch: half the grid's time.)"""
+    validation, 0.01 s of it its start) prices a full epoch of 18 batches at 0.19 s + 0.02 s, one of 3 batches at
+    0.1 at 0.04 s + 0.01 + 0.01/7 s; each run adds the probes' start (0.3 s) and the rest of the probe run (0.1
+    s). (The cells' batches were once read as their block, and every epoch priced at one batch: half the grid's
+    time.)"""
     from wif.sweep.budget import ProbeCost
     from wif.sweep.plan import probe_price
 
-    probe = ProbeCost(wall_s=0.3 + 0.1 + 2 * (0.04 + 0.02) + 0.0, run_s=0.1 + 2 * (0.04 + 0.02), epoch_s=0.04,
-                      first_batch_s=0.01, val_s=0.02, batches=4, fraction=0.7)
+    probe = ProbeCost(wall_s=0.3 + 0.1 + 2 * (0.05 + 0.02), run_s=0.1 + 2 * (0.05 + 0.02), epoch_s=0.05,
+                      first_batch_s=0.01, val_s=0.02, batches=4, fraction=0.7, loop_s=0.05)
     got = probe_price({"baseline@0.7": 2, "baseline@0.1": 1}, {"baseline@0.7": (0.7, 18), "baseline@0.1": (0.1, 3)},
                       {"baseline": probe}, epochs=3)
-    full = 0.3 + 0.1 + 3 * (0.18 + 0.02)
-    small = 0.3 + 0.1 + 3 * (0.03 + 0.02 * 0.1 / 0.7)
+    full = 0.3 + 0.1 + 3 * (0.19 + 0.02)
+    small = 0.3 + 0.1 + 3 * (0.04 + 0.01 + 0.01 * 0.1 / 0.7)
     assert got is not None and (got.runs, got.epochs) == (3, 9)
     assert got.seconds == pytest.approx(2 * full + small)
 

@@ -39,6 +39,17 @@ class CellCost:
         return CellCost(self.overhead_s * ratio, self.fixed_s * ratio, self.epoch_s * ratio)
 
 
+PROBE_BATCHES = 4  # training batches in a probe epoch, at least
+PROBE_DRAINS = 2  # ... or as many as twice the batches the loader holds in flight, whichever is more
+
+
+def probe_batches(in_flight: int) -> int:
+    """A probe epoch's batches: enough that the loader's queue (workers x prefetch_factor) fills and drains
+    twice, so its rate is the steady one. Capped at fewer, the workers fetch ahead what the step never takes,
+    and their start-up and that extra work were priced as per batch (a 2-block smoke grid priced 32% high)."""
+    return max(PROBE_BATCHES, PROBE_DRAINS * in_flight)
+
+
 @dataclass(frozen=True)
 class ProbeCost:
     """A probe run of a setting (a few batches a training epoch, two epochs): what it measured."""
@@ -50,13 +61,19 @@ class ProbeCost:
     val_s: float  # the second epoch's validation
     batches: int  # batches in a probe epoch
     fraction: float
+    loop_s: float = 0.0  # ... of which the loop over its batches (compute, data wait, copy); 0: not logged
 
     def cost(self, batches: int, fraction: float) -> CellCost:
-        """The price of a full run at `batches` a training epoch and `fraction`: the steady batch rate
-        extrapolated, validation scaled with the fraction, the rest of the probe run kept as fixed."""
-        per_batch = (self.epoch_s - self.first_batch_s) / max(self.batches - 1, 1)
-        epoch = self.first_batch_s + max(batches - 1, 0) * per_batch
-        val = self.val_s * fraction / self.fraction
+        """The price of a full run at `batches` a training epoch and `fraction`: the first batch's wait and
+        the epoch's tail after its last batch (workers shut down) once an epoch, the steady batch rate times
+        the batches; validation's own start and tail the same, the rest of it scaled with the fraction; the
+        rest of the probe run kept as fixed."""
+        loop = self.loop_s or self.epoch_s
+        per_batch = max(loop - self.first_batch_s, 0.0) / max(self.batches, 1)
+        once = self.first_batch_s + max(self.epoch_s - loop, 0.0)  # per epoch, whatever its length
+        epoch = once + batches * per_batch
+        val_once = min(self.val_s, once)
+        val = val_once + (self.val_s - val_once) * fraction / self.fraction
         return CellCost(max(self.wall_s - self.run_s, 0.0), max(self.run_s - 2 * (self.epoch_s + self.val_s), 0.0),
                         epoch + val)
 
@@ -91,6 +108,7 @@ class Job:
     batches: int  # training batches in a full epoch
     epochs: Optional[int] = None  # trainer.epochs; None: auto (Prices.auto)
     done: bool = False  # a FINISHED run of this configuration exists: skipped, costs nothing
+    in_flight: int = 0  # batches its loader holds ahead of the step (workers x prefetch_factor)
 
     @property
     def setting(self) -> str:

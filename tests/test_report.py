@@ -17,7 +17,7 @@ from scipy import stats as sps
 
 from wif.report import model, plots
 from wif.report.cli import main
-from wif.report.runs import RunFilter, load_runs
+from wif.report.runs import RunFilter, baseline_of, load_runs
 from wif.report.verdicts import slower_by
 
 CONFIDENCE = 0.95
@@ -91,6 +91,13 @@ def study(tmp_path_factory):
     assert main(["--tracking-uri", uri, "--out", str(out)]) == 0
     summary = pd.read_csv(out / "summary.csv").set_index(["fraction", "loader"])
     return {"client": client, "uri": uri, "exp_id": exp_id, "out": out, "summary": summary}
+
+
+def test_the_baseline_is_the_one_the_runs_name_else_baseline() -> None:
+    """+study=transfers names its blocking copy (tracking.baseline); runs from before the key name none."""
+    assert baseline_of(pd.DataFrame({"baseline": ["pin_w4_pf2"] * 3 + [None]})) == "pin_w4_pf2"
+    assert baseline_of(pd.DataFrame({"baseline": [None, None]})) == "baseline"
+    assert baseline_of(pd.DataFrame({"loader": ["bg"]})) == "baseline"
 
 
 def test_means_and_intervals_match_scipy(study):

@@ -145,4 +145,7 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
             assert rows.loc[cell, "copy_bytes_per_epoch"] == want[TRANSFER_CELLS[cell]], (source, cell)
         md = (out / "summary.md").read_text()
         assert "copied MB/epoch" in md and "1 as the on-device upper bound" in md
+        assert "speedup vs pin_w4_pf2" in md  # the study's own reference (tracking.baseline), not n/a
+        if source == "encoded":
+            assert rows.loc["pin_w4_pf2", "speedup"] == 1.0 and rows["speedup"].notna().all(), rows["speedup"]
         assert "**Note: decoded on the CPU.**" in md

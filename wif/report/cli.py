@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only runs with this tag; repeatable")
     p.add_argument("--since", metavar="YYYY-MM-DD", help="only runs started on or after this day (local time)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="only runs on this device")
-    p.add_argument("--baseline", default="baseline", help="loader option speedups are measured against (default: %(default)s)")
+    p.add_argument("--baseline", help="the setting speedups are measured against (default: the one the runs name in "
+                   "tracking.baseline: a study's own, else baseline)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of intervals (default: 0.95)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the simultaneous tests against the baseline (default: 0.05)")
@@ -152,7 +153,7 @@ def _section(client: MlflowClient, args: argparse.Namespace, value: str, runs: p
     testbed = runs["testbed"].iloc[0]
     at_bw = copycost.COLUMN in runs and runs[copycost.COLUMN].notna().any()
     summaries = [_as_raced(client, args.experiment, value, group,
-                           stats.summarize_fraction(group, args.baseline, value,
+                           stats.summarize_fraction(group, args.baseline or runs_io.baseline_of(group), value,
                                                     SUMMARY_METRICS + ([copycost.COLUMN] if at_bw else []),
                                                     args.confidence, args.alpha, args.margin,
                                                     _bound_img_s(bound, testbed, group)))

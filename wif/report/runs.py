@@ -36,9 +36,16 @@ TAGS = {  # column: tag
     "step": "wif.step", "page_cache_cold": "wif.page_cache_cold", "page_cache_note": "wif.page_cache_note",
     "decode_note": "wif.decode_note",  # data.decode=device on a CPU: wif.report.tables.decode_note
 }
-PARAMS = {"batch_size": "data.batch_size", "data_source": "data.source", "epochs": "trainer.epochs",
-          "contended_pct": "measure.contended_pct", "pin_memory": "loader.pin_memory"}
+PARAMS = {"baseline": "tracking.baseline", "batch_size": "data.batch_size", "data_source": "data.source",
+          "epochs": "trainer.epochs", "contended_pct": "measure.contended_pct", "pin_memory": "loader.pin_memory"}
 PAGE_SIZE = 1000
+
+
+def baseline_of(runs: pd.DataFrame) -> str:
+    """The setting these runs' speedups are measured against: the one most of them name (tracking.baseline,
+    which a study sets to its own reference), else `baseline`, the study's plain loader."""
+    named = runs["baseline"].dropna() if "baseline" in runs else pd.Series(dtype=object)
+    return str(named.mode().iloc[0]) if len(named) else "baseline"
 
 
 class ReportInputError(Exception):

@@ -115,10 +115,16 @@ def main() -> None:
     ended = record.data.tags.get(f"wif.race.ended.f{fr:g}", "runs ran out")
     same, subset = set(kept) == set(s.possibly_fastest), set(kept) <= set(s.possibly_fastest)
     tied = [n for n in kept if n in s.table.index and bool(s.table.loc[n, "tied"])]
+    # twins run the same code here: the fixed grid telling them apart (bg_pin possibly fastest, bg not) is its
+    # noise, so the answer is compared as the code that ran too, each twin as the setting it raced as
+    as_code = {twins.get(n, n) for n in kept} == {twins.get(n, n) for n in s.possibly_fastest}
     print(f"possibly fastest: fixed grid {', '.join(s.possibly_fastest)}; cheap way {', '.join(kept)} (its race "
           f"ended: {ended}); the same set: {'yes' if same else 'no'}; cheap set within the fixed one: "
           f"{'yes' if subset else 'NO'}, tied in the fixed grid (upper bound within its 2% margin): "
           f"{', '.join(tied) or 'none'}")
+    print(f"the same set as the code that ran (twins as the setting they raced as): {'yes' if as_code else 'NO'} "
+          f"(fixed grid {', '.join(sorted({twins.get(n, n) for n in s.possibly_fastest}))}; cheap way "
+          f"{', '.join(sorted(set(raced)))})")
     worst, fixed_median = 0.0, {name: statistics.median(g[runs_io.MEDIAN]) for name, g in fixed.groupby("loader")}
     for name in raced:
         full, mine = fixed_median[name], statistics.median(cheap.loc[cheap["loader"] == name, runs_io.MEDIAN])

@@ -125,6 +125,15 @@ class DecodedSplit(Dataset):
         j = int(self.indices[i])
         return self.transform(self.decoder(j)), self.labels[j]
 
+    def __getitems__(self, indices: List[int]) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        """A batch's samples at once, as DataLoader's fetcher asks for them; then the decoder may let go of what
+        it holds open between batches (an LMDB pack's map under a cold page cache)."""
+        batch = [self[i] for i in indices]
+        after = getattr(self.decoder, "after_batch", None)
+        if after is not None:
+            after()
+        return batch
+
     def materialize(self, size: int) -> Split:
         """Decode every image once, without augmentation: for holding the set on the device."""
         plain = make_transform(Augment.none, size, train=False, native=getattr(self.decoder, "native", False))

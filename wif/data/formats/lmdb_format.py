@@ -113,8 +113,16 @@ class LmdbImages:
     """Image i of one part of an LMDB pack, decoded as wif.data.folder.read_image decodes a file. Pickles
     without its environment: each process opens its own on first use."""
 
-    def __init__(self, path: str, part: str, size: Optional[int], native: bool) -> None:
+    def __init__(self, path: str, part: str, size: Optional[int], native: bool, release: bool = False) -> None:
         self.path, self.part, self.size, self.native = path, part, size, native
+        self.release = release  # data.page_cache=cold: let go of the map after each batch (after_batch)
+
+    def after_batch(self) -> None:
+        """Under data.page_cache=cold, close this process's map once its batch is read: a persistent worker's
+        map kept a tenth of the pack resident through the eviction between epochs, and its epochs read 0 bytes
+        from storage (posix_fadvise skips mapped pages). The next batch reopens it."""
+        if self.release:
+            close(self.path)
 
     def __call__(self, i: int):
         return decode(self.path, record_key(self.part, i), self._record(i), self.size)

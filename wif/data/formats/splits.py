@@ -48,7 +48,8 @@ def format_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
     labels = {p: np.asarray(pack.index[p]["labels"], dtype=np.int64) for p in PARTS}
     n_classes = int(pack.meta["num_classes"])
     if cfg.format is DataFormat.lmdb:
-        decoders = {p: LmdbImages(str(pack.path), p, size, native) for p in PARTS}
+        cold = cfg.page_cache is PageCache.cold
+        decoders = {p: LmdbImages(str(pack.path), p, size, native, release=cold) for p in PARTS}
         return decoded_datasets(decoders, labels["train"], labels["test"], n_classes, cfg, uint8)
     train_idx, val_idx = checked_split(len(labels["train"]), cfg)
 

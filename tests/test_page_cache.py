@@ -181,3 +181,24 @@ def test_the_report_warns_of_a_run_whose_cold_epochs_were_not_cold(tmp_path: Pat
     assert report_main(["--tracking-uri", uri, "--out", str(out), "--no-log"]) == 0
     text = (out / "summary.md").read_text()
     assert "**Warning: not cold.**" in text and "pin_nb_w4_pf2@0.1#1" in text and "stayed resident" in text
+
+
+def test_under_a_cold_cache_each_batch_lets_go_of_the_lmdb_map_host_or_device_decoded(tmp_path: Path) -> None:
+    """A persistent worker reads batches (DataLoader's __getitems__) and lives through the eviction: after each
+    batch its process holds no map of the pack, whether it hands out decoded images or their bytes
+    (data.decode=device). Warm, the map stays open between batches."""
+    from wif.data.decode import encoded_split
+    from wif.data.formats import lmdb_format
+    from wif.data.formats.splits import format_datasets
+
+    root = jpeg_folder(tmp_path / "images", per_class=6, test_per_class=2, size=32)
+    for cache, held in (("cold", False), ("warm", True)):
+        cfg = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}", "data.fraction=1.0",
+                        "data.format=lmdb", f"data.page_cache={cache}")
+        train = format_datasets(cfg).train
+        for split in (train, encoded_split(train, cfg, train=True)):
+            lmdb_format.close_all()
+            batch = split.__getitems__([0, 1, 2])
+            assert (train.decoder.path in lmdb_format._OPEN) is held, (cache, type(split).__name__)
+            assert len(batch) == 3 and int(batch[0][1]) == int(split[0][1])  # the samples __getitem__ gives
+    lmdb_format.close_all()

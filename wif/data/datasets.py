@@ -112,7 +112,23 @@ def make_transform(augment: Augment, size: int, train: bool, native: bool = Fals
     return v2.Compose(steps) if steps else v2.Identity()  # uint8, nothing to crop: the decoded image as it is
 
 
-class DecodedSplit(Dataset):
+class PerSample(Dataset):
+    """A split that reads its samples one by one from `self.decoder`, a batch at a time as DataLoader's fetcher
+    asks (`__getitems__`): after each batch the decoder may let go of what it holds open between batches (an
+    LMDB pack's map under a cold page cache, which a persistent worker would otherwise hold through the
+    eviction)."""
+
+    decoder: Decoder
+
+    def __getitems__(self, indices: List[int]) -> list:
+        batch = [self[i] for i in indices]
+        after = getattr(self.decoder, "after_batch", None)
+        if after is not None:
+            after()
+        return batch
+
+
+class DecodedSplit(PerSample):
     """A split whose images are decoded (and augmented) in `__getitem__`: per-sample work for the loader."""
 
     def __init__(self, decoder: Decoder, labels: torch.Tensor, indices: np.ndarray, transform) -> None:
@@ -124,15 +140,6 @@ class DecodedSplit(Dataset):
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
         j = int(self.indices[i])
         return self.transform(self.decoder(j)), self.labels[j]
-
-    def __getitems__(self, indices: List[int]) -> List[Tuple[torch.Tensor, torch.Tensor]]:
-        """A batch's samples at once, as DataLoader's fetcher asks for them; then the decoder may let go of what
-        it holds open between batches (an LMDB pack's map under a cold page cache)."""
-        batch = [self[i] for i in indices]
-        after = getattr(self.decoder, "after_batch", None)
-        if after is not None:
-            after()
-        return batch
 
     def materialize(self, size: int) -> Split:
         """Decode every image once, without augmentation: for holding the set on the device."""

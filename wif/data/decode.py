@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import Dataset
 
 from wif.config import Augment, DataConfig, DecodeBackend
-from wif.data.datasets import AnySplit, Datasets, DecodedSplit, make_transform
+from wif.data.datasets import AnySplit, Datasets, DecodedSplit, PerSample, make_transform
 from wif.data.formats.shards import ShardSplit
 from wif.data.transfer import Sent, to_float
 
@@ -90,7 +90,7 @@ class Collate:
                             self.plan)
 
 
-class EncodedSplit(Dataset):
+class EncodedSplit(PerSample):
     """A split decoded per sample (`DecodedSplit`) whose samples are its images' bytes as stored."""
 
     def __init__(self, split: DecodedSplit, plan: Plan) -> None:

@@ -126,3 +126,18 @@ def sigkill_and_expect_gone(proc: subprocess.Popen, tree: List[psutil.Process]) 
     _, alive = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
     assert not alive and time.monotonic() - killed_at < GONE_WITHIN_S, f"still running: {alive}"
     assert not left_in_session(proc.pid)
+
+
+def assert_refused_only_with(option: str, overrides: Sequence[str], message: str) -> None:
+    """`option` with `overrides` is refused in one line starting with `message`, and the same overrides without
+    it validate (or ask only for an optional package this interpreter lacks: engine=dali, data.format=lmdb)."""
+    from wif.config import ConfigError, validate
+    from wif.config.targets import typed
+
+    with pytest.raises(ConfigError) as err:
+        validate(typed(compose_cfg("preset=smoke", option, *overrides)))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    try:
+        validate(typed(compose_cfg("preset=smoke", *overrides)))
+    except ConfigError as other:
+        assert "is not installed" in str(other)

@@ -174,7 +174,8 @@ def node_build(pyproject: str, have_path: str) -> None:
     text, n = re.subn(r'"mlflow(?![-\w])([^"]*)"', r'"mlflow-skinny\1", ' + NODE_STORE, text)
     text, m = re.subn(r'^version = "([^"+]+)"', r'version = "\1+node"', text, flags=re.M)
     if n != 1 or m != 1:
-        raise SystemExit(f"wheelhouse.sh: {pyproject}: no single mlflow requirement and version to rewrite")
+        warn(f"{pyproject}: no single mlflow requirement and version to rewrite for the node build")
+        raise SystemExit(2)
     path.write_text(text)
     warn("the node build: mlflow-skinny and the SQL store's packages for mlflow, no MLflow UI or server on the "
          "node (browse the store where you bring it back; --with-ui keeps them)")

@@ -54,7 +54,7 @@ def probe_batches(in_flight: int) -> int:
 class ProbeCost:
     """A probe run of a setting (a few batches a training epoch, two epochs): what it measured."""
 
-    wall_s: float  # the job, launch to return (its start included)
+    wall_s: float  # the job, launch to return: its run plus a start (read_probes: the median probe's start)
     run_s: float  # time_total_s
     epoch_s: float  # the second (steady) epoch's training pass
     first_batch_s: float  # ... of which the wait for the first batch (workers starting)

@@ -9,11 +9,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+import pandas as pd
+
 from tests.conftest import compose_cfg, run_train, train_runs
 from wif.config import ConfigError, validate
 from wif.data.datasets import DecodedSplit, load_datasets
 from wif.data.loaders import build_batches
 from wif.data.synthetic import encoded_arrays
+from wif.report.cli import main as report
 
 
 def _conf(cache: Path, *overrides: str):
@@ -87,3 +90,8 @@ def test_knobs_study_lands_its_cells(tmp_path: Path, store: str, cache_dir: Path
     cells = {r.data.tags["wif.cell"] for r in train_runs(store, status="FINISHED")}
     assert cells == {"pin_nb_w4_pf2+fork@0.4", "pin_nb_w4_pf2+persistent+fork@0.4",
                      "pin_nb_w4_pf2+out_of_order+fork@0.4", "pin_nb_w4_pf2+persistent+out_of_order+fork@0.4"}
+    out = tmp_path / "report"  # speedups against the study's reference, PyTorch's defaults (tracking.baseline)
+    assert report(["--tracking-uri", store, "--out", str(out), "--no-log", "--keep-contended"]) == 0
+    assert "speedup vs pin_nb_w4_pf2+fork" in (out / "summary.md").read_text()
+    rows = pd.read_csv(out / "summary.csv").set_index("loader")
+    assert rows.loc["pin_nb_w4_pf2+fork", "speedup"] == 1.0 and rows["speedup"].notna().all(), rows["speedup"]

@@ -28,7 +28,7 @@ import re
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 from urllib.parse import unquote, urlparse
 
 try:
@@ -46,6 +46,9 @@ TORCH_STACK = re.compile(r"^(torch|torchvision|triton|cuda-.*|nvidia-(?!ml-py$|d
 ARCHIVE = re.compile(r"^([A-Za-z0-9_.]+?)-(\d[^-]*?)(?:-.*\.whl|\.tar\.gz|\.zip|\.tar\.bz2)$")
 
 
+UNVERSIONED_SHOWN = 5  # names of unversioned packages a warning shows
+
+
 def warn(message: str) -> None:
     print(f"wheelhouse.sh: {message}", file=sys.stderr)
 
@@ -55,6 +58,7 @@ def read_have(path: str, loud: bool = True) -> Dict[str, Optional[str]]:
     What cannot be read as a package (options, a `-e` without #egg=) is skipped with a warning (once: `loud`)."""
     warn = globals()["warn"] if loud else (lambda message: None)
     have: Dict[str, Optional[str]] = {}
+    unversioned: List[str] = []
     for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
         line = raw.split(" #")[0].strip()
         if not line or line.startswith("#"):
@@ -85,9 +89,13 @@ def read_have(path: str, loud: bool = True) -> Dict[str, Optional[str]]:
             have[name] = match.group(2) if match and canonicalize_name(match.group(1)) == name else None
             if have[name] is None:
                 warn(f"{where}: no version in it, not a constraint; the node's {req.name} is kept as it is")
-        else:
+        else:  # a list of names known beforehand (the node's image as documented), said once below
             have[name] = None
-            warn(f"{where}: no version in it, not a constraint; the node's {req.name} is kept as it is")
+            unversioned.append(req.name)
+    if unversioned:
+        shown = ", ".join(unversioned[:UNVERSIONED_SHOWN]) + (", ..." if len(unversioned) > UNVERSIONED_SHOWN else "")
+        warn(f"{path}: {len(unversioned)} packages with no version ({shown}): not constraints; the node's are kept "
+             "as they are")
     return have
 
 

@@ -6,6 +6,7 @@ three packages as the node's list (slow: it builds wif and resolves its closure)
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -132,6 +133,22 @@ def test_the_node_build_takes_mlflows_client_and_store_without_its_ui_unless_the
     assert project["version"] == original["version"] + "+node" and "no MLflow UI" in said
     project, said = build(["mlflow==3.17.2"])
     assert project == original and "the node has mlflow" in said
+
+
+def test_a_list_of_names_known_beforehand_is_the_nodes_packages_said_in_one_line(
+        capsys: pytest.CaptureFixture) -> None:
+    """scripts/lent_gpu_have.txt (the lent machines' packages as their notes list them, most without a version):
+    each is the node's, kept as it is; the missing versions are said once, not 170 times."""
+    spec = importlib.util.spec_from_file_location("wheelhouse_have", HELPER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    have = module.read_have(str(ROOT / "scripts" / "lent_gpu_have.txt"))
+    said = capsys.readouterr().err.strip().splitlines()
+    unversioned = [name for name, version in have.items() if version is None]
+    assert have["torch"] == "2.11.0" and have["torchvision"] == "0.26.0" and "pandas" in unversioned
+    assert "hydra-core" not in have and "mlflow" not in have and len(unversioned) > 100
+    assert len(said) == 1 and f"{len(unversioned)} packages with no version (absl-py, " in said[0], said
+    assert "not constraints; the node's are kept as they are" in said[0]
 
 
 @pytest.mark.parametrize("argv, said", [

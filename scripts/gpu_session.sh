@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# One stage of the GPU study on a lent, offline machine, in one command of at most 10 minutes.
-#   scripts/gpu_session.sh freeze|check|study|extra|report [--minutes M] [--rehearse]
-# A lent machine starts bare and is given back soon after each command, so every stage installs wif again from
+# Stages of the GPU study on a lent, offline machine, in one command of at most 10 minutes.
+#   scripts/gpu_session.sh STAGE[,STAGE...] [--minutes M] [--rehearse]      STAGE: freeze|check|study|extra|report
+# A lent machine starts bare and is given back soon after each command, so every command installs wif again from
 # the carried wheelhouse and reads and writes the store carried beside it, all in .gpu/ (ignored; carry it):
-#   .gpu/wheels/     scripts/wheelhouse.sh .gpu/wheels --have freeze.txt --python-version 3.12 \
-#                        --platform manylinux_2_28_x86_64   (freeze.txt: what the freeze stage brought back)
-#   .gpu/mlflow.db   the store so far (gunzip what the last stage brought back); absent: a new one
-# What comes back goes to $OUT (default gpu-out/): log.txt, mlflow.db.gz, and the stage's own files.
-#   freeze   the node's `pip freeze` (freeze.txt) and its GPU, driver and torch (node.txt): nothing installed
+#   .gpu/wheels/     scripts/wheelhouse.sh .gpu/wheels --have HAVE --python-version 3.12 \
+#                        --platform manylinux_2_28_x86_64   (HAVE: freeze.txt as brought back, or a list of the
+#                        node's packages known beforehand, names alone where versions are not known)
+#   .gpu/mlflow.db   the store so far (gunzip what the last command brought back); absent: a new one
+# What comes back goes to $OUT (default gpu-out/): log.txt, mlflow.db.gz, the node's `pip freeze` (freeze.txt)
+# and its GPU, driver and torch (node.txt), whatever the stage, and the stages' own files.
+#   freeze   freeze.txt and node.txt alone: nothing installed (for a node whose packages are not known)
 #   check    pytest -m gpu (pytest.txt), then wif-bandwidth: pinned and pageable copy rates, logged as a run
-#   study    the 11 loader options x 3 fractions, raced, auto epochs, within --minutes (default 8)
-#   extra    the bound (data=fixed), transfer=stream beside pin_nb, and data=encoded with workers, sharing --minutes
+#   study    the 11 loader options x 3 fractions, raced, auto epochs
+#   extra    the bound (data=fixed), transfer=stream beside pin_nb, and data=encoded with workers
 #   report   wif-report on the store (report.tar.gz)
-# A stage that is cut short keeps what finished: the next study or extra resumes from the store it carries.
-# --rehearse runs the stage here, on the CPU, at the smoke preset, with the checkout's own wif (no wheelhouse).
+# Stages given together run in that order in one command (a machine's start is paid once). The budgeted sweeps
+# (study; extra's three) end within --minutes (default 8) of the command's start, sharing what is left as each
+# starts. A failed step is said, the steps after it still run, and the command exits 1. A stage cut short keeps
+# what finished: the next study or extra resumes from the store.
+# --rehearse runs the stages here, on the CPU, at the smoke preset, with the checkout's own wif (no wheelhouse).
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "gpu_session.sh: $*" >&2; exit 2; }
 [ $# -ge 1 ] || usage
-STAGE=$1; shift
-case $STAGE in freeze|check|study|extra|report) ;; -h|--help) usage ;; *) die "unknown stage $STAGE (--help lists them)" ;; esac
+case $1 in -h|--help) usage ;; esac
+IFS=, read -r -a STAGES <<< "$1"; shift
+[ ${#STAGES[@]} -gt 0 ] || die "no stage given (--help lists them)"
+BUDGETED=0
+for stage in "${STAGES[@]}"; do
+  case $stage in freeze|check|report) ;; study|extra) BUDGETED=$((BUDGETED + 1)) ;;
+    *) die "unknown stage ${stage:-''} (--help lists them)" ;; esac
+done
 MINUTES=8
 REHEARSE=0
 while [ $# -gt 0 ]; do
@@ -44,23 +55,31 @@ export PYTHONUNBUFFERED=1 MLFLOW_TRACKING_URI="sqlite:///$ROOT/.gpu/mlflow.db" W
 PY=${PYTHON:-python3}
 SMOKE=()
 [ "$REHEARSE" = 0 ] || SMOKE=(preset=smoke)
-echo "gpu_session.sh $STAGE, $(date -u +%FT%TZ), budget ${MINUTES} min$([ "$REHEARSE" = 0 ] || echo ', rehearsal on the CPU')"
+# The budgeted sweeps share --minutes by weight (study 3; extra's bound, stream and decode sweeps 1 each): each
+# gets its weight's part of what is left when it starts, so what one leaves unspent goes to those after it.
+DEADLINE=$(( $(date +%s) + $(awk "BEGIN {printf \"%d\", $MINUTES * 60}") ))
+WEIGHT_LEFT=$((BUDGETED * 3))
+take() {  # take WEIGHT: BUDGET, the next sweep's sweep.budget_min (not in a subshell: WEIGHT_LEFT is kept)
+  local left=$(( DEADLINE - $(date +%s) ))
+  BUDGET=$(awk "BEGIN {m = $left / 60 * $1 / $WEIGHT_LEFT; printf \"%.2f\", (m > 0.05 ? m : 0.05)}")
+  WEIGHT_LEFT=$((WEIGHT_LEFT - $1))
+}
+echo "gpu_session.sh ${STAGES[*]}, $(date -u +%FT%TZ), budget ${MINUTES} min$([ "$REHEARSE" = 0 ] || echo ', rehearsal on the CPU')"
 
 save_store() {  # the store comes back compressed (a returned file may hold 16 MiB)
   [ ! -f .gpu/mlflow.db ] || gzip -c .gpu/mlflow.db > "$OUT/mlflow.db.gz"
 }
 trap save_store EXIT
 
-if [ "$STAGE" = freeze ]; then
-  "$PY" -m pip freeze > "$OUT/freeze.txt"
-  { { command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } ||
-      echo "no nvidia-smi"
-    "$PY" -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.is_available())'
-  } > "$OUT/node.txt" 2>&1
-  cat "$OUT/node.txt"
-  echo "freeze.txt: $(wc -l < "$OUT/freeze.txt") packages"
-  exit 0
-fi
+# The node as found, before anything is installed: what a wheelhouse for it is built from, whatever the stage.
+"$PY" -m pip freeze > "$OUT/freeze.txt"
+{ { command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } ||
+    echo "no nvidia-smi"
+  "$PY" -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.is_available())'
+} > "$OUT/node.txt" 2>&1
+cat "$OUT/node.txt"
+echo "freeze.txt: $(wc -l < "$OUT/freeze.txt") packages"
+[ "${STAGES[*]}" != freeze ] || exit 0
 
 if [ "$REHEARSE" = 0 ]; then
   [ -d .gpu/wheels ] || die ".gpu/wheels is missing: build it with scripts/wheelhouse.sh and carry .gpu"
@@ -68,30 +87,42 @@ if [ "$REHEARSE" = 0 ]; then
 fi
 PY_BIN=$(dirname "$(command -v "$PY")")
 WIF() { if [ -x "$PY_BIN/$1" ]; then "$PY_BIN/$@"; else "$@"; fi; }
+SWEEP=(trainer.epochs=auto ${SMOKE[@]+"${SMOKE[@]}"})
+FAILED=()
+step() {  # one command of a stage: a failure is said and counted, and the stages after it still run
+  local name=$1; shift
+  "$@" || { local rc=$?; echo "$name: exit $rc"; FAILED+=("$name"); }
+}
 
-case $STAGE in
-  check)
-    set +e
-    "$PY" -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.txt"
-    echo "pytest -m gpu: exit ${PIPESTATUS[0]}"
-    WIF wif-bandwidth --sizes-mb 1,16,256 --repeats 20
-    echo "wif-bandwidth: exit $?"
-    ;;
-  study)
-    "$PY" train.py -m 'loader=glob(*)' data.fraction=0.1,0.4,0.7 hydra/sweeper=race trainer.epochs=auto \
-      "sweep.budget_min=$MINUTES" ${SMOKE[@]+"${SMOKE[@]}"}
-    ;;
-  extra)
-    share=$(awk "BEGIN {printf \"%.2f\", $MINUTES / 3}")
-    "$PY" train.py -m data=fixed loader=baseline data.fraction=0.1,0.4,0.7 trainer.epochs=auto \
-      "sweep.budget_min=$share" ${SMOKE[@]+"${SMOKE[@]}"} || true
-    "$PY" train.py -m loader=pin_nb transfer=non_blocking,stream data.fraction=0.1,0.4,0.7 hydra/sweeper=race \
-      trainer.epochs=auto "sweep.budget_min=$share" ${SMOKE[@]+"${SMOKE[@]}"} || true
-    "$PY" train.py -m data=encoded data.augment=standard loader=pin_nb,pin_nb_w4_pf2,pin_nb_w8_pf2 \
-      data.fraction=0.4 hydra/sweeper=race trainer.epochs=auto "sweep.budget_min=$share" ${SMOKE[@]+"${SMOKE[@]}"}
-    ;;
-  report)
-    WIF wif-report --out .gpu/report --no-log
-    tar -C .gpu -czf "$OUT/report.tar.gz" report
-    ;;
-esac
+for STAGE in "${STAGES[@]}"; do
+  echo "== $STAGE, $(date -u +%T)"
+  case $STAGE in
+    check)
+      step "pytest -m gpu" bash -o pipefail -c '"$0" -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$1"' \
+        "$PY" "$OUT/pytest.txt"
+      step wif-bandwidth WIF wif-bandwidth --sizes-mb 1,16,256 --repeats 20
+      ;;
+    study)
+      take 3
+      step study "$PY" train.py -m 'loader=glob(*)' data.fraction=0.1,0.4,0.7 hydra/sweeper=race \
+        "sweep.budget_min=$BUDGET" "${SWEEP[@]}"
+      ;;
+    extra)
+      take 1
+      step "extra (bound)" "$PY" train.py -m data=fixed loader=baseline data.fraction=0.1,0.4,0.7 \
+        "sweep.budget_min=$BUDGET" "${SWEEP[@]}"
+      take 1
+      step "extra (stream)" "$PY" train.py -m loader=pin_nb transfer=non_blocking,stream data.fraction=0.1,0.4,0.7 \
+        hydra/sweeper=race "sweep.budget_min=$BUDGET" "${SWEEP[@]}"
+      take 1
+      step "extra (decode)" "$PY" train.py -m data=encoded data.augment=standard \
+        loader=pin_nb,pin_nb_w4_pf2,pin_nb_w8_pf2 data.fraction=0.4 hydra/sweeper=race \
+        "sweep.budget_min=$BUDGET" "${SWEEP[@]}"
+      ;;
+    report)
+      step report WIF wif-report --out .gpu/report --no-log
+      [ ! -d .gpu/report ] || tar -C .gpu -czf "$OUT/report.tar.gz" report
+      ;;
+  esac
+done
+[ ${#FAILED[@]} -eq 0 ] || { echo "failed: ${FAILED[*]}"; exit 1; }

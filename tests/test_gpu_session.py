@@ -24,6 +24,8 @@ def session(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
     (["study", "--minutes", "12"], "--minutes 12: a number of minutes above 0 and at most 9"),
     (["study", "--minutes", "0"], "--minutes 0"),
     (["study", "--fast"], "unknown argument --fast"),
+    (["check,study,train"], "unknown stage train"),
+    (["check,,report"], "unknown stage ''"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, argv: List[str], said: str) -> None:
     run = session(tmp_path, *argv)

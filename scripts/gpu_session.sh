@@ -85,8 +85,8 @@ if [ "$REHEARSE" = 0 ]; then
   [ -d .gpu/wheels ] || die ".gpu/wheels is missing: build it with scripts/wheelhouse.sh and carry .gpu"
   "$PY" -m pip install -q --no-index --find-links .gpu/wheels wif
 fi
-PY_BIN=$(dirname "$(command -v "$PY")")
-WIF() { if [ -x "$PY_BIN/$1" ]; then "$PY_BIN/$@"; else "$@"; fi; }
+# Everything below runs the checkout's wif (train.py, pytest's pythonpath, `python -m` from here): the wheel only
+# brought wif's requirements, so a wheelhouse built before this checkout's last change still serves.
 SWEEP=(trainer.epochs=auto ${SMOKE[@]+"${SMOKE[@]}"})
 FAILED=()
 step() {  # one command of a stage: a failure is said and counted, and the stages after it still run
@@ -100,7 +100,7 @@ for STAGE in "${STAGES[@]}"; do
     check)
       step "pytest -m gpu" bash -o pipefail -c '"$0" -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$1"' \
         "$PY" "$OUT/pytest.txt"
-      step wif-bandwidth WIF wif-bandwidth --sizes-mb 1,16,256 --repeats 20
+      step wif-bandwidth "$PY" -m wif.tools.bandwidth --sizes-mb 1,16,256 --repeats 20
       ;;
     study)
       take 3
@@ -120,7 +120,7 @@ for STAGE in "${STAGES[@]}"; do
         "sweep.budget_min=$BUDGET" "${SWEEP[@]}"
       ;;
     report)
-      step report WIF wif-report --out .gpu/report --no-log
+      step report "$PY" -m wif.report --out .gpu/report --no-log
       [ ! -d .gpu/report ] || tar -C .gpu -czf "$OUT/report.tar.gz" report
       ;;
   esac

@@ -6,6 +6,9 @@ sizes give 12 batches of 64 at data.fraction=0.1 (the issue's measured case) and
 test sets, so `wif-advise` on it finishes in a few minutes.
 
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
+
+With `+data.kwargs.burn=true` each item spends its `delay_ms` computing instead (a decode that takes a core):
+workers then compete with the step for the cores.
 """
 
 from __future__ import annotations
@@ -20,15 +23,20 @@ from torch.utils.data import Dataset
 class SlowReads(Dataset):
     """Item i: a seeded noise image with a bright square for its class, after `delay_ms` of waiting."""
 
-    def __init__(self, n: int, size: int, num_classes: int, delay_ms: float, seed: int) -> None:
-        self.n, self.size, self.delay_s, self.seed = n, size, delay_ms / 1000.0, seed
+    def __init__(self, n: int, size: int, num_classes: int, delay_ms: float, seed: int, burn: bool = False) -> None:
+        self.n, self.size, self.delay_s, self.seed, self.burn = n, size, delay_ms / 1000.0, seed, burn
         self.classes = [f"class{k}" for k in range(num_classes)]
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
-        time.sleep(self.delay_s)
+        if self.burn:
+            end = time.thread_time() + self.delay_s
+            while time.thread_time() < end:
+                pass
+        else:
+            time.sleep(self.delay_s)
         label = i % len(self.classes)
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
         image = 0.5 * torch.randn(3, self.size, self.size, generator=g)
@@ -39,8 +47,8 @@ class SlowReads(Dataset):
 
 
 def slow_reads(n_train: int = 7680, n_val: int = 64, n_test: int = 64, size: int = 32, num_classes: int = 4,
-               delay_ms: float = 4.0) -> Dict[str, Dataset]:
+               delay_ms: float = 4.0, burn: bool = False) -> Dict[str, Dataset]:
     """Train (7,680 items: 768 at data.fraction=0.1), and small val and test sets that wait as long."""
-    return {"train": SlowReads(n_train, size, num_classes, delay_ms, seed=0),
-            "val": SlowReads(n_val, size, num_classes, delay_ms, seed=1),
-            "test": SlowReads(n_test, size, num_classes, delay_ms, seed=2)}
+    return {"train": SlowReads(n_train, size, num_classes, delay_ms, seed=0, burn=burn),
+            "val": SlowReads(n_val, size, num_classes, delay_ms, seed=1, burn=burn),
+            "test": SlowReads(n_test, size, num_classes, delay_ms, seed=2, burn=burn)}

@@ -60,7 +60,8 @@ def is_contended(other_pct: Optional[float], threshold_pct: float) -> bool:
 class _Mark:
     t: float
     busy_s: Optional[float]
-    ours_s: float
+    ours_s: float  # the run's tree and the supervisor
+    tree_s: float  # the run's tree alone
 
 
 class HostCpuMeter:
@@ -73,8 +74,14 @@ class HostCpuMeter:
 
     def mark(self) -> None:
         own = self.me.cpu_times()
-        ours = tree_cpu_s(self.root) + own.user + own.system
-        self.marks.append(_Mark(time.monotonic(), machine_busy_s(), ours))
+        tree = tree_cpu_s(self.root)
+        self.marks.append(_Mark(time.monotonic(), machine_busy_s(), tree + own.user + own.system, tree))
+
+    def tree_s(self, first: int, last: int) -> float:
+        """CPU seconds the run's own processes (the run, its workers, those that ended) used between marks
+        `first` and `last`: exact, where a sampled utilization misses most of an epoch shorter than its
+        interval (wif-advise prices a loader's CPU work from it)."""
+        return max(self.marks[last].tree_s - self.marks[first].tree_s, 0.0)
 
     def other_pct(self, first: int, last: int) -> Optional[float]:
         """Percent of one core others used between marks `first` and `last`; None without /proc/stat."""

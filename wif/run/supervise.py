@@ -172,7 +172,7 @@ class _Run:
              "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
              "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
              "compute_threads": p["compute_threads"],
-             "host_other_cpu_pct": self.meter.other_pct(-2, -1)}
+             "host_other_cpu_pct": self.meter.other_pct(-2, -1), "tree_cpu_s": self.meter.tree_s(-2, -1)}
         m.update({k: p[k] for k in ("storage_read_bytes", "page_cache_resident_frac", "page_cache_cold", "minor_faults",
                                     "decode_slow_path_images") if k in p})  # docs/formats.md, docs/transfers.md
         m["copy_bytes_per_epoch"] = p.get("copy_bytes_per_epoch")  # host-to-device bytes (None is not logged)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from wif.advisor.predict import Loader, Step, batch_sizes, item_time, predict, rank, relative_error, simulate
+from wif.advisor.predict import Loader, Prediction, Step, batch_sizes, item_time, predict, rank, relative_error, simulate
 
 ITEM = 0.004  # 4 ms an item: a sleep standing for a network read (the measured case)
 GPU_STEP = Step(compute_s=0.001, on_cpu=False)
@@ -62,20 +62,39 @@ def test_start_up_bound_until_workers_persist():
 
 
 def test_cpu_workers_take_the_cores_the_step_uses():
-    # A CPU-bound fetch (1 core a worker) beside a step that keeps both cores busy: the epoch can be no
-    # shorter than the CPU work over the cores, (0.2 s x 1 core + 0.2 s x 2 cores) / 2 cores = 0.3 s.
+    # A CPU-bound fetch (0.2 core-seconds an epoch) beside a step of 0.2 s.
     sizes = batch_sizes(640, 64)
-    step = Step(compute_s=0.02, cores=2, on_cpu=True)
-    serial = predict(sizes, step, Loader(0, 0.02 / 64), cores=2)
-    free = predict(sizes, Step(compute_s=0.02, cores=0, on_cpu=True), Loader(2, 0.02 / 64), cores=2)
-    contended = predict(sizes, step, Loader(2, 0.02 / 64, cpu_cores=2), cores=2)
-    assert serial.epoch_s == pytest.approx(0.4)
-    assert free.epoch_s == pytest.approx(0.2 + 64 * 0.02 / 64, rel=0.01)  # with free cores the fetch hides
-    assert contended.slowdown > 1.3
-    assert contended.epoch_s == pytest.approx(0.3, rel=0.05)
-    # A fetch that waits on storage takes no core: the same workers hide it.
-    waiting = predict(sizes, step, Loader(2, 0.02 / 64, cpu_cores=0), cores=2)
-    assert waiting.slowdown == 1.0 and waiting.epoch_s == pytest.approx(free.epoch_s)
+    fills = Step(compute_s=0.02, cores=2, on_cpu=True)  # its threads fill both cores
+    serial = predict(sizes, fills, Loader(0, 0.02 / 64), cores=2)
+    assert serial.epoch_s == pytest.approx(0.4)  # fetched in the step's process: 0.2 + 0.2
+    # Beside a step that fills the cores, fetching and computing take turns, the fetches on as many cores as
+    # there are workers: one worker is no faster than the main process; two take both cores in their turns.
+    for workers, alone in ((1, 0.2), (2, 0.1), (4, 0.06)):  # 10 whole batches of 0.02 s, round robin
+        cpu = min(0.2 / alone, 2)  # the loader's busy cores, at most the 2 there are
+        turns = cpu * alone / min(workers, 2)
+        turn = predict(sizes, fills, Loader(workers, 0.02 / 64, cpu_cores=cpu), cores=2)
+        assert turn.slowdown == pytest.approx(1 + turns / 0.2) and turn.compute_s == pytest.approx(0.2 + turns)
+        assert turn.epoch_s == pytest.approx(0.02 + 0.2 + turns, rel=1e-6)  # the first batch, then turns
+    # A fetch that mostly waits (1 of its 4 ms on a core) takes its turns for its CPU part alone.
+    mostly_waits = predict(sizes, fills, Loader(2, 0.2 / 64, cpu_cores=0.5), cores=2)  # 1.0 s alone, 0.5 core-s
+    assert mostly_waits.compute_s == pytest.approx(0.2 + 0.5 / 2)
+    assert mostly_waits.epoch_s == pytest.approx(1.0 + 2 * 0.045, rel=1e-6)  # the last fetches, then two steps
+    # A one-thread step leaves a core free: the fetches fit there and hide, up to that core's 0.2 core-seconds.
+    one = Step(compute_s=0.02, cores=1, on_cpu=True)
+    free = predict(sizes, one, Loader(2, 0.02 / 64, cpu_cores=2), cores=2)
+    assert free.slowdown == 1.0 and free.epoch_s == pytest.approx(0.02 + 0.2, rel=1e-6)
+    over = predict(sizes, one, Loader(2, 0.03 / 64, cpu_cores=2), cores=2)  # 0.3 core-seconds: 0.1 takes turns
+    assert over.slowdown == pytest.approx(1.25) and over.epoch_s == pytest.approx(0.03 + 10 * 0.025, rel=1e-6)
+    # A loader-bound epoch: a tiny step leaves the workers the cores between its steps.
+    tiny = predict(sizes, Step(compute_s=0.001, cores=2, on_cpu=True), Loader(2, 0.2 / 64, cpu_cores=2), cores=2)
+    assert tiny.epoch_s == pytest.approx(0.2 + 10 * 0.001 + 1.0, rel=1e-6)  # 1.0 s of fetches at 2 cores
+    assert tiny.epoch_s < predict(sizes, Step(compute_s=0.001, cores=2), Loader(0, 0.2 / 64), cores=2).epoch_s / 1.6
+    # A fetch that waits on storage takes no core: the same workers hide it beside a step that fills the cores.
+    waiting = predict(sizes, fills, Loader(2, 0.02 / 64, cpu_cores=0), cores=2)
+    assert waiting.slowdown == 1.0 and waiting.epoch_s == pytest.approx(0.02 + 0.2, rel=1e-6)
+    # On a GPU the step takes no host core: nothing stretches.
+    gpu = predict(sizes, Step(compute_s=0.02, cores=1, on_cpu=False), Loader(2, 0.02 / 64, cpu_cores=2), cores=2)
+    assert gpu.slowdown == 1.0
 
 
 def test_prefetch_depth_lets_a_fast_worker_run_ahead_of_a_bursty_step():
@@ -95,3 +114,13 @@ def test_rank_and_error():
     assert rank([("a", 1.0), ("b", 0.5), ("c", 0.99)], current_s=1.0, margin=0.02) == [("b", 0.5)]
     assert relative_error(1.1, 1.0) == pytest.approx(0.1)
     assert math.isnan(relative_error(1.0, 0.0))
+
+
+def test_with_no_race_the_answer_says_why_from_the_prediction():
+    from wif.advisor.answer import why_keep
+
+    turns = {"w2": Prediction(0.5, 0.1, 0.45, 0.0, 1.6)}
+    said = why_keep(None, [], turns, data_bound=True, on_cpu=True, margin=0.02)
+    assert "take turns with the step" in said and "stretched up to 1.6x" in said and "torch.set_num_threads" in said
+    assert "take turns" not in why_keep(None, [], turns, data_bound=True, on_cpu=False, margin=0.02)
+    assert "hardly waits for data" in why_keep(None, [], turns, data_bound=False, on_cpu=True, margin=0.02)

@@ -84,7 +84,9 @@ def loader_rates(trial: Measured, cand: Candidate, batch_size: int, batches: int
         first = item_time(sizes, cand.workers, epoch, cand.prefetch) * max(sizes)
         startup = max(trial.mean("first_batch_s") - first, 0.0)
     item = item_time(sizes, cand.workers, epoch, cand.prefetch, startup)
-    cpu = trial.mean("cpu_util_pct") / 100.0 * cores
+    cpu = trial.mean("tree_cpu_s") / trial.mean("epoch_time_s")  # exact: the trial's processes' CPU seconds
+    if math.isnan(cpu):  # a run from before tree_cpu_s: the sampled utilization (it missed ~40% of 0.15 s epochs)
+        cpu = trial.mean("cpu_util_pct") / 100.0 * cores
     if math.isnan(cpu):  # an epoch shorter than the sampler's interval: count the fetch as all CPU
         cpu = float(min(max(cand.workers, 1), cores))
     return Loader(cand.workers, item, cpu, cand.prefetch, cand.persistent, startup, cand.copy_hidden)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 EPOCH_METRICS = {"epoch_time_s", "throughput_img_s", "train_loss", "val_loss", "val_acc", "val_time_s",
                  "data_wait_s", "compute_s", "data_wait_share", "compute_share", "first_batch_s", "cpu_util_pct",
-                 "minor_faults"}
+                 "minor_faults", "tree_cpu_s"}
 RUN_METRICS = {"time_total_s", "epoch_time_mean_s", "epoch_time_median_s", "host_other_cpu_pct", "test_acc", "setup_s", "ram_peak_rss_mb", "ram_peak_uss_mb",
                "ram_peak_pss_mb", "workers_peak", "shm_peak_mb", "sampler_cpu_pct", "job_overhead_s"}
 GPU_ONLY = {"vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb", "gpu_idle_s", "gpu_util_pct"}

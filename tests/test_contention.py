@@ -83,8 +83,8 @@ def test_each_epoch_logs_the_cpu_seconds_of_the_run_and_its_workers(tmp_path: Pa
               "+data.kwargs.delay_ms=2", "loader=pin_nb_w4_pf2", "loader.num_workers=2", "trainer.epochs=2",
               "progress=false")
     for burn in ("true", "false"):
-        proc = run_train(tmp_path, store, cache_dir, *common, f"+data.kwargs.burn={burn}", f"repeat={int(burn == 'true')}",
-                         multirun=False)
+        proc = run_train(tmp_path, store, cache_dir, *common, f"+data.kwargs.burn={burn}",
+                         f"repeat={int(burn == 'true')}", multirun=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
     from mlflow.tracking import MlflowClient
 

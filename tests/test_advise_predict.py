@@ -122,6 +122,6 @@ def test_with_no_race_the_answer_says_why_from_the_prediction():
 
     turns = {"w2": Prediction(0.5, 0.1, 0.45, 0.0, 1.6)}
     said = why_keep(None, [], turns, data_bound=True, on_cpu=True, margin=0.02)
-    assert "take turns with the step" in said and "stretched up to 1.6x" in said and "torch.set_num_threads" in said
+    assert "take turns with the step" in said and "stretched up to 1.6x" in said and "trainer.threads" in said
     assert "take turns" not in why_keep(None, [], turns, data_bound=True, on_cpu=False, margin=0.02)
     assert "hardly waits for data" in why_keep(None, [], turns, data_bound=False, on_cpu=True, margin=0.02)

@@ -92,6 +92,7 @@ BAD = [
     (("loader=gpu_resident", "loader.num_workers=2"), "transfer=resident"),
     (("measure.rss_interval_s=0",), "measure.rss_interval_s=0"),
     (("measure.pss_budget_pct=-1",), "measure.pss_budget_pct"),
+    (("trainer.threads=0",), "trainer.threads=0 must be at least 1"),
 ]
 
 

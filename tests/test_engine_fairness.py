@@ -26,6 +26,24 @@ def test_nodes_threads_runs_the_model_with_the_configured_thread_count(tmp_path:
     assert [h.value for h in sorted(history, key=lambda h: h.step)] == [2.0, 2.0, 2.0]
 
 
+@pytest.mark.slow
+def test_trainer_threads_sets_the_models_threads_and_names_the_cell(tmp_path: Path, store: str,
+                                                                    cache_dir: Path) -> None:
+    """trainer.threads=1 beside one worker (on a CPU the step then leaves the worker a core: docs/advise.md)."""
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb_w4_pf2", "loader.num_workers=1",
+                     "data.fraction=0.2", "trainer.threads=1,null", env={"OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {r.data.tags["wif.cell"]: r for r in train_runs(store, status="FINISHED")}
+    assert set(runs) == {"pin_nb_w4_pf2+threads1@0.2", "pin_nb_w4_pf2@0.2"}, set(runs)
+    client = MlflowClient(store)
+    for cell, threads in (("pin_nb_w4_pf2+threads1@0.2", 1), ("pin_nb_w4_pf2@0.2", 2)):
+        run = runs[cell]
+        assert run.data.tags["wif.torch_threads"] == str(threads) and run.data.params["trainer.threads"] == (
+            "1" if threads == 1 else "None")
+        history = client.get_metric_history(run.info.run_id, "compute_threads")
+        assert {h.value for h in history} == {float(threads)}
+
+
 FRESH_PROCESS = """
 import numpy as np, torch
 from omegaconf import OmegaConf

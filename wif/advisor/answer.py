@@ -79,8 +79,8 @@ def why_keep(race: Optional[RaceResult], raced: Sequence[str], predicted: Dict[s
         if on_cpu and worst > 1.2:
             return (f"no candidate is predicted faster by more than {margin:.0%}: on this CPU the workers' fetches "
                     f"would take turns with the step on the cores its threads fill (its compute stretched up to "
-                    f"{worst:.1f}x); a step on fewer threads (torch.set_num_threads) would leave them a core, "
-                    "which wif-advise does not try.")
+                    f"{worst:.1f}x); a step on fewer threads (trainer.threads) would leave them a core, which "
+                    "wif-advise does not try (docs/advise.md shows how to race it).")
         return f"no candidate is predicted faster than the current setting by more than {margin:.0%}."
     reasons = []
     for name in raced:

@@ -84,6 +84,8 @@ def validate(cfg: Config, here: bool = True) -> None:
                 "loader option that streams batches (e.g. loader=pin_nb transfer=stream), or drop transfer=stream.")
     require(tr.max_batches is None or tr.max_batches > 0,
             f"trainer.max_batches={tr.max_batches} must be at least 1 (or null for whole epochs).")
+    require(tr.threads is None or tr.threads >= 1,
+            f"trainer.threads={tr.threads} must be at least 1 (or null: torch's default, the cores).")
     if d.source is DataSource.folder and d.path is None:  # data.path: the pack is the data, its root unused
         require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
         require(not here or Path(str(d.root)).expanduser().is_dir(),

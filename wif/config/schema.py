@@ -140,6 +140,9 @@ class TrainerConfig:
     compile: bool = False  # torch.compile the model; compiled before the first epoch, timed apart (compile_s)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     nproc: int = 1  # ranks of one data-parallel run (DDP, wif.run.ddp): 1 = one process, as ever
+    # torch's intra-op threads for the model's CPU work (torch.set_num_threads); null: torch's default (the
+    # cores, or OMP_NUM_THREADS). On a CPU fewer leave DataLoader workers a core (docs/advise.md).
+    threads: Optional[int] = None
     dist_timeout_s: float = 300.0  # nproc>1: a collective waiting longer than this fails the run (no hang)
 
     @property

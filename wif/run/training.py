@@ -154,8 +154,10 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
         torch.cuda.set_device(device)
         torch.cuda.reset_peak_memory_stats(device)
     emit("device", device_info(device))
-    # torch's intra-op threads as the run starts (torch's default or OMP_NUM_THREADS): each epoch's
-    # `compute_threads` says whether the model computed with as many (an engine's workers may change it)
+    if cfg.trainer.threads is not None:  # before the model's first op and any worker (engines restore this count)
+        torch.set_num_threads(cfg.trainer.threads)
+    # torch's intra-op threads as the run starts (trainer.threads, torch's default or OMP_NUM_THREADS): each
+    # epoch's `compute_threads` says whether the model computed with as many (an engine's workers may change it)
     emit("tags", {"wif.torch_threads": str(torch.get_num_threads())})
     loaders, num_classes, t0, train_set = _build_batches(cfg, device, emit, ranks)
     tr = cfg.trainer

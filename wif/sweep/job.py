@@ -45,7 +45,8 @@ NEW_KEY_DEFAULTS = {
     "data": {"_target_": None, "kwargs": {}, "format": None, "path": None, "shard_mb": 64.0, "shuffle_buffer": 1000,
              "page_cache": "warm", "decode": "host", "decode_backend": "auto"},
     "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
-                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}, "nproc": 1, "dist_timeout_s": 300.0},
+                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}, "nproc": 1, "dist_timeout_s": 300.0,
+                "threads": None},
     "transfer": {"uint8": False},  # issue 41
 }
 
@@ -95,6 +96,8 @@ def cell_name(conf: Config) -> str:
         knobs.append(conf.data.page_cache.value)
     if conf.trainer.nproc > 1:  # a data-parallel run (wif.run.ddp) is never pooled with a one-process one
         knobs.append(f"ddp{conf.trainer.nproc}")
+    if conf.trainer.threads is not None:  # the model's CPU threads, set by hand
+        knobs.append(f"threads{conf.trainer.threads}")
     if conf.transfer.kind is TransferKind.stream:  # no loader option sets these: set by hand, cells of their own
         knobs.append("stream")
     if conf.transfer.uint8:

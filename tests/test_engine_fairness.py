@@ -13,35 +13,39 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, run_train, train_runs
 
 
+def train_on_two_threads(tmp_path: Path, store: str, cache_dir: Path, *overrides: str) -> None:
+    """A smoke run of pin_nb_w4_pf2 at fraction 0.2 where torch's default is 2 threads."""
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb_w4_pf2", "data.fraction=0.2",
+                     *overrides, env={"OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def threads_of(store: str, run) -> tuple:
+    """The run's starting torch thread count (tag) and each epoch's compute_threads, in epoch order."""
+    history = MlflowClient(store).get_metric_history(run.info.run_id, "compute_threads")
+    return run.data.tags["wif.torch_threads"], [h.value for h in sorted(history, key=lambda h: h.step)]
+
+
 @pytest.mark.slow
 def test_nodes_threads_runs_the_model_with_the_configured_thread_count(tmp_path: Path, store: str,
                                                                        cache_dir: Path) -> None:
     """torchdata's thread workers set torch's thread count to 1; the model's epochs still use the configured 2."""
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "engine=nodes_threads", "loader=pin_nb_w4_pf2",
-                     "loader.num_workers=2", "data.fraction=0.2", env={"OMP_NUM_THREADS": "2"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_on_two_threads(tmp_path, store, cache_dir, "engine=nodes_threads", "loader.num_workers=2")
     (run,) = train_runs(store)
-    assert run.info.status == "FINISHED" and run.data.tags["wif.torch_threads"] == "2"
-    history = MlflowClient(store).get_metric_history(run.info.run_id, "compute_threads")
-    assert [h.value for h in sorted(history, key=lambda h: h.step)] == [2.0, 2.0, 2.0]
+    assert run.info.status == "FINISHED" and threads_of(store, run) == ("2", [2.0, 2.0, 2.0])
 
 
 @pytest.mark.slow
 def test_trainer_threads_sets_the_models_threads_and_names_the_cell(tmp_path: Path, store: str,
                                                                     cache_dir: Path) -> None:
     """trainer.threads=1 beside one worker (on a CPU the step then leaves the worker a core: docs/advise.md)."""
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb_w4_pf2", "loader.num_workers=1",
-                     "data.fraction=0.2", "trainer.threads=1,null", env={"OMP_NUM_THREADS": "2"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_on_two_threads(tmp_path, store, cache_dir, "loader.num_workers=1", "trainer.threads=1,null")
     runs = {r.data.tags["wif.cell"]: r for r in train_runs(store, status="FINISHED")}
     assert set(runs) == {"pin_nb_w4_pf2+threads1@0.2", "pin_nb_w4_pf2@0.2"}, set(runs)
-    client = MlflowClient(store)
-    for cell, threads in (("pin_nb_w4_pf2+threads1@0.2", 1), ("pin_nb_w4_pf2@0.2", 2)):
-        run = runs[cell]
-        assert run.data.tags["wif.torch_threads"] == str(threads) and run.data.params["trainer.threads"] == (
-            "1" if threads == 1 else "None")
-        history = client.get_metric_history(run.info.run_id, "compute_threads")
-        assert {h.value for h in history} == {float(threads)}
+    for cell, threads, param in (("pin_nb_w4_pf2+threads1@0.2", 1, "1"), ("pin_nb_w4_pf2@0.2", 2, "None")):
+        tag, per_epoch = threads_of(store, runs[cell])
+        assert tag == str(threads) and set(per_epoch) == {float(threads)} and len(per_epoch) == 3
+        assert runs[cell].data.params["trainer.threads"] == param
 
 
 FRESH_PROCESS = """

@@ -9,16 +9,15 @@ takes batch k once it is ready and the previous step is done. What comes out is 
 compute, plus what does not overlap: the first batch (the pipeline's fill), the copy when it is not
 hidden (no pin_memory + non_blocking on a GPU), and the workers' start-up when they are not persistent.
 
-On a CPU the workers and the step share the cores. The fetches' CPU work (core-seconds an epoch: the
-loader's busy cores times its epoch alone; a fetch that waits on storage takes no core) first goes to the
-cores the step's threads leave free while it computes; the rest takes turns with the step on the cores it
-fills: the step's compute stretches by that work's time on as many cores as there are workers (a fetch's
-waits do not count: they hold no core). A step whose threads fill
-the cores waits for its slowest thread at every parallel region and its idle threads spin, so a worker
-beside it holds the whole step back, while a step that mostly waits leaves the workers every core. On the
-2-core CPU (docs/advise.md) this predicts JPEG decoding's worker settings 11-22% under their measured epochs,
-where a model that shared the cores in proportion was 27-50% under, and items that compute beside a tiny
-step 7-9% over.
+On a CPU the workers and the step share the cores. The fetches' CPU work (core-seconds an epoch: the loader's
+busy cores times its epoch alone; a fetch that waits on storage takes no core) first goes to the cores the
+step's threads leave free while it computes; the rest takes turns with the step on the cores it fills: the
+step's compute stretches by that work's time on as many cores as there are workers (a fetch's waits do not
+count: they hold no core). A step whose threads fill the cores waits for its slowest thread at every parallel
+region and its idle threads spin, so a worker beside it holds the whole step back, while a step that mostly
+waits leaves the workers every core. On the 2-core CPU (docs/advise.md) this predicts JPEG decoding's worker
+settings 11-22% under their measured epochs, where a model that shared the cores in proportion was 27-50%
+under, and items that compute beside a tiny step 7-9% over.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ EPOCH_METRICS = {"epoch_time_s", "throughput_img_s", "train_loss", "val_loss", "
                  "minor_faults", "tree_cpu_s"}
 RUN_METRICS = {"time_total_s", "epoch_time_mean_s", "epoch_time_median_s", "host_other_cpu_pct", "test_acc", "setup_s", "ram_peak_rss_mb", "ram_peak_uss_mb",
                "ram_peak_pss_mb", "workers_peak", "shm_peak_mb", "sampler_cpu_pct", "job_overhead_s"}
-GPU_ONLY = {"vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb", "gpu_idle_s", "gpu_util_pct"}
+GPU_ONLY = {"vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb", "gpu_idle_s", "gpu_util_pct",
+            "gpu_blocked_s"}
 GRID = ("loader=glob(*)", "data.fraction=0.1,0.4,0.7", "preset=smoke", "repeat=0")
 
 

@@ -7,6 +7,7 @@ PrefetchLoader), on the stream that copied them, so the loop still sees the floa
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -14,6 +15,7 @@ import torch
 from wif.config import TransferConfig, TransferKind
 from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD
 from wif.data.loaders import Batch, Batches, FixedBatches, ResidentBatches
+from wif.measure.timing import blocking_copy
 
 Transfer = Callable[[Batch], Batch]
 
@@ -37,11 +39,14 @@ class Sent(tuple):
 
 
 def copy_to(device: torch.device, non_blocking: bool, uint8: bool = False) -> Transfer:
-    """The copy of one host batch, queued on the current stream; under `uint8`, its images converted after it."""
+    """The copy of one host batch, queued on the current stream; under `uint8`, its images converted after it.
+    A blocking copy is bracketed (`blocking_copy`) so a timed epoch can tell its wait behind the GPU's queued
+    work from the copy itself."""
 
     def copy(batch: Batch) -> Batch:
         x, y = batch
-        dx, dy = x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+        with contextlib.nullcontext() if non_blocking else blocking_copy(device):
+            dx, dy = x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
         return Sent(to_float(dx), dy, batch_nbytes(batch)) if uint8 else (dx, dy)
 
     return copy

@@ -4,12 +4,19 @@ On CUDA every step records two events on the compute stream (cheap, no sync); th
 the epoch's single synchronization. Compute time is the sum of event pairs; GPU idle time is the sum of
 gaps between one step's end and the next step's start, which is when the GPU waits for data. On the CPU
 work is synchronous, so the host clock is exact and no GPU figure exists.
+
+`CopyClock` splits the host's time in a blocking copy (`.to(device)` without `non_blocking`): it returns
+only once the stream has run everything queued before it, the previous step's kernels included. Events
+bracketing the copy on its stream give the copy's own device time; the rest of the host's time in it was
+spent blocked behind the GPU's work.
+Every event is recorded on the named device's current stream, whatever device is current.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 
@@ -20,28 +27,39 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def record(device: torch.device) -> "torch.cuda.Event":
+    """A timing event queued on `device`'s current stream (not the current device's: time_epochs(device=
+    "cuda:1") times the stream its step runs on)."""
+    ev = torch.cuda.Event(enable_timing=True)
+    ev.record(torch.cuda.current_stream(device))
+    return ev
+
+
+def blocked_s(host_s: float, device_s: float) -> float:
+    """Of the host's `host_s` in a transfer call, the time it waited for the GPU's already-queued work: what
+    is left once the transfer's own device time (`device_s`, from events around the call) is taken off. A
+    call that returns before its copy ran (non_blocking from pinned memory) waited for nothing: 0."""
+    return max(host_s - device_s, 0.0)
+
+
 class StepClock:
     """Brackets each step's compute; `compute_s` and `gpu_idle_s` are valid after `synchronize`."""
 
     def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
+        self.cuda, self.device = device.type == "cuda", device
         self._events: List[torch.cuda.Event] = []
         self._host_compute = 0.0
         self._t = 0.0
 
     def start(self) -> None:
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()  # on the current (compute) stream, after this step's copy was queued
-            self._events.append(ev)
+            self._events.append(record(self.device))  # on the compute stream, after this step's copy was queued
         else:
             self._t = time.perf_counter()
 
     def stop(self) -> None:
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._events.append(ev)
+            self._events.append(record(self.device))
         else:
             self._host_compute += time.perf_counter() - self._t
 
@@ -57,3 +75,54 @@ class StepClock:
             return None
         ev = self._events
         return sum(ev[i].elapsed_time(ev[i + 1]) for i in range(1, len(ev) - 2, 2)) / 1e3
+
+
+class CopyClock:
+    """The GPU-blocked part of the host's time in blocking copies (CUDA only), for one epoch of `TimedFeed`:
+    while it is `active`, each copy a transfer brackets with `blocking_copy` adds two events (before and after
+    it, on its stream) and the host's seconds in it. Never a synchronization; `gpu_blocked_s` reads the events
+    after the epoch's one."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda, self.device = device.type == "cuda", device
+        self._spans: List[Tuple[torch.cuda.Event, torch.cuda.Event, float]] = []
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """The window (a transfer call) whose blocking copies count in this clock: not evaluate's, nor the
+        copies a `StreamPrefetcher` queues on its side stream (behind its own copies only)."""
+        global _ACTIVE
+        before, _ACTIVE = _ACTIVE, self
+        try:
+            yield
+        finally:
+            _ACTIVE = before
+
+    def add(self, before: "torch.cuda.Event", after: "torch.cuda.Event", host_s: float) -> None:
+        self._spans.append((before, after, host_s))
+
+    def gpu_blocked_s(self) -> Optional[float]:
+        """None on the CPU: nothing is queued there, and a 0 would be a false figure."""
+        if not self.cuda:
+            return None
+        return sum(blocked_s(host, a.elapsed_time(b) / 1e3) for a, b, host in self._spans)
+
+
+_ACTIVE: Optional[CopyClock] = None  # the epoch's clock during a TimedFeed's transfer call
+
+
+@contextlib.contextmanager
+def blocking_copy(device: torch.device) -> Iterator[None]:
+    """Brackets a copy that blocks the host (`.to(device)` without non_blocking): it starts only when its stream
+    has run everything queued before it, so the host's time in it beyond the copy's own device time was spent
+    behind the GPU's work. Recorded into the active `CopyClock`; nothing outside a timed epoch or on a CPU."""
+    clock = _ACTIVE
+    if clock is None or device.type != "cuda":
+        yield
+        return
+    before, t0 = record(device), time.perf_counter()
+    try:
+        yield
+    finally:
+        host_s = time.perf_counter() - t0
+        clock.add(before, record(device), host_s)

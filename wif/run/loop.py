@@ -1,8 +1,10 @@
 """One training epoch and one evaluation pass, timed without disturbing what they time.
 
 Read top to bottom: the host clock brackets the epoch between two synchronizations; inside, the host
-time spent waiting for a batch (fetch plus any blocking copy) is summed, and compute is bracketed by
-`StepClock`. Losses and accuracy stay on the device and are read once, after the epoch's sync.
+time spent waiting for a batch (fetch plus the transfer call) is summed, and compute is bracketed by
+`StepClock`. Losses and accuracy stay on the device and are read once, after the epoch's sync. On CUDA a
+blocking copy also waits for the kernels already queued (the previous step's): `CopyClock` takes that part
+out of the data wait into `gpu_blocked_s`, so the data wait is the loader's alone.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch import nn
 
 from wif.data.loaders import Batch, Batches
 from wif.data.transfer import Transfer, batch_nbytes, copies_from_host
-from wif.measure.timing import StepClock, synchronize
+from wif.measure.timing import CopyClock, StepClock, synchronize
 from wif.run.step import Step
 
 
@@ -26,8 +28,9 @@ class EpochStats:
     epoch_time_s: float
     samples: int
     train_loss: Optional[float]  # None in loader-only mode: there is no model
-    data_wait_s: float  # host blocked in next() plus a blocking copy
-    copy_s: float  # the host-side part of data_wait_s spent in the transfer call
+    data_wait_s: float  # the loader's part of the host's wait: in next(), plus the transfer's own time
+    copy_s: float  # the part of data_wait_s spent in the transfer call (its wait behind the GPU taken out)
+    gpu_blocked_s: Optional[float]  # CUDA only: the host blocked in a transfer call behind the GPU's queued work
     copy_bytes_per_epoch: int  # what the transfer moved host-to-device (on a CPU device: would have); 0 if nothing
     compute_s: float  # forward, backward, optimizer step (device time on CUDA)
     first_batch_s: float  # from asking for the epoch's iterator to holding its first batch
@@ -45,21 +48,31 @@ class TimedFeed:
     """An epoch's batches, on the device, with the host's wait summed: time in `next()` plus the transfer
     call (a blocking copy blocks; a non_blocking one from pinned memory returns at once). Compute between
     two batches is not counted: the clock restarts when the next batch is asked for. With `copies`, the bytes
-    of every batch are summed too (shape times item size: host metadata, no sync)."""
+    of every batch are summed too (shape times item size: host metadata, no sync).
+
+    With a CUDA `device`, each blocking copy in a transfer call is bracketed by events (`CopyClock`): the
+    host's time in it beyond the copy's own device time was spent behind the GPU's queued work, and
+    `data_wait`, `copy` and `gpu_blocked` (read after the epoch's synchronization) keep it apart from the
+    loader's part."""
 
     def __init__(self, batches: Iterable[Any], transfer: Callable[[Any], Any],
-                 count: Callable[[Any], int] = _labels, copies: bool = False) -> None:
+                 count: Callable[[Any], int] = _labels, copies: bool = False,
+                 device: Optional[torch.device] = None) -> None:
         """`count`: the samples in a batch as `transfer` returns it (wif's own: its labels; a user's batch
         of any structure: wif.tools.api counts it its own way). `copies`: the batches crossed from the host
-        (`wif.data.transfer.copies_from_host`), so their bytes are what the epoch copied."""
+        (`wif.data.transfer.copies_from_host`), so their bytes are what the epoch copied. `device`: where the
+        transfer queues its copies (None: the transfer copies nothing, as the user's batches in time_epochs)."""
         self.batches, self.transfer, self.count, self.copies = batches, transfer, count, copies
-        self.samples, self.data_wait, self.copy, self.first_batch = 0, 0.0, 0.0, float("nan")
+        self.samples, self.host_wait, self.host_copy, self.first_batch = 0, 0.0, 0.0, float("nan")
         self.copy_bytes = 0
+        self.clock = CopyClock(device) if device is not None and device.type == "cuda" else None
+        self._blocked: Optional[float] = None
 
     def __iter__(self) -> Iterator[Any]:
         t0 = time.perf_counter()
         it = iter(self.batches)  # starts the epoch's workers unless persistent: the host waits for that too
-        self.data_wait += time.perf_counter() - t0
+        self.host_wait += time.perf_counter() - t0
+        clock = self.clock
         while True:
             t_wait = time.perf_counter()
             try:
@@ -69,20 +82,42 @@ class TimedFeed:
             t_fetched = time.perf_counter()
             if self.samples == 0:
                 self.first_batch = t_fetched - t0  # worker start-up shows here
-            batch = self.transfer(host_batch)
+            if clock is None:
+                batch = self.transfer(host_batch)
+            else:
+                with clock.active():  # the transfer's blocking copies are bracketed by events (blocking_copy)
+                    batch = self.transfer(host_batch)
             t_ready = time.perf_counter()
-            self.copy += t_ready - t_fetched
-            self.data_wait += t_ready - t_wait
+            self.host_copy += t_ready - t_fetched
+            self.host_wait += t_ready - t_wait
             self.samples += self.count(batch)
             if self.copies:  # the bytes that crossed: the host batch's (a uint8 batch says so, wif.data.transfer.Sent)
                 self.copy_bytes += batch_nbytes(batch)
             yield batch
 
+    def gpu_blocked(self) -> Optional[float]:
+        """The host's time in transfer calls spent behind the GPU's queued work; None without a CUDA device.
+        Read after the epoch's synchronization (the events must have completed)."""
+        if self.clock is not None and self._blocked is None:
+            self._blocked = self.clock.gpu_blocked_s()
+        return self._blocked
+
+    @property
+    def data_wait(self) -> float:
+        """The loader's part of the host's wait: in `next()`, plus the transfer's own time."""
+        return self.host_wait - (self.gpu_blocked() or 0.0)
+
+    @property
+    def copy(self) -> float:
+        """The host's time in the transfer call, less its wait behind the GPU."""
+        return self.host_copy - (self.gpu_blocked() or 0.0)
+
     def stats(self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float,
               gpu_idle_s: Optional[float]) -> EpochStats:
-        return EpochStats(epoch_time_s=time.perf_counter() - t0, samples=self.samples, train_loss=train_loss,
-                          data_wait_s=self.data_wait, copy_s=self.copy, copy_bytes_per_epoch=self.copy_bytes,
-                          compute_s=compute_s,
+        t_end = time.perf_counter()  # the figures below read the copy events: after the epoch's clock stops
+        return EpochStats(epoch_time_s=t_end - t0, samples=self.samples, train_loss=train_loss,
+                          data_wait_s=self.data_wait, copy_s=self.copy, gpu_blocked_s=self.gpu_blocked(),
+                          copy_bytes_per_epoch=self.copy_bytes, compute_s=compute_s,
                           first_batch_s=self.first_batch, gpu_idle_s=gpu_idle_s,
                           compute_threads=torch.get_num_threads(), t_start=t_start, t_end=time.monotonic())
 
@@ -94,7 +129,7 @@ def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimize
     model.train()
     clock = StepClock(device)
     loss_sum = torch.zeros((), device=device)
-    feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer))
+    feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer), device=device)
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()
     for x, y in feed:
@@ -111,7 +146,7 @@ def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> 
     Nothing consumes the batches; the final synchronization waits for every queued copy, so a non_blocking
     copy is counted in the epoch time even though the host did not wait for it.
     """
-    feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer))
+    feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer), device=device)
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()
     for _ in feed:

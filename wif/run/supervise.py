@@ -168,7 +168,8 @@ class _Run:
         t = p["epoch_time_s"]
         m = {"epoch_time_s": t, "throughput_img_s": p["samples"] / t, "train_loss": p["train_loss"],
              "val_loss": p.get("val_loss"), "val_acc": p.get("val_acc"), "val_time_s": p.get("val_time_s"),
-             "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "compute_s": p["compute_s"],
+             "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "gpu_blocked_s": p.get("gpu_blocked_s"),
+             "compute_s": p["compute_s"],
              "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
              "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
              "compute_threads": p["compute_threads"],
@@ -245,6 +246,8 @@ class _Run:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         if measured[0]["gpu_idle_s"] is not None:
             out["gpu_idle_mean_s"] = mean("gpu_idle_s")
+        if measured[0].get("gpu_blocked_s") is not None:
+            out["gpu_blocked_mean_s"] = mean("gpu_blocked_s")
         out.update(self.sampler.peaks(t0, t_end))
         other = self.measured_other_cpu_pct()
         if other is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-RANK_KEYS = ("epoch_time_s", "data_wait_s", "copy_s", "compute_s", "first_batch_s", "samples")
+RANK_KEYS = ("epoch_time_s", "data_wait_s", "copy_s", "gpu_blocked_s", "compute_s", "first_batch_s", "samples")
 VRAM_KEYS = ("vram_peak_allocated_mb", "vram_peak_reserved_mb")
 
 

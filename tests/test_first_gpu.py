@@ -1,0 +1,93 @@
+"""Issue 47: what a first GPU run would get wrong, each item checked where it can be. The CPU tests check the
+bookkeeping; each `gpu` test proves or refutes one item on a real GPU and names it ("issue 47 item N") when it
+fails. Only torch and wif's own modules at import: a lent node's bare venv must collect this file."""
+
+from __future__ import annotations
+
+import time
+from typing import List, Tuple
+
+import pytest
+import torch
+
+from wif.data.transfer import copy_to
+from wif.measure.timing import blocked_s
+from wif.run.loop import TimedFeed
+
+CUDA = torch.cuda.is_available()
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs CUDA")]
+
+
+def _batches(n: int, size: int = 64) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+    return [(torch.randn(size, 3, 32, 32), torch.randint(0, 10, (size,))) for _ in range(n)]
+
+
+def _cycles_per_s() -> float:
+    """torch.cuda._sleep's clock: cycles per second of GPU time, timed with events on an idle device."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    a.record()
+    torch.cuda._sleep(20_000_000)
+    b.record()
+    torch.cuda.synchronize()
+    return 20_000_000 / (a.elapsed_time(b) / 1e3)
+
+
+# ----------------------------------------------------------------------------- item 1: data wait vs GPU busy
+def test_the_wait_behind_the_gpu_is_what_the_host_spent_beyond_the_copy() -> None:
+    assert blocked_s(1.0, 0.001) == pytest.approx(0.999)  # a blocking copy behind 1 s of queued kernels
+    assert blocked_s(2e-5, 2e-4) == 0.0  # a non_blocking copy returns before it ran: no wait behind the GPU
+    assert blocked_s(0.5, 0.5) == 0.0
+
+
+def test_on_a_cpu_the_data_wait_is_the_hosts_and_nothing_is_blocked_behind_a_gpu() -> None:
+    cpu = torch.device("cpu")
+    feed = TimedFeed(_batches(4), copy_to(cpu, non_blocking=False), device=cpu)
+    assert sum(1 for _ in feed) == 4
+    stats = feed.stats(time.monotonic(), time.perf_counter(), None, 0.0, None)
+    assert stats.gpu_blocked_s is None and stats.data_wait_s == feed.host_wait > 0
+    assert stats.copy_s == feed.host_copy <= stats.data_wait_s
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_issue47_item1_a_blocking_copy_behind_queued_kernels_is_gpu_blocked_not_data_wait() -> None:
+    """Each batch's blocking copy comes after ~20 ms of queued GPU work, as after a GPU-bound step: the host
+    waits that long in `.to(device)`, and the epoch must call it gpu_blocked_s, not the loader's data wait."""
+    device = torch.device("cuda", 0)
+    sleep = int(0.02 * _cycles_per_s())
+    batches = _batches(12)
+    t = time.perf_counter()
+    torch.cuda._sleep(sleep)
+    torch.ones(9).to(device)  # the issue's own check: the copy waits for the queued kernel
+    waited = time.perf_counter() - t
+    assert waited > 0.015, f"issue 47 item 1 not real here: a blocking copy behind 20 ms of work took {waited:.4f} s"
+    feed = TimedFeed(batches, copy_to(device, non_blocking=False), device=device)
+    torch.cuda.synchronize()
+    for _ in feed:
+        torch.cuda._sleep(sleep)  # the step: queued, not waited for
+    torch.cuda.synchronize()
+    queued = 0.02 * (len(batches) - 1)  # the last step's work is behind no copy
+    blocked = feed.gpu_blocked()
+    assert blocked is not None and blocked > 0.8 * queued, f"issue 47 item 1: gpu_blocked_s {blocked:.3f} s of {queued}"
+    assert feed.data_wait < 0.25 * queued, f"issue 47 item 1: data_wait_s {feed.data_wait:.3f} s still holds GPU time"
+    assert feed.data_wait + blocked == pytest.approx(feed.host_wait)
+    assert 0 <= feed.copy <= feed.data_wait
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_issue47_item1_a_copy_behind_an_idle_gpu_is_the_loaders() -> None:
+    """Nothing queued: the host's whole wait is the loader's (fetch and copy), none of it GPU-blocked."""
+    device = torch.device("cuda", 0)
+    batches = _batches(12, size=512)
+    for _ in TimedFeed(batches, copy_to(device, non_blocking=False), device=device):  # warm-up: allocator
+        pass
+    feed = TimedFeed(batches, copy_to(device, non_blocking=False), device=device)
+    torch.cuda.synchronize()
+    for _ in feed:
+        pass
+    torch.cuda.synchronize()
+    blocked = feed.gpu_blocked()
+    assert blocked is not None and blocked < 0.3 * feed.host_copy + 1e-3, \
+        f"issue 47 item 1: {blocked:.4f} s called GPU-blocked of a {feed.host_copy:.4f} s copy behind an idle GPU"

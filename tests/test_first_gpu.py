@@ -91,3 +91,56 @@ def test_issue47_item1_a_copy_behind_an_idle_gpu_is_the_loaders() -> None:
     blocked = feed.gpu_blocked()
     assert blocked is not None and blocked < 0.3 * feed.host_copy + 1e-3, \
         f"issue 47 item 1: {blocked:.4f} s called GPU-blocked of a {feed.host_copy:.4f} s copy behind an idle GPU"
+
+
+# ----------------------------------------------------------------------------- item 6: device decode's blocks
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("backend", ["torchvision", "torchcodec"])
+def test_issue47_item6_device_decode_never_writes_into_blocks_queued_kernels_still_read(backend: str) -> None:
+    """pytorch/vision#9606's reproduction through wif's decoder: tensors freed while reductions of them wait
+    behind a long kernel; the decode that follows must not be handed their blocks and overwrite them."""
+    if backend == "torchcodec":
+        pytest.importorskip("torchcodec.decoders")
+    from torchvision.io import encode_jpeg
+
+    from wif.config import DecodeBackend
+    from wif.data.decode import DeviceDecode
+
+    device = torch.device("cuda", 0)
+    decoder = DeviceDecode(device, DecodeBackend(backend))
+    jpeg = encode_jpeg(torch.randint(0, 256, (3, 64, 64), dtype=torch.uint8))
+    sleep, n = int(0.005 * _cycles_per_s()), 16
+    decoder.decode([jpeg] * n)  # warm-up: the decoder's own buffers
+    corrupted = 0
+    for _ in range(40):
+        held = [torch.full((3, 64, 64), 1, dtype=torch.uint8, device=device) for _ in range(n)]
+        torch.cuda.synchronize()
+        torch.cuda._sleep(sleep)
+        sums = [h.sum(dtype=torch.int64) for h in held]  # queued behind the sleep: they still read `held`
+        del held  # freed on the caller's stream while those reads wait
+        decoder.decode([jpeg] * n)
+        torch.cuda.synchronize()
+        corrupted += sum(int(s.item()) != 3 * 64 * 64 for s in sums)
+    assert corrupted == 0, f"issue 47 item 6: {corrupted} of {40 * n} tensors overwritten by the {backend} decode"
+
+
+# ----------------------------------------------------------------------------- item 7: the prefetcher's stream
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_issue47_item7_the_stream_prefetchers_reserved_memory_settles_after_an_epoch() -> None:
+    """One copy stream for the run: blocks freed in an epoch are reused by the next (a new pool stream each
+    epoch could reuse none of them, and reserved memory grew every epoch)."""
+    from wif.data.transfer import StreamPrefetcher
+
+    device = torch.device("cuda", 0)
+    batches = [(torch.randn(64, 3, 64, 64).pin_memory(), torch.randint(0, 10, (64,)).pin_memory()) for _ in range(6)]
+    prefetcher = StreamPrefetcher(batches, device, non_blocking=True)
+    reserved, streams = [], set()
+    for _ in range(6):
+        for x, _y in prefetcher:
+            x.mul(2).sum()
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved(device))
+        streams.add(prefetcher.stream)
+    assert len(streams) == 1 and reserved[-1] <= reserved[1], f"issue 47 item 7: reserved bytes by epoch {reserved}"

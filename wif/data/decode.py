@@ -20,7 +20,9 @@ speed of a GPU decode (tag wif.decode_note). wif.config.decode refuses what this
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -31,6 +33,7 @@ from wif.config import Augment, DataConfig, DecodeBackend
 from wif.data.datasets import AnySplit, Datasets, DecodedSplit, PerSample, make_transform
 from wif.data.formats.shards import ShardSplit
 from wif.data.transfer import Sent, to_float
+from wif.measure.timing import blocking_copy
 
 FULL_SPEED_SOF = (0xC0, 0xC1)  # baseline and extended sequential Huffman: nvJPEG's hardware (batched) path
 SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (C4, C8, CC are not frames)
@@ -166,7 +169,12 @@ def jpeg_decoder(backend: DecodeBackend) -> Tuple[str, JpegDecoder]:
 
 class DeviceDecode:
     """The transfer of a run under data.decode=device: an `EncodedBatch` in, the float batch the host path would
-    yield out, on the device. `non_blocking` copies the labels as transfer.non_blocking asks."""
+    yield out, on the device. `non_blocking` copies the labels as transfer.non_blocking asks.
+
+    On CUDA the decoder runs on a stream of its own (`decode`): torchvision's allocates its outputs on the
+    current stream but writes them from a private stream that never waits for it, and nvJPEG's hardware engine
+    writes ahead of work queued on its stream (pytorch/vision#9606, meta-pytorch/torchcodec#1634), so a block
+    the caller's stream freed while its queued kernels still read it could be handed out and overwritten."""
 
     def __init__(self, device: torch.device, backend: DecodeBackend = DecodeBackend.auto,
                  non_blocking: bool = False) -> None:
@@ -174,6 +182,24 @@ class DeviceDecode:
         self.backend, self.decode_jpegs = jpeg_decoder(backend)
         self.slow_path = 0
         self._steps: Dict[Plan, Callable[[torch.Tensor], torch.Tensor]] = {}
+        self._stream: Optional[torch.cuda.Stream] = None  # the run's decode stream, made on first use
+
+    def decode(self, data: List[torch.Tensor]) -> List[torch.Tensor]:
+        """JPEGs to RGB uint8 images on the device. On CUDA, on the decode stream, where no other work is
+        queued, so every block the allocator hands the decoder is free of pending readers: the images are
+        marked as used by the caller's stream (`record_stream`), and their blocks return to the decode stream
+        only once the caller's kernels that read them have run; the caller's stream waits for the decode."""
+        if self.device.type != "cuda" or not data:
+            return self.decode_jpegs(data, self.device) if data else []
+        caller = torch.cuda.current_stream(self.device)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(self._stream):
+            images = self.decode_jpegs(data, self.device)
+        caller.wait_stream(self._stream)
+        for image in images:
+            image.record_stream(caller)
+        return images
 
     def __call__(self, batch: EncodedBatch) -> Sent:
         from torchvision.io import ImageReadMode, decode_image
@@ -184,17 +210,20 @@ class DeviceDecode:
         self.slow_path += sum(k != "fast" for k in kinds)
         jpegs = [i for i, k in enumerate(kinds) if k != "other"]
         images: List[Optional[torch.Tensor]] = [None] * len(data)
-        for i, image in zip(jpegs, self.decode_jpegs([data[i] for i in jpegs], self.device) if jpegs else []):
+        for i, image in zip(jpegs, self.decode([data[i] for i in jpegs])):
             images[i] = image
+        blocking = contextlib.nullcontext if self.non_blocking else functools.partial(blocking_copy, self.device)
         for i, kind in enumerate(kinds):
             if kind == "other":  # no device decoder for it: the CPU decodes, and the image is copied
                 image = decode_image(data[i], mode=ImageReadMode.RGB)
-                images[i] = image.to(self.device, non_blocking=self.non_blocking)
+                with blocking():
+                    images[i] = image.to(self.device, non_blocking=self.non_blocking)
         plan = batch.plan
         steps = self._steps.setdefault(plan, plan.steps())
         out = [steps(img if plan.size is None else resize(img, [plan.size, plan.size], antialias=True))
                for img in images]
-        labels = batch.labels.to(self.device, non_blocking=self.non_blocking)
+        with blocking():  # behind the step's kernels, and the resizes just queued: their part is the wait's
+            labels = batch.labels.to(self.device, non_blocking=self.non_blocking)
         return Sent(to_float(torch.stack(out)), labels, batch.nbytes)
 
     def epoch_figures(self) -> Dict[str, float]:

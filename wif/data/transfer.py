@@ -109,6 +109,7 @@ class StreamPrefetcher:
                  decode: Optional[Transfer] = None) -> None:
         self.batches, self.device, self.non_blocking = batches, device, non_blocking  # CPU: `warnings_for` says so
         self.copy = decode or copy_to(device, non_blocking, uint8)
+        self.stream: Optional[torch.cuda.Stream] = None  # one for the run, made in the run's process on first use
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -118,7 +119,9 @@ class StreamPrefetcher:
             for batch in self.batches:
                 yield self.copy(batch)
             return
-        copy_stream = torch.cuda.Stream(self.device)
+        if self.stream is None:  # not a new pool stream each epoch: the allocator reuses a freed block only on
+            self.stream = torch.cuda.Stream(self.device)  # its own stream, so each new one reserved memory anew
+        copy_stream = self.stream
         host = iter(self.batches)
 
         def preload() -> Optional[Batch]:

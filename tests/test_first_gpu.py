@@ -144,3 +144,51 @@ def test_issue47_item7_the_stream_prefetchers_reserved_memory_settles_after_an_e
         reserved.append(torch.cuda.memory_reserved(device))
         streams.add(prefetcher.stream)
     assert len(streams) == 1 and reserved[-1] <= reserved[1], f"issue 47 item 7: reserved bytes by epoch {reserved}"
+
+
+# ----------------------------------------------------------------------------- item 8: the compile warm-up's batch
+ITEM8 = {"stream, uint8": ("transfer=stream", "transfer.uint8=true"), "stream": ("transfer=stream",),
+         "copy, uint8": ("transfer.uint8=true",)}
+
+
+def _item8_batches(cache_dir, device: torch.device, overrides: tuple):
+    """The run's train batches and transfer, wired as `train` wires them, with persistent workers."""
+    from tests.conftest import compose_cfg
+    from wif.config import TransferKind, validate
+    from wif.config.targets import typed
+    from wif.data.transfer import StreamPrefetcher, make_transfer
+    from wif.run.training import _build_batches
+
+    cfg = typed(compose_cfg("preset=smoke", f"data.cache_dir={cache_dir}", "loader=pin_nb", "loader.num_workers=1",
+                            "loader.persistent_workers=true", "trainer.compile=true", *overrides))
+    validate(cfg)
+    loaders, _, _, train_set = _build_batches(cfg, device, lambda kind, payload: None)
+    train = loaders["train"]
+    if cfg.transfer.kind is TransferKind.stream:
+        train = StreamPrefetcher(train, device, cfg.transfer.non_blocking, cfg.transfer.uint8)
+    return cfg, train, train_set, make_transfer(cfg.transfer, device)
+
+
+def _check_item8(cache_dir, device: torch.device, case: str) -> None:
+    from wif.run.training import compile_batch
+
+    cfg, train, train_set, transfer = _item8_batches(cache_dir, device, ITEM8[case])
+    x, y = compile_batch(cfg, train, train_set, transfer)
+    lx, ly = next(iter(TimedFeed(train, transfer)))
+    assert (x.dtype, x.device, y.device) == (lx.dtype, lx.device, ly.device) == (torch.float32, device, device), \
+        f"issue 47 item 8 ({case}): the warm-up got {x.dtype} on {x.device}, the step {lx.dtype} on {lx.device}"
+    assert x.shape[1:] == lx.shape[1:]
+
+
+@pytest.mark.parametrize("case", list(ITEM8))
+def test_issue47_item8_the_compile_warm_up_gets_its_batch_as_the_step_does(cache_dir, case: str) -> None:
+    """Persistent workers: the warm-up's batch is collated in the run's process, then sent to the device as the
+    loop's are (under transfer=stream by the prefetcher's copy, not handed over as the host made it)."""
+    _check_item8(cache_dir, torch.device("cpu"), case)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("case", list(ITEM8))
+def test_issue47_item8_on_cuda_the_compile_warm_up_gets_a_device_batch(cache_dir, case: str) -> None:
+    _check_item8(cache_dir, torch.device("cuda", 0), case)

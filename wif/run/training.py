@@ -25,7 +25,7 @@ from wif.data.decode import device_decode, encoded_datasets
 from wif.data.engines import build_engine_batches
 from wif.data.formats.splits import EpochStorage, format_datasets
 from wif.data.loaders import Batch, Batches, FixedBatches
-from wif.data.transfer import StreamPrefetcher, make_transfer
+from wif.data.transfer import StreamPrefetcher, Transfer, make_transfer
 from wif.measure.timing import synchronize
 from wif.run.loop import evaluate, loader_epoch, train_epoch
 from wif.run.model import build_model
@@ -195,7 +195,7 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     synchronize(device)
     setup_s = time.perf_counter() - t0
     # torch.compile compiles at the first call: on one real batch here, timed apart from setup and epochs.
-    compile_s = compile_now(step, transfer(_compile_batch(cfg, loaders["train"], train_set)), device) if tr.compile else None
+    compile_s = compile_now(step, compile_batch(cfg, loaders["train"], train_set, transfer), device) if tr.compile else None
     emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
     for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
@@ -217,21 +217,24 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     emit("result", {"test_loss": test_loss, "test_acc": test_acc, "test_time_s": test_time, **_vram_peaks(device)})
 
 
-def _compile_batch(cfg: Config, loader: Batches, train_set: Any) -> Any:
-    """The batch torch.compile compiles on. Drawn from a loader with persistent workers, it would start them
-    before the first timed epoch, whose `first_batch_s` would then miss their start-up: such a batch is
-    collated here, in this process, from the training set's first samples instead."""
+def compile_batch(cfg: Config, loader: Batches, train_set: Any, transfer: Transfer) -> Any:
+    """The batch torch.compile compiles on, as the step gets it (on the device, converted or decoded there).
+    Drawn from a loader with persistent workers, it would start them before the first timed epoch, whose
+    `first_batch_s` would then miss their start-up: such a batch is collated here, in this process, from the
+    training set's first samples instead, and sent as the loop's batches are sent (under transfer=stream by the
+    prefetcher's own copy: the loop's transfer is then nothing, its batches already on the device)."""
     persistent = (cfg.engine.name is EngineName.dataloader and cfg.loader.persistent_workers
                   and cfg.loader.num_workers > 0 and train_set is not None)
     if not persistent:
-        return next(iter(loader))
+        return transfer(next(iter(loader)))
+    send = loader.copy if isinstance(loader, StreamPrefetcher) else transfer
     n = cfg.data.batch_size
     if isinstance(train_set, Split):  # tensors held in RAM
-        return train_set.images[:n], train_set.labels[:n]
+        return send((train_set.images[:n], train_set.labels[:n]))
     collate = getattr(train_set, "collate", default_collate)  # data.decode=device: its encoded batch
     if isinstance(train_set, IterableDataset):
-        return collate(list(islice(iter(train_set), n)))
-    return collate([train_set[i] for i in range(min(n, len(train_set)))])
+        return send(collate(list(islice(iter(train_set), n))))
+    return send(collate([train_set[i] for i in range(min(n, len(train_set)))]))
 
 
 @functools.lru_cache(maxsize=None)

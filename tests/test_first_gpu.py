@@ -192,3 +192,48 @@ def test_issue47_item8_the_compile_warm_up_gets_its_batch_as_the_step_does(cache
 @pytest.mark.parametrize("case", list(ITEM8))
 def test_issue47_item8_on_cuda_the_compile_warm_up_gets_a_device_batch(cache_dir, case: str) -> None:
     _check_item8(cache_dir, torch.device("cuda", 0), case)
+
+
+# ----------------------------------------------------------------------------- item 9: fp16's GradScaler
+def _fp16_step(device: torch.device, *overrides: str):
+    from torch import nn
+
+    from tests.conftest import compose_cfg
+    from wif.config.targets import typed
+    from wif.run.step import Step, build_optimizer
+
+    tr = typed(compose_cfg("preset=smoke", "trainer.precision=fp16", *overrides)).trainer
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 10)).to(device if CUDA else "cpu")
+    return Step(model, build_optimizer(tr, model.parameters(), device), nn.CrossEntropyLoss(), 0.3, device,
+                tr.precision)
+
+
+def test_issue47_item9_fp16_on_cuda_takes_a_fused_step_where_the_optimizer_has_one() -> None:
+    """Built for a CUDA device (the parameters may stay here: the choice is made at construction)."""
+    cuda = torch.device("cuda", 0)
+    assert not _fp16_step(cuda).syncs_every_step(), "issue 47 item 9: SGD under fp16 on CUDA is not fused"
+    assert _fp16_step(cuda, "trainer.optimizer._target_=torch.optim.RMSprop").syncs_every_step()  # no fused step
+    assert _fp16_step(cuda, "+trainer.optimizer.kwargs.foreach=true").syncs_every_step()  # the user's choice stands
+    assert _fp16_step(torch.device("cpu")).optimizer.defaults["fused"] is None  # the CPU's step is as configured
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_issue47_item9_an_fp16_step_on_cuda_never_synchronizes() -> None:
+    """Sync debug mode "error" raises at any synchronization: the fused fp16 step queues everything; the
+    unfused one (RMSprop) is the item's case, and says so (`syncs_every_step`, the run's tag wif.step_syncs)."""
+    device = torch.device("cuda", 0)
+    x, y = torch.randn(32, 3, 8, 8, device=device), torch.randint(0, 10, (32,), device=device)
+    fused, unfused = _fp16_step(device), _fp16_step(device, "trainer.optimizer._target_=torch.optim.RMSprop")
+    for step in (fused, unfused):
+        step(x, y)  # warm-up: the scaler's and the optimizer's state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            fused(x, y)
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            unfused(x, y)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert not fused.syncs_every_step() and unfused.syncs_every_step(), "issue 47 item 9"

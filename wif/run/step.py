@@ -21,9 +21,14 @@ from wif.run.model import training_loss
 DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
 
 
-def build_optimizer(tr: TrainerConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def build_optimizer(tr: TrainerConfig, params: Iterable[nn.Parameter],
+                    device: Optional[torch.device] = None) -> torch.optim.Optimizer:
     """trainer.optimizer._target_ with trainer.lr, momentum and weight_decay where it takes them (SGD with
-    the study's settings by default); trainer.optimizer.kwargs adds or overrides arguments."""
+    the study's settings by default); trainer.optimizer.kwargs adds or overrides arguments.
+
+    Under trainer.precision=fp16 on CUDA an optimizer that takes `fused` gets fused=True (unless the kwargs
+    choose fused, foreach or differentiable): GradScaler then hands it found_inf on the device, where an
+    unfused step reads it with `.item()`, a synchronization every step (`Step.syncs_every_step` says which)."""
     target = tr.optimizer._target_
     cls = importable("trainer.optimizer._target_", target)
     try:
@@ -33,6 +38,9 @@ def build_optimizer(tr: TrainerConfig, params: Iterable[nn.Parameter]) -> torch.
     study: Dict[str, Any] = {"lr": tr.lr, "momentum": tr.momentum, "weight_decay": tr.weight_decay}
     kwargs = {k: v for k, v in study.items() if k in accepted}
     kwargs.update(tr.optimizer.kwargs)
+    if (tr.precision is Precision.fp16 and device is not None and device.type == "cuda" and "fused" in accepted
+            and not {"fused", "foreach", "differentiable"} & kwargs.keys()):
+        kwargs["fused"] = True
     optimizer = cls(params, **kwargs)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ConfigError(f"trainer.optimizer._target_={target} built a {type(optimizer).__name__}, not a "
@@ -59,6 +67,11 @@ class Step:
         self.model, self.optimizer, self.loss_fn, self.aux_weight = model, optimizer, loss_fn, aux_weight
         self.device, self.dtype, self.channels_last = device, DTYPES.get(precision), channels_last
         self.scaler = torch.amp.GradScaler(device.type) if precision is Precision.fp16 else None
+
+    def syncs_every_step(self) -> bool:
+        """fp16: GradScaler.step reads found_inf with `.item()` (a device sync each step) unless the optimizer
+        unscales and skips in its own fused step (`_step_supports_amp_scaling`)."""
+        return self.scaler is not None and not getattr(self.optimizer, "_step_supports_amp_scaling", False)
 
     def autocast(self) -> ContextManager[Any]:
         if self.dtype is None:

@@ -190,8 +190,10 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     model = prepare_model(build_model(cfg.model, num_classes).to(device), tr)
     if ranks is not None:
         model = ranks.wrap(model)
-    optimizer = build_optimizer(tr, model.parameters())
+    optimizer = build_optimizer(tr, model.parameters(), device)
     step = Step(model, optimizer, nn.CrossEntropyLoss(), cfg.model.aux_weight, device, tr.precision, tr.channels_last)
+    if step.scaler is not None and device.type == "cuda":  # fp16: does GradScaler read found_inf every step?
+        emit("tags", {"wif.step_syncs": str(step.syncs_every_step()).lower()})
     synchronize(device)
     setup_s = time.perf_counter() - t0
     # torch.compile compiles at the first call: on one real batch here, timed apart from setup and epochs.

@@ -237,3 +237,74 @@ def test_issue47_item9_an_fp16_step_on_cuda_never_synchronizes() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert not fused.syncs_every_step() and unfused.syncs_every_step(), "issue 47 item 9"
+
+
+# ----------------------------------------------------------------------------- items 2, 12: NVML
+def test_issue47_item2_a_container_that_hides_the_runs_pids_is_said_and_counted_from_the_early_baseline() -> None:
+    from collections import Counter
+
+    from wif.measure import nvml
+
+    here = {1, 4242}.__contains__  # the PIDs this (container's) view has
+    host = [(812345, 900 << 20)]  # the driver's host PID for the run's process: never one of the container's
+    assert nvml.vram_reading(host, {4242}, used=1500 << 20, baseline=500 << 20, exists=here) == \
+        (float(1000 << 20), nvml.FOREIGN_PIDS)  # the device's rise over the baseline read before the run
+    assert nvml.vram_reading([(4242, 700 << 20)], {4242}, 1500 << 20, 500 << 20, here) == (float(700 << 20),
+                                                                                          nvml.PER_PROCESS)
+    assert nvml.vram_reading([(1, 300 << 20)], {4242}, 900 << 20, 500 << 20, here)[1] == nvml.NOT_LISTED
+    assert nvml.vram_reading([], {4242}, 400 << 20, 500 << 20, here) == (0.0, nvml.NONE_LISTED)
+    assert nvml.vram_reading([(4242, None)], {4242}, 900 << 20, 500 << 20, here)[1] == nvml.NO_FIGURE
+    seen = Counter({nvml.NONE_LISTED: 3, nvml.FOREIGN_PIDS: 40})  # nothing listed until the run's context existed
+    assert nvml.source_tags(seen, baseline_late=False) == {"wif.vram_source": nvml.FALLBACK,
+                                                           "wif.vram_fallback": nvml.FOREIGN_PIDS}
+    assert nvml.source_tags(Counter({nvml.NONE_LISTED: 3, nvml.PER_PROCESS: 40}), False) == {
+        "wif.vram_source": nvml.PER_PROCESS}
+    assert "wif.vram_baseline" in nvml.source_tags(Counter({nvml.NOT_LISTED: 1}), baseline_late=True)
+    if not CUDA:
+        assert nvml.memory_baselines() == {}  # no NVML here: no baseline, nothing raised
+
+
+def test_issue47_item12_a_mig_uuid_never_gets_the_gpu_prefix() -> None:
+    from wif.measure.nvml import nvml_names
+
+    mig = "MIG-4bdc1e2a-3c6f-5f1b-9d8e-0a1b2c3d4e5f"
+    assert nvml_names(mig) == [mig] and nvml_names("GPU-1234") == ["GPU-1234"]
+    bare = mig[4:]  # as torch's device properties give it, for a GPU and a MIG instance alike
+    assert nvml_names(bare) == [f"GPU-{bare}", f"MIG-{bare}"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_issue47_item12_nvml_finds_the_device_torch_names() -> None:
+    """On a MIG instance too (CUDA_VISIBLE_DEVICES=MIG-...): the probe resolves torch's bare UUID, and its
+    utilization reads as a figure or None (a MIG instance has no counter), never an exception."""
+    from wif.measure.nvml import GpuProbe, nvml_names
+
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+    probe = GpuProbe(uuid)  # LookupError, naming the UUIDs tried, where NVML knows none
+    try:
+        util = probe.utilization()
+        assert probe.uuid in nvml_names(uuid) and probe.memory(set()) >= 0 and (util is None or util >= 0), \
+            f"issue 47 item 12: {uuid} as {probe.uuid}"
+    finally:
+        probe.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_issue47_item2_vram_peak_device_counts_the_context_and_gpu_residents_upload(tmp_path, store, cache_dir):
+    """However NVML is read (per process, or the device over a baseline in a container), the device figure holds
+    the allocator's reserve plus the CUDA context: a baseline read after the context existed missed it."""
+    from tests.conftest import run_train, train_runs
+
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "device=cuda", "loader=gpu_resident",
+                     "data.fraction=0.7", "trainer.epochs=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = train_runs(store, status="FINISHED")
+    m, tags = run.data.metrics, run.data.tags
+    assert tags.get("wif.vram_source") in ("per_process", "device_minus_baseline"), tags
+    assert "wif.vram_baseline" not in tags, "issue 47 item 2: the baseline was read after the run started"
+    assert m["vram_peak_device_mb"] >= m["vram_peak_reserved_mb"] + 100, \
+        f"issue 47 item 2 ({tags['wif.vram_source']}): device {m['vram_peak_device_mb']:.0f} MB against " \
+        f"reserved {m['vram_peak_reserved_mb']:.0f} MB: the CUDA context is missing"

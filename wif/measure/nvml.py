@@ -1,31 +1,159 @@
-"""GPU memory and utilization from NVML (`nvidia-ml-py`), read from the supervising process."""
+"""GPU memory and utilization from NVML (`nvidia-ml-py`), read from the supervising process.
+
+A run's device memory is what NVML lists for the run's processes (`usedGpuMemory`, CUDA context included).
+Where it lists none of them, the figure falls back to the device's used memory over a baseline, and the run
+says why (`tags`): in a container the driver lists host PIDs, which never match the container's own
+(NVIDIA/nvidia-docker#1483). The baseline is read before the run's process exists (`memory_baselines`, in the
+supervisor before the fork), so the run's CUDA context and everything it uploads count in it.
+"""
 
 from __future__ import annotations
 
+import os
+from collections import Counter
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+PER_PROCESS = "per_process"
+FALLBACK = "device_minus_baseline"
+# Why the fallback was taken: the listed PIDs are not this PID namespace's (a container); the run's processes
+# are not among those listed; NVML listed no process at all; the run's processes are listed without a figure.
+FOREIGN_PIDS, NOT_LISTED, NONE_LISTED, NO_FIGURE = "pid_namespace", "not_listed", "none_listed", "no_figure"
+
+
+def nvml_names(uuid: str) -> List[str]:
+    """The UUIDs NVML may know a device by. torch reports a bare UUID, for a GPU and for a MIG instance alike;
+    NVML wants `GPU-...` for one and `MIG-...` for the other (a MIG UUID must never get `GPU-`)."""
+    if uuid.startswith(("GPU-", "MIG-")):
+        return [uuid]
+    return [f"GPU-{uuid}", f"MIG-{uuid}"]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def memory_baselines() -> Dict[str, int]:
+    """Used bytes of every device NVML lists, MIG instances too, by UUID; {} without NVML. Read in the
+    supervisor before it forks a run: nothing of the run is on a device yet."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver, no GPU, no library: no baseline
+        return {}
+    out: Dict[str, int] = {}
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            out[_text(pynvml.nvmlDeviceGetUUID(handle))] = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+            for mig in _mig_devices(pynvml, handle):
+                out[_text(pynvml.nvmlDeviceGetUUID(mig))] = pynvml.nvmlDeviceGetMemoryInfo(mig).used
+    except pynvml.NVMLError:
+        pass
+    finally:
+        pynvml.nvmlShutdown()
+    return out
+
+
+def _mig_devices(pynvml: Any, handle: Any) -> List[Any]:
+    try:
+        if not pynvml.nvmlDeviceGetMigMode(handle)[0]:
+            return []
+        count = pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    except pynvml.NVMLError:  # not a MIG-capable GPU
+        return []
+    migs = []
+    for j in range(count):
+        try:
+            migs.append(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j))
+        except pynvml.NVMLError:  # an empty slot
+            continue
+    return migs
+
+
+def vram_reading(listed: Sequence[Tuple[int, Optional[int]]], pids: set, used: int, baseline: int,
+                 exists: Callable[[int], bool]) -> Tuple[float, str]:
+    """(bytes the run's tree holds, how they were read): the listed processes' own figures where the tree's
+    are listed, else the device's used bytes over the baseline and the reason (one of the reasons above).
+    `exists(pid)`: whether a PID is a process of this machine's view (in a container, host PIDs are not)."""
+    mine = [used_bytes for pid, used_bytes in listed if pid in pids]
+    figures = [b for b in mine if b is not None]
+    if figures:
+        return float(sum(figures)), PER_PROCESS
+    if mine:
+        reason = NO_FIGURE
+    elif not listed:
+        reason = NONE_LISTED
+    else:
+        reason = NOT_LISTED if any(exists(pid) for pid, _ in listed) else FOREIGN_PIDS
+    return float(max(used - baseline, 0)), reason
+
+
+def source_tags(sources: Counter, baseline_late: bool) -> Dict[str, str]:
+    """How `vram_peak_device_mb` was read, from each sample's source: per process wherever the run's processes
+    were listed once (the samples taken before its CUDA context existed list nothing of it), else the device
+    over its baseline, and the most telling reason seen (host PIDs in a container before an empty list)."""
+    if not sources:
+        return {}
+    if PER_PROCESS in sources:
+        return {"wif.vram_source": PER_PROCESS}
+    reason = next(r for r in (FOREIGN_PIDS, NOT_LISTED, NO_FIGURE, NONE_LISTED) if r in sources)
+    tags = {"wif.vram_source": FALLBACK, "wif.vram_fallback": reason}
+    if baseline_late:
+        tags["wif.vram_baseline"] = "late: read after the run's CUDA context existed"
+    return tags
+
+
+def _exists(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
 
 class GpuProbe:
-    """NVML reads for one device. NVML is not CUDA: using it never initializes a CUDA context here."""
+    """NVML reads for one device. NVML is not CUDA: using it never initializes a CUDA context here.
+    `baselines`: `memory_baselines()` read before the run started; without its device, the baseline is read
+    now, late (the run's context is then missing from a fallback figure, and the tags say so)."""
 
-    def __init__(self, uuid: str) -> None:
+    def __init__(self, uuid: str, baselines: Optional[Dict[str, int]] = None) -> None:
         import pynvml
 
         self.nvml = pynvml
         pynvml.nvmlInit()
-        self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-        self.baseline = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        self.handle, self.uuid = None, uuid
+        for name in nvml_names(uuid):
+            try:
+                self.handle, self.uuid = pynvml.nvmlDeviceGetHandleByUUID(name), name
+                break
+            except pynvml.NVMLError:
+                continue
+        if self.handle is None:
+            pynvml.nvmlShutdown()
+            raise LookupError(f"NVML lists no device {' or '.join(nvml_names(uuid))}")
+        early = (baselines or {}).get(self.uuid)
+        self.baseline = early if early is not None else pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        self.baseline_late = early is None
         self.name = pynvml.nvmlDeviceGetName(self.handle)
         self.driver = pynvml.nvmlSystemGetDriverVersion()
+        self.sources: Counter = Counter()  # how each memory sample was read
 
     def memory(self, pids: set) -> float:
-        """Bytes the tree holds on the device; where a container hides host PIDs, the rise over start."""
+        """Bytes the tree holds on the device; where NVML lists none of its processes, the rise over the
+        baseline (other tenants' memory included), and why (`sources`)."""
         procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
-        mine = [p.usedGpuMemory for p in procs if p.pid in pids and p.usedGpuMemory is not None]
-        if mine:
-            return float(sum(mine))
-        return float(max(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used - self.baseline, 0))
+        listed = [(p.pid, p.usedGpuMemory) for p in procs]
+        used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        value, source = vram_reading(listed, pids, used, self.baseline, _exists)
+        self.sources[source] += 1
+        return value
 
-    def utilization(self) -> float:
-        return float(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+    def utilization(self) -> Optional[float]:
+        """None where the device has no utilization counter (a MIG instance)."""
+        try:
+            return float(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+        except self.nvml.NVMLError:
+            return None
+
+    def tags(self) -> Dict[str, str]:
+        return source_tags(self.sources, self.baseline_late)
 
     def close(self) -> None:
         self.nvml.nvmlShutdown()

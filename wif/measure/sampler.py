@@ -34,8 +34,11 @@ MB = 1024 * 1024
 
 
 class TreeSampler(threading.Thread):
-    def __init__(self, pid: int, cfg: MeasureConfig) -> None:
+    def __init__(self, pid: int, cfg: MeasureConfig, gpu_baselines: Optional[Dict[str, int]] = None) -> None:
+        """`gpu_baselines`: each device's used memory before the run started (wif.measure.nvml)."""
         super().__init__(name="wif-sampler", daemon=True)
+        self.gpu_baselines = gpu_baselines or {}
+        self.gpu_note: Optional[str] = None  # why the run's GPU has no NVML figures
         self.root = psutil.Process(pid)
         me = psutil.Process()
         self.forked_from: Optional[psutil.Process] = me if self.root.ppid() == me.pid else None
@@ -64,14 +67,28 @@ class TreeSampler(threading.Thread):
         self.paused_cpu_s = 0.0  # spent on reads while the run waited between epochs
         self.wall_s = 0.0
 
+    def _probe(self, uuid: str) -> Optional[GpuProbe]:
+        """The device's NVML probe, or None (and a note) where NVML does not list it: the run goes on."""
+        try:
+            return GpuProbe(uuid, self.gpu_baselines)
+        except LookupError as err:
+            self.gpu_note = str(err)
+            return None
+
     def attach_gpu(self, uuid: str) -> None:
         with self._lock:
-            self.gpu = GpuProbe(uuid)
+            self.gpu = self._probe(uuid)
 
     def add_rank(self, rank: int, pid: int, uuid: Optional[str]) -> None:
         """A rank of a data-parallel run: its process, and the GPU it computes on (None on a CPU)."""
         with self._lock:
-            self.ranks[rank] = (pid, GpuProbe(uuid) if uuid else None)
+            self.ranks[rank] = (pid, self._probe(uuid) if uuid else None)
+
+    def gpu_tags(self) -> Dict[str, str]:
+        """How the run's device memory was read (wif.measure.nvml), or why it was not."""
+        if self.gpu is not None:
+            return self.gpu.tags()
+        return {"wif.vram_source": f"none: {self.gpu_note}"} if self.gpu_note else {}
 
     def seen(self) -> List[psutil.Process]:
         """Every process of the tree ever sampled: what to clean up if the run dies without its workers."""

@@ -25,6 +25,7 @@ from wif.config.exits import describe
 from wif.data.formats.splits import cold_verdict
 from wif.measure.contention import HostCpuMeter, is_contended
 from wif.measure.lifetime import die_with_parent, signals_held, stop_tree
+from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide, read_between
@@ -270,10 +271,11 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
 
         target = launch_main
     proc = ctx.Process(target=target, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
+    baselines = memory_baselines() if device == "cuda" else {}  # before the run's CUDA context and uploads exist
     t_spawn = time.monotonic()
     proc.start()
     child_end.close()
-    sampler = TreeSampler(proc.pid, conf.measure)
+    sampler = TreeSampler(proc.pid, conf.measure, baselines)
     sampler.start()
     meter = HostCpuMeter(proc.pid)
     meter.mark()
@@ -303,7 +305,7 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
     stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
     if run.done and proc.exitcode == 0:
         cold = cold_verdict(run.epochs, conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
-        tracker.set_tags(run.open(), {"wif.stop_reason": run.stop_reason(), **(cold or {})})
+        tracker.set_tags(run.open(), {"wif.stop_reason": run.stop_reason(), **(cold or {}), **sampler.gpu_tags()})
         summary = run.summary(t_end)
         summary["sampler_cpu_pct"] = sampler.own_cost_pct()
         return Outcome(FINISHED, summary=summary, run_id=run.run_id)

@@ -308,3 +308,28 @@ def test_issue47_item2_vram_peak_device_counts_the_context_and_gpu_residents_upl
     assert m["vram_peak_device_mb"] >= m["vram_peak_reserved_mb"] + 100, \
         f"issue 47 item 2 ({tags['wif.vram_source']}): device {m['vram_peak_device_mb']:.0f} MB against " \
         f"reserved {m['vram_peak_reserved_mb']:.0f} MB: the CUDA context is missing"
+
+
+# ----------------------------------------------------------------------------- item 11: DALI's labels
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_issue47_item11_dali_hands_over_its_labels_on_the_device(cache_dir) -> None:
+    """Images and labels both leave the pipeline on the GPU: under transfer=copy no label copy blocks behind
+    the step's kernels, and the run's transfer copies nothing."""
+    pytest.importorskip("nvidia.dali")
+    from tests.conftest import compose_cfg
+    from wif.config.targets import typed
+    from wif.data.datasets import load_datasets
+    from wif.data.engines import build_engine_batches
+    from wif.data.transfer import copies_from_host
+
+    cfg = typed(compose_cfg("preset=smoke", "engine=dali", "loader=pin_nb_w4_pf2", "data=encoded",
+                            "data.fraction=0.2", "loader.num_workers=2", f"data.cache_dir={cache_dir}"))
+    device = torch.device("cuda", 0)
+    batches = build_engine_batches(load_datasets(cfg.data).train, cfg.loader, cfg.engine, 64, train=True, seed=3,
+                                   pin=False, resident=False, data=cfg.data, device=device)
+    feed = TimedFeed(batches, copy_to(device, non_blocking=False), device=device)
+    placed = [(x.device, y.device) for x, y in feed]
+    torch.cuda.synchronize()
+    assert placed and all(dx.type == dy.type == "cuda" for dx, dy in placed), f"issue 47 item 11: {placed[:2]}"
+    assert not copies_from_host(batches, copy_to(device, non_blocking=False))

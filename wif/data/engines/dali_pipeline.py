@@ -3,7 +3,7 @@
     fn.external_source (a batch's encoded bytes and labels, in the epoch's order) -> fn.decoders.image
     (device="mixed": nvJPEG on a GPU; "cpu" otherwise, device_id=None) -> fn.resize to data.image_size
     -> [fn.random_resized_crop] -> fn.crop_mirror_normalize (float, CHW, the torchvision path's mean/std,
-    a random flip) -> DALIGenericIterator
+    a random flip) -> DALIGenericIterator (labels moved to the GPU in the pipeline where it decodes there)
 
 It reads the same images as the other engines: data=encoded's JPEG bytes, data=folder's files. The loader
 option's knobs map onto DALI's: num_workers -> num_threads, the batches in flight -> prefetch_queue_depth.
@@ -73,7 +73,9 @@ class DaliBatches:
             flip = fn.random.coin_flip() if self.augment in (Augment.flip, Augment.standard) else 0
             images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mirror=flip,
                                               mean=[255 * NORMALIZE_MEAN] * 3, std=[255 * NORMALIZE_STD] * 3)
-            return images, labels
+            # On a GPU the labels leave the pipeline there too: from DALI's pageable host output, each batch's
+            # label copy under transfer=copy would block behind the step's queued kernels (issue 47 item 11).
+            return images, labels if self.device_id is None else labels.gpu()
 
         return pipe()
 

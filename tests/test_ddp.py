@@ -117,6 +117,21 @@ def test_a_rank_that_raises_in_epoch_2_fails_the_run_within_30_s_and_leaves_noth
 
 
 @pytest.mark.slow
+def test_a_python_error_in_the_launcher_is_the_runs_one_line(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    """The launching process raises before any rank starts: its socket for the ranks (AF_UNIX, in TMPDIR) has a
+    path longer than the kernel takes. The user's line names that exception, not a process that died (it said
+    "killed by a signal, out of memory, or a crash in native code"); torch 2.11's TypeError came this way."""
+    tmpdir = tmp_path / ("t" * 110)  # sockaddr_un holds 108 bytes
+    tmpdir.mkdir()
+    proc = run_train(tmp_path, store, cache_dir, *DDP, multirun=False, timeout=300, env={"TMPDIR": str(tmpdir)})
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    (run,) = train_runs(store)
+    assert run.info.status == "FAILED" and run.data.tags["wif.error"] == "OSError: AF_UNIX path too long"
+    out = proc.stdout + proc.stderr
+    assert "FAILED: OSError: AF_UNIX path too long" in out and "Traceback" not in out, out[-3000:]
+
+
+@pytest.mark.slow
 def test_sigint_ends_every_rank_and_the_run_is_killed(tmp_path: Path, store: str, cache_dir: Path) -> None:
     proc = start_train(tmp_path, store, cache_dir, *LONG, multirun=False)
     _until(proc, "epoch 1/50")

@@ -19,6 +19,7 @@ import ctypes
 import os
 import signal
 import socket
+import traceback
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 import psutil
@@ -59,6 +60,29 @@ def die_with_parent(parent_pid: Optional[int] = None) -> None:
         return
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+def how_it_ended(exitcode: Optional[int]) -> str:
+    """How a process that said nothing ended, from its exit code alone: a Python exception in wif's processes is
+    always sent before they exit, so this is a signal (the kernel's OOM killer sends SIGKILL) or native code."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (by hand, a scheduler, or the kernel when the host ran out of memory)"
+    return f"ended with exit code {exitcode} without a Python exception (an exit or a crash in native code)"
+
+
+def said_if_raised(target: Callable[..., Any], conn: Any, *args: Any) -> None:
+    """A process's `target(*args)`, whose Python exception, if one escapes it, is sent on `conn` as the message
+    ("error", {type, message, traceback}) before the process exits 1: the one line that says why a run ended
+    names the exception (one raised by the DDP launcher before its ranks started read as a process that died)."""
+    try:
+        target(*args)
+    except Exception as err:  # noqa: BLE001 - SystemExit and KeyboardInterrupt leave as they are
+        conn.send(("error", {"type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc()}))
+        raise SystemExit(1) from None
 
 
 def dataloader_worker_init(worker_id: int) -> None:

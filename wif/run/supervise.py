@@ -24,7 +24,7 @@ from wif.config import Config, ConfigError, Device, TrainerConfig, UserCodeError
 from wif.config.exits import describe
 from wif.data.formats.splits import cold_verdict
 from wif.measure.contention import HostCpuMeter, is_contended
-from wif.measure.lifetime import die_with_parent, signals_held, stop_tree
+from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, signals_held, stop_tree
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
@@ -270,7 +270,8 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
         from wif.run.ddp.launch import launch_main
 
         target = launch_main
-    proc = ctx.Process(target=target, args=(conf, device, child_end, os.getpid()), name=f"wif-run {label}")
+    proc = ctx.Process(target=said_if_raised, args=(target, child_end, conf, device, child_end, os.getpid()),
+                       name=f"wif-run {label}")  # a Python error outside the run's own reporting: its reason too
     baselines = memory_baselines() if device == "cuda" else {}  # before the run's CUDA context and uploads exist
     t_spawn = time.monotonic()
     proc.start()
@@ -309,8 +310,8 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
         summary = run.summary(t_end)
         summary["sampler_cpu_pct"] = sampler.own_cost_pct()
         return Outcome(FINISHED, summary=summary, run_id=run.run_id)
-    error = run.error or {"type": "ProcessDied", "message": f"the run's process ended with exit code {proc.exitcode} "
-                          "(killed by a signal, out of memory, or a crash in native code)", "traceback": ""}
+    error = run.error or {"type": "ProcessDied", "message": f"the run's process {how_it_ended(proc.exitcode)}",
+                          "traceback": ""}
     if run.run_id is None and error.get("user_code"):
         return Outcome(REFUSED, error)  # no record: the user's dataset factory, as the check before the fork was
     return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error, run_id=run.open())

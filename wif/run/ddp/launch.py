@@ -9,17 +9,19 @@ any rank may send the error that ended it, and the first one is the run's reason
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
 import secrets
 import signal
 import threading
+import traceback
 import uuid
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any, Dict, List, Optional
 
-from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -29,9 +31,21 @@ from wif.measure.sysinfo import usable_cores
 from wif.run.ddp.rank import rank_main
 
 SHUTDOWN_S = 2  # the launcher's grace for ranks it stops (SIGTERM, then SIGKILL; PyTorch's default is 30 s): a rank
-# blocked in a collective cannot run its SIGTERM handler, and its workers die with it (PR_SET_PDEATHSIG)
+# blocked in a collective cannot run its SIGTERM handler, and its workers die with it (PR_SET_PDEATHSIG). Only a
+# torch whose LaunchConfig has shutdown_timeout (newer than 2.11) takes it; an older one keeps its 30 s.
 ERROR_WINDOW_S = 1.0  # after a rank's error, the others' that arrive this soon are compared with it
 RELAY_DRAIN_S = 10.0  # after the ranks end: their last messages still reach the supervisor
+
+
+def launch_config(nproc: int) -> LaunchConfig:
+    """The elastic launcher's settings for one node of `nproc` ranks. `shutdown_timeout` is passed only where
+    this torch's LaunchConfig declares it: torch 2.11's raises TypeError on it, and pyproject allows 2.11."""
+    options: Dict[str, Any] = dict(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                                   rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                                   monitor_interval=0.1, start_method="spawn", logs_specs=DefaultLogsSpecs())
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        options["shutdown_timeout"] = SHUTDOWN_S
+    return LaunchConfig(**options)
 
 
 def threads_per_rank(nproc: int, cores: Optional[int] = None) -> int:
@@ -117,24 +131,25 @@ def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) ->
     listener = Listener(family="AF_UNIX", authkey=authkey)
     relay = Relay(listener, pipe, nproc)
     relay.start()
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-                          start_method="spawn", shutdown_timeout=SHUTDOWN_S, logs_specs=DefaultLogsSpecs())
     code = 0
     try:
-        elastic_launch(config, rank_main)(conf, device, listener.address, authkey, threads, os.getpid(),
-                                          multiprocessing.get_start_method())
+        elastic_launch(launch_config(nproc), rank_main)(conf, device, listener.address, authkey, threads, os.getpid(),
+                                                        multiprocessing.get_start_method())
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         relay.say("error", {"type": "RankFailed", "message": f"rank {rank} ended with exit code {failure.exitcode}",
                             "traceback": "", "bad_setting": False})
         code = 1
-    except BaseException as err:  # noqa: BLE001 - SIGINT/SIGTERM reach the launcher as SignalException
+    except (KeyboardInterrupt, SignalException) as err:  # SIGINT/SIGTERM reach the launcher as SignalException
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
         relay.say("error", {"type": "KeyboardInterrupt", "message": f"interrupted ({type(err).__name__}: {err})",
                             "traceback": "", "bad_setting": False})
         code = 130
+    except Exception as err:  # noqa: BLE001 - the launcher's own error is the run's reason, said in its one line
+        relay.say("error", {"type": type(err).__name__, "message": f"the launcher: {err}",
+                            "traceback": traceback.format_exc(), "bad_setting": False})
+        code = 1
     relay.stopped.set()
     relay.join(RELAY_DRAIN_S)
     listener.close()

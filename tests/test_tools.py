@@ -20,7 +20,7 @@ from wif.config import ConfigError, DataSource, TransferKind, validate, warnings
 from wif.data.loaders import FixedBatches
 from wif.data.transfer import StreamPrefetcher, make_transfer
 from wif.run.training import CappedBatches
-from wif.tools.batch_size import find_largest
+from wif.tools.batch_size import find_largest, out_of_memory
 from wif.tools.tune import pick_best, search_workers
 
 # cpu_util_pct and workers_peak come from the sampler's 0.5 s tree samples: a smoke loader-only run is shorter.
@@ -224,6 +224,55 @@ def test_wif_batch_size_probes_data_custom_with_its_own_first_sample() -> None:
         first_sample(bad)
 
 
+PARENT_STATE: Dict[str, str] = {}  # set in the test's process before a child starts: a forked child inherits it
+
+
+def parent_state_seen() -> Dict[str, list]:
+    """A data=custom factory whose one sample's label says whether its process inherited PARENT_STATE."""
+    return {"train": [(torch.zeros(2), int(bool(PARENT_STATE)))]}
+
+
+def test_wif_batch_size_runs_its_children_in_fresh_processes_that_inherit_nothing() -> None:
+    """Issue 47 item 3: a process forked from one that has initialized CUDA (a test session, a user's script)
+    cannot use CUDA. The probes and the dataset factory run in fresh interpreters: state set here is not there."""
+    from wif.config.targets import typed
+    from wif.tools.batch_size import first_sample
+
+    conf = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=tests.test_tools.parent_state_seen"))
+    PARENT_STATE["cuda"] = "initialized"  # what a fork would carry over: this process's memory
+    try:
+        sample = first_sample(conf)
+    finally:
+        PARENT_STATE.clear()
+    assert sample.y == 0, "the child inherited its parent's state: it was forked"
+
+
+def test_every_way_cuda_says_out_of_memory_is_a_batch_too_big() -> None:
+    """Issue 47 item 10: the search bisects down on each of these instead of stopping; any other error stops it.
+    The messages are torch's and CUDA's libraries' own (torch's caching allocator, the CUDA runtime through
+    AcceleratorError, cuBLAS, cuDNN 8 and 9, cuSOLVER, cuFFT)."""
+    said = [torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                                        "of 79.19 GiB of which 1.06 GiB is free."),
+            torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
+            RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+            RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+            RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"),
+            RuntimeError("cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`"),
+            RuntimeError("cuFFT error: CUFFT_ALLOC_FAILED"),
+            RuntimeError("CUDA ran out of memory outside PyTorch's allocator. If this workload uses many dynamic "
+                         "shapes, cuDNN may need additional device memory")]
+    assert [out_of_memory(e) for e in said] == [True] * len(said)
+    raised = []  # raised by torch here, on the CPU: none is the device's memory
+    for fails in (lambda: torch.empty(1 << 62, dtype=torch.uint8),  # the host's allocator: "not enough memory"
+                  lambda: torch.ones(2, 3) @ torch.ones(2, 3), lambda: torch.ones(2).view(3)):
+        with pytest.raises(RuntimeError) as caught:
+            fails()
+        raised.append(caught.value)
+    others = [*raised, torch.AcceleratorError("CUDA error: device-side assert triggered"),
+              ValueError("out of memory, said by something that is not CUDA")]
+    assert [out_of_memory(e) for e in others] == [False] * len(others), [str(e)[:80] for e in others]
+
+
 # ----------------------------------------------------------------------------- GPU
 @gpu_only
 def test_wif_batch_size_finds_a_batch_for_a_custom_model_on_custom_data(tmp_path: Path, store: str,
@@ -285,8 +334,18 @@ def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) ->
     proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--fill", "0.0001")
     assert proc.returncode == 1 and "not even a batch" in proc.stderr and "Traceback" not in proc.stderr
 
+
+
+@gpu_only
+def test_wif_batch_size_probes_from_a_process_that_has_initialized_cuda() -> None:
+    """Issue 47 item 3: a forked probe here failed with "Cannot re-initialize CUDA in forked subprocess"."""
     from wif.tools.batch_size import run_probe
 
+    torch.zeros(1, device="cuda")  # this process now holds a CUDA context, as a test session or a user's script
     conf = OmegaConf.to_object(compose_cfg("preset=smoke"))
     probe = run_probe(conf, 64, 2)
-    assert probe.trained and not probe.error and 0 < probe.reserved_mb < probe.used_mb < probe.total_mb
+    assert probe.trained and not probe.error, f"item 3: {probe.error}"
+    assert 0 < probe.reserved_mb < probe.used_mb < probe.total_mb
+    big = OmegaConf.to_object(compose_cfg("model=googlenet"))
+    too_big = run_probe(big, 1 << 16, 1)  # 3 GiB of input, ~500 GiB saved for backward (7.8 MB an image)
+    assert not too_big.trained and not too_big.error, f"item 10: {too_big.error}"

@@ -2,9 +2,10 @@
 
 Note 003's advice is to grow the batch until the GPU's memory is about 90% used. Sizes are searched by
 doubling, then bisecting between the last size that fit and the first that did not (`find_largest`, a
-pure function). Each probe is a fresh process forked from this one, which never touches CUDA itself:
-a probe that runs out of memory leaves nothing behind (no fragmented allocator, no cached blocks) for
-the next. A probe runs a few real training steps of the configured model, optimizer and loss (the
+pure function). Each probe is a fresh process started (spawned, never forked: a fork of a process that has
+initialized CUDA, as a test session or a user's script may have, cannot use CUDA) for that probe alone: a
+probe that runs out of memory leaves nothing behind (no fragmented allocator, no cached blocks) for the next.
+Every way CUDA says it is out of memory counts as "too big" (`out_of_memory`), so the search bisects down. A probe runs a few real training steps of the configured model, optimizer and loss (the
 study's `train_epoch` on one fixed batch already on the device) and then reads the device's memory.
 
     wif-batch-size model=googlenet data.image_size=64 --fill 0.9
@@ -21,6 +22,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import torch
+
 from wif.config import Config, ConfigError, DataSource
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
@@ -28,6 +31,11 @@ from wif.run.supervise import cuda_present
 
 PROG = "wif-batch-size"
 MB = 1024 * 1024
+FRESH = mp.get_context("spawn")  # a new interpreter: it never inherits this process's CUDA state, if it has any
+# How CUDA's libraries say they could not get device memory besides torch.cuda.OutOfMemoryError (the caching
+# allocator's): the runtime's "CUDA error: out of memory" (an AcceleratorError, e.g. creating the context),
+# cuBLAS/cuSOLVER/cuDNN 8 "*_STATUS_ALLOC_FAILED", cuFFT "CUFFT_ALLOC_FAILED", cuDNN 9 "..._DEVICE_ALLOCATION_FAILED"
+OUT_OF_MEMORY = ("out of memory", "alloc_failed", "device_allocation_failed")
 
 
 # ----------------------------------------------------------------------------- the search (pure)
@@ -54,6 +62,15 @@ def find_largest(fits: Callable[[int], bool], start: int, limit: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether a probe's exception says the device ran out of memory (the batch is too big, so the search goes
+    down), as opposed to any other failure (the search stops). The host's allocator ("not enough memory") is
+    not the device's."""
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and any(s in str(err).lower() for s in OUT_OF_MEMORY)
 
 
 # ----------------------------------------------------------------------------- one probe (in a child)
@@ -86,11 +103,10 @@ def sample_batches(sample: Sample, batch: int, steps: int, device: Any) -> List[
 
 
 def first_sample(conf: Config) -> Sample:
-    """Call the user's dataset factory once, in a forked child (this process never runs torch compute), and
+    """Call the user's dataset factory once, in a fresh child (this process never runs torch compute), and
     bring back its first training sample; ConfigError (one line) when the factory fails or is wrong."""
-    ctx = mp.get_context("fork")
-    conn, child_end = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_sample_child, args=(conf, child_end), name="wif-sample")
+    conn, child_end = FRESH.Pipe(duplex=False)
+    proc = FRESH.Process(target=_sample_child, args=(conf, child_end), name="wif-sample")
     proc.start()
     child_end.close()
     try:
@@ -118,7 +134,6 @@ def _sample_child(conf: Config, conn: Any) -> None:
 def probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None) -> Probe:
     """Train `steps` steps at this batch size on the device; runs in a fresh process. `sample`: data=custom's
     first sample, repeated to the batch size (else random images at data.image_size)."""
-    import torch
     from torch import nn
 
     from wif.data.loaders import FixedBatches
@@ -139,25 +154,30 @@ def probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None)
         batches = (sample_batches(sample, batch, steps, device) if sample is not None
                    else FixedBatches(batch * steps, batch, d.image_size, d.num_classes, device, conf.seed))
         train_epoch(model, batches, lambda b: b, optimizer, step.loss_fn, conf.model.aux_weight, device, step)
-    except torch.cuda.OutOfMemoryError:
-        _, total = torch.cuda.mem_get_info(device)
-        return Probe(batch, False, torch.cuda.max_memory_reserved(device) / MB, math.nan, total / MB)
+    except RuntimeError as err:
+        if not out_of_memory(err):
+            raise
+        try:  # a library's failed allocation may leave the context unusable: the figures are then unknown
+            return Probe(batch, False, torch.cuda.max_memory_reserved(device) / MB, math.nan,
+                         torch.cuda.mem_get_info(device)[1] / MB)
+        except RuntimeError:
+            return Probe(batch, False)
     free, total = torch.cuda.mem_get_info(device)  # the allocator keeps its peak blocks: this is the peak
     return Probe(batch, True, torch.cuda.max_memory_reserved(device) / MB, (total - free) / MB, total / MB)
 
 
-def _probe_child(conf: Config, batch: int, steps: int, sample: Optional[Sample], conn: Any) -> None:
+def _probe_child(conf: Config, batch: int, steps: int, sample: bytes, conn: Any) -> None:
     try:
-        conn.send(probe(conf, batch, steps, sample))
+        conn.send(probe(conf, batch, steps, pickle.loads(sample)))
     except BaseException as err:  # noqa: BLE001 - the parent must hear of every failure
         conn.send(Probe(batch, False, error=f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
 
 
 def run_probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None) -> Probe:
-    """One probe in a forked child: a clean CUDA context and allocator every time."""
-    ctx = mp.get_context("fork")
-    conn, child_end = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_probe_child, args=(conf, batch, steps, sample, child_end), name=f"wif-probe {batch}")
+    """One probe in a fresh process: a clean CUDA context and allocator every time."""
+    conn, child_end = FRESH.Pipe(duplex=False)
+    proc = FRESH.Process(target=_probe_child, args=(conf, batch, steps, pickle.dumps(sample), child_end),
+                         name=f"wif-probe {batch}")  # the sample by value: no tensor shared with a short-lived child
     proc.start()
     child_end.close()
     try:

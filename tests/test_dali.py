@@ -100,3 +100,41 @@ def test_dali_decodes_on_the_gpu_with_mixed_decoding(cache_dir: Path) -> None:
     conf = _conf("data=encoded", "data.fraction=0.2", "loader.num_workers=2", f"data.cache_dir={cache_dir}")
     data, ((x, y), _) = _epochs(conf, device=torch.device("cuda", 0))
     assert x.is_cuda and len(y) == len(data.train)
+
+
+@pytest.mark.parametrize("wheel,driver,refused", [
+    ("nvidia-dali-cuda130", "575.57.08", True), ("nvidia-dali-cuda130", "580.65.06", False),
+    ("nvidia-dali-cuda130", "595.45", False), ("nvidia-dali-cuda120", "525.60.13", False),
+    ("nvidia-dali-cuda120", "520.61.05", True), ("nvidia-dali-cuda130", None, False), (None, "470.1", False)])
+def test_a_driver_older_than_the_dali_wheels_cuda_needs_is_refused_naming_both(wheel, driver, refused) -> None:
+    """Issue 47 item 11: nvidia-dali-cuda130 needs a 580 driver; an older one failed inside DALI's first pipeline."""
+    from wif.config.engines import dali_driver_refusal
+
+    said = dali_driver_refusal(wheel, driver)
+    assert (said is not None) == refused
+    if refused:
+        assert wheel in said and f"this machine's is {driver}" in said and "\n" not in said
+
+
+def test_the_driver_is_checked_on_a_gpu_only() -> None:
+    from wif.config.engines import dali_wheel, validate_dali_driver
+
+    assert dali_wheel() == "nvidia-dali-cuda130"  # pyproject's dali extra
+    validate_dali_driver(_conf("data=encoded"), "cpu")  # no driver to read here, nothing to refuse on the CPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_issue47_item11_dali_on_this_gpus_driver_runs_or_is_refused_in_one_line(tmp_path: Path, store: str,
+                                                                                cache_dir: Path) -> None:
+    from wif.config.engines import dali_driver_refusal, dali_wheel, nvidia_driver
+
+    driver = nvidia_driver()
+    assert driver, "NVML gave no driver version on a GPU machine"
+    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "engine=dali", "data=encoded", "device=cuda",
+                     "loader=pin_nb_w4_pf2", multirun=False)
+    if dali_driver_refusal(dali_wheel(), driver):
+        assert proc.returncode == 2 and f"this machine's is {driver}" in proc.stdout + proc.stderr, proc.stderr[-3000:]
+        assert not train_runs(store)
+    else:
+        assert proc.returncode == 0, f"item 11 (driver {driver}): {proc.stderr[-3000:]}"

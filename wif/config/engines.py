@@ -3,7 +3,10 @@ schema (not beside the engines) so that checking a config never imports a data p
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import importlib.util
+from typing import Optional, Tuple
 
 from wif.config.schema import Config, DataSource, EngineName, TransferKind, require
 
@@ -12,6 +15,9 @@ ENGINE_MODULES = {EngineName.spdl: "spdl.pipeline", EngineName.nodes_threads: "t
                   EngineName.nodes_procs: "torchdata.nodes", EngineName.dali: "nvidia.dali"}
 # The extra that installs each engine's package
 ENGINE_EXTRAS = {EngineName.dali: "dali"}
+# The oldest NVIDIA driver each DALI wheel's CUDA runs on (DALI's installation guide: its CUDA 12.0 and 13.0 builds
+# run on drivers 525.60 and 580 or later); an older one fails inside DALI's first GPU pipeline, saying little
+DALI_DRIVERS = {"nvidia-dali-cuda130": (580,), "nvidia-dali-cuda120": (525, 60), "nvidia-dali-cuda110": (450, 80)}
 
 
 def installed(module: str) -> bool:
@@ -58,3 +64,53 @@ def _validate_dali(cfg: Config) -> None:
             "Use data=encoded or data=folder (data.preload=false), or another engine.")
     require(cfg.loader.in_order, "engine=dali hands batches over in order; loader.in_order=false has no meaning "
             "for it. Set loader.in_order=true.")
+
+
+def validate_dali_driver(cfg: Config, device: str) -> None:
+    """engine=dali on a GPU (`device` as resolved): refused in one line when the driver, read from NVML, is older
+    than the installed DALI wheel's CUDA needs. Nothing to check on the CPU or without NVML."""
+    if cfg.engine.name is EngineName.dali and device == "cuda":
+        refusal = dali_driver_refusal(dali_wheel(), nvidia_driver())
+        require(refusal is None, str(refusal))
+
+
+def dali_driver_refusal(wheel: Optional[str], driver: Optional[str]) -> Optional[str]:
+    """Why this DALI wheel cannot run on this driver version ("580.65.06"), or None when it can or either is
+    unknown."""
+    need = DALI_DRIVERS.get(wheel or "")
+    if need is None or driver is None or _version(driver) >= need:
+        return None
+    return (f"engine=dali on the GPU: {wheel} needs NVIDIA driver {'.'.join(map(str, need))} or newer, and this "
+            f"machine's is {driver}. Update the driver, install the DALI wheel of an older CUDA (e.g. "
+            "nvidia-dali-cuda120 on drivers from 525.60), or run engine=dali with device=cpu.")
+
+
+def _version(text: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def dali_wheel() -> Optional[str]:
+    """The installed DALI distribution (its name says its CUDA), or None."""
+    for name in DALI_DRIVERS:
+        try:
+            importlib.metadata.distribution(name)
+            return name
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def nvidia_driver() -> Optional[str]:
+    """The driver's version as NVML says it ("580.65.06"; NVML never initializes CUDA), or None without one."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no NVML library: nothing to compare
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from wif.config import (Config, ConfigError, DataSource, EngineName, TrainerMode, TransferKind, as_plain, validate,
                         warnings_for)
+from wif.config.engines import validate_dali_driver
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, to_log_file
 from wif.config.targets import typed
 from wif.data.folder_check import require_readable
@@ -130,6 +131,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         check_user_code(conf, data=False)  # a custom model factory, called once here in a forked process; the
         # dataset factory is called by the run's own process, which checks it before the MLflow run exists
         device = resolve_device(conf.device)
+        validate_dali_driver(conf, device)  # engine=dali: the driver the installed DALI's CUDA needs (NVML)
         folder = require_readable(conf.data) if conf.data.source is DataSource.folder and not conf.data.path else None
         storage = prepare_storage(conf.data)  # packs built once and checked, cold page cache refused where it can't be
         if conf.trainer.nproc == 1:

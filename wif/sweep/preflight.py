@@ -28,6 +28,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from wif.config import Config, ConfigError, DataConfig, DataSource, validate
+from wif.config.engines import validate_dali_driver
 from wif.config.exits import EXIT_BAD_SETTING
 from wif.config.targets import typed
 from wif.run.targets import check_user_code
@@ -122,6 +123,7 @@ class _Checks:
                 self.devices[conf.device] = str(err)
         if self.devices[conf.device]:
             raise ConfigError(self.devices[conf.device])
+        validate_dali_driver(conf, resolve_device(conf.device))
 
     def folder(self, data: DataConfig, here: bool) -> None:
         """Elsewhere (SLURM) a folder this machine sees is on a shared disk: checked once here all the same."""

@@ -39,8 +39,9 @@ def workers(base: Config, count: int, cuda: bool) -> Candidate:
                      _hidden(base, cuda, base.loader.pin_memory))
 
 
-def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float]) -> List[Candidate]:
-    """The other knobs, at the best worker count: those the configuration accepts."""
+def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int) -> List[Candidate]:
+    """The other knobs, at the best worker count: those the configuration accepts (`items`: the images an
+    epoch takes, as the measuring run counted them)."""
     out = []
     if best.workers > 0:
         out.append(_more(best, "pf4", {"loader.prefetch_factor": 4}, prefetch=4))
@@ -51,7 +52,7 @@ def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[f
                          copy_hidden=True))
     d = base.data
     if d.source is DataSource.folder and not d.preload and d.format is None and ram_free_bytes:
-        need = d.num_train * d.fraction * 3 * d.image_size ** 2  # uint8 decoded images at image_size
+        need = items * 3 * d.image_size ** 2  # uint8 decoded images at image_size
         if need < 0.5 * ram_free_bytes:
             out.append(_more(best, "preload", {"data.preload": True}))
     return [c for c in out if _accepted(base, c)]

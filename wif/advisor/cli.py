@@ -2,215 +2,27 @@
 
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
 
-1. where the time goes: the configured setting's epochs split, the compute bound, the loader's ceiling;
-2. candidates: loader-only trials, each one's epoch predicted (wif.advisor.predict);
-3. verified: the current setting raced against the best predicted (wif.advisor.verify);
-4. the answer: the pick with its speedup interval and memory cost, or keep what you have; the lines to
-   paste; a picture. One MLflow parent run (wif.kind=advise) with every trial nested under it.
+The steps (wif.advisor.steps): where the time goes, candidates predicted, the best raced, the answer, within
+`--minutes`; here the command line, its refusals (one line, exit 2, before anything runs) and its output.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import signal
 import sys
-import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-import psutil
-
-from wif.advisor import answer, candidates
-from wif.advisor.measure import Candidate, Measured, Runner, bound, loader_only, training
-from wif.advisor.predict import Prediction, batch_sizes, predict, rank
-from wif.advisor.verify import RaceResult, run_race
-from wif.config import Config, ConfigError, as_plain
+from wif.advisor.steps import PROG, Advice, Options, advise
+from wif.config import ConfigError
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.data.loaders import silence_worker_count_warning
-from wif.measure.sysinfo import usable_cores
-from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.report.race import RaceRules
-from wif.run.supervise import resolve_device
+from wif.run.supervise import interrupt, resolve_device
 from wif.run.training import preload
-from wif.tools.tune import check_tunable, search_workers
-
-PROG = "wif-advise"
-
-
-@dataclass
-class Options:
-    epochs: int = 3  # measuring runs: epochs each, the first left out
-    batches: int = 50  # loader-only trials: batches an epoch at most
-    race_candidates: int = 2  # the best predicted raced against the current setting
-    min_blocks: int = 2
-    max_blocks: int = 4
-    max_epochs: int = 12  # each race run: trainer.epochs=auto up to this
-    margin: float = 0.02  # the race's tie margin, and the predicted gain a candidate needs to be raced
-    bound_margin: float = 0.05  # within this of the bound: not data-bound
-
-
-@dataclass
-class Advice:
-    """What `wif-advise` found: the verdict, the pick (None: keep what you have), and the lines."""
-
-    data_bound: bool
-    sentence: str
-    pick: Optional[str]
-    speedup: Optional[tuple]  # (estimate, low, high) against the current setting
-    train_line: Optional[str]
-    dataloader: Optional[str]
-    why: str
-    table: str
-    parent_run_id: str
-    runs: int
-    seconds: float
-    picture: Optional[str] = None
-    predicted: Dict[str, float] = field(default_factory=dict)
-    measured: Dict[str, float] = field(default_factory=dict)
-
-
-def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[[str], None] = print) -> Advice:
-    """Measure, predict, race and answer for the configuration `base` (composed from `overrides`)."""
-    t0 = time.monotonic()
-    device = resolve_device(base.device)
-    cuda, cores = device == "cuda", usable_cores()
-    tracker = Tracker(base.tracking.uri, base.tracking.experiment)
-    advise_id = time.strftime("%Y%m%d-%H%M%S") + f"-{id(base) % 100000}"
-    parent = tracker.start_run("advise", as_plain(base), {"wif.kind": "advise", "wif.advise_id": advise_id,
-                                                          "wif.advise_role": "parent"}, as_plain(base))
-    runner = Runner(tracker, device, parent, advise_id)
-    try:
-        out = _advise(base, overrides, opts, runner, cuda, cores, say)
-    except BaseException:
-        tracker.end_run(parent, KILLED if sys.exc_info()[0] is KeyboardInterrupt else FAILED)
-        raise
-    out.seconds, out.runs = time.monotonic() - t0, len(runner.runs)
-    tracker.log_metrics(parent, {"advise_seconds": out.seconds, "advise_runs": out.runs, "data_bound": out.data_bound,
-                                 **({"speedup": out.speedup[0], "speedup_ci_low": out.speedup[1],
-                                     "speedup_ci_high": out.speedup[2]} if out.speedup else {})})
-    tracker.set_tags(parent, {"wif.advise.pick": out.pick or "keep", "wif.advise.sentence": out.sentence[:4000],
-                              "wif.advise.train_line": out.train_line or ""})
-    tracker.client.log_text(parent, out.table, "candidates.txt")
-    if out.picture:
-        tracker.client.log_artifact(parent, out.picture)
-    tracker.end_run(parent, FINISHED)
-    return out
-
-
-def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runner, cuda: bool, cores: int,
-            say: Callable[[str], None]) -> Advice:
-    bs = base.data.batch_size
-    cur = candidates.current(base, cuda)
-    say(f"{PROG}: 1/4 where the time goes: the configured setting, {opts.epochs} epochs (the first left out)")
-    now = runner.run(training(base, cur, opts.epochs), "measure", "current")
-    if not now.ok:
-        raise RuntimeError(f"the configured setting failed: {now.error}")
-    items, sizes = now.n_train, batch_sizes(now.n_train, bs)
-    bconf = bound(base, opts.epochs)
-    fixed = runner.run(bconf, "bound", "fixed") if bconf is not None else None
-    bound_s, source = now.mean("compute_s") + now.mean("copy_s"), "the configured run's own step time"
-    if fixed is not None and fixed.ok and fixed.median() <= now.median() * (1 + opts.bound_margin):
-        bound_s, source = fixed.median(), "data=fixed"
-    elif fixed is not None and fixed.ok:  # e.g. a model that meets denormals on the same random batch
-        say(f"  data=fixed took {fixed.median():.3f} s an epoch, more than the configured setting's "
-            f"{now.median():.3f} s: not a bound here, so {source} stands for it")
-        fixed = None
-    ceilings: Dict[str, float] = {}
-    trials: Dict[str, Measured] = {}
-    step = candidates.step_rates(now, fixed, bs, cores, not cuda)
-    n_trial = min(len(sizes), opts.batches)
-
-    def trial(cand: Candidate) -> Optional[float]:
-        if cand.workers == 0 and cur.workers == 0 and not cand.keys.keys() - {"loader.num_workers"}:
-            ceilings[cand.name] = items / now.mean("data_wait_s")  # the configured run fetched in-process
-            return ceilings[cand.name]
-        m = runner.run(loader_only(base, cand, n_trial, opts.epochs), "loader", cand.name)
-        if m.ok:
-            ceilings[cand.name] = min(m.n_train, n_trial * bs) / m.median()
-        say(f"  loader only {cand.name:<16} " + (f"{ceilings[cand.name]:>9,.0f} img/s" if m.ok
-                                                 else f"{m.status}: {m.error}"))
-        if not m.ok:
-            return None
-        trials[cand.name] = m
-        return ceilings[cand.name]
-
-    if cur.workers > 0:
-        trial(cur)
-    else:
-        trial(candidates.workers(base, 0, cuda))
-    data_bound, sentence = answer.where_time_goes(now, bound_s, source, items, ceilings.get(
-        "current", ceilings.get("w0", math.nan)), opts.bound_margin)
-    say(sentence)
-
-    say(f"{PROG}: 2/4 candidates: loader-only trials of up to {n_trial} batches, num_workers searched as wif-tune "
-        f"does (0..{2 * cores}, persistent workers)")
-    made: Dict[str, Candidate] = {"current": cur}
-    counts = {}
-
-    def by_workers(w: int, phase: str) -> Optional[float]:
-        cand = candidates.workers(base, w, cuda)
-        made[cand.name] = cand
-        counts[w] = trial(cand)
-        return counts[w]
-
-    best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05)
-    best = candidates.workers(base, best_w or 0, cuda)
-    for extra in candidates.extras(base, best, cuda, psutil.virtual_memory().available):
-        made[extra.name] = extra
-        trial(extra)
-    predicted: Dict[str, Prediction] = {}
-    for name, cand in made.items():
-        if name in trials:
-            rates = candidates.loader_rates(trials[name], cand, bs, n_trial, cores)
-        elif cand.workers == 0 and name in ceilings:
-            rates = candidates.in_process_rates(now, cand, bs)
-        else:
-            continue
-        predicted[name] = predict(sizes, step, rates, cores)
-    if "current" not in predicted and "w0" in predicted:
-        predicted["current"] = predicted["w0"]
-    ceilings.setdefault("current", ceilings.get("w0", math.nan))
-    current_pred = predicted["current"].epoch_s
-    ranked = rank([(n, p.epoch_s) for n, p in predicted.items() if n not in ("current", "w0" if cur.workers == 0
-                                                                               else "")], current_pred, opts.margin)
-    raced = [n for n, _ in ranked[:opts.race_candidates]] if data_bound else []
-    order = ["current"] + sorted((n for n in predicted if n != "current" and not (n == "w0" and cur.workers == 0)),
-                                 key=lambda n: predicted[n].epoch_s)
-    say(answer.candidate_table(order, ceilings, predicted, None))
-
-    race: Optional[RaceResult] = None
-    if raced:
-        rules = RaceRules(opts.min_blocks, opts.max_blocks, opts.margin)
-        say(f"{PROG}: 3/4 the race: current against {', '.join(raced)} (trainer.epochs=auto up to {opts.max_epochs}, "
-            f"blocks {opts.min_blocks}..{opts.max_blocks})")
-        race = run_race(runner, base, [cur] + [made[n] for n in raced], rules, opts.max_epochs, say)
-    else:
-        say(f"{PROG}: 3/4 the race: nothing to race (" + ("not data-bound" if not data_bound else
-            f"no candidate is predicted faster than the current setting by more than {opts.margin:.0%}") + ")")
-    table = answer.candidate_table(order, ceilings, predicted, race)
-    faster = race.faster() if race is not None else []
-    pick = faster[0] if faster else None
-    png = Path(tempfile.mkdtemp(prefix="wif-advise-")) / "epoch_split.png"
-    shown = [now] + ([m for n in ["current"] + raced for m in race.runs.get(n, [])[:1]] if race else []) \
-        + ([fixed] if fixed is not None else [])
-    pic = answer.picture(shown, bound_s, source, png)
-    out = Advice(data_bound, sentence, pick, None, None, None, "", table, runner.parent_id, 0, 0.0,
-                 str(pic) if pic else None, {n: p.epoch_s for n, p in predicted.items()},
-                 {n: race.measured_s(n) for n in ["current"] + raced} if race else {})
-    if pick is not None:
-        r = race.table.loc[pick]
-        out.speedup = (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
-        out.train_line = answer.train_line(overrides, made[pick])
-        out.dataloader = answer.dataloader_kwargs(made[pick], base.loader.pin_memory)
-        out.why = answer.memory_cost(race, pick)
-    else:
-        out.why = answer.why_keep(race, raced, predicted, data_bound, not cuda, opts.margin)
-    return out
-
-
+from wif.tools.tune import check_tunable
 
 
 def report(a: Advice, say: Callable[[str], None] = print) -> None:
@@ -225,6 +37,7 @@ def report(a: Advice, say: Callable[[str], None] = print) -> None:
         say(f"In your script: {a.dataloader}")
     else:
         say(f"Keep what you have: {a.why}")
+    say(a.contention)
     if a.picture:
         say(f"Picture: {a.picture} (also an artifact of the parent run)")
     say(f"{a.runs} runs in {a.seconds:.0f} s, nested under MLflow run {a.parent_run_id} (tag wif.kind=advise).")
@@ -257,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                              ("max-blocks", int, "race: at most this many blocks"),
                              ("max-epochs", int, "race: trainer.epochs=auto up to this many epochs a run"),
                              ("margin", float, "race: tie margin; a candidate is raced if predicted this much faster"),
-                             ("bound-margin", float, "within this share of the bound: not data-bound")):
+                             ("bound-margin", float, "within this share of the bound: not data-bound"),
+                             ("minutes", float, "the whole advice within about this many minutes: the race takes "
+                                                "what the measuring steps leave")):
         p.add_argument(f"--{name}", type=kind, default=getattr(d, name.replace("-", "_")),
                        help=f"{text} (default: %(default)s)")
     return p
@@ -270,6 +85,8 @@ def check(opts: Options) -> None:
             raise ConfigError(f"--{key.replace('_', '-')}={getattr(opts, key)} must be at least 1.")
     if opts.epochs < 2:
         raise ConfigError("--epochs must be at least 2: the first epoch is left out.")
+    if not opts.minutes > 0:
+        raise ConfigError(f"--minutes={opts.minutes} must be a positive number of minutes.")
     problems = RaceRules(opts.min_blocks, opts.max_blocks, opts.margin).problems()
     if problems:
         raise ConfigError(problems[0].replace("race.", "--").replace("_", "-"))
@@ -287,12 +104,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
-    preload()
-    silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
+    signal.signal(signal.SIGTERM, interrupt)  # `kill` ends the advice as Ctrl-C does: every run KILLED
     try:
+        preload()
+        silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
         result = advise(base, args.overrides, opts, lambda line: print(line, flush=True))
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; the runs so far are in MLflow (tag wif.kind=advise).", file=sys.stderr)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # its runs are ended: Ctrl-C again changes nothing
+            signal.signal(sig, signal.SIG_IGN)
+        print(f"{PROG}: interrupted; its runs are ended KILLED in MLflow (tag wif.kind=advise).", file=sys.stderr)
         return EXIT_INTERRUPTED
     except RuntimeError as err:
         print(f"{PROG}: {err}", file=sys.stderr)

@@ -6,6 +6,10 @@
 - the compute bound: `data=fixed` (the same batch on the device every step), or for `data=custom` the
   configured run's own step time (data=fixed cannot make the user's batches);
 - loader-only trials of each candidate: its ceiling, and its rate per item for the prediction.
+
+Other processes' CPU use during each run's measured epochs is the study's own figure (`host_other_cpu_pct`,
+`wif.measure.contention`); a run above `measure.contended_pct` is tagged `wif.contended=true` and run again
+once while the advice has time (`Runner.run`), so no answer rests on a disturbed run it could have repeated.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from __future__ import annotations
 import copy
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from wif.config import Augment, Config, DataSource, PageCache, TrainerMode, validate
 from wif.measure.sysinfo import host_tags
@@ -79,10 +84,17 @@ class Measured:
     tags: Dict[str, str] = field(default_factory=dict)
     error: str = ""
     warmup: int = 1
+    wall_s: float = 0.0  # the run's whole time, its start and end included
+    contended: bool = False  # others took more than measure.contended_pct of a core during its measured epochs
 
     @property
     def ok(self) -> bool:
         return self.status == FINISHED and bool(self.epochs)
+
+    @property
+    def other_pct(self) -> Optional[float]:
+        """Percent of one core other processes used during its measured epochs (None: not measured)."""
+        return self.summary.get("host_other_cpu_pct")
 
     @property
     def steady(self) -> List[Dict[str, float]]:
@@ -103,13 +115,32 @@ class Measured:
 
 
 class Runner:
-    """Runs configurations as runs nested under one parent; prints a line for each."""
+    """Runs configurations as runs nested under one parent, each contended one again while there is time
+    before `deadline` (time.monotonic())."""
 
-    def __init__(self, tracker: Tracker, device: str, parent_id: str, advise_id: str) -> None:
+    def __init__(self, tracker: Tracker, device: str, parent_id: str, advise_id: str,
+                 deadline: float = math.inf, say: Callable[[str], None] = print) -> None:
         self.tracker, self.device, self.parent_id, self.advise_id = tracker, device, parent_id, advise_id
+        self.deadline, self.say = deadline, say
         self.runs: List[Measured] = []
 
-    def run(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None) -> Measured:
+    def left_s(self) -> float:
+        """Seconds left before the advice's deadline."""
+        return self.deadline - time.monotonic()
+
+    def run(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None,
+            reruns: int = 1) -> Measured:
+        """The run; a contended one is run again, up to `reruns` times, while another fits before the deadline."""
+        m = self._once(conf, role, name, extra)
+        while m.contended and reruns > 0 and m.wall_s < self.left_s():
+            reruns -= 1
+            self.say(f"  {role} {name}: other processes used {m.other_pct:.0f}% of a core during its measured "
+                     f"epochs (contended): run again")
+            m = self._once(conf, role, name, extra)
+        return m
+
+    def _once(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Measured:
+        t0 = time.monotonic()
         conf.progress = False
         validate(conf)
         tags = {**host_tags(), "wif.kind": "advise", "wif.advise_id": self.advise_id, "wif.advise_role": role,
@@ -120,7 +151,8 @@ class Runner:
                                              f"{role} {name}")
         record = self.tracker.client.get_run(run_id)
         m = Measured(role, name, run_id, outcome.status, outcome.summary, self._epochs(run_id),
-                     dict(record.data.tags), text, conf.trainer.warmup_epochs)
+                     dict(record.data.tags), text, conf.trainer.warmup_epochs, time.monotonic() - t0,
+                     record.data.tags.get("wif.contended") == "true")
         self.runs.append(m)
         if outcome.status == KILLED:
             raise KeyboardInterrupt
@@ -156,14 +188,16 @@ def loader_only(base: Config, cand: Candidate, batches: int, epochs: int) -> Con
     return conf
 
 
-def bound(base: Config, epochs: int) -> Optional[Config]:
-    """data=fixed at the configured model, step and batch size; None where it cannot stand for the data
-    (data=custom: your Dataset decides the inputs' shape)."""
+def bound(base: Config, epochs: int, n_train: int) -> Optional[Config]:
+    """data=fixed at the configured model, step, batch and image size, `n_train` items an epoch (the measured
+    run's: the same batches an epoch as the workload it stands for, whatever data.num_train says); None where
+    it cannot stand for the data (data=custom: your Dataset decides the inputs' shape)."""
     if base.data.source is DataSource.custom:
         return None
     conf = apply(base, Candidate("bound", {"loader.num_workers": 0}))
     d = conf.data
     d.source, d.format, d.preload, d.augment, d.page_cache = DataSource.fixed, None, False, Augment.none, PageCache.warm
+    d.num_train, d.fraction, d.val_split = max(n_train, 1), 1.0, 0.0
     conf.transfer.uint8 = False
     conf.trainer.mode, conf.trainer.epochs = TrainerMode.train, epochs
     return conf

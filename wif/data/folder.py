@@ -1,5 +1,8 @@
-"""An ImageFolder root (`data=folder`): its train/ and test/ classes listed, and one image read the way
-training reads it. `wif.data.folder_check` decodes every file with `read_image` before a run starts."""
+"""An ImageFolder root (`data=folder`): its train/ classes and its held-out split listed, and one image read the
+way training reads it. `wif.data.folder_check` decodes every file with `read_image` before a run starts.
+
+The held-out split is the first of `test/`, `val/` and `validation/` the root holds (wif's, torchvision's and
+timm's names); the run evaluates on it as its test split."""
 
 from __future__ import annotations
 
@@ -15,12 +18,22 @@ if TYPE_CHECKING:
     import torch
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+HELD_OUT = ("test", "val", "validation")  # the held-out split's folder, the first found
+LAYOUT = "train/ and a held-out split (test/, val/ or validation/), each with one sub-folder per class"
+
+
+def held_out(root: Path) -> str:
+    """The name of the root's held-out split folder; ConfigError naming what is missing where there is none."""
+    found = [name for name in HELD_OUT if (root / name).is_dir()]
+    if not (root / "train").is_dir() or not found:
+        missing = "train/" if not (root / "train").is_dir() else "a held-out split (test/, val/ or validation/)"
+        raise ConfigError(f"data=folder: data.root={root} has no {missing}; it must hold {LAYOUT}.")
+    return found[0]
 
 
 def _class_folders(part: Path) -> List[Path]:
     if not part.is_dir():
-        raise ConfigError(f"data=folder: {part} does not exist; data.root must hold train/ and test/, "
-                          "each with one sub-folder per class.")
+        raise ConfigError(f"data=folder: {part} does not exist; data.root must hold {LAYOUT}.")
     classes = sorted(p for p in part.iterdir() if p.is_dir())
     if not classes:
         raise ConfigError(f"data=folder: {part} has no class sub-folders.")
@@ -55,16 +68,17 @@ def _list_part(part: Path, class_names: List[str], skip: AbstractSet[str]) -> Tu
 
 
 def folder_files(cfg: DataConfig, skip: AbstractSet[str] = frozenset()) -> Tuple[Dict[str, object], int]:
-    """The train/ and test/ image paths and labels of an ImageFolder root, checked class by class, without
-    the paths in `skip`."""
+    """The train/ and held-out (as test_*) image paths and labels of an ImageFolder root, checked class by
+    class, without the paths in `skip`."""
     root = Path(str(cfg.root)).expanduser()
     if not root.is_dir():
-        raise ConfigError(f"data=folder: data.root={root} does not exist. Point it at a folder with train/ and test/.")
+        raise ConfigError(f"data=folder: data.root={root} does not exist. Point it at a folder with {LAYOUT}.")
+    test = held_out(root)
     names = [p.name for p in _class_folders(root / "train")]
-    test_names = [p.name for p in _class_folders(root / "test")]
+    test_names = [p.name for p in _class_folders(root / test)]
     if test_names != names:
-        raise ConfigError(f"data=folder: test/ classes {test_names} differ from train/ classes {names}.")
-    out: Dict[str, object] = {}
-    for part in ("train", "test"):
-        out[f"{part}_paths"], out[f"{part}_y"] = _list_part(root / part, names, skip)
+        raise ConfigError(f"data=folder: {test}/ classes {test_names} differ from train/ classes {names}.")
+    out: Dict[str, object] = {"held_out": test}
+    for part, folder in (("train", "train"), ("test", test)):
+        out[f"{part}_paths"], out[f"{part}_y"] = _list_part(root / folder, names, skip)
     return out, len(names)

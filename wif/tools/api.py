@@ -25,6 +25,10 @@ from wif.run.loop import TimedFeed
 from wif.run.training import CappedBatches
 from wif.tools.tune import Trial, final_pick, search_workers, table
 
+# Its trials run in the caller's process, with no sampler beside them (a sampler thread there would share the
+# GIL with the loop it times): wif-tune's trials, each a supervised run, measure the tree's PSS.
+NO_RAM = "wif.tune_workers runs its trials in your process, without wif-tune's memory sampler; wif-tune measures it"
+
 
 def _default_device(device: Optional[torch.device | str]) -> torch.device:
     if device is not None:
@@ -113,10 +117,10 @@ def tune_workers(dataset: Dataset, batch_size: int = 64, pin_memory: Sequence[bo
     scores = {(pin, w): next(t.img_s for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
               for pin, w in best.items() if w is not None}
     if not scores:
-        raise RuntimeError("every trial failed:\n" + table(trials, None))
+        raise RuntimeError("every trial failed:\n" + table(trials, None, NO_RAM))
     pin, workers = final_pick(scores, min_gain)
     chosen = next(t for t in trials if (t.pin_memory, t.num_workers) == (pin, workers))
-    return WorkerPick(workers, pin, chosen.img_s or 0.0, trials, table(trials, chosen))
+    return WorkerPick(workers, pin, chosen.img_s or 0.0, trials, table(trials, chosen, NO_RAM))
 
 
 # ----------------------------------------------------------------------------- time_epochs

@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Dict, Tuple
 
 from wif.config import Config, as_plain
+from wif.measure.contention import is_contended
 from wif.measure.tracking import FAILED, FINISHED, Tracker
 from wif.run.supervise import REFUSED, Outcome, supervise
 
 
 def run_recorded(tracker: Tracker, conf: Config, device: str, name: str, tags: Dict[str, str],
                  label: str) -> Tuple[str, Outcome, str]:
-    """(run id, outcome, its error in one line or ''): the summary logged when FINISHED, else `wif.error`.
+    """(run id, outcome, its error in one line or ''): the summary logged and `wif.contended` tagged when
+    FINISHED, else `wif.error`.
     A KILLED outcome (Ctrl-C) is the caller's to act on, once it has kept what it needs."""
     plain = as_plain(conf)
     run_id = tracker.start_run(name, plain, tags, plain)
@@ -24,6 +26,8 @@ def run_recorded(tracker: Tracker, conf: Config, device: str, name: str, tags: D
     text = f"{error.get('type')}: {error.get('message')}" if error else ""
     if outcome.status == FINISHED:
         tracker.log_metrics(run_id, outcome.summary)
+        contended = is_contended(outcome.summary.get("host_other_cpu_pct"), conf.measure.contended_pct)
+        tracker.set_tags(run_id, {"wif.contended": str(contended).lower()})  # as a sweep's job is tagged
     else:
         tracker.set_tags(run_id, {"wif.error": text[:4000]})
     tracker.end_run(run_id, outcome.status)

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, validate, warnings_for
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from wif.data.folder_check import require_readable
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.sysinfo import host_tags, usable_cores
 from wif.measure.tracking import FINISHED, KILLED, Tracker
@@ -139,18 +142,24 @@ class Tuner:
 
 
 # ----------------------------------------------------------------------------- output
-def table(trials: Sequence[Trial], best: Optional[Trial]) -> str:
+def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS read during the trial") -> str:
+    """The trials, one row each; a RAM figure not measured shows '-', and a last line says why (`no_ram`)."""
     rows = [f"{'pin_memory':<11}{'num_workers':>12}{'img/s':>10}{'epoch s':>9}{'1st batch s':>12}"
             f"{'data wait':>10}{'RAM PSS MB':>11}  phase"]
+    missing = False
     for t in sorted(trials, key=lambda t: (t.pin_memory, t.num_workers)):
         s = t.summary
         if t.img_s is None:
             rows.append(f"{str(t.pin_memory):<11}{t.num_workers:>12}  {t.status}: {t.error}")
             continue
         mark = "  <- best" if t is best else ""
+        pss = s.get("ram_peak_pss_mb")
+        missing = missing or pss is None or math.isnan(pss)
         rows.append(f"{str(t.pin_memory):<11}{t.num_workers:>12}{t.img_s:>10.0f}{s['epoch_time_mean_s']:>9.3f}"
                     f"{s['first_batch_mean_s']:>12.3f}{s['data_wait_share_mean']:>10.0%}"
-                    f"{s.get('ram_peak_pss_mb', float('nan')):>11.0f}  {t.phase}{mark}")
+                    + (f"{'-':>11}" if pss is None or math.isnan(pss) else f"{pss:>11.0f}") + f"  {t.phase}{mark}")
+    if missing:
+        rows.append(f"RAM PSS MB '-': not measured ({no_ram}).")
     return "\n".join(rows)
 
 
@@ -196,7 +205,8 @@ def _check(args: argparse.Namespace, conf: Config) -> None:
 
 
 def check_tunable(conf: Config) -> None:
-    """Refuse a configuration with no streaming loader to tune (wif-tune and wif-advise)."""
+    """Refuse a configuration with no streaming loader to tune (wif-tune and wif-advise), and an image folder
+    whose layout or files cannot be used, before the first trial (as a sweep checks it before its first job)."""
     if conf.data.source is DataSource.fixed:
         raise ConfigError("data=fixed has no loader to tune: its batches are already on the device. Pick the data "
                           "option you train on (e.g. data=synthetic).")
@@ -206,13 +216,25 @@ def check_tunable(conf: Config) -> None:
     if conf.loader.background:
         raise ConfigError(f"loader={conf.loader.name} uses BackgroundGenerator, which deadlocks with workers; pick a "
                           "loader option without it (e.g. loader=pin_nb).")
+    if conf.data.source is DataSource.folder and conf.data.path is None:
+        require_readable(conf.data)
+
+
+def searched_config(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Config:
+    """The configuration the search starts from. loader.num_workers is the search's, so a worker-only key the
+    user sets (loader.persistent_workers=true, ...) is checked as it will run, beside workers; the trials
+    without workers turn it off (WORKER_ONLY), as their train.py line does."""
+    said = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if said & {f"loader.{key}" for key, _ in WORKER_ONLY}:
+        return load_config([*overrides, "loader.num_workers=1"], config_dir)
+    return load_config(overrides, config_dir)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logging(PROG)
     args = build_parser().parse_intermixed_args(argv)
     try:
-        base = load_config(args.overrides, args.config_dir)
+        base = searched_config(args.overrides, args.config_dir)
         _check(args, base)
         device = resolve_device(base.device)
         trial_config(base, 0, False, args.batches, args.epochs)  # refuse a bad combination before any run

@@ -1,0 +1,165 @@
+"""wif-advise as a timm user first meets it (issue 48): an image folder in timm's layout (train/ and
+validation/), checked before anything runs; the whole folder used and said; the bound sized from the
+measured workload; other processes' share said; the race within --minutes; Ctrl-C ends every run KILLED."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT, _as_in_a_terminal
+from tests.test_advise import SLOW_READS, _advise
+from tests.test_data import _data_cfg
+from wif.data.folder import folder_files
+
+SMALL = ("--images", "24", "--held-out", "6", "--classes", "2", "--size", "40")
+
+
+def make_folder(root: Path, *args: str) -> Path:
+    """A small folder in timm's layout, made by the benchmark's own script."""
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timm_folder.py"), str(root), *SMALL, *args],
+                   check=True, capture_output=True, timeout=120)
+    return root
+
+
+def advise_runs(db: Path) -> list:
+    client = MlflowClient(f"sqlite:///{db}")
+    return client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`wif.kind` = 'advise'")
+
+
+@pytest.mark.parametrize("name", ["test", "val", "validation"])
+def test_the_held_out_split_is_found_under_its_usual_names(tmp_path: Path, name: str) -> None:
+    root = make_folder(tmp_path / "images", "--held-out-name", name)
+    files, classes = folder_files(_data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}"))
+    assert classes == 2 and len(files["train_paths"]) == 24 and len(files["test_paths"]) == 6
+    assert files["held_out"] == name and all(f"/{name}/" in p for p in files["test_paths"])
+
+
+def test_a_folder_without_a_held_out_split_is_refused_in_one_line_before_anything_runs(tmp_path: Path) -> None:
+    root = make_folder(tmp_path / "images")
+    (root / "validation").rename(root / "holdout")
+    out = _advise(tmp_path, "preset=smoke", "data=folder", f"data.root={root}", timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wif-advise: data=folder") and "val/ or validation/" in lines[0]
+    assert "1/4" not in out.stdout and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.fixture(scope="module")
+def folder_advice(tmp_path_factory: pytest.TempPathFactory):
+    """One wif-advise on a 24-image folder in timm's layout, the tiny model, a minute's budget."""
+    tmp = tmp_path_factory.mktemp("advise-folder")
+    root = make_folder(tmp / "images")
+    t0 = time.monotonic()
+    out = _advise(tmp, "preset=smoke", "data=folder", f"data.root={root}", "data.batch_size=8", "--minutes", "1",
+                  "--race-candidates", "1", timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    runs = advise_runs(tmp / "mlflow.db")
+    return out.stdout, runs, time.monotonic() - t0
+
+
+@pytest.mark.slow
+def test_the_advice_uses_the_whole_folder_and_says_so_first(folder_advice) -> None:
+    text, runs, _ = folder_advice
+    first = text.splitlines()[0]
+    assert first.startswith("wif-advise: data: 24 training images an epoch, 3 batches of 8, 64 px"), first
+    assert "held out: validation/ (6)" in first
+    measured = [r for r in runs if r.data.tags.get("wif.advise_role") == "measure"]  # two: run again if contended
+    assert measured and all(r.data.params["data.fraction"] == "1.0" and r.data.tags["wif.n_train"] == "24"
+                            for r in measured)
+    assert {r.data.tags["wif.n_val"] for r in measured} == {"0"}  # the folder's own held-out split is the evaluation
+
+
+@pytest.mark.slow
+def test_the_bound_run_takes_the_measured_workloads_batches(folder_advice) -> None:
+    _, runs, _ = folder_advice
+    bounds = [r for r in runs if r.data.tags.get("wif.advise_role") == "bound"]
+    assert bounds and {r.data.params["data.source"] for r in bounds} == {"fixed"}
+    assert {r.data.tags["wif.n_train"] for r in bounds} == {"24"}  # the measured run's, not data.num_train's 50,000
+    assert {(r.data.params["data.batch_size"], r.data.params["data.image_size"]) for r in bounds} == {("8", "64")}
+
+
+@pytest.mark.slow
+def test_the_advice_says_whether_other_processes_disturbed_it(folder_advice) -> None:
+    text, runs, _ = folder_advice
+    (line,) = [x for x in text.splitlines() if x.startswith("Other processes:")]
+    assert "% of a core" in line and ("not disturbed" in line or "DISTURBED" in line)
+    (parent,) = [r for r in runs if r.data.tags.get("wif.advise_role") == "parent"]
+    assert parent.data.tags["wif.advise.contention"] == line
+    finished = [r for r in runs if r is not parent and r.info.status == "FINISHED"]
+    assert finished and all(r.data.tags.get("wif.contended") in ("true", "false") for r in finished)
+    assert all("host_other_cpu_pct" in r.data.metrics for r in finished)
+
+
+@pytest.mark.slow
+def test_the_advice_states_its_time_at_its_start(folder_advice) -> None:
+    text, _, _ = folder_advice
+    assert text.splitlines()[1].startswith("wif-advise: within 1 minutes (--minutes)")
+
+
+@pytest.mark.slow
+def test_contended_runs_are_run_again_and_never_decide_the_race(tmp_path: Path) -> None:
+    """A process burning a core beside the advice: every run is contended, is run again while there is time,
+    and no race decides from one: no pick, and the output says so with the figure."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        out = _advise(tmp_path, *SLOW_READS, "--epochs", "2", "--race-candidates", "1", "--min-blocks", "2",
+                      "--max-epochs", "3", "--minutes", "1.5", timeout=900)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout
+    assert "(contended): run again" in text
+    (line,) = [x for x in text.splitlines() if x.startswith("Other processes:")]
+    assert "DISTURBED" in line and "% of a core" in line
+    runs = advise_runs(tmp_path / "mlflow.db")
+    race = [r for r in runs if r.data.tags.get("wif.advise_role") == "race" and r.info.status == "FINISHED"]
+    if all(r.data.tags["wif.contended"] == "true" for r in race):  # nothing undisturbed: nothing decided
+        (parent,) = [r for r in runs if r.data.tags.get("wif.advise_role") == "parent"]
+        assert parent.data.tags["wif.advise.pick"] == "keep" and "speedup" not in parent.data.metrics
+        assert "Pick:" not in text
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_every_run_of_the_advice_killed(tmp_path: Path) -> None:
+    """Ctrl-C pressed again and again as the advice trains: not one of its runs is left RUNNING."""
+    db = tmp_path / "mlflow.db"
+    env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "wif.advisor.cli", *SLOW_READS, "--epochs", "4",
+                             f"tracking.uri=sqlite:///{db}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_as_in_a_terminal)
+    try:
+        seen = ""
+        while "1/4" not in seen and proc.poll() is None:  # printed once the parent run is in the store
+            seen += proc.stdout.readline()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # a nested run open: the measuring run is training
+            if any(r.info.status == "RUNNING" and r.data.tags.get("wif.advise_role") == "measure"
+                   for r in advise_runs(db)):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the measuring run never started: " + seen)
+        time.sleep(2.0)  # into its epochs
+        for _ in range(10):  # Ctrl-C, pressed again as it winds down: the terminal signals the whole group
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:  # it has ended
+                break
+            time.sleep(0.05)
+        output = seen + proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    runs = advise_runs(db)
+    assert {r.data.tags["wif.advise_role"] for r in runs} >= {"parent", "measure"}
+    assert {r.info.status for r in runs} == {"KILLED"}, [(r.data.tags["wif.advise_role"], r.info.status) for r in runs]
+    assert proc.returncode == 130, output[-3000:]  # as a shell reports an interrupted command

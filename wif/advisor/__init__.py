@@ -6,6 +6,8 @@ race that proves it.
     verify    the race of the current setting against the best predicted candidates (the report's rules)
     answer    the sentence, the tables, the lines to paste and the picture
     candidates the settings worth trying, and the rates the prediction takes from their trials
+    workload  the data the advice uses (the whole folder unless told) and whether others disturbed its runs
+    steps     the four steps in order, within --minutes; every run ended KILLED on an interruption
     cli       the command line, and `advise_overrides`, which `import wif; wif.advise(overrides)` calls
     examples  a Dataset whose items wait on storage (the must-show case; the tests use it too)
 

@@ -333,3 +333,27 @@ def test_issue47_item11_dali_hands_over_its_labels_on_the_device(cache_dir) -> N
     torch.cuda.synchronize()
     assert placed and all(dx.type == dy.type == "cuda" for dx, dy in placed), f"issue 47 item 11: {placed[:2]}"
     assert not copies_from_host(batches, copy_to(device, non_blocking=False))
+
+
+# ----------------------------------------------------------------------------- item 13: time_epochs' device
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", [1, 0])
+def test_issue47_item13_time_epochs_times_the_named_devices_stream(index: int) -> None:
+    """The current device is 0, the step runs on cuda:<index>: its compute is timed by events on that device's
+    stream (for cuda:1, on device 0's they would bracket nothing, and compute_s would be about 0). cuda:0 runs
+    the same path on a one-GPU machine; cuda:1 is the item's case and needs two."""
+    if torch.cuda.device_count() <= index:
+        pytest.skip(f"needs {index + 1} CUDA device(s)")
+    import wif
+
+    torch.cuda.set_device(0)
+    with torch.cuda.device(index):
+        sleep = int(0.01 * _cycles_per_s())
+
+    def step(batch) -> None:
+        with torch.cuda.device(index):
+            torch.cuda._sleep(sleep)
+
+    times = wif.time_epochs(_batches(8), step, epochs=2, device=f"cuda:{index}")
+    compute = times.measured[0]["compute_s"]
+    assert compute > 0.8 * 8 * 0.01, f"issue 47 item 13: {compute:.4f} s of compute timed on cuda:{index} for 0.08 s"

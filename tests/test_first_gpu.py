@@ -25,6 +25,7 @@ def _batches(n: int, size: int = 64) -> List[Tuple[torch.Tensor, torch.Tensor]]:
 def _cycles_per_s() -> float:
     """torch.cuda._sleep's clock: cycles per second of GPU time, timed with events on an idle device."""
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)  # the kernel's first launch loads its module: not in the timed one
     torch.cuda.synchronize()
     a.record()
     torch.cuda._sleep(20_000_000)
@@ -137,13 +138,16 @@ def test_issue47_item7_the_stream_prefetchers_reserved_memory_settles_after_an_e
     batches = [(torch.randn(64, 3, 64, 64).pin_memory(), torch.randint(0, 10, (64,)).pin_memory()) for _ in range(6)]
     prefetcher = StreamPrefetcher(batches, device, non_blocking=True)
     reserved, streams = [], set()
-    for _ in range(6):
+    for _ in range(8):
         for x, _y in prefetcher:
             x.mul(2).sum()
         torch.cuda.synchronize()
         reserved.append(torch.cuda.memory_reserved(device))
         streams.add(prefetcher.stream)
-    assert len(streams) == 1 and reserved[-1] <= reserved[1], f"issue 47 item 7: reserved bytes by epoch {reserved}"
+    # a batch is 3 MiB: a new stream each epoch reserves two or three more every epoch (>= 36 MiB over six);
+    # with one, an epoch may at most hold a batch more in flight than the last (its freed block still in use)
+    assert len(streams) == 1 and reserved[-1] - reserved[1] <= 8 << 20, \
+        f"issue 47 item 7: reserved MiB by epoch {[r >> 20 for r in reserved]}"
 
 
 # ----------------------------------------------------------------------------- item 8: the compile warm-up's batch

@@ -36,9 +36,9 @@ def record(device: torch.device) -> "torch.cuda.Event":
 
 
 def blocked_s(host_s: float, device_s: float) -> float:
-    """Of the host's `host_s` in a transfer call, the time it waited for the GPU's already-queued work: what
-    is left once the transfer's own device time (`device_s`, from events around the call) is taken off. A
-    call that returns before its copy ran (non_blocking from pinned memory) waited for nothing: 0."""
+    """Of the host's `host_s` in a blocking copy, the time it waited for the GPU's already-queued work: what
+    is left once the copy's own device time (`device_s`, from events around it) is taken off; 0 when the
+    device took longer than the host (the host did not wait for it)."""
     return max(host_s - device_s, 0.0)
 
 

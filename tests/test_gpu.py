@@ -23,7 +23,10 @@ def test_vram_and_gpu_idle_figures(tmp_path: Path, store: str, cache_dir: Path) 
         assert 0 < m["vram_peak_allocated_mb"] <= m["vram_peak_reserved_mb"] <= m["vram_peak_device_mb"]
         assert 0 <= m["gpu_idle_s"] < m["epoch_time_s"]
         assert "gpu_util_pct" in m
+        assert 0 <= m["gpu_blocked_s"] < m["epoch_time_s"] and 0 <= m["copy_s"] <= m["data_wait_s"]
     assert runs["gpu_resident"]["gpu_idle_s"] < runs["baseline"]["gpu_idle_s"]
+    # issue 47 item 1: only a blocking copy waits behind the step's kernels; nothing is copied, or nothing blocks
+    assert runs["gpu_resident"]["gpu_blocked_s"] == runs["pin_nb"]["gpu_blocked_s"] == 0.0
 
 
 def test_the_timed_loop_never_synchronizes(cache_dir: Path) -> None:

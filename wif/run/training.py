@@ -197,7 +197,8 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     synchronize(device)
     setup_s = time.perf_counter() - t0
     # torch.compile compiles at the first call: on one real batch here, timed apart from setup and epochs.
-    compile_s = compile_now(step, compile_batch(cfg, loaders["train"], train_set, transfer), device) if tr.compile else None
+    compile_s = (compile_now(step, compile_batch(cfg, loaders["train"], train_set, transfer), device)
+                 if tr.compile else None)
     emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
     for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned

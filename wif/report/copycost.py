@@ -76,8 +76,9 @@ def note(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> str:
     used = {m["bw_run_id"]: m for m in (match(r, bandwidth) for _, r in runs.iterrows()) if m is not None}
     rates = "; ".join(f"`{k[:8]}` on {m['gpu']}: pinned {m[RATE[True]]:.1f}, pageable {m[RATE[False]]:.1f} GB/s"
                       for k, m in used.items())
-    return ("'copy ms/epoch': measured is the host's time in the transfer call (copy_s, the last epoch's; a "
-            "non_blocking copy from pinned memory returns at once, so it can be near 0); at bandwidth is the epoch's "
+    return ("'copy ms/epoch': measured is the host's time in the transfer call, its wait behind the GPU's queued "
+            "work left out (copy_s, the last epoch's; a non_blocking copy from pinned memory returns at once, so it "
+            "can be near 0); at bandwidth is the epoch's "
             "bytes (copy_bytes_per_epoch) over the best host-to-device rate wif-bandwidth measured on this GPU, "
             "pinned for pin_memory settings and pageable otherwise: the least time the copies themselves take "
             f"(bandwidth run {rates}; GB = 10^9 bytes).")

@@ -17,7 +17,8 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
 `report` stands beside them: it reads the MLflow store (and `measure.tracking` for its address) and never
 imports torch or the training code; the sweep uses its pure race rules.
 
-From a user's own script: `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`
+From a user's own script: `wif.watch(loader)` (the one line in the loop: each pass timed and logged as an
+epoch; wif.tools.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`
 (wif.tools.api; imported on first use, so `import wif` stays free of torch), and `wif.advise(overrides)`
 (wif-advise: the bottleneck found and the fix raced; wif.advisor.cli.advise_overrides).
 """
@@ -36,4 +37,8 @@ def __getattr__(name: str) -> Any:
         from wif.tools import api
 
         return getattr(api, name)
+    if name == "watch":
+        from wif.tools.watch import watch
+
+        return watch
     raise AttributeError(f"module 'wif' has no attribute {name!r}")

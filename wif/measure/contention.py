@@ -73,9 +73,12 @@ class HostCpuMeter:
         self.marks: List[_Mark] = []
 
     def mark(self) -> None:
-        own = self.me.cpu_times()
         tree = tree_cpu_s(self.root)
-        self.marks.append(_Mark(time.monotonic(), machine_busy_s(), tree + own.user + own.system, tree))
+        own = 0.0
+        if self.me.pid != self.root.pid:  # wif.watch meters its own process: it is the tree, counted once
+            times = self.me.cpu_times()
+            own = times.user + times.system
+        self.marks.append(_Mark(time.monotonic(), machine_busy_s(), tree + own, tree))
 
     def tree_s(self, first: int, last: int) -> float:
         """CPU seconds the run's own processes (the run, its workers, those that ended) used between marks

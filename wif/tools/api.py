@@ -24,6 +24,7 @@ from wif.measure.timing import StepClock, synchronize
 from wif.run.loop import TimedFeed
 from wif.run.training import CappedBatches
 from wif.tools.tune import Trial, final_pick, search_workers, table
+from wif.tools.watch import samples_in
 
 # Its trials run in the caller's process, with no sampler beside them (a sampler thread there would share the
 # GIL with the loop it times): wif-tune's trials, each a supervised run, measure the tree's PSS.
@@ -38,17 +39,6 @@ def _default_device(device: Optional[torch.device | str]) -> torch.device:
 
 def _as_is(batch: Any) -> Any:
     return batch
-
-
-def _samples(batch: Any, fallback: int) -> int:
-    """How many samples a batch holds: the length of its first tensor (tuple, list or dict batches)."""
-    if isinstance(batch, torch.Tensor):
-        return len(batch) if batch.dim() else fallback
-    if isinstance(batch, (tuple, list)) and batch:
-        return _samples(batch[0], fallback)
-    if isinstance(batch, dict) and batch:
-        return _samples(next(iter(batch.values())), fallback)
-    return fallback
 
 
 def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
@@ -168,7 +158,7 @@ def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int =
     out: List[Dict[str, float]] = []
     for epoch in range(epochs):
         clock = StepClock(dev)
-        feed = TimedFeed(batches, _as_is, lambda batch: _samples(batch, size))
+        feed = TimedFeed(batches, _as_is, lambda batch: samples_in(batch, size))
         synchronize(dev)  # sync point: nothing from before is counted in this epoch
         t0 = time.perf_counter()
         for batch in feed:  # a DataLoader's workers end with the pass, not during the next epoch

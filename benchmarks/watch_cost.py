@@ -1,0 +1,107 @@
+"""What `wif.watch` costs: the same training loop with and without it, alternated in fresh processes.
+
+Each round runs the loop twice, each time in a new Python process (the order alternates round by round):
+once as `for batch in loader:`, once as `for batch in wif.watch(loader):` (timed, sampled, logged to a
+throw-away SQLite store). Each process times its own steady epochs on its own clock, from the third epoch's
+start to the last epoch's end (what the watch does between epochs included: its PSS read and MLflow
+logging), and the watch's one-time start (MLflow's import and the run's creation, after the first epoch) apart.
+The headline is the median of the per-round ratios with a bootstrap 95% interval (target: within 1%).
+
+    python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0]
+
+Run it on a quiet machine: on a shared one the rounds' noise is wider than 1%, and it says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def child(args: argparse.Namespace) -> None:
+    """One side of a round: the loop, timed; prints one JSON line."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import wif
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(args.n_train, 3, 32, 32), torch.randint(0, 10, (args.n_train,)))
+    loader = DataLoader(data, batch_size=64, shuffle=True, num_workers=args.workers,
+                        persistent_workers=args.workers > 0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    watched = args.side == "watch"
+    marks: List[float] = []
+    for _ in range(args.epochs):
+        marks.append(time.perf_counter())
+        for x, y in (wif.watch(loader, quiet=True) if watched else loader):
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    marks.append(time.perf_counter())
+    steady = marks[-1] - marks[2]  # epochs 3..E, each with what the watch did after the one before
+    print(json.dumps({"steady_s": steady, "first_s": marks[1] - marks[0], "start_s": marks[2] - marks[1]}))
+
+
+def one(side: str, args: argparse.Namespace, store: str) -> Dict[str, float]:
+    cmd = [sys.executable, __file__, "--child", side, "--epochs", str(args.epochs), "--n-train", str(args.n_train),
+           "--workers", str(args.workers)]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT)}
+    env.pop("WIF_WATCH_ORDERS", None)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--n-train", type=int, default=4096)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--child", choices=("bare", "watch"), default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.epochs < 3:
+        p.error("--epochs must be at least 3: the first is set apart, the second carries the watch's start")
+    if args.child:
+        args.side = args.child
+        return child(args)
+    from overhead import _bootstrap_ci
+
+    store = f"sqlite:///{tempfile.mkdtemp(prefix='wif-watch-cost-')}/mlflow.db"
+    ratios, starts = [], []
+    for r in range(args.rounds):
+        order = ["bare", "watch"] if r % 2 == 0 else ["watch", "bare"]
+        got = {side: one(side, args, store) for side in order}
+        # epoch 2 carries the watch's one-time start (MLflow opened after epoch 1): the steady part is epochs 3..E
+        with_watch, bare = got["watch"]["steady_s"], got["bare"]["steady_s"]
+        ratios.append(with_watch / bare)
+        starts.append(got["watch"]["start_s"] - got["bare"]["start_s"])
+        print(f"round {r + 1}: bare {bare:.3f} s, watched {with_watch:.3f} s, ratio {ratios[-1]:.4f} "
+              f"(watch's start {starts[-1]:+.2f} s)", flush=True)
+    med = statistics.median(ratios)
+    lo, hi = _bootstrap_ci(ratios)
+    print(f"ratio watched / bare (median of {len(ratios)} paired rounds, epochs 3..{args.epochs}): {med:.4f}, "
+          f"95% CI {lo:.4f} to {hi:.4f}  (target: within 1%)")
+    print(f"the watch's one-time start (MLflow import and run, after epoch 1): median {statistics.median(starts):.2f} s")
+    if hi - lo > 0.02:
+        print("this machine cannot resolve 1%: the interval is wider than +-1% (run it alone, with more rounds)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""A Dataset whose items wait 4 ms each on a read that takes no CPU (`time.sleep`, as a network read), trained
+by the classification loop: at 0 workers the step waits on the data, and workers overlap the waits even on
+2 cores.
+
+    python -m examples.train_slow_reads --epochs 3 --workers 0
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from examples.train_classify import parser, train
+from wif.advisor.examples import SlowReads
+
+
+def main() -> None:
+    p = parser(__doc__, batch_size=64, n_train=512)
+    p.add_argument("--delay-ms", type=float, default=4.0, help="each item's wait")
+    args = p.parse_args()
+    data = SlowReads(args.n_train, size=32, num_classes=4, delay_ms=args.delay_ms, seed=0)
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                        persistent_workers=args.workers > 0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(16, 4))
+    train(model, loader, args.epochs, torch.device("cpu"))
+
+
+if __name__ == "__main__":
+    main()

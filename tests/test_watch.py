@@ -1,0 +1,117 @@
+"""`wif.watch(loader)` in real scripts (examples/), run in subprocesses on a real SQLite store: the figures
+each epoch logs, the batch structures it counts, the wrappers it sees through, and how its run ends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from torch.utils.data import DataLoader, TensorDataset
+
+from wif.tools.watch import find_dataloader, samples_in
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(tmp_path: Path, store: str, script: str, *args: str, env: Dict[str, str] | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess:
+    """A script as a user runs it: its own process, its working directory, the store in the environment."""
+    full = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT),
+            **(env or {})}
+    full.pop("WIF_WATCH_ORDERS", None)
+    argv = [script] if os.path.isabs(script) else ["-m", f"examples.{script}"]
+    return subprocess.run([sys.executable, *argv, *args], cwd=tmp_path, env=full, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def watch_runs(store: str) -> list:
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("who_is_faster")
+    return [] if exp is None else client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'watch'")
+
+
+def history(store: str, run_id: str, key: str) -> List[float]:
+    return [m.value for m in sorted(MlflowClient(store).get_metric_history(run_id, key), key=lambda m: m.step)]
+
+
+def test_samples_are_counted_in_any_batch_structure() -> None:
+    x, y = torch.zeros(5, 3), torch.zeros(5)
+    assert samples_in((x, y), 1) == 5
+    assert samples_in({"name": ["a"] * 5, "image": x}, 1) == 5  # a list of names counts its names
+    assert samples_in({"meta": {"id": torch.arange(7)}, "x": x}, 1) == 7
+    assert samples_in(torch.tensor(3.0), 9) == 9  # a 0-d tensor has no batch dimension: the fallback
+
+
+def test_the_dataloader_is_found_inside_a_wrapper() -> None:
+    loader = DataLoader(TensorDataset(torch.zeros(4, 2)), batch_size=2)
+
+    class Prefetch:  # as timm's PrefetchLoader: the DataLoader kept as .loader
+        def __init__(self, inner: DataLoader) -> None:
+            self.loader, self.mean = inner, torch.zeros(3)
+
+    class Outer:  # a wrapper of a wrapper, under an unusual name
+        def __init__(self, inner: object) -> None:
+            self.pipeline = inner
+
+    assert find_dataloader(loader) == (None, "", loader)
+    wrapped = Prefetch(loader)
+    assert find_dataloader(wrapped) == (wrapped, "loader", loader)
+    assert find_dataloader(Outer(wrapped))[1:] == ("loader", loader)
+    assert find_dataloader([1, 2, 3]) is None
+
+
+def test_a_data_bound_loop_is_timed_logged_and_said(tmp_path: Path, store: str) -> None:
+    """4 ms of sleep an item at 0 workers: the step waits most of each epoch, and the lines say so."""
+    done = run_script(tmp_path, store, "train_slow_reads", "--epochs", "3", "--n-train", "128",
+                      "--batch-size", "32")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("wif.watch: epoch")]
+    assert len(lines) == 3 and all("waited for data" in line for line in lines), done.stderr[-2000:]
+    (run,) = watch_runs(store)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["num_workers"] == "0" and run.data.params["batch_size"] == "32"
+    epochs = history(store, run.info.run_id, "epoch_time_s")
+    assert len(epochs) == 3 and min(epochs) >= 128 * 0.004  # each item slept 4 ms in the loop's process
+    assert history(store, run.info.run_id, "samples") == [128.0] * 3
+    assert min(history(store, run.info.run_id, "data_wait_s")) >= 128 * 0.004  # the sleeps are inside next()
+    m = run.data.metrics
+    assert m["epochs_run"] == 3 and m["ram_peak_rss_mb"] > 50 and m["tree_cpu_s"] >= 0
+    assert abs(m["epoch_time_s"] - m["data_wait_s"] - m["compute_s"]) < 1e-6  # the step: between the batches
+
+
+@pytest.mark.slow
+def test_workers_dict_batches_and_a_timm_wrapper(tmp_path: Path, store: str) -> None:
+    """Dict batches counted by their images; 2 persistent workers seen by the sampler; timm's PrefetchLoader
+    watched as it is, its DataLoader's settings read from inside it."""
+    done = run_script(tmp_path, store, "train_segment", "--epochs", "2", "--n-train", "64", "--workers", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (seg,) = watch_runs(store)
+    assert history(store, seg.info.run_id, "samples") == [64.0, 64.0]
+    assert seg.data.params["num_workers"] == "2" and seg.data.metrics["workers_peak"] == 2
+    pytest.importorskip("timm")
+    done = run_script(tmp_path, store, "train_timm_prefetch", "--epochs", "2", "--n-train", "128")
+    assert done.returncode == 0, done.stderr[-3000:]
+    timm_run = next(r for r in watch_runs(store) if r.info.run_id != seg.info.run_id)
+    assert timm_run.data.params["loader"] == "PrefetchLoader" and timm_run.data.params["batch_size"] == "64"
+    assert history(store, timm_run.info.run_id, "samples") == [128.0, 128.0]
+
+
+def test_a_loop_that_raises_ends_its_run_failed_and_watch_0_turns_it_off(tmp_path: Path, store: str) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text("import torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+                      "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
+                      "for epoch in range(3):\n    for (x,) in wif.watch(loader):\n        pass\n"
+                      "    if epoch == 1:\n        raise ValueError('diverged')\n")
+    done = run_script(tmp_path, store, str(script))
+    assert done.returncode == 1 and "ValueError: diverged" in done.stderr
+    (run,) = watch_runs(store)
+    assert run.info.status == "FAILED" and run.data.tags["wif.error"] == "ValueError: diverged"
+    assert len(history(store, run.info.run_id, "epoch_time_s")) == 2
+    off = run_script(tmp_path, store, str(script), env={"WIF_WATCH": "0"})
+    assert "wif.watch" not in off.stderr and len(watch_runs(store)) == 1

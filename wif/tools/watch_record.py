@@ -1,0 +1,146 @@
+"""What `wif.watch` records beside the clock, read only at epoch boundaries: the CPU seconds of the process
+and its workers and others' share of the cores (`wif.measure.contention`), the tree's memory (the study's
+`TreeSampler`, a thread of this process: RSS every 0.1 s, PSS within 1% of a core, and once at each epoch's
+end while the script waits), torch's VRAM peaks and NVML's where the script uses CUDA; and the MLflow run they
+go to (`wif.measure.tracking`, opened after the first epoch: importing MLflow lands in no epoch).
+
+The run is tagged `wif.kind=watch` and with its owner's pid, so a run left RUNNING by a killed script is
+found as the study's orphans are. It ends FINISHED when the script exits, FAILED on an uncaught exception,
+KILLED on Ctrl-C; a run `wif-advise` opened for the script is ended by wif-advise, from the exit code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from wif.config import MeasureConfig, TrackingConfig
+from wif.measure.contention import HostCpuMeter
+from wif.measure.lifetime import owner_tags
+from wif.measure.sampler import TreeSampler
+from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, default_tracking_uri
+
+MB = 1024 * 1024
+WARMUP = 1  # the first epoch (workers' start-up, caches filling) is left out of the summary, as the study's
+SUMMED = {"epoch_time_mean_s": "epoch_time_s", "data_wait_share_mean": "data_wait_share",  # summary: per epoch
+          "throughput_mean_img_s": "throughput_img_s", "first_batch_mean_s": "first_batch_s",
+          "compute_mean_s": "compute_s", "data_wait_mean_s": "data_wait_s"}
+
+
+class Record:
+    """The watched loader's figures beyond its clock, and its MLflow run."""
+
+    def __init__(self, params: Dict[str, Any], experiment: Optional[str], run_name: Optional[str], log: bool,
+                 orders: Any = None) -> None:
+        self.params, self.run_name, self.log = params, run_name, log
+        self.experiment = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment
+        self.uri = orders.uri if orders is not None else default_tracking_uri()
+        self.run_id: Optional[str] = orders.run_id if orders is not None else None
+        self.own = self.run_id is None  # the watch ends only the run it opened
+        self.tracker: Optional[Tracker] = None
+        self.epochs: List[Dict[str, float]] = []
+        self.status, self.t0 = FINISHED, time.monotonic()
+        self.sampler = TreeSampler(os.getpid(), MeasureConfig())
+        self.sampler.start()
+        self.meter = HostCpuMeter(os.getpid())
+        self.gpu_attached = False
+        self.finished = False
+        atexit.register(self.finish)
+        hook = sys.excepthook
+
+        def failed(kind: type, value: BaseException, tb: Any) -> None:
+            self.status = KILLED if issubclass(kind, KeyboardInterrupt) else FAILED
+            self.error = f"{kind.__name__}: {value}"
+            hook(kind, value, tb)
+
+        self.error = ""
+        sys.excepthook = failed
+
+    def begin(self) -> None:
+        self.meter.mark()
+
+    def end(self, t_start: float, device: torch.device) -> Dict[str, float]:
+        """The epoch's figures beside its clock, read after it ended."""
+        self.meter.mark()
+        out: Dict[str, float] = {"tree_cpu_s": self.meter.tree_s(-2, -1)}
+        other = self.meter.other_pct(-2, -1)
+        if other is not None:
+            out["host_other_cpu_pct"] = other
+        if device.type == "cuda":
+            self._attach(device)
+            out["vram_peak_allocated_mb"] = torch.cuda.max_memory_allocated(device) / MB
+            out["vram_peak_reserved_mb"] = torch.cuda.max_memory_reserved(device) / MB
+        self.sampler.poke()  # a still tree and a PSS read, while the script waits here
+        now = time.monotonic()
+        out.update(self.sampler.epoch_means(t_start, now))
+        out.update(self.sampler.peaks(t_start, now))
+        return out
+
+    def _attach(self, device: torch.device) -> None:
+        if self.gpu_attached:
+            return
+        self.gpu_attached = True
+        try:
+            self.sampler.attach_gpu(str(torch.cuda.get_device_properties(device).uuid))
+        except Exception:  # noqa: BLE001 - no NVML here: torch's own peaks still stand
+            pass
+
+    def open(self) -> Optional[str]:
+        """The MLflow run, opened on first need (after the first epoch: its import counts in no epoch)."""
+        if not self.log:
+            return None
+        if self.tracker is None:
+            self.tracker = Tracker(self.uri, self.experiment)
+            if self.run_id is None:
+                from wif.measure.sysinfo import host_tags
+
+                tags = {**host_tags(), **owner_tags(), "wif.kind": "watch", "wif.device": _device_name(),
+                        "wif.script": " ".join(sys.argv)[:4000]}
+                self.run_id = self.tracker.start_run(self.run_name or f"watch {os.path.basename(sys.argv[0])}",
+                                                     self.params, tags, self.params)
+        return self.run_id
+
+    def log_epoch(self, e: Dict[str, float], epochs: List[Dict[str, float]]) -> None:
+        self.epochs = epochs
+        run = self.open()
+        if run is not None:
+            self.tracker.log_metrics(run, {k: v for k, v in e.items() if k != "epoch"}, step=int(e["epoch"]))
+            self.tracker.set_tags(run, {"wif.n_train": int(e["samples"])})
+
+    def summary(self) -> Dict[str, float]:
+        """Over the steady epochs (the first left out where there are more): as a study run's summary."""
+        steady = self.epochs[WARMUP:] or self.epochs
+        out = {name: statistics.mean(e[k] for e in steady) for name, k in SUMMED.items()}
+        out["epoch_time_median_s"] = statistics.median(e["epoch_time_s"] for e in steady)
+        out["epochs_run"] = len(self.epochs)
+        for key in ("ram_peak_rss_mb", "ram_peak_pss_mb", "ram_peak_uss_mb", "workers_peak", "vram_peak_device_mb",
+                    "vram_peak_allocated_mb", "vram_peak_reserved_mb"):
+            values = [e[key] for e in self.epochs if key in e]
+            if values:
+                out[key] = max(values)
+        return out
+
+    def finish(self) -> None:
+        """At the script's exit: the summary logged; the run ended if the watch opened it."""
+        if self.finished:
+            return
+        self.finished = True
+        self.sampler.stop()
+        run = self.open() if self.epochs else None
+        if run is None:
+            return
+        self.tracker.log_metrics(run, {**self.summary(), "sampler_cpu_pct": self.sampler.own_cost_pct()})
+        if self.error:
+            self.tracker.set_tags(run, {"wif.error": self.error[:4000]})
+        if self.own:
+            self.tracker.end_run(run, self.status)
+
+
+def _device_name() -> str:
+    return "cuda" if torch.cuda.is_initialized() else "cpu"

@@ -141,3 +141,24 @@ def assert_refused_only_with(option: str, overrides: Sequence[str], message: str
         validate(typed(compose_cfg("preset=smoke", *overrides)))
     except ConfigError as other:
         assert "is not installed" in str(other)
+
+
+def needs(*modules: str) -> pytest.MarkDecorator:
+    """A test of optional packages skips, saying which and the extra that brings it, where one is not installed
+    (a lent GPU node with only the small wheelhouse has none of them); never an error. `modules` as imported."""
+    from wif.config.engines import installed
+
+    extras = {"spdl": "pipelines", "torchdata": "pipelines", "nvidia": "dali", "lmdb": "formats",
+              "torchcodec": "decode", "timm": "timm"}
+    missing = [m if m.startswith("nvidia.") else m.split(".")[0] for m in modules if not installed(m)]
+    said = [f'needs {m} (pip install -e ".[{extras[m.split(".")[0]]}]")' for m in missing]
+    return pytest.mark.skipif(bool(missing), reason=", ".join(said))
+
+
+def engine_case(engine: str, *more: object) -> object:
+    """A parametrize case of `engine` (and its other values), skipped where the engine's package is not installed."""
+    from wif.config import EngineName
+    from wif.config.engines import ENGINE_MODULES
+
+    module = ENGINE_MODULES.get(EngineName(engine))
+    return pytest.param(engine, *more, marks=needs(module) if module else ())

@@ -12,7 +12,7 @@ from typing import List
 import pytest
 import torch
 
-from tests.conftest import assert_refused_only_with, compose_cfg, run_train, train_runs
+from tests.conftest import assert_refused_only_with, compose_cfg, needs, run_train, train_runs
 from tests.test_formats import jpeg_folder
 from wif.config import Config, ConfigError, DecodeBackend, TransferConfig, validate
 from wif.config.targets import typed
@@ -24,6 +24,7 @@ from wif.data.transfer import StreamPrefetcher, batch_nbytes, make_transfer
 
 CPU = torch.device("cpu")
 BACKENDS = ["torchcodec", "torchvision"]
+BACKEND_CASES = [pytest.param("torchcodec", marks=needs("torchcodec")), "torchvision"]  # torchcodec: an extra
 LEVEL = 4 / 255  # one uint8 level, normalized (std 0.25)
 
 
@@ -49,7 +50,7 @@ def _compare(host: List[Batch], device: List[Batch]) -> float:
     return float(torch.stack(diffs).mean())
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKEND_CASES)
 @pytest.mark.parametrize("data", ["encoded", "folder"])
 def test_images_decoded_on_the_device_match_the_host_decoder(cache_dir: Path, data: str, backend: str) -> None:
     """data=folder here is data=encoded's JPEGs written as files, resized on decoding (64 -> 48) as the host does."""
@@ -89,7 +90,7 @@ def test_augmentation_runs_per_sample_on_the_device(cache_dir: Path) -> None:
     assert torch.equal(ex[0], ex[1])  # evaluation: no augmentation
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "shards", "folder"])
+@pytest.mark.parametrize("fmt", [pytest.param("lmdb", marks=needs("lmdb")), "shards", "folder"])
 def test_packed_formats_hand_out_bytes_the_device_decodes_as_the_host_does(tmp_path: Path, fmt: str) -> None:
     from tests.test_data import _data_cfg
     from wif.data.formats.splits import format_datasets
@@ -152,8 +153,10 @@ REFUSED = [
      "data.decode=device decodes encoded images on the device, but data=custom holds"),
     (("data=folder", "data.root=.", "data.preload=true"), "data.decode=device decodes encoded images on the device, "
                                                           "but data=folder with data.preload=true holds"),
-    (("data=encoded", "engine=dali", "loader.num_workers=2"), "data.decode=device with engine=dali: DALI decodes"),
-    (("data=encoded", "engine=nodes_threads"), "data.decode=device with engine=nodes_threads: batches of encoded"),
+    pytest.param(("data=encoded", "engine=dali", "loader.num_workers=2"), "data.decode=device with engine=dali: DALI "
+                 "decodes", marks=needs("nvidia.dali")),
+    pytest.param(("data=encoded", "engine=nodes_threads"), "data.decode=device with engine=nodes_threads: batches of "
+                 "encoded", marks=needs("torchdata.nodes")),
     (("data=encoded", "loader=gpu_resident"), "data.decode=device with loader=gpu_resident (transfer=resident)"),
     (("data=encoded", "transfer.uint8=true"), "data.decode=device with transfer.uint8=true: encoded bytes cross"),
 ]
@@ -220,7 +223,7 @@ def test_a_device_decode_run_learns_as_the_host_decode_and_logs_what_it_copied(
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKEND_CASES)
 @pytest.mark.gpu
 @needs_cuda
 def test_the_batched_cuda_decode_matches_the_cpu_decode(cache_dir: Path, backend: str) -> None:

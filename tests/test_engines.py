@@ -10,7 +10,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import CONF, compose_cfg, run_train, train_runs
+from tests.conftest import CONF, compose_cfg, engine_case, needs, run_train, train_runs
 from wif.config import ConfigError, EngineName, validate
 from wif.data.datasets import load_datasets
 from wif.data.engines import build_engine_batches
@@ -47,6 +47,7 @@ def test_settings_an_engine_cannot_take_are_refused_in_one_line(overrides: tuple
     assert "\n" not in str(err.value)
 
 
+@needs("torchdata.nodes")
 def test_nodes_procs_takes_a_start_method_and_nodes_threads_zero_workers() -> None:
     validate(_conf("engine=nodes_procs", "loader=pin_nb_w4_pf2", "loader.multiprocessing_context=spawn"))
     validate(_conf("engine=nodes_threads", "loader=pin_nb"))
@@ -74,8 +75,8 @@ def _epochs(split, engine: str, workers: int, epochs: int = 2):
     return out
 
 
-@pytest.mark.parametrize("engine,workers", [("spdl", 2), ("nodes_threads", 0), ("nodes_threads", 2),
-                                            ("nodes_procs", 2)])
+@pytest.mark.parametrize("engine,workers", [engine_case("spdl", 2), engine_case("nodes_threads", 0),
+                                            engine_case("nodes_threads", 2), engine_case("nodes_procs", 2)])
 def test_an_engine_gives_the_same_samples_per_epoch_as_dataloader(engine: str, workers: int,
                                                                    cache_dir: Path) -> None:
     data = load_datasets(_conf("data.fraction=0.4", f"data.cache_dir={cache_dir}").data)
@@ -86,6 +87,7 @@ def test_an_engine_gives_the_same_samples_per_epoch_as_dataloader(engine: str, w
         assert torch.allclose(sums, ref_sums)  # the same images, each once, in whatever order
 
 
+@needs("spdl.pipeline", "torchdata.nodes", "nvidia.dali")
 def test_every_pipelines_cell_is_valid_and_names_its_engine() -> None:
     """+study=pipelines: every engine at 2 and 4 workers, 0 where it takes them, persistent DataLoader apart."""
     study = OmegaConf.load(CONF / "study" / "pipelines.yaml")
@@ -112,6 +114,7 @@ def _samples_per_epoch(store: str, run_id: str) -> list:
 
 
 @pytest.mark.slow
+@needs("spdl.pipeline", "torchdata.nodes")
 def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
         tmp_path: Path, store: str, cache_dir: Path) -> None:
     """One engine sweep on decoded JPEGs (epochs long enough for the sampler to see every worker)."""
@@ -146,7 +149,7 @@ def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("engine", ["spdl", "nodes_threads", "nodes_procs"])
+@pytest.mark.parametrize("engine", [engine_case(e) for e in ("spdl", "nodes_threads", "nodes_procs")])
 def test_an_engine_pins_its_batches_on_cuda(engine: str, cache_dir: Path) -> None:
     conf = _conf(f"engine={engine}", "loader=pin_nb_w4_pf2", "loader.num_workers=2", f"data.cache_dir={cache_dir}")
     data = load_datasets(conf.data)

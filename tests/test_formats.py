@@ -17,12 +17,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import lmdb
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, run_train, train_runs
+from tests.conftest import ROOT, needs, run_train, train_runs
 from tests.test_data import _data_cfg
 from wif.data.datasets import load_datasets
 from wif.data.formats.check import check_pack
@@ -55,6 +54,7 @@ def _train_images(split) -> Counter:
     return Counter((hashlib.sha256(x.numpy().tobytes()).hexdigest(), int(y)) for x, y in split)
 
 
+@needs("lmdb")
 def test_a_fraction_of_0_4_takes_the_same_images_in_every_format(tmp_path: Path) -> None:
     root = jpeg_folder(tmp_path / "images")
     common = ("data=folder", f"data.root={root}", "data.fraction=0.4", "data.shard_mb=0.02", "data.augment=none")
@@ -70,6 +70,7 @@ def test_a_fraction_of_0_4_takes_the_same_images_in_every_format(tmp_path: Path)
     assert len(shards) > 1  # several shards, so the subset really spans them
 
 
+@needs("lmdb")
 @pytest.mark.slow
 def test_each_format_trains_to_finished_with_the_same_images_per_epoch(tmp_path: Path, store: str,
                                                                        cache_dir: Path) -> None:
@@ -93,6 +94,7 @@ def test_each_format_trains_to_finished_with_the_same_images_per_epoch(tmp_path:
         assert r.data.tags["wif.n_test"] == "12" and r.data.tags["wif.n_val"] == "12"
 
 
+@needs("lmdb")
 @pytest.mark.slow
 def test_a_pack_killed_half_way_is_rebuilt_not_used(tmp_path: Path, store: str) -> None:
     root = jpeg_folder(tmp_path / "images")
@@ -119,6 +121,7 @@ def test_a_pack_killed_half_way_is_rebuilt_not_used(tmp_path: Path, store: str) 
 
 
 def _lmdb_put(path: Path, key: bytes, value: bytes) -> None:
+    lmdb = pytest.importorskip("lmdb")
     env = lmdb.open(str(path), subdir=True)
     with env.begin(write=True) as txn:
         txn.put(key, value)
@@ -139,6 +142,7 @@ def _truncate_tar_member(shard: Path) -> str:
     return first.name
 
 
+@needs("lmdb")
 @pytest.mark.slow
 def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(tmp_path: Path, store: str,
                                                                             cache_dir: Path) -> None:
@@ -176,9 +180,10 @@ def _small_lmdb_pack(tmp_path: Path) -> Path:
     return out
 
 
+@needs("lmdb")
 def test_a_truncated_lmdb_record_is_named(tmp_path: Path) -> None:
     out = _small_lmdb_pack(tmp_path)
-    env = lmdb.open(str(out), subdir=True, readonly=True, lock=False)
+    env = pytest.importorskip("lmdb").open(str(out), subdir=True, readonly=True, lock=False)
     with env.begin() as txn:
         value = txn.get(b"train/00000004")
     env.close()
@@ -190,6 +195,7 @@ def test_a_truncated_lmdb_record_is_named(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
+@needs("lmdb")
 def test_a_record_that_does_not_decode_is_named(tmp_path: Path) -> None:
     out = _small_lmdb_pack(tmp_path)
     garbage = b"this is no image"
@@ -207,6 +213,7 @@ def test_a_record_that_does_not_decode_is_named(tmp_path: Path) -> None:
     assert f"pack {out}: record train/00000003 does not decode" in str(err.value) and "\n" not in str(err.value)
 
 
+@needs("lmdb")
 def test_data_encoded_is_written_as_files_and_packed_with_the_bytes_it_decodes(tmp_path: Path) -> None:
     common = ("data=encoded", "data.num_train=50", "data.num_test=10", "data.fraction=0.4", "data.augment=none",
               "data.shard_mb=0.01")
@@ -221,9 +228,10 @@ def test_data_encoded_is_written_as_files_and_packed_with_the_bytes_it_decodes(t
 
 @pytest.mark.parametrize("overrides, says", [
     (("data=synthetic", "data.format=lmdb"), "data.format=lmdb stores images decoded per sample; data=synthetic"),
-    (("data=encoded", "data.format=shards", "engine=spdl", "loader.num_workers=2"),
-     "data.format=shards streams its shards through a DataLoader; engine=spdl"),
-    (("data=encoded", "data.format=lmdb", "engine=dali", "loader.num_workers=2"), "data.format=lmdb with engine=dali"),
+    pytest.param(("data=encoded", "data.format=shards", "engine=spdl", "loader.num_workers=2"),
+                 "data.format=shards streams its shards through a DataLoader; engine=spdl", marks=needs("spdl")),
+    pytest.param(("data=encoded", "data.format=lmdb", "engine=dali", "loader.num_workers=2"),
+                 "data.format=lmdb with engine=dali", marks=needs("nvidia.dali")),
     (("data=encoded", "data.path=/somewhere"), "data.path=/somewhere names a pack, but data.format=null"),
     (("data=encoded", "data.page_cache=cold"), "data=encoded without data.format reads no files"),
     (("data=encoded", "data.format=shards", "data.shard_mb=0"), "data.shard_mb=0.0 must be above 0"),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_train, train_runs
+from tests.conftest import needs, run_train, train_runs
 from tests.test_data import _data_cfg
 from tests.test_formats import jpeg_folder
 from wif.config import ConfigError
@@ -96,6 +96,7 @@ def shm_folder():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@needs("lmdb")
 def test_a_job_refuses_cold_on_tmpfs_for_the_folder_and_for_a_pack_in_the_cache(shm_folder: Path,
                                                                                   tmp_path: Path) -> None:
     folder = _data_cfg(tmp_path / "c", "data=folder", f"data.root={shm_folder}", "data.page_cache=cold")
@@ -120,6 +121,7 @@ def test_a_sweep_with_cold_on_tmpfs_is_refused_before_its_first_job(shm_folder: 
     assert train_runs(store) == []
 
 
+@needs("lmdb")
 @pytest.mark.slow
 def test_cold_epochs_read_storage_or_the_run_says_it_was_not_cold(tmp_path: Path, store: str, cache_dir: Path) -> None:
     """An LMDB pack and an image folder, with 0 workers and with persistent ones: every measured epoch read
@@ -183,6 +185,7 @@ def test_the_report_warns_of_a_run_whose_cold_epochs_were_not_cold(tmp_path: Pat
     assert "**Warning: not cold.**" in text and "pin_nb_w4_pf2@0.1#1" in text and "stayed resident" in text
 
 
+@needs("lmdb")
 def test_under_a_cold_cache_each_batch_lets_go_of_the_lmdb_map_host_or_device_decoded(tmp_path: Path) -> None:
     """A persistent worker reads batches (DataLoader's __getitems__) and lives through the eviction: after each
     batch its process holds no map of the pack, whether it hands out decoded images or their bytes

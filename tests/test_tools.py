@@ -337,7 +337,7 @@ def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) ->
 
 
 @gpu_only
-def test_wif_batch_size_probes_from_a_process_that_has_initialized_cuda() -> None:
+def test_issue47_items3_10_wif_batch_size_probes_from_a_process_holding_cuda() -> None:
     """Issue 47 item 3: a forked probe here failed with "Cannot re-initialize CUDA in forked subprocess"."""
     from wif.tools.batch_size import run_probe
 

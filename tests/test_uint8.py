@@ -11,7 +11,7 @@ from typing import List
 import pytest
 import torch
 
-from tests.conftest import assert_refused_only_with, compose_cfg, run_train, train_runs
+from tests.conftest import assert_refused_only_with, compose_cfg, needs, run_train, train_runs
 from tests.test_data import _image_folder
 from wif.config import Config, TransferConfig
 from wif.config.targets import typed
@@ -198,7 +198,7 @@ def test_uint8_and_the_stream_prefetcher_are_cells_of_their_own_and_old_runs_kee
 
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "shards"])
+@pytest.mark.parametrize("fmt", [pytest.param("lmdb", marks=needs("lmdb")), "shards"])
 def test_packed_formats_hand_out_uint8_that_converts_to_the_float_path(tmp_path: Path, fmt: str) -> None:
     """data.format=lmdb|shards under transfer.uint8: the same images as the float path once converted."""
     from tests.test_data import _data_cfg

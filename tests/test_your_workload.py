@@ -15,7 +15,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, compose_cfg, run_train, train_runs
+from tests.conftest import ROOT, compose_cfg, needs, run_train, train_runs
 from wif.config.targets import typed
 from wif.measure.tracking import config_hash
 from wif.report.runs import RunFilter, load_runs
@@ -196,6 +196,7 @@ def test_folder_standard_augment_crops_as_the_imagenet_example(tmp_path: Path) -
     assert sets.train.decoder.native  # cropped from the full image, not from a 24 px copy
 
 
+@needs("timm")
 def test_timm_models_build_by_name_and_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     from wif.config import ConfigError, validate
     from wif.run.model import build_model

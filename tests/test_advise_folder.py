@@ -111,7 +111,7 @@ def test_contended_runs_are_run_again_and_never_decide_the_race(tmp_path: Path) 
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         out = _advise(tmp_path, *SLOW_READS, "--epochs", "2", "--race-candidates", "1", "--min-blocks", "2",
-                      "--max-epochs", "3", "--minutes", "1.5", timeout=900)
+                      "--max-blocks", "2", "--max-epochs", "3", "--minutes", "3", timeout=900)
     finally:
         burner.kill()
         burner.wait()
@@ -121,11 +121,13 @@ def test_contended_runs_are_run_again_and_never_decide_the_race(tmp_path: Path) 
     (line,) = [x for x in text.splitlines() if x.startswith("Other processes:")]
     assert "DISTURBED" in line and "% of a core" in line
     runs = advise_runs(tmp_path / "mlflow.db")
+    (parent,) = [r for r in runs if r.data.tags.get("wif.advise_role") == "parent"]
     race = [r for r in runs if r.data.tags.get("wif.advise_role") == "race" and r.info.status == "FINISHED"]
     if all(r.data.tags["wif.contended"] == "true" for r in race):  # nothing undisturbed: nothing decided
-        (parent,) = [r for r in runs if r.data.tags.get("wif.advise_role") == "parent"]
         assert parent.data.tags["wif.advise.pick"] == "keep" and "speedup" not in parent.data.metrics
         assert "Pick:" not in text
+    late = [r for r in race if r.info.start_time - parent.info.start_time > (3 * 60 + 60) * 1000]
+    assert not late, "race runs started after --minutes 3 (and a minute's slack for a slow block)"
 
 
 @pytest.mark.slow

@@ -303,9 +303,10 @@ def check_train(doc: Doc, roots: Dict[str, Path], background: "Background") -> N
         assert bad == [], f"{doc}: {len(bad)} of {len(jobs)} jobs refused: {bad[:3]}"
 
 
-def check_script(doc: Doc, name: str, argv: Sequence[str]) -> None:
+def check_script(doc: Doc, name: str, argv: Sequence[str], roots: Optional[Dict[str, Path]] = None) -> None:
     """A console script of pyproject.toml: its module's parser takes the flags as its `main` parses them,
-    and the Hydra overrides a tool takes compose, convert and validate as the tool composes them."""
+    and the Hydra overrides a tool takes compose, convert and validate as the tool composes them (a
+    placeholder data.root replaced by a folder of images, as for train.py)."""
     from wif.config.compose import load_config
 
     module = importlib.import_module(SCRIPTS[name].partition(":")[0])
@@ -315,8 +316,8 @@ def check_script(doc: Doc, name: str, argv: Sequence[str]) -> None:
         pytest.fail(f"{doc}: {name} refuses these arguments (exit {exit.code})")
     if name == "wif-plan":  # a sweep's overrides: every cell composed and validated as the tool plans them
         module.plan_cells(args.overrides)
-    elif getattr(args, "overrides", None) is not None:
-        load_config(args.overrides)  # ConfigError if the overrides cannot run
+    elif getattr(args, "overrides", None) is not None:  # a placeholder folder (/path/to/images) made for it
+        load_config(with_folders(args.overrides, roots or {}))  # ConfigError if the overrides cannot run
 
 
 def check_benchmark(doc: Doc, background: "Background") -> None:
@@ -481,7 +482,7 @@ def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], bac
         except ValueError as err:
             pytest.fail(str(err))
     elif kind == "script":
-        check_script(doc, doc.argv[0], doc.argv[1:])
+        check_script(doc, doc.argv[0], doc.argv[1:], image_roots)
     elif kind == "report-module":
         check_script(doc, "wif-report", doc.argv[3:])
     elif kind == "benchmark":

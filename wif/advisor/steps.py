@@ -197,6 +197,7 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
     say(answer.candidate_table(order, ceilings, predicted, None))
 
     race: Optional[RaceResult] = None
+    unverified = ""
     epochs = race_epochs(runner.left_s(), now, [predicted[n].epoch_s for n in raced], opts)
     if raced and epochs >= MIN_RACE_EPOCHS:
         rules = RaceRules(opts.min_blocks, opts.max_blocks, opts.margin)
@@ -204,8 +205,11 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
             f"blocks {opts.min_blocks}..{opts.max_blocks}, {runner.left_s():.0f} s left)")
         race = run_race(runner, base, [cur] + [made[n] for n in raced], rules, epochs, say)
     elif raced:
-        say(f"{PROG}: 3/4 the race: no time left for it ({runner.left_s():.0f} s of --minutes {opts.minutes:g}; "
-            f"{opts.min_blocks} blocks of {len(raced) + 1} runs need more): not verified")
+        unverified = (f"the race had no time left within --minutes {opts.minutes:g} ({opts.min_blocks} blocks of "
+                      f"{len(raced) + 1} runs need more than the {max(runner.left_s(), 0):.0f} s left), so "
+                      f"{raced[0]}, predicted {current_pred / predicted[raced[0]].epoch_s:.2f}x faster, is not "
+                      "verified: give it more --minutes.")
+        say(f"{PROG}: 3/4 the race: not run: {unverified}")
         raced = []
     else:
         say(f"{PROG}: 3/4 the race: nothing to race (" + ("not data-bound" if not data_bound else
@@ -227,7 +231,7 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         out.dataloader = answer.dataloader_kwargs(made[pick], base.loader.pin_memory)
         out.why = answer.memory_cost(race, pick)
     else:
-        out.why = answer.why_keep(race, raced, predicted, data_bound, not cuda, opts.margin)
+        out.why = unverified or answer.why_keep(race, raced, predicted, data_bound, not cuda, opts.margin)
     return out
 
 

@@ -81,5 +81,5 @@ def contention_line(runs: Sequence[Measured], threshold_pct: float) -> str:
     return (f"Other processes: DISTURBED: they used {min(m.other_pct for m in hit):.0f}-"
             f"{max(m.other_pct for m in hit):.0f}% of a core during the measured epochs of {len(hit)} of "
             f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct); each was run again "
-            "while there was time, and the race decided from uncontended runs only. The epoch times above are "
+            "while there was time, and a race looks at undisturbed blocks only. The epoch times above are "
             "slower than this machine alone gives.")

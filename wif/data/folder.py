@@ -26,7 +26,7 @@ def held_out(root: Path) -> str:
     """The name of the root's held-out split folder; ConfigError naming what is missing where there is none."""
     found = [name for name in HELD_OUT if (root / name).is_dir()]
     if not (root / "train").is_dir() or not found:
-        missing = "train/" if not (root / "train").is_dir() else "a held-out split (test/, val/ or validation/)"
+        missing = "train/" if not (root / "train").is_dir() else "held-out split (none of test/, val/, validation/)"
         raise ConfigError(f"data=folder: data.root={root} has no {missing}; it must hold {LAYOUT}.")
     return found[0]
 

@@ -2,7 +2,7 @@
 PyTorch's ImageNet example): which loader settings feed this Dataset fastest, and how long do my epochs
 take with them, split into waiting for data and computing.
 
-    python -m examples.user_script --epochs 3
+    python -m examples.user_script --epochs 3        # installed from a wheel: python -m wif.examples.user_script
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import wif
-from examples.datasets import noisy_squares
-from examples.models import small_cnn
+
+from .datasets import noisy_squares
+from .models import small_cnn
 
 
 def main() -> None:

@@ -249,6 +249,8 @@ def test_cluster_tags_outside_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     (["python", "train.py", "-m", "hydra/launcher=local_gpus"], False),
     (["python", "train.py", "-m", "hydra/launcher=slurm_ddp"], False),
     (["python", "train.py", "-m", "hydra/launcher=basic"], True),
+    (["/venv/bin/python3", "/venv/bin/wif-study", "-m", "loader=pin"], True),  # the console script
+    (["python", "-m", "wif.sweep.study", "-m", "hydra/launcher=slurm"], False),
     (["python", "-m", "submitit.local._local", "/sweep"], False),  # submitit's controller, not a job
     (["srun", "--unbuffered", "python", "-u", "-m", "submitit.core._submit", "/f"], False),  # its python is
     (["vim", "train.py"], False),

@@ -29,6 +29,7 @@ MAY_IMPORT: Mapping[str, Set[str]] = {
     "tools": {"config", "measure", "data", "run"},
     "advisor": {"config", "measure", "data", "run", "tools", "report"},
     "report": {"measure"},
+    "cli": set(),  # wif.cli: `wif`, the list of commands; imports nothing of wif
 }
 REPORT_MAY_IMPORT = {"wif.measure.tracking", "wif.measure.lifetime"}  # the store's address, and what it imports
 HEAVY = {"torch", "torchvision", "prefetch_generator", "spdl", "torchdata"}

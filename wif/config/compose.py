@@ -1,17 +1,23 @@
-"""The project's Hydra configuration for command-line tools other than train.py (wif-tune, wif-batch-size).
+"""The project's Hydra configuration for command-line tools other than the study (wif-tune, wif-plan, ...).
 
-They compose the same `conf/` with the same overrides train.py takes, so a setting found by a tool is
-pasted back into train.py unchanged. Errors come back as `ConfigError`, one sentence for the user.
+They compose the same `conf/` with the same overrides `wif-study` (train.py) takes, so a setting found by a
+tool is pasted back into the study unchanged. `conf/` ships inside the package (`wif/conf`, a link to the
+checkout's `conf/`), so the commands work from any folder; a user's own YAML folder (`--config-dir`) is searched
+after it, as Hydra's `--config-dir` adds it for the study. Errors come back as `ConfigError`, one sentence.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra._internal.hydra import Hydra
+from hydra.core.config_loader import ConfigLoader
+from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
@@ -20,18 +26,41 @@ from wif.config.checks import validate
 from wif.config.schema import Config, ConfigError, register_configs
 from wif.config.targets import typed
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the checkout's conf/, beside train.py
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # wif/conf: the checkout's conf/, or the wheel's copy
+
+
+def user_config_dir(config_dir: Optional[Path]) -> Optional[Path]:
+    """The user's own YAML folder as an absolute path (None: none given); ConfigError if it is no folder."""
+    if config_dir is None:
+        return None
+    folder = Path(config_dir).expanduser().resolve()
+    if not folder.is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: no such folder (a folder of your own YAML, e.g. "
+                          "myconf/loader/mine.yaml, searched after wif's conf/).")
+    return folder
+
+
+@contextmanager
+def wif_hydra(config_dir: Optional[Path] = None) -> Iterator[ConfigLoader]:
+    """Hydra initialized on wif's `conf/`, with the user's folder on the search path where Hydra's own
+    `--config-dir` puts it for `wif-study` (after wif's conf/), so a tool and the study compose alike."""
+    folder = user_config_dir(config_dir)
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        if folder is not None:  # as hydra._internal.utils._run_hydra adds --config-dir
+            search_path = GlobalHydra.instance().config_loader().get_search_path()
+            search_path.prepend("command-line", f"file://{folder}", anchor=SearchPathQuery(provider="schema"))
+            GlobalHydra.instance().clear()
+            Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+        yield GlobalHydra.instance().config_loader()
 
 
 def load_config(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Config:
-    """Compose `conf/config.yaml` with `overrides`, convert to the typed schema, and validate it."""
-    folder = Path(config_dir or CONF_DIR).expanduser().resolve()
-    if not (folder / "config.yaml").is_file():
-        raise ConfigError(f"no config.yaml in {folder}: pass --config-dir pointing at the project's conf/ folder.")
-    register_configs()
-    GlobalHydra.instance().clear()
+    """Compose `conf/config.yaml` with `overrides` (a name also looked up in `config_dir`, the user's own
+    folder), convert to the typed schema, and validate it."""
     try:
-        with initialize_config_dir(config_dir=str(folder), version_base="1.3"):
+        with wif_hydra(config_dir):
             cfg = compose("config", overrides=list(overrides))
         conf: Config = typed(cfg)
     except (HydraException, OmegaConfBaseException) as err:
@@ -46,8 +75,14 @@ def setup_logging(prog: str) -> None:
 
 
 def tool_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """A tool's command line: the same KEY=VALUE overrides train.py takes, and where `conf/` is."""
+    """A tool's command line: the same KEY=VALUE overrides and --config-dir the study takes."""
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the same overrides train.py takes")
-    p.add_argument("--config-dir", type=Path, help="the project's conf/ folder (default: the checkout's)")
+    add_config_args(p, "the same overrides wif-study takes")
     return p
+
+
+def add_config_args(p: argparse.ArgumentParser, overrides_help: str) -> None:
+    """The overrides, and --config-dir: a folder of the user's own YAML composed with wif's conf/."""
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=overrides_help)
+    p.add_argument("--config-dir", type=Path, help="a folder of your own YAML (e.g. myconf/loader/mine.yaml: "
+                   "loader=mine), searched after wif's conf/ as wif-study --config-dir searches it")

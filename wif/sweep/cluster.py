@@ -28,6 +28,8 @@ from wif.sweep.gpus import ClusterError, busy_gpus, claim_gpu, visible_gpus
 
 log = logging.getLogger("wif")
 
+# How a study's process shows in its command line: the checkout's script, the console script, the module.
+STUDY_COMMANDS = ("train.py", "wif-study", "wif.sweep.study")
 # Launchers whose train.py process only submits jobs and waits: not a job itself.
 SUBMITTING_LAUNCHERS = ("slurm", "slurm_ddp", "local_gpus", "submitit_slurm", "submitit_local")
 # Environment -> tag: what identifies the job to its scheduler.
@@ -55,14 +57,14 @@ def launcher_name() -> str:
 
 
 def is_job_command(cmdline: Sequence[str]) -> bool:
-    """A process that runs wif jobs: `python ... train.py ...` (the basic launcher runs its jobs in it)
-    or a submitit job (`python -m submitit.core._submit`, one per job, local or SLURM), but not a
-    train.py that only submits jobs to a submitit launcher and waits for them."""
+    """A process that runs wif jobs: `python ... train.py ...`, `wif-study ...` or `python -m wif.sweep.study`
+    (the basic launcher runs its jobs in it) or a submitit job (`python -m submitit.core._submit`, one per
+    job, local or SLURM), but not a study that only submits jobs to a submitit launcher and waits for them."""
     if len(cmdline) < 2 or not Path(cmdline[0]).name.startswith("python"):  # not `srun python ...` itself
         return False
     if "submitit.core._submit" in cmdline:
         return True
-    if not any(Path(arg).name == "train.py" for arg in cmdline[1:]):
+    if not any(Path(arg).name in STUDY_COMMANDS for arg in cmdline[1:]):
         return False
     launchers = [arg.split("=", 1)[1] for arg in cmdline if arg.startswith("hydra/launcher=")]
     return not any(name in SUBMITTING_LAUNCHERS for name in launchers)

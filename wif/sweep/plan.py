@@ -1,7 +1,7 @@
 """`wif-plan`: the price of a sweep before it starts, for the fixed grid and for the cheap way (race + auto).
 
-It expands the same overrides train.py takes into the sweep's cells and repeats, and prices each run from
-earlier runs of the same testbed (device, GPU model, network) in the MLflow store: a run costs its job's
+It expands the same overrides wif-study (train.py) takes into the sweep's cells and repeats, and prices each
+run from earlier runs of the same testbed (device, GPU model, network) in the MLflow store: a run costs its job's
 overhead (fork, data, set-up: `job_overhead_s`) plus its epochs (`time_total_s` per epoch run). The cheap
 way's epochs per run are those earlier `trainer.epochs=auto` runs took (else `trainer.min_epochs`), and its
 share of the grid's runs is what earlier races of the store ran (else the share stated as assumed).
@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
+from hydra.errors import HydraException
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from wif.config import ConfigError, register_configs, validate
-from wif.config.compose import CONF_DIR
-from wif.config.exits import EXIT_BAD_SETTING
+from wif.config import ConfigError, validate
+from wif.config.compose import add_config_args, wif_hydra
+from wif.config.exits import EXIT_BAD_SETTING, one_line
 from wif.measure.tracking import default_tracking_uri
 from wif.sweep.probe import RunCost, read_history  # noqa: F401 - RunCost: what a history holds, for callers
 
@@ -97,13 +98,14 @@ def probe_price(cells: Dict[str, int], shapes: Dict[str, tuple], probes: Dict, e
     return Price(round(runs), round(runs * epochs), seconds)
 
 
-def run_probe(overrides: Sequence[str], uri: str, experiment: str) -> float:
-    """train.py -m with the sweep's overrides and sweep.probe_only=true: the probe the budgeted sweep runs
+def run_probe(overrides: Sequence[str], uri: str, experiment: str, config_dir: Optional[Path] = None) -> float:
+    """wif-study -m with the sweep's overrides and sweep.probe_only=true: the probe the budgeted sweep runs
     (its settings not probed yet), in a process of its own as a sweep would; its wall time."""
-    train = Path(__file__).resolve().parents[2] / "train.py"
-    cmd = [sys.executable, str(train), "-m", *overrides, "sweep.probe_only=true", f"tracking.experiment={experiment}"]
-    print(f"wif-plan: no earlier run of this testbed in the store: probing each setting ({' '.join(cmd[1:])})",
-          flush=True)
+    folder = ["--config-dir", str(config_dir)] if config_dir is not None else []
+    cmd = [sys.executable, "-m", "wif.sweep.study", *folder, "-m", *overrides, "sweep.probe_only=true",
+           f"tracking.experiment={experiment}"]
+    print(f"wif-plan: no earlier run of this testbed in the store: probing each setting "
+          f"(wif-study {' '.join(cmd[3:])})", flush=True)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env={**os.environ, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -111,16 +113,22 @@ def run_probe(overrides: Sequence[str], uri: str, experiment: str) -> float:
     return time.monotonic() - t0
 
 
-def plan_cells(overrides: Sequence[str]) -> tuple:
+def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> tuple:
     """(cell -> repeats, a composed config of the sweep for its testbed and trainer, cell -> (fraction,
-    training batches an epoch)) from train.py's overrides."""
+    training batches an epoch)) from the study's overrides (names also in `config_dir`, the user's folder);
+    ConfigError for a name or value Hydra or the checks refuse."""
+    try:
+        return _plan_cells(overrides, config_dir)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(one_line(err)) from None
+
+
+def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> tuple:
     from wif.sweep.callback import plan_jobs
     from wif.sweep.job import cell_name
     from wif.sweep.budget import batches_per_epoch
 
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with wif_hydra(config_dir):
         base = compose("config", overrides=[o for o in overrides if "," not in o and "(" not in o],
                        return_hydra_config=True)
         jobs = plan_jobs(base.hydra.sweeper.params or {}, overrides)
@@ -150,7 +158,7 @@ def _probed(a: argparse.Namespace, cells: Dict[str, int], shapes: Dict[str, tupl
     probes = read_probes(client, a.experiment, testbed)
     settings = {cell.rpartition("@")[0] for cell in cells}
     if settings - set(probes):
-        spent = run_probe(a.overrides, a.tracking_uri, a.experiment)
+        spent = run_probe(a.overrides, a.tracking_uri, a.experiment, a.config_dir)
         probes = read_probes(client, a.experiment, testbed)
         missing = settings - set(probes)
         failed = f" ({len(missing)} failed: priced at the median setting)" if missing else ""
@@ -167,7 +175,7 @@ def _line(name: str, p: Price) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="wif-plan", description=__doc__.splitlines()[0])
-    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the overrides train.py -m would take")
+    add_config_args(ap, "the overrides wif-study -m would take")
     ap.add_argument("--tracking-uri", default=default_tracking_uri())
     ap.add_argument("--experiment", default="who_is_faster")
     ap.add_argument("--no-probe", action="store_true",
@@ -176,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    a = build_parser().parse_args(argv)
+    a = build_parser().parse_intermixed_args(argv)
     try:
-        cells, conf, shapes = plan_cells(a.overrides)
+        cells, conf, shapes = plan_cells(a.overrides, a.config_dir)
     except ConfigError as err:
         print(f"wif-plan: bad setting: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING

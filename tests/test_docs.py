@@ -4,15 +4,19 @@ Each ```bash block of README.md and docs/*.md is read as bash reads it (a line e
 the next, `# comments` outside quotes are dropped, words are split by shlex, `export`s apply to the rest of
 the block), and each command is covered by the real thing, no mocks:
 
-- `python train.py -m ...`: the master config composed by Hydra as `-m` composes it, its jobs planned as
-  the sweep plans them (`plan_jobs`) and checked as the sweep checks itself before its first job
+- `python train.py -m ...` (or `wif-study -m ...`, the same command installed): the master config composed by
+  Hydra as `-m` composes it, its jobs planned as the sweep plans them (`plan_jobs`) and checked as the sweep checks itself before its first job
   (`bad_jobs`); a `# N jobs` comment must match. `python train.py ...` (one run): composed, typed and
   validated, then checked as a job of one. `--cfg`: run for real. A few cheap ones also run for real (slow).
 - `wif-report`, `wif-tune`, `wif-batch-size` (pyproject's console scripts): the parser of the module each
   names takes the flags; a tool's overrides compose and validate as the tool composes them.
 - `python benchmarks/X.py`: the script exists and, where it takes flags, `--help` exits 0.
 - `python -m examples.X`: the example exists and takes the flags shown (tests/test_your_workload.py runs it).
-- `pip install -e ".[X]"`: X is an extra of pyproject.toml; `pip install --no-index --find-links DIR wif`: wif
+- `wif`: the list of commands prints. `--config-dir myconf`: the user's folder, written from the docs' ```yaml
+  blocks whose first line names a file in it (`# myconf/loader/mine.yaml`).
+- `pip wheel --no-deps -w DIR .` builds this checkout; `pip install DIR/wif-VERSION-py3-none-any.whl` installs the
+  wheel it names (tests/test_package.py builds and installs it for real). `pip install -e ".[X]"`: X is an extra of
+  pyproject.toml; `pip install --no-index --find-links DIR wif`: wif
   from a wheelhouse. `scripts/X.sh`: the script exists and takes the flags shown. Other programs: an
   explicit allow-list.
 
@@ -38,8 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import pytest
 import tomllib
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 from hydra.types import RunMode
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -86,6 +89,8 @@ REAL_RUNS = {
 
 # Placeholder image folders in the docs: a tiny real ImageFolder stands in (`broken`: one file is no image).
 PLACEHOLDER_ROOTS = {"/path/to/images": "good", "images": "broken"}
+USER_CONF = "myconf"  # the docs' folder of a user's own YAML (--config-dir myconf)
+WHEEL = f"wif-{tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']}-py3-none-any.whl"
 
 
 # --- reading the docs ------------------------------------------------------------------------------------
@@ -156,10 +161,12 @@ COMMANDS = [doc for page in PAGES for doc in commands_of(page)]
 
 
 @contextmanager
-def hydra_context() -> Iterator:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield GlobalHydra.instance().config_loader()
+def hydra_context(config_dir: Optional[Path] = None) -> Iterator:
+    """Hydra on conf/, with the user's folder where `--config-dir` puts it (wif.config.compose.wif_hydra)."""
+    from wif.config.compose import wif_hydra
+
+    with wif_hydra(config_dir) as loader:
+        yield loader
 
 
 def without_hydra(cfg: DictConfig) -> DictConfig:
@@ -185,6 +192,20 @@ def write_image_folder(root: Path, broken: bool) -> Path:
 
 
 @pytest.fixture(scope="session")
+def user_conf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """myconf/, from the docs' ```yaml blocks whose first line is `# myconf/...` (the file they show)."""
+    root = tmp_path_factory.mktemp("user") / USER_CONF
+    for page in PAGES:
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S):
+            first = block.splitlines()[0]
+            if first.startswith(f"# {USER_CONF}/"):
+                path = root / first[len(f"# {USER_CONF}/"):].split()[0].rstrip(":")  # the name, then what it is
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(block)
+    return root
+
+
+@pytest.fixture(scope="session")
 def image_roots(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     base = tmp_path_factory.mktemp("folders")
     return {name: write_image_folder(base / name, broken=name == "broken") for name in ("good", "broken")}
@@ -203,16 +224,32 @@ def doc_env(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, tmp_path: Path):
     return apply
 
 
+def study_words(doc: Doc) -> Tuple[str, ...]:
+    """What follows `python train.py` or `wif-study` (the same program)."""
+    return doc.argv[1:] if doc.argv[0] == "wif-study" else doc.argv[2:]
+
+
+def config_dir_of(argv: Sequence[str], user_conf: Path) -> Optional[Path]:
+    """The folder `--config-dir myconf` names: the docs' user folder, written by the `user_conf` fixture."""
+    if "--config-dir" not in argv:
+        return None
+    named = argv[list(argv).index("--config-dir") + 1]
+    assert named == USER_CONF, f"--config-dir {named}: the docs' own folder is {USER_CONF}"
+    return user_conf
+
+
 def train_args(doc: Doc) -> Tuple[bool, bool, List[str]]:
-    """(multirun, prints a config (--cfg), overrides) of `python train.py ...`."""
+    """(multirun, prints a config (--cfg), overrides) of `python train.py ...` or `wif-study ...`."""
     multirun, prints, overrides = False, False, []
-    words = iter(doc.argv[2:])
+    words = iter(study_words(doc))
     for word in words:
         if word in ("-m", "--multirun"):
             multirun = True
         elif word in ("--cfg", "-c", "-p", "--package"):
             prints = True
             next(words)
+        elif word == "--config-dir":
+            next(words)  # config_dir_of
         elif word.startswith("-"):
             raise ValueError(f"{doc}: flag {word} of train.py that this test does not know how to check")
         else:
@@ -272,7 +309,7 @@ def documented_jobs(doc: Doc) -> Optional[int]:
 # --- the checks, one kind of command each ----------------------------------------------------------------
 
 
-def check_train(doc: Doc, roots: Dict[str, Path], background: "Background") -> None:
+def check_train(doc: Doc, roots: Dict[str, Path], background: "Background", user_conf: Path) -> None:
     from wif.sweep.callback import plan_jobs
 
     multirun, prints, overrides = train_args(doc)
@@ -282,7 +319,7 @@ def check_train(doc: Doc, roots: Dict[str, Path], background: "Background") -> N
         assert proc.returncode == 0 and proc.stdout.strip(), f"{doc}\n{proc.stdout}\n{proc.stderr}"
         return
     overrides = with_folders(overrides, roots)
-    with hydra_context() as loader:
+    with hydra_context(config_dir_of(doc.argv, user_conf)) as loader:
         if multirun:  # the master config as `-m` composes it; its jobs as the sweep plans and checks them
             master = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
             jobs = plan_jobs(master.hydra.sweeper.params or {}, master.hydra.overrides.task)
@@ -303,21 +340,26 @@ def check_train(doc: Doc, roots: Dict[str, Path], background: "Background") -> N
         assert bad == [], f"{doc}: {len(bad)} of {len(jobs)} jobs refused: {bad[:3]}"
 
 
-def check_script(doc: Doc, name: str, argv: Sequence[str], roots: Optional[Dict[str, Path]] = None) -> None:
+def check_script(doc: Doc, name: str, argv: Sequence[str], roots: Optional[Dict[str, Path]] = None,
+                 user_conf: Optional[Path] = None) -> None:
     """A console script of pyproject.toml: its module's parser takes the flags as its `main` parses them,
     and the Hydra overrides a tool takes compose, convert and validate as the tool composes them (a
     placeholder data.root replaced by a folder of images, as for train.py)."""
     from wif.config.compose import load_config
 
     module = importlib.import_module(SCRIPTS[name].partition(":")[0])
+    if name == "wif":  # the list of commands: prints, exit 0
+        assert module.main(list(argv)) == 0, f"{doc}: wif refuses {argv}"
+        return
+    folder = config_dir_of(argv, user_conf)
     try:
         args = module.build_parser().parse_intermixed_args(list(argv))
     except SystemExit as exit:  # argparse's way of refusing a flag (its message is on stderr)
         pytest.fail(f"{doc}: {name} refuses these arguments (exit {exit.code})")
     if name == "wif-plan":  # a sweep's overrides: every cell composed and validated as the tool plans them
-        module.plan_cells(args.overrides)
+        module.plan_cells(args.overrides, folder)
     elif getattr(args, "overrides", None) is not None:  # a placeholder folder (/path/to/images) made for it
-        load_config(with_folders(args.overrides, roots or {}))  # ConfigError if the overrides cannot run
+        load_config(with_folders(args.overrides, roots or {}), folder)  # ConfigError if the overrides cannot run
 
 
 def check_benchmark(doc: Doc, background: "Background") -> None:
@@ -334,6 +376,14 @@ def check_example(doc: Doc) -> None:
     assert path.is_file(), f"{doc}: no such example"
     flags = [w.split("=")[0] for w in doc.argv[3:] if w.startswith("--")]
     assert all(f'"{flag}"' in path.read_text() for flag in flags), f"{doc}: the example does not take {flags}"
+
+
+def check_pip_wheel(doc: Doc) -> None:
+    """`pip wheel --no-deps -w DIR .` then `pip install DIR/<the wheel it writes>`: this checkout's wheel."""
+    if doc.argv[1] == "wheel":
+        assert doc.argv[2:] in (("--no-deps", "-w", "dist", "."),), f"{doc}: builds something else than wif's wheel"
+    else:
+        assert doc.argv[2:] == (f"dist/{WHEEL}",), f"{doc}: the wheel is dist/{WHEEL}"
 
 
 def check_pip(doc: Doc) -> None:
@@ -369,7 +419,7 @@ def check_external(doc: Doc) -> None:
 
 def kind_of(doc: Doc) -> str:
     argv = doc.argv
-    if argv[:2] == ("python", "train.py"):
+    if argv[:2] == ("python", "train.py") or argv[0] == "wif-study":
         return "train"
     if argv[:3] == ("python", "-m", "wif.report"):
         return "report-module"
@@ -381,6 +431,8 @@ def kind_of(doc: Doc) -> str:
         return "script"
     if argv[:3] == ("pip", "install", "-e"):
         return "pip-extra"
+    if argv[:2] == ("pip", "wheel") or (argv[:2] == ("pip", "install") and argv[-1].endswith(".whl")):
+        return "pip-wheel"
     if argv[:4] == ("pip", "install", "--no-index", "--find-links") and argv[5:] == ("wif",):
         return "pip-offline"  # wif from a wheelhouse (scripts/wheelhouse.sh; rehearsed as docs/ddp.md says)
     if argv[0].startswith("scripts/"):
@@ -400,7 +452,7 @@ def process_of(doc: Doc) -> Optional[List[str]]:
     kind = kind_of(doc)
     try:
         if kind == "train" and train_args(doc)[1]:
-            return [sys.executable, str(ROOT / "train.py"), *doc.argv[2:]]
+            return [sys.executable, str(ROOT / "train.py"), *study_words(doc)]
     except ValueError:
         return None  # an unknown flag: the check says so
     script = ROOT / doc.argv[1] if kind == "benchmark" else None
@@ -473,24 +525,27 @@ ORDERED = sorted(COMMANDS, key=lambda doc: process_of(doc) is not None)
 
 
 @pytest.mark.parametrize("doc", ORDERED, ids=str)
-def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], background: Background) -> None:
+def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], user_conf: Path,
+                            background: Background) -> None:
     doc_env(doc)
     kind = kind_of(doc)
     if kind == "train":
         try:
-            check_train(doc, image_roots, background)
+            check_train(doc, image_roots, background, user_conf)
         except ValueError as err:
             pytest.fail(str(err))
     elif kind == "script":
-        check_script(doc, doc.argv[0], doc.argv[1:], image_roots)
+        check_script(doc, doc.argv[0], doc.argv[1:], image_roots, user_conf)
     elif kind == "report-module":
-        check_script(doc, "wif-report", doc.argv[3:])
+        check_script(doc, "wif-report", doc.argv[3:], user_conf=user_conf)
     elif kind == "benchmark":
         check_benchmark(doc, background)
     elif kind == "example":
         check_example(doc)
     elif kind == "pip-extra":
         check_pip(doc)
+    elif kind == "pip-wheel":
+        check_pip_wheel(doc)
     elif kind == "project-script":
         check_project_script(doc)
     elif kind == "pip-offline":

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.conftest import run_train, train_runs
-from wif.measure.contention import tree_cpu_s
+from wif.measure.contention import machine_busy_s, tree_cpu_s
 
 pytestmark = pytest.mark.slow
 
@@ -19,10 +20,24 @@ pytestmark = pytest.mark.slow
 RUN = ("preset=smoke", "loader=baseline", "data.num_train=4000", "data.fraction=1.0", "trainer.epochs=3")
 
 
+def others_cpu_pct(seconds: float = 3.0) -> float:
+    """Percent of a core other processes use now: the machine's busy time (/proc/stat, as the runs' meter
+    reads it) less this process's own, over `seconds` of this process sleeping."""
+    me = psutil.Process()
+    busy, own, t = machine_busy_s(), me.cpu_times(), time.monotonic()
+    time.sleep(seconds)
+    busy2, own2, t2 = machine_busy_s(), me.cpu_times(), time.monotonic()
+    if busy is None or busy2 is None:
+        pytest.skip("no /proc/stat: the machine's CPU use cannot be read")
+    ours = (own2.user + own2.system) - (own.user + own.system)
+    return max(100.0 * ((busy2 - busy) - ours) / (t2 - t), 0.0)
+
+
+QUIET_PCT = 25  # measure.contended_pct's default: above it, a run is rightly tagged contended
+
+
 def test_a_run_beside_cpu_bound_processes_is_tagged_contended_and_alone_it_is_not(
         tmp_path: Path, store: str, cache_dir: Path) -> None:
-    alone = run_train(tmp_path, store, cache_dir, *RUN, "repeat=0", multirun=False)
-    assert alone.returncode == 0, alone.stderr[-3000:]
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         beside = run_train(tmp_path, store, cache_dir, *RUN, "repeat=1", multirun=False)
@@ -31,16 +46,26 @@ def test_a_run_beside_cpu_bound_processes_is_tagged_contended_and_alone_it_is_no
             hog.kill()
             hog.wait()
     assert beside.returncode == 0, beside.stderr[-3000:]
-    runs = {r.data.tags["wif.repeat"]: r for r in train_runs(store, status="FINISHED")}
-    quiet, shared = runs["0"], runs["1"]
-    print(f"\nothers' CPU: alone {quiet.data.metrics['host_other_cpu_pct']:.0f}%, beside "
-          f"{len(hogs)} busy loops {shared.data.metrics['host_other_cpu_pct']:.0f}% of a core")
-    assert quiet.data.tags["wif.contended"] == "false"
-    assert quiet.data.metrics["host_other_cpu_pct"] < 25
+    shared = {r.data.tags["wif.repeat"]: r for r in train_runs(store, status="FINISHED")}["1"]
     assert shared.data.tags["wif.contended"] == "true"
     assert shared.data.metrics["host_other_cpu_pct"] > 50
     out = beside.stdout + beside.stderr
     assert "CONTENDED: other processes used" in out and "tagged wif.contended=true" in out
+
+    # Alone: only where the machine is quiet, or the run would rightly be contended. Measured first, and
+    # again if the run says it was contended (others may have started meanwhile).
+    before = others_cpu_pct()
+    if before > QUIET_PCT:
+        pytest.skip(f"the 'alone' half needs a quiet machine: others use {before:.0f}% of a core")
+    alone = run_train(tmp_path, store, cache_dir, *RUN, "repeat=0", multirun=False)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    quiet = {r.data.tags["wif.repeat"]: r for r in train_runs(store, status="FINISHED")}["0"]
+    print(f"\nothers' CPU: alone {quiet.data.metrics['host_other_cpu_pct']:.0f}% (the machine before: "
+          f"{before:.0f}%), beside {len(hogs)} busy loops {shared.data.metrics['host_other_cpu_pct']:.0f}% of a core")
+    if quiet.data.tags["wif.contended"] == "true" and (after := others_cpu_pct()) > QUIET_PCT:
+        pytest.skip(f"others started using the CPU during the 'alone' run ({after:.0f}% of a core after it)")
+    assert quiet.data.tags["wif.contended"] == "false"
+    assert quiet.data.metrics["host_other_cpu_pct"] < 25
     assert "CONTENDED" not in alone.stdout + alone.stderr
 
 
@@ -94,5 +119,14 @@ def test_each_epoch_logs_the_cpu_seconds_of_the_run_and_its_workers(tmp_path: Pa
     burning, sleeping = per_epoch["1"], per_epoch["0"]
     print(f"\ntree_cpu_s per epoch: items computing {burning}, items sleeping {sleeping}")
     assert len(burning) == len(sleeping) == 2
-    assert all(1.66 <= cpu < 1.66 + 2.0 for cpu in burning), burning  # the items' own, and the step's
+    assert all(cpu >= 1.66 for cpu in burning), burning  # the items' own thread time, in workers that ended
+    # Upper bounds need a quiet machine: beside other processes the step's own CPU time grows (its threads
+    # spin while they wait for a core), by more than the items' 1.66 s. The runs' own meter says, each
+    # epoch, whether others were there (host_other_cpu_pct; above 25% of a core a run is tagged contended).
+    others = max(m.value for r in train_runs(store, status="FINISHED")
+                 for m in client.get_metric_history(r.info.run_id, "host_other_cpu_pct"))
+    if others > 25:
+        pytest.skip(f"the upper bounds need a quiet machine: others used up to {others:.0f}% of a core in an "
+                    "epoch of these runs")
+    assert all(cpu < 1.66 + 2.0 for cpu in burning), burning  # the items' own, and the step's
     assert all(cpu < burning[1] - 1.2 for cpu in sleeping), (sleeping, burning)

@@ -11,7 +11,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import wif
-from examples.train_classify import parser
+
+from .train_classify import parser
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from examples.train_classify import parser, train
+from .train_classify import parser, train
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import wif
-from examples.train_classify import parser
+
+from .train_classify import parser
 
 
 class Blobs(Dataset):

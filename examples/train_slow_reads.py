@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from examples.train_classify import parser, train
 from wif.advisor.examples import SlowReads
+
+from .train_classify import parser, train
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from timm.data.loader import PrefetchLoader
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from examples.train_classify import parser, train
+from .train_classify import parser, train
 
 
 class Bytes(Dataset):

@@ -69,6 +69,18 @@ def test_a_users_folder_composes_with_wifs_and_a_name_in_neither_is_refused(tmp_
     assert not (tmp_path / "mlflow.db").exists()
 
 
+def test_the_examples_import_each_other_as_the_package_they_ship_in() -> None:
+    """examples/ ships as wif.examples: an example importing `examples.x` works only in the checkout."""
+    import ast
+
+    absolute = [f"{path.name}: {node.module}" for path in sorted((ROOT / "examples").glob("*.py"))
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("examples")]
+    assert absolute == [], "import them relatively (from .models import ...)"
+    assert (ROOT / "wif" / "examples").resolve() == (ROOT / "examples").resolve()
+    assert (ROOT / "wif" / "conf").resolve() == (ROOT / "conf").resolve()
+
+
 # ----------------------------------------------------------------------------- slow: the wheel, installed
 def files_of(whl: Path) -> Dict[str, str]:
     """name -> sha256 of every file in a wheel but its RECORD (which lists the same hashes)."""

@@ -24,7 +24,6 @@ from typing import Dict, List
 import pytest
 
 from tests.conftest import ROOT
-from wif.cli import COMMANDS, usage
 
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 MY_LOADER = "# a user's own loader option (the keys of `loader`): two workers, pinned\n" \
@@ -40,6 +39,8 @@ def user_conf(where: Path) -> Path:
 
 # ----------------------------------------------------------------------------- fast: the checkout's modules
 def test_wif_lists_every_command_in_one_screen() -> None:
+    from wif.cli import COMMANDS, usage
+
     names = [name for name, _ in COMMANDS]
     assert len(set(names)) == len(names) and set(SCRIPTS) == {"wif", *names}, "the list and pyproject differ"
     done = subprocess.run([sys.executable, "-m", "wif.cli", "--help"], capture_output=True, text=True, cwd=ROOT)

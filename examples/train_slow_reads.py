@@ -8,11 +8,11 @@ by the classification loop: at 0 workers the step waits on the data, and workers
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 
 from wif.advisor.examples import SlowReads
 
+from .models import small_cnn
 from .train_classify import parser, train
 
 
@@ -23,9 +23,7 @@ def main() -> None:
     data = SlowReads(args.n_train, size=32, num_classes=4, delay_ms=args.delay_ms, seed=0)
     loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                         persistent_workers=args.workers > 0)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                          nn.Flatten(), nn.Linear(16, 4))
-    train(model, loader, args.epochs, torch.device("cpu"))
+    train(small_cnn(num_classes=4, width=8), loader, args.epochs, torch.device("cpu"))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from wif.measure.timing import synchronize
 from wif.run.loop import TimedFeed
-from wif.tools.watch_orders import Orders
+from wif.tools.watch_orders import ENV, Orders
 from wif.tools.watch_record import Record
 
 WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
@@ -80,14 +80,14 @@ class Session:
     one MLflow run."""
 
     def __init__(self, batches: Iterable[Any], experiment: Optional[str], run_name: Optional[str], log: bool,
-                 say: Callable[[str], None]) -> None:
-        self.batches, self.say = batches, say
+                 say: Callable[[str], None], orders: Optional[Orders] = None) -> None:
+        self.batches, self.say, self.orders = batches, say, orders
         found = find_dataloader(batches)
+        if self.orders is not None:
+            self.orders.take(batches, found)  # the candidate's settings, where wif-advise gives any
+            found = find_dataloader(self.orders.source(batches))
         self.loader: Optional[DataLoader] = found[2] if found else None
         self.batch_size = int(getattr(self.loader, "batch_size", None) or getattr(batches, "batch_size", 0) or 1)
-        self.orders = Orders.from_env()
-        if self.orders is not None:
-            self.orders.take(batches, found)
         self.record = Record(self.settings(), experiment, run_name, log, self.orders)
         self.epochs: List[Dict[str, float]] = []
 
@@ -102,15 +102,23 @@ class Session:
                 "drop_last": lo.drop_last, "dataset_len": _len(lo.dataset)}
 
     def epoch(self) -> Iterator[Any]:
-        """One pass: the batches as they come, timed; the figures recorded when the pass ends (however)."""
-        if self.orders is not None:
-            self.orders.before_epoch(len(self.epochs), self.record)
-        source = self.orders.batches(self.batches) if self.orders is not None else self.batches
+        """One pass: the batches as they come, timed. Under orders: as the measurement asks (wif.tools.watch_orders)."""
+        orders = self.orders
+        if orders is not None and orders.mode == "loader_only":  # the loader alone; the step never runs
+            while not orders.done:
+                for _ in self._timed(orders.batches(self.batches, len(self.epochs))):
+                    pass
+            orders.leave(self.record)
+        yield from self._timed(orders.batches(self.batches, len(self.epochs)) if orders else self.batches)
+        if orders is not None and orders.done:
+            orders.leave(self.record)
+
+    def _timed(self, source: Iterable[Any]) -> Iterator[Any]:
+        """The batches of `source`, timed by the loop's clock; the figures recorded when the pass ends (however)."""
         feed = TimedFeed(source, _as_is, lambda b: samples_in(b, self.batch_size))
-        device = _cuda()
         self.record.begin()
         batches, complete = 0, False
-        synchronize(device)  # sync point: nothing from before is counted in this epoch
+        synchronize(_cuda())  # sync point: nothing from before is counted in this epoch
         t_start, t0 = time.monotonic(), time.perf_counter()
         try:
             for batch in feed:
@@ -193,5 +201,10 @@ def watch(batches: Iterable[Any], *, experiment: Optional[str] = None, run_name:
     session = _sessions.get(id(batches))
     if session is None or session.batches is not batches:
         say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
-        session = _sessions[id(batches)] = Session(batches, experiment, run_name, log, say)
+        orders = None
+        if not _sessions and os.environ.get(ENV):  # wif-advise's orders go to the first loader watched
+            orders = Orders.from_env()
+        elif os.environ.get(ENV):  # another loader (validation, say) of a script under orders: passed through
+            return batches  # type: ignore[return-value]
+        session = _sessions[id(batches)] = Session(batches, experiment, run_name, log, say, orders)
     return Watched(batches, session)

@@ -1,38 +1,147 @@
-"""Orders to `wif.watch` from `wif-advise -- python my_train.py ...`, through the environment (the script is
-unchanged): which measurement this process of the script is for. Without WIF_WATCH_ORDERS there are none."""
+"""Orders to `wif.watch` from `wif-advise -- python my_train.py ...`, through the environment (WIF_WATCH_ORDERS,
+JSON), so the script runs unchanged: which of advise's measurements this process of the script is.
+
+- `train`: the script as it is, each epoch capped at `batches` batches; `epochs` epochs, or with `auto` until
+  the study's stopping rule (`wif.run.stopping.decide`) says the median is pinned, as `trainer.epochs=auto`;
+- `bound`: the first batches replayed, as `data=fixed` is: the first epoch reads them (its warm-up), every
+  later one hands the step the same batches again, so the loader costs nothing;
+- `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs.
+
+With `loader` settings, the script's DataLoader (or the one inside its wrapper) is rebuilt with them, its
+dataset, sampler or batch sampler, collate_fn, worker_init_fn and generator kept. When the measurement has
+what it needs the process leaves (SystemExit 0) at the end of that epoch; the figures go to the run wif-advise
+opened (`run_id`), which wif-advise ends from the exit code.
+"""
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Iterator, List, Optional
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from wif.run.stopping import StopRule, decide
+from wif.run.supervise import MEMORY_PEAKS
+from wif.run.training import CappedBatches
 
 ENV = "WIF_WATCH_ORDERS"
+MODES = ("train", "bound", "loader_only")
+REPLAYED = 8  # batches kept for the bound: the DALI LoaderEvaluator's idea, within a few hundred MB at 224 px
 
 
 class Orders:
-    """One measurement's orders (filled in by wif-advise's runner)."""
+    """One measurement's orders, read once per process."""
 
-    def __init__(self, spec: dict) -> None:
+    def __init__(self, spec: Dict[str, Any]) -> None:
         self.spec = spec
-        self.uri, self.run_id = spec["uri"], spec["run_id"]
+        self.uri, self.run_id, self.mode = spec["uri"], spec["run_id"], spec.get("mode", "train")
+        if self.mode not in MODES:
+            raise SystemExit(f"wif.watch: {ENV} has mode={self.mode!r}; one of {', '.join(MODES)}")
+        self.cap: Optional[int] = spec.get("batches")
+        self.epochs: Optional[int] = spec.get("epochs")
+        self.rule = StopRule(**spec["auto"]) if spec.get("auto") else None
+        self.done, self.reason = False, ""
+        self.replay: List[Any] = []
+        self.rebuilt: Optional[DataLoader] = None
 
     @classmethod
     def from_env(cls) -> Optional["Orders"]:
         text = os.environ.get(ENV)
         return cls(json.loads(text)) if text else None
 
+    # ------------------------------------------------------------------ the loader
     def take(self, batches: Any, found: Optional[tuple]) -> None:
-        pass
+        """Rebuild the DataLoader with the candidate's settings, where the orders give any."""
+        settings = self.spec.get("loader")
+        if not settings:
+            return
+        if found is None:
+            raise SystemExit(f"wif.watch: cannot set {settings} on a {type(batches).__name__}: no DataLoader "
+                             "inside it")
+        holder, attr, loader = found
+        self.rebuilt = rebuild(loader, settings)
+        if holder is not None:
+            setattr(holder, attr, self.rebuilt)
 
-    def before_epoch(self, done: int, record: Any) -> None:
-        pass
-
-    def batches(self, batches: Any) -> Any:
-        return batches
-
-    def after_epoch(self, epochs: list, record: Any) -> None:
-        pass
+    def source(self, batches: Any) -> Any:
+        """What the epoch iterates: the rebuilt DataLoader where the watched object was one."""
+        return self.rebuilt if self.rebuilt is not None and isinstance(batches, DataLoader) else batches
 
     def length(self, batches: Any) -> int:
-        return len(batches)
+        n = len(self.source(batches))
+        return min(n, self.cap) if self.cap else n
+
+    def batches(self, batches: Any, done: int) -> Any:
+        """The epoch's batches as the orders have them: capped, and for the bound replayed after the first."""
+        source = self.source(batches)
+        if self.mode == "bound" and done > 0 and self.replay:
+            return _Replay(self.replay, self.length(batches))
+        capped = CappedBatches(source, self.cap) if self.cap else source
+        return _Keep(capped, self.replay, REPLAYED) if self.mode == "bound" and done == 0 else capped
+
+    # ------------------------------------------------------------------ when to leave
+    def after_epoch(self, epochs: List[Dict[str, float]], record: Any) -> None:
+        if self.rule is not None:
+            memory = {k: [e.get(k, 0.0) for e in epochs] for k in MEMORY_PEAKS if k in epochs[-1]}
+            decision = decide([e["epoch_time_s"] for e in epochs], memory, self.rule)
+            self.done, self.reason = decision.stop, decision.reason
+        elif self.epochs is not None and len(epochs) >= self.epochs:
+            self.done, self.reason = True, f"{self.epochs} epochs (fixed)"
+        if self.done:
+            record.stop_reason = self.reason
+
+    def leave(self, record: Any) -> None:
+        """The measurement has what it needs: log, and end the script's process."""
+        record.finish()
+        raise SystemExit(0)
+
+
+class _Keep:
+    """The first epoch's batches, passed on, the first `keep` of them kept for the bound's replay."""
+
+    def __init__(self, batches: Any, kept: List[Any], keep: int) -> None:
+        self.batches, self.kept, self.keep = batches, kept, keep
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.batches:
+            if len(self.kept) < self.keep:
+                self.kept.append(batch)
+            yield batch
+
+
+class _Replay:
+    """The kept batches again, round and round, `count` of them: no loading at all."""
+
+    def __init__(self, kept: List[Any], count: int) -> None:
+        self.kept, self.count = kept, count
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(itertools.cycle(self.kept), self.count)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
+    """`loader` again with other worker settings; what decides its batches kept as it was."""
+    workers = int(settings.get("num_workers", loader.num_workers))
+    kwargs: Dict[str, Any] = dict(num_workers=workers, collate_fn=loader.collate_fn,
+                                  pin_memory=bool(settings.get("pin_memory", loader.pin_memory)),
+                                  timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+                                  generator=loader.generator, pin_memory_device=loader.pin_memory_device)
+    if isinstance(loader.dataset, IterableDataset):
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_size is None and loader.batch_sampler is not None:  # the user's own batch sampler
+        kwargs.update(batch_sampler=loader.batch_sampler)
+    else:
+        kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
+    if workers > 0:
+        kwargs.update(prefetch_factor=settings.get("prefetch_factor") or loader.prefetch_factor or 2,
+                      persistent_workers=bool(settings.get("persistent_workers", loader.persistent_workers)),
+                      multiprocessing_context=loader.multiprocessing_context)
+        if "in_order" in inspect.signature(DataLoader.__init__).parameters:  # torch >= 2.6
+            kwargs["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
+    return DataLoader(loader.dataset, **kwargs)

@@ -39,7 +39,8 @@ class Record:
     def __init__(self, params: Dict[str, Any], experiment: Optional[str], run_name: Optional[str], log: bool,
                  orders: Any = None) -> None:
         self.params, self.run_name, self.log = params, run_name, log
-        self.experiment = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment
+        self.experiment = (orders.spec["experiment"] if orders is not None else experiment
+                           or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment)
         self.uri = orders.uri if orders is not None else default_tracking_uri()
         self.run_id: Optional[str] = orders.run_id if orders is not None else None
         self.own = self.run_id is None  # the watch ends only the run it opened
@@ -51,6 +52,7 @@ class Record:
         self.meter = HostCpuMeter(os.getpid())
         self.gpu_attached = False
         self.finished = False
+        self.stop_reason = "the script's own epochs"
         atexit.register(self.finish)
         hook = sys.excepthook
 
@@ -136,8 +138,8 @@ class Record:
         if run is None:
             return
         self.tracker.log_metrics(run, {**self.summary(), "sampler_cpu_pct": self.sampler.own_cost_pct()})
-        if self.error:
-            self.tracker.set_tags(run, {"wif.error": self.error[:4000]})
+        self.tracker.set_tags(run, {"wif.stop_reason": self.stop_reason, **({"wif.error": self.error[:4000]}
+                                                                            if self.error else {})})
         if self.own:
             self.tracker.end_run(run, self.status)
 

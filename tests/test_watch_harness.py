@@ -1,0 +1,41 @@
+"""The watch and train.py's harness agree on the same workload: the user's script under `wif.watch` and
+`python train.py` on the same Dataset (items that sleep 8 ms: a read that takes no CPU) and model
+(examples.models.small_cnn, width 8), 0 workers, batches of 64, the first epoch left out by both. Sleep-dominated, so a busy machine moves both sides alike."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import run_train, train_runs
+from tests.test_watch import run_script, watch_runs
+
+ITEMS, DELAY_MS = 256, 8
+
+
+@pytest.mark.slow
+def test_the_watch_and_the_harness_agree(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    if os.getloadavg()[0] > 5 * cores:
+        pytest.skip(f"the machine is too loaded to compare timings (load {os.getloadavg()[0]:.1f} on {cores} cores)")
+    harness = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=custom",
+                        "data._target_=wif.advisor.examples.slow_reads", f"+data.kwargs.n_train={ITEMS * 10}",
+                        f"+data.kwargs.delay_ms={DELAY_MS}", "data.fraction=0.1", "loader=baseline",
+                        "model=custom", "model._target_=examples.models.small_cnn", "+model.kwargs.width=8",
+                        "trainer.epochs=4", multirun=False)
+    assert harness.returncode == 0, harness.stderr[-3000:]
+    watched = run_script(tmp_path, store, "train_slow_reads", "--epochs", "4", "--n-train", str(ITEMS),
+                         "--delay-ms", str(DELAY_MS), "--batch-size", "64")
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    (h,) = train_runs(store, status="FINISHED")
+    (w,) = watch_runs(store)
+    assert h.data.tags["wif.n_train"] == str(ITEMS) and w.data.tags["wif.n_train"] == str(ITEMS)
+    hm, wm = h.data.metrics, w.data.metrics
+    print(f"\nepoch median: harness {hm['epoch_time_median_s']:.3f} s, watch {wm['epoch_time_median_s']:.3f} s; "
+          f"data wait: {hm['data_wait_share_mean']:.3f} against {wm['data_wait_share_mean']:.3f}")
+    assert abs(wm["epoch_time_median_s"] / hm["epoch_time_median_s"] - 1) < 0.05
+    assert abs(wm["data_wait_share_mean"] - hm["data_wait_share_mean"]) < 0.05
+    assert len(MlflowClient(store).get_metric_history(w.info.run_id, "epoch_time_s")) == 4

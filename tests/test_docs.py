@@ -351,6 +351,10 @@ def check_script(doc: Doc, name: str, argv: Sequence[str], roots: Optional[Dict[
     if name == "wif":  # the list of commands: prints, exit 0
         assert module.main(list(argv)) == 0, f"{doc}: wif refuses {argv}"
         return
+    if name == "wif-advise" and "--" in argv:  # the user's own script after `--` (wif.advisor.script)
+        argv, command = list(argv[:list(argv).index("--")]), list(argv[list(argv).index("--") + 1:])
+        assert command[:2] == ["python", "-m"] and command[2].startswith("examples."), f"{doc}: not an example"
+        check_example(Doc(doc.page, doc.line, tuple(command)))
     folder = config_dir_of(argv, user_conf)
     try:
         args = module.build_parser().parse_intermixed_args(list(argv))
@@ -375,7 +379,9 @@ def check_example(doc: Doc) -> None:
     path = ROOT / (doc.argv[2].replace(".", "/") + ".py")
     assert path.is_file(), f"{doc}: no such example"
     flags = [w.split("=")[0] for w in doc.argv[3:] if w.startswith("--")]
-    assert all(f'"{flag}"' in path.read_text() for flag in flags), f"{doc}: the example does not take {flags}"
+    text = path.read_text()  # with the examples it builds its parser from (`from .X import parser`)
+    text += "".join((path.parent / f"{m}.py").read_text() for m in re.findall(r"from (?:examples)?\.(\w+) import", text))
+    assert all(f'"{flag}"' in text for flag in flags), f"{doc}: the example does not take {flags}"
 
 
 def check_pip_wheel(doc: Doc) -> None:

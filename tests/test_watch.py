@@ -115,3 +115,32 @@ def test_a_loop_that_raises_ends_its_run_failed_and_watch_0_turns_it_off(tmp_pat
     assert len(history(store, run.info.run_id, "epoch_time_s")) == 2
     off = run_script(tmp_path, store, str(script), env={"WIF_WATCH": "0"})
     assert "wif.watch" not in off.stderr and len(watch_runs(store)) == 1
+
+
+def _seeded_loader() -> DataLoader:
+    """A loader whose batches depend on everything a rebuild must keep: its sampler's generator, its collate_fn
+    and worker_init_fn (which tags each batch with the worker count it saw)."""
+    data = TensorDataset(torch.arange(40))
+    return DataLoader(data, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7),
+                      collate_fn=_collate, worker_init_fn=_init_worker, drop_last=True)
+
+
+def _collate(items: list) -> dict:
+    info = torch.utils.data.get_worker_info()
+    return {"x": torch.stack([i[0] for i in items]), "workers": info.num_workers if info else 0}
+
+
+def _init_worker(worker_id: int) -> None:
+    torch.manual_seed(1234 + worker_id)
+
+
+def test_a_rebuilt_loader_keeps_what_decides_its_batches() -> None:
+    from wif.tools.watch_orders import rebuild
+
+    before = [b["x"].tolist() for b in _seeded_loader()]
+    loader = rebuild(_seeded_loader(), {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4})
+    assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (2, True, 4)
+    assert loader.worker_init_fn is _init_worker and loader.drop_last
+    batches = list(loader)
+    assert [b["x"].tolist() for b in batches] == before  # the same generator, sampler and order
+    assert {b["workers"] for b in batches} == {2}  # the user's collate_fn ran in the new workers

@@ -1,6 +1,7 @@
 """`wif-advise`: why is my training slow, and what should I change. The same overrides as train.py.
 
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
+    wif-advise -- python my_train.py ARGS...      (your own script, under wif.watch: wif.advisor.script)
 
 The steps (wif.advisor.steps): where the time goes, candidates predicted, the best raced, the answer, within
 `--minutes`; here the command line, its refusals (one line, exit 2, before anything runs) and its output.
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from wif.advisor import script
 from wif.advisor.steps import PROG, Advice, Options, advise
 from wif.config import ConfigError
 from wif.config.compose import load_config, setup_logging, tool_parser
@@ -94,11 +96,15 @@ def check(opts: Options) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logging(PROG)
+    argv, command = script.split(sys.argv[1:] if argv is None else argv)  # `-- python my_train.py ...`: a script
     args = build_parser().parse_intermixed_args(argv)
     opts = Options(**{k: v for k, v in vars(args).items() if k in Options.__dataclass_fields__})
+    mine = None  # the user's own script (wif.advisor.script), probed to its wif.watch call
     try:
         check(opts)
-        base = load_config(args.overrides, args.config_dir)
+        if command is not None:
+            mine = script.prepare(args.overrides, command, args.config_dir)
+        base = mine.base if mine else load_config(args.overrides, args.config_dir)
         check_tunable(base)
         resolve_device(base.device)
     except ConfigError as err:
@@ -108,15 +114,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         preload()
         silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
-        result = advise(base, args.overrides, opts, lambda line: print(line, flush=True))
+        say = lambda line: print(line, flush=True)  # noqa: E731
+        result = mine.advise(opts, say) if mine else advise(base, args.overrides, opts, say)
     except KeyboardInterrupt:
         for sig in (signal.SIGINT, signal.SIGTERM):  # its runs are ended: Ctrl-C again changes nothing
             signal.signal(sig, signal.SIG_IGN)
         print(f"{PROG}: interrupted; its runs are ended KILLED in MLflow (tag wif.kind=advise).", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except RuntimeError as err:
+    except (ConfigError, RuntimeError) as err:  # ConfigError: the user's command failed under wif.watch
         print(f"{PROG}: {err}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BAD_SETTING if isinstance(err, ConfigError) else EXIT_FAILED
     report(result)
     return EXIT_OK
 

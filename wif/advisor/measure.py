@@ -143,20 +143,36 @@ class Runner:
         t0 = time.monotonic()
         conf.progress = False
         validate(conf)
-        tags = {**host_tags(), "wif.kind": "advise", "wif.advise_id": self.advise_id, "wif.advise_role": role,
+        run_id, outcome, text = run_recorded(self.tracker, conf, self.device, f"advise-{role}-{name}",
+                                             self.tags(conf, role, name, extra), f"{role} {name}")
+        return self.measured(run_id, role, name, outcome.status, outcome.summary, text, conf.trainer.warmup_epochs,
+                             t0)
+
+    def tags(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
+        """A nested run's tags: the advice it belongs to, its role and setting."""
+        return {**host_tags(), "wif.kind": "advise", "wif.advise_id": self.advise_id, "wif.advise_role": role,
                 "mlflow.parentRunId": self.parent_id, "wif.loader": name, "wif.device": self.device,
                 "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.fraction": f"{conf.data.fraction:g}",
                 "wif.cell": f"advise-{self.advise_id}-{name}", **(extra or {})}
-        run_id, outcome, text = run_recorded(self.tracker, conf, self.device, f"advise-{role}-{name}", tags,
-                                             f"{role} {name}")
+
+    def measured(self, run_id: str, role: str, name: str, status: str, summary: Dict[str, float], text: str,
+                 warmup: int, t0: float) -> Measured:
+        """The ended run read back: its epochs, tags and outcome (Ctrl-C's KILLED raised again, once kept)."""
         record = self.tracker.client.get_run(run_id)
-        m = Measured(role, name, run_id, outcome.status, outcome.summary, self._epochs(run_id),
-                     dict(record.data.tags), text, conf.trainer.warmup_epochs, time.monotonic() - t0,
-                     record.data.tags.get("wif.contended") == "true")
+        m = Measured(role, name, run_id, status, summary, self._epochs(run_id), dict(record.data.tags), text, warmup,
+                     time.monotonic() - t0, record.data.tags.get("wif.contended") == "true")
         self.runs.append(m)
-        if outcome.status == KILLED:
+        if status == KILLED:
             raise KeyboardInterrupt
         return m
+
+    # What the workload's own measurements are (wif.advisor.script runs a user's script instead of train.py):
+    bound_label = "data=fixed"  # what the bound is, as the answer names it
+    knobs: Optional[Callable[..., List[Candidate]]] = None  # the other knobs at the best count (None: candidates.extras)
+
+    def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
+        """The bound's run (None: the configured run's own step time stands for it)."""
+        return bound(base, epochs, n_train)
 
     def _epochs(self, run_id: str) -> List[Dict[str, float]]:
         history = {k: {m.step: m.value for m in self.tracker.client.get_metric_history(run_id, k)} for k in EPOCH_KEYS}

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Optional, Sequence
 import psutil
 
 from wif.advisor import answer, candidates, workload
-from wif.advisor.measure import Candidate, Measured, Runner, bound, loader_only, training
+from wif.advisor.measure import Candidate, Measured, Runner, loader_only, training
 from wif.advisor.predict import Prediction, batch_sizes, predict, rank
 from wif.advisor.verify import RaceResult, run_race
 from wif.config import Config, as_plain
@@ -71,8 +71,10 @@ class Advice:
     contention: str = ""  # whether other processes disturbed the runs, with the figure
 
 
-def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[[str], None] = print) -> Advice:
-    """Measure, predict, race and answer for the configuration `base` (composed from `overrides`)."""
+def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[[str], None] = print,
+           make_runner: Callable[..., Runner] = Runner) -> Advice:
+    """Measure, predict, race and answer for the configuration `base` (composed from `overrides`); `make_runner`:
+    what runs the measurements (wif.advisor.script's runs a user's script under wif.watch)."""
     t0 = time.monotonic()
     device = resolve_device(base.device)
     cuda, cores = device == "cuda", usable_cores()
@@ -85,7 +87,7 @@ def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[
     with signals_held():  # a Ctrl-C while the record is made: the record exists, and is ended below
         parent = tracker.start_run("advise", as_plain(base), {"wif.kind": "advise", "wif.advise_id": advise_id,
                                                               "wif.advise_role": "parent"}, as_plain(base))
-    runner = Runner(tracker, device, parent, advise_id, t0 + 60 * opts.minutes, say)
+    runner = make_runner(tracker, device, parent, advise_id, t0 + 60 * opts.minutes, say)
     try:
         out = _advise(base, overrides, opts, runner, cuda, cores, say)
         out.seconds, out.runs = time.monotonic() - t0, len(runner.runs)
@@ -126,13 +128,13 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
     if not now.ok:
         raise RuntimeError(f"the configured setting failed: {now.error}")
     items, sizes = now.n_train, batch_sizes(now.n_train, bs)
-    bconf = bound(base, opts.epochs, items)
+    bconf = runner.bound(base, opts.epochs, items)
     fixed = runner.run(bconf, "bound", "fixed") if bconf is not None else None
     bound_s, source = now.mean("compute_s") + now.mean("copy_s"), "the configured run's own step time"
     if fixed is not None and fixed.ok and fixed.median() <= now.median() * (1 + opts.bound_margin):
-        bound_s, source = fixed.median(), "data=fixed"
+        bound_s, source = fixed.median(), runner.bound_label
     elif fixed is not None and fixed.ok:  # e.g. a model that meets denormals on the same random batch
-        say(f"  data=fixed took {fixed.median():.3f} s an epoch, more than the configured setting's "
+        say(f"  {runner.bound_label} took {fixed.median():.3f} s an epoch, more than the configured setting's "
             f"{now.median():.3f} s: not a bound here, so {source} stands for it")
         fixed = None
     ceilings: Dict[str, float] = {}
@@ -173,7 +175,7 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
 
     best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05)
     best = candidates.workers(base, best_w or 0, cuda)
-    for extra in candidates.extras(base, best, cuda, psutil.virtual_memory().available, items):
+    for extra in (runner.knobs or candidates.extras)(base, best, cuda, psutil.virtual_memory().available, items):
         made[extra.name] = extra
         trial(extra)
     predicted: Dict[str, Prediction] = {}

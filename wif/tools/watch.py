@@ -68,6 +68,16 @@ def find_dataloader(batches: Any, depth: int = 3) -> Optional[tuple]:
     return None
 
 
+def settings_of(batches: Any, loader: Optional[DataLoader]) -> Dict[str, Any]:
+    """The loader's settings as the run's params (what `wif-advise` keeps or changes)."""
+    if loader is None:
+        return {"loader": type(batches).__name__}
+    return {"loader": type(batches).__name__, "batch_size": loader.batch_size, "num_workers": loader.num_workers,
+            "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory,
+            "persistent_workers": loader.persistent_workers, "in_order": getattr(loader, "in_order", True),
+            "drop_last": loader.drop_last, "dataset_len": _len(loader.dataset)}
+
+
 def _cuda() -> torch.device:
     """The device the script computes on: CUDA where it has started it (the watch never starts it)."""
     if torch.cuda.is_initialized():
@@ -88,18 +98,8 @@ class Session:
             found = find_dataloader(self.orders.source(batches))
         self.loader: Optional[DataLoader] = found[2] if found else None
         self.batch_size = int(getattr(self.loader, "batch_size", None) or getattr(batches, "batch_size", 0) or 1)
-        self.record = Record(self.settings(), experiment, run_name, log, self.orders)
+        self.record = Record(settings_of(batches, self.loader), experiment, run_name, log, self.orders)
         self.epochs: List[Dict[str, float]] = []
-
-    def settings(self) -> Dict[str, Any]:
-        """The loader's settings as the run's params (what `wif-advise` keeps or changes)."""
-        lo = self.loader
-        if lo is None:
-            return {"loader": type(self.batches).__name__}
-        return {"loader": type(self.batches).__name__, "batch_size": lo.batch_size, "num_workers": lo.num_workers,
-                "prefetch_factor": lo.prefetch_factor, "pin_memory": lo.pin_memory,
-                "persistent_workers": lo.persistent_workers, "in_order": getattr(lo, "in_order", True),
-                "drop_last": lo.drop_last, "dataset_len": _len(lo.dataset)}
 
     def epoch(self) -> Iterator[Any]:
         """One pass: the batches as they come, timed. Under orders: as the measurement asks (wif.tools.watch_orders)."""
@@ -132,7 +132,7 @@ class Session:
 
     def _end(self, stats: Any, batches: int, complete: bool) -> None:
         t = stats.epoch_time_s
-        e = {"epoch": len(self.epochs), "epoch_time_s": t, "data_wait_s": stats.data_wait_s,
+        e = {"epoch": len(self.epochs), "epoch_time_s": t, "data_wait_s": stats.data_wait_s, "copy_s": 0.0,
              "compute_s": max(t - stats.data_wait_s, 0.0), "first_batch_s": stats.first_batch_s,
              "samples": stats.samples, "batches": batches, "throughput_img_s": stats.samples / t if t > 0 else 0.0,
              "data_wait_share": stats.data_wait_s / t if t > 0 else 0.0, "compute_threads": stats.compute_threads}
@@ -204,6 +204,9 @@ def watch(batches: Iterable[Any], *, experiment: Optional[str] = None, run_name:
         orders = None
         if not _sessions and os.environ.get(ENV):  # wif-advise's orders go to the first loader watched
             orders = Orders.from_env()
+            if orders.mode == "probe":  # wif-advise asks what the loader is, and nothing more
+                found = find_dataloader(batches)
+                orders.probe(settings_of(batches, found[2] if found else None), found is not None)
         elif os.environ.get(ENV):  # another loader (validation, say) of a script under orders: passed through
             return batches  # type: ignore[return-value]
         session = _sessions[id(batches)] = Session(batches, experiment, run_name, log, say, orders)

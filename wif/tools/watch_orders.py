@@ -5,7 +5,8 @@ JSON), so the script runs unchanged: which of advise's measurements this process
   the study's stopping rule (`wif.run.stopping.decide`) says the median is pinned, as `trainer.epochs=auto`;
 - `bound`: the first batches replayed, as `data=fixed` is: the first epoch reads them (its warm-up), every
   later one hands the step the same batches again, so the loader costs nothing;
-- `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs.
+- `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs;
+- `probe`: the loader's settings written to `out` at the `wif.watch` call, and the script ends there.
 
 With `loader` settings, the script's DataLoader (or the one inside its wrapper) is rebuilt with them, its
 dataset, sampler or batch sampler, collate_fn, worker_init_fn and generator kept. When the measurement has
@@ -28,7 +29,7 @@ from wif.run.supervise import MEMORY_PEAKS
 from wif.run.training import CappedBatches
 
 ENV = "WIF_WATCH_ORDERS"
-MODES = ("train", "bound", "loader_only")
+MODES = ("train", "bound", "loader_only", "probe")
 REPLAYED = 8  # batches kept for the bound: the DALI LoaderEvaluator's idea, within a few hundred MB at 224 px
 
 
@@ -51,6 +52,12 @@ class Orders:
     def from_env(cls) -> Optional["Orders"]:
         text = os.environ.get(ENV)
         return cls(json.loads(text)) if text else None
+
+    def probe(self, settings: Dict[str, Any], has_dataloader: bool) -> None:
+        """`probe`: what the loader is, written where wif-advise reads it; the script ends here."""
+        with open(self.spec["out"], "w") as out:
+            json.dump({**settings, "has_dataloader": has_dataloader}, out)
+        raise SystemExit(0)
 
     # ------------------------------------------------------------------ the loader
     def take(self, batches: Any, found: Optional[tuple]) -> None:

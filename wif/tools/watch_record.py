@@ -113,7 +113,7 @@ class Record:
         run = self.open()
         if run is not None:
             self.tracker.log_metrics(run, {k: v for k, v in e.items() if k != "epoch"}, step=int(e["epoch"]))
-            self.tracker.set_tags(run, {"wif.n_train": int(e["samples"])})
+            self.tracker.set_tags(run, {"wif.n_train": int(e["samples"]), "wif.torch_threads": torch.get_num_threads()})
 
     def summary(self) -> Dict[str, float]:
         """Over the steady epochs (the first left out where there are more): as a study run's summary."""
@@ -121,6 +121,10 @@ class Record:
         out = {name: statistics.mean(e[k] for e in steady) for name, k in SUMMED.items()}
         out["epoch_time_median_s"] = statistics.median(e["epoch_time_s"] for e in steady)
         out["epochs_run"] = len(self.epochs)
+        steady_from = 2 * WARMUP if len(self.epochs) > WARMUP else 0  # the meter marks each epoch's start and end
+        other = self.meter.other_pct(steady_from, len(self.meter.marks) - 1) if len(self.meter.marks) > 1 else None
+        if other is not None:
+            out["host_other_cpu_pct"] = other  # others' share of the cores over the steady epochs
         for key in ("ram_peak_rss_mb", "ram_peak_pss_mb", "ram_peak_uss_mb", "workers_peak", "vram_peak_device_mb",
                     "vram_peak_allocated_mb", "vram_peak_reserved_mb"):
             values = [e[key] for e in self.epochs if key in e]

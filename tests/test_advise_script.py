@@ -1,0 +1,93 @@
+"""`wif-advise -- python my_train.py ARGS...`: the user's own script advised under wif.watch, run for real in
+subprocesses on a real SQLite store. Bad commands are one line and exit 2 and leave no run; a sleeping
+Dataset at 0 workers is data-bound and a worker setting is raced; a compute-bound script is not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def advise(tmp_path: Path, store: str, *argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env.pop("WIF_WATCH_ORDERS", None)
+    return subprocess.run([sys.executable, "-m", "wif.advisor.cli", *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def runs(store: str) -> List:
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("who_is_faster")
+    return [] if exp is None else client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'advise'")
+
+
+BAD = {
+    "missing.py": ("", "missing.py: no such script"),
+    "nowatch.py": ("print('training without the watch')\n", "ended without calling wif.watch"),
+    "fails.py": ("import sys\nprint('no data here', file=sys.stderr)\nsys.exit(3)\n",
+                 "failed before wif.watch (exit 3): no data here"),
+    "no_loader.py": ("import wif\nfor batch in wif.watch([[1, 2], [3, 4]]):\n    pass\n", "with no DataLoader inside"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_command_is_one_line_exit_2_and_no_run(tmp_path: Path, store: str, name: str) -> None:
+    source, said = BAD[name]
+    if source:
+        (tmp_path / name).write_text(source)
+    done = advise(tmp_path, store, "--", sys.executable, name, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("wif-advise:")]
+    assert len(lines) == 1 and said in lines[0], done.stderr[-2000:]
+    assert runs(store) == []
+
+
+@pytest.mark.slow
+def test_a_script_that_fails_under_the_watch_ends_every_run(tmp_path: Path, store: str) -> None:
+    """It reaches wif.watch, then fails in its second epoch: one line, exit 2, no run left RUNNING."""
+    (tmp_path / "dies.py").write_text(
+        "import torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
+        "for epoch in range(5):\n    for (x,) in wif.watch(loader):\n        pass\n"
+        "    if epoch == 1:\n        raise ValueError('diverged')\n")
+    done = advise(tmp_path, store, "--", sys.executable, "dies.py", timeout=600)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "ValueError: diverged" in done.stderr.strip().splitlines()[-1]
+    found = runs(store)
+    assert found and all(r.info.status != "RUNNING" for r in found)
+    assert any(r.info.status == "FAILED" and r.data.tags["wif.advise_role"] == "parent" for r in found)
+
+
+@pytest.mark.slow
+def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, store: str) -> None:
+    done = advise(tmp_path, store, "--minutes", "6", "--race-candidates", "1", "measure.contended_pct=1000", "--",
+                  sys.executable, "-m", "examples.train_slow_reads", "--epochs", "40", "--n-train", "256")
+    out = done.stdout
+    assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]
+    assert "Data-bound" in out and "the bound (the first batches replayed)" in out
+    assert "predicted s" in out and "measured s" in out
+    assert "Pick: w" in out and "In your script: DataLoader(<your dataset and other arguments>, num_workers=" in out
+    found = runs(store)
+    assert all(r.info.status == "FINISHED" for r in found)
+    roles = {r.data.tags["wif.advise_role"] for r in found}
+    assert roles == {"parent", "measure", "bound", "loader", "race"}
+    loader_runs = [r for r in found if r.data.tags["wif.advise_role"] == "loader"]
+    assert {r.data.params["num_workers"] for r in loader_runs} >= {"0", "4"} or \
+        any(r.data.params["num_workers"] != "0" for r in loader_runs)  # the DataLoader rebuilt with its workers
+
+
+@pytest.mark.slow
+def test_a_compute_bound_script_is_not_data_bound(tmp_path: Path, store: str) -> None:
+    done = advise(tmp_path, store, "--minutes", "3", "measure.contended_pct=1000", "--", sys.executable, "-m",
+                  "examples.train_compute_bound", "--epochs", "40", "--n-train", "64")
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert "Not data-bound" in done.stdout and "Keep what you have" in done.stdout
+    assert all(r.info.status == "FINISHED" for r in runs(store))

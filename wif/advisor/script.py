@@ -1,0 +1,125 @@
+"""`wif-advise [OPTIONS] [KEY=VALUE...] -- python my_train.py ARGS...`: the advice for the user's own training
+script, which runs under `wif.watch` (the one line in its loop) and is otherwise unchanged.
+
+Before anything is recorded, the command is run once to its `wif.watch` call (the orders' `probe`: it reports
+the DataLoader it watches and ends there): a missing program or script, a command that fails, one that ends
+without calling `wif.watch`, or a watched iterable with no DataLoader inside is said in one line, exit 2, and
+leaves no run. Then `wif.advisor.steps` gives the advice as it gives it for train.py, its measurements the
+script's own (`wif.advisor.script_runner`): the script as it is, the bound (its first batches replayed),
+loader-only trials of its DataLoader rebuilt with each candidate's settings, and the race. The answer's lines
+are the `DataLoader(...)` keyword arguments to paste, and the command to run again. Overrides before `--` set
+what they set for train.py (tracking.uri, measure.contended_pct, device); the data and model are the script's.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from wif.advisor.script_runner import LOADER_KEYS, ScriptRunner, execute
+from wif.advisor.steps import PROG, Advice, Options, advise
+from wif.config import ConfigError
+from wif.config.compose import load_config
+from wif.measure.tracking import default_tracking_uri
+
+PROBE_TIMEOUT_S = 600.0  # the command's start, up to its wif.watch call: imports, data, model
+PYTHONS = ("python", "python3", os.path.basename(sys.executable))
+
+
+def split(argv: Sequence[str]) -> Tuple[List[str], Optional[List[str]]]:
+    """(wif-advise's own arguments, the command after `--`, or None without one)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def your_script() -> None:
+    """`data._target_` of the advice's configuration: the data is the script's own, built by the script."""
+    raise ConfigError("wif-advise -- COMMAND: the data is your script's own; train.py cannot build it")
+
+
+def check_command(command: Sequence[str]) -> None:
+    """A command that cannot start is refused before anything runs."""
+    if not command:
+        raise ConfigError("nothing after `--`: give the command that trains, e.g. "
+                          "`wif-advise -- python my_train.py ARGS`")
+    if shutil.which(command[0]) is None and not os.path.isfile(command[0]):
+        raise ConfigError(f"{command[0]}: no such program")
+    script = command[1] if len(command) > 1 and os.path.basename(command[0]) in PYTHONS else None
+    if script is not None and not script.startswith("-") and not os.path.isfile(script):
+        raise ConfigError(f"{script}: no such script (from {Path.cwd()})")
+
+
+def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str, Any]:
+    """The DataLoader the command watches, from its run up to its `wif.watch` call; ConfigError otherwise."""
+    where = tempfile.mkdtemp(prefix="wif-advise-probe-")
+    out = os.path.join(where, "loader.json")
+    rc, last = execute(command, {"uri": "", "run_id": None, "mode": "probe", "out": out},
+                       os.path.join(where, "output.log"), timeout)
+    shown = " ".join(command)
+    if not os.path.exists(out):
+        if rc == 0:
+            raise ConfigError(f"`{shown}` ended without calling wif.watch: write `for batch in wif.watch(loader):` "
+                              "in its training loop (docs/your-workload.md)")
+        raise ConfigError(f"`{shown}` failed before wif.watch (exit {rc}): {last or 'no output'}")
+    found = json.load(open(out))
+    if not found.pop("has_dataloader"):
+        raise ConfigError(f"`{shown}` watches a {found['loader']} with no DataLoader inside: wif-advise changes a "
+                          "DataLoader's settings (wif.watch(loader) of a DataLoader, or of a wrapper holding one)")
+    return found
+
+
+@dataclass
+class ScriptAdvice:
+    """The advice for one command: its configuration (the probed loader's settings) and how to run it."""
+
+    command: List[str]
+    probed: Dict[str, Any]
+    base: Any
+
+    def advise(self, opts: Options, say: Callable[[str], None]) -> Advice:
+        say(f"{PROG}: your command: {' '.join(self.command)}; it watches a {self.probed['loader']} "
+            f"(batch {self.probed['batch_size']}, " + ", ".join(f"{k}={self.probed[k]}" for k in LOADER_KEYS)
+            + f"); every epoch capped at {opts.batches} batches (--batches)")
+        make = functools.partial(ScriptRunner, command=self.command, probed=self.probed, cap=opts.batches)
+        try:
+            out = advise(self.base, [], opts, say, make)
+        except RuntimeError as err:  # the script as it is failed: the command's fault, said as a bad input is
+            raise ConfigError(f"`{' '.join(self.command)}` under wif.watch: {err}") from None
+        if out.pick is not None:
+            line = out.dataloader.replace("DataLoader(dataset, batch_size=..., shuffle=True, ",
+                                          "DataLoader(<your dataset and other arguments>, ")
+            if out.pick.endswith("-unordered"):
+                line = line.replace(")", ", in_order=False)", 1)
+            out.dataloader = line
+            out.train_line = f"those DataLoader arguments in your script, then as before: {' '.join(self.command)}"
+        return out
+
+
+def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Optional[Path] = None) -> ScriptAdvice:
+    """The command checked and probed, and the advice's configuration; ConfigError in one line if it cannot run."""
+    check_command(command)
+    base = load_config(list(overrides) + ["data=custom", f"data._target_={__name__}.your_script"], config_dir)
+    if "MLFLOW_TRACKING_URI" not in os.environ and base.tracking.uri == default_tracking_uri():
+        base.tracking.uri = f"sqlite:///{Path('mlflow.db').resolve()}"  # the script's runs: the same store, any cwd
+    t0 = time.monotonic()
+    found = probe(command)
+    lo = base.loader
+    lo.name = "script"
+    for key in LOADER_KEYS:
+        setattr(lo, key, found[key])
+    lo.prefetch_factor = found["prefetch_factor"] if found["num_workers"] else None
+    base.data.batch_size = int(found["batch_size"] or 1)
+    base.data.fraction, base.data.val_split = 1.0, 0.0  # the script's data as it builds it: wif cuts nothing
+    found["probe_s"] = time.monotonic() - t0
+    return ScriptAdvice(list(command), found, base)

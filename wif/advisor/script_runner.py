@@ -1,0 +1,129 @@
+"""The measurements of `wif-advise -- python my_train.py ARGS...`: each one the user's command run again, with
+orders to its `wif.watch` in the environment (`wif.tools.watch_orders`), the script unchanged.
+
+`ScriptRunner` is the advice's `Runner` for a script: the same roles (measure, bound, loader, race), the same
+nested MLflow runs, `Measured` read back the same way, so `wif.advisor.steps` predicts, races and answers as
+it does for `train.py`. A configuration becomes orders: its trainer's mode and epochs (`trainer.epochs=auto`:
+the study's stopping rule, `wif.run.supervise.stop_rule`), and where its loader keys differ from the script's
+own DataLoader, the settings the watch rebuilds it with. Every epoch is capped at `--batches` batches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from torch.utils.data import DataLoader
+
+from wif.advisor.candidates import _more
+from wif.advisor.measure import Candidate, Measured, Runner, training
+from wif.config import Config, TrainerMode, as_plain
+from wif.measure.contention import is_contended
+from wif.measure.tracking import FAILED, FINISHED, KILLED
+from wif.run.supervise import INTERRUPT_GRACE_S, stop_rule
+from wif.tools.watch_orders import ENV
+
+LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")
+HAS_IN_ORDER = "in_order" in DataLoader.__init__.__code__.co_varnames  # torch >= 2.6
+
+
+def execute(command: Sequence[str], orders: Mapping[str, Any], log_path: str,
+            timeout: Optional[float] = None) -> Tuple[int, str]:
+    """Run the command with `orders`; (its exit code, its last line of output that is not the watch's). Ctrl-C
+    or SIGTERM here stops it too (it gets its grace to end its own way), and is raised again."""
+    env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.Popen(list(command), env=env, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as err:
+            return 127, f"{command[0]}: {err.strerror}"
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return -1, f"it did not reach the end of its measurement within {timeout:.0f} s"
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+    lines = [line.strip() for line in open(log_path, errors="replace") if line.strip()]
+    said = [line for line in lines if not line.startswith("wif.watch: epoch")]
+    return rc, (said or lines or [""])[-1]
+
+
+class ScriptRunner(Runner):
+    """Runs the advice's measurements as the user's own command under wif.watch."""
+
+    bound_label = "the first batches replayed"
+
+    def __init__(self, tracker: Any, device: str, parent_id: str, advise_id: str, deadline: float = math.inf,
+                 say: Any = print, *, command: Sequence[str] = (), probed: Optional[Dict[str, Any]] = None,
+                 cap: int = 50) -> None:
+        super().__init__(tracker, device, parent_id, advise_id, deadline, say)
+        self.command, self.probed, self.cap = list(command), dict(probed or {}), cap
+        self.logs = tempfile.mkdtemp(prefix="wif-advise-script-")
+
+    def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
+        """The script as it is, its first batches replayed from its second epoch on (the orders' `bound`)."""
+        return training(base, Candidate("bound", {}), epochs)
+
+    def knobs(self, base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float],
+              items: int) -> List[Candidate]:
+        """The other DataLoader knobs at the best count: a deeper prefetch, batches out of order where torch
+        has it, pinned memory on a GPU (the script's own copy stays as it is)."""
+        out = []
+        if best.workers > 0:
+            out.append(_more(best, "pf4", {"loader.prefetch_factor": 4}, prefetch=4))
+            if HAS_IN_ORDER and base.loader.in_order:
+                out.append(_more(best, "unordered", {"loader.in_order": False}))
+        if cuda and not base.loader.pin_memory:
+            out.append(_more(best, "pin", {"loader.pin_memory": True}))
+        return out
+
+    def orders(self, conf: Config, role: str, run_id: str) -> Dict[str, Any]:
+        """What the watch in the script is to do for this run."""
+        tr = conf.trainer
+        mode = "bound" if role == "bound" else "loader_only" if tr.mode is TrainerMode.loader_only else "train"
+        spec: Dict[str, Any] = {"uri": self.tracker.uri, "experiment": conf.tracking.experiment, "run_id": run_id,
+                                "mode": mode, "batches": tr.max_batches if mode == "loader_only" else self.cap}
+        if tr.auto:
+            spec["auto"] = asdict(stop_rule(tr))
+        else:
+            spec["epochs"] = int(tr.epochs)
+        loader = {k: getattr(conf.loader, k) for k in LOADER_KEYS}
+        if any(loader[k] != self.probed.get(k) for k in LOADER_KEYS):
+            spec["loader"] = loader
+        return spec
+
+    def _once(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Measured:
+        t0 = time.monotonic()
+        tags = {**self.tags(conf, role, name, extra), "wif.model": "script", "wif.script": " ".join(self.command)}
+        plain = as_plain(conf)
+        run_id = self.tracker.start_run(f"advise-{role}-{name}", plain, tags, plain)
+        log = os.path.join(self.logs, f"{len(self.runs):03d}-{role}-{name}.log")
+        status, text, summary = KILLED, "interrupted (Ctrl-C, SIGTERM)", {}
+        try:
+            rc, last = execute(self.command, self.orders(conf, role, run_id), log)
+            summary = dict(self.tracker.client.get_run(run_id).data.metrics)
+            status = FINISHED if rc == 0 and summary.get("epochs_run") else FAILED
+            text = "" if status == FINISHED else (f"the command exited {rc}: {last}" if rc else
+                                                  "the command ended without an epoch under wif.watch")
+        finally:
+            contended = status == FINISHED and is_contended(summary.get("host_other_cpu_pct"),
+                                                            conf.measure.contended_pct)
+            self.tracker.set_tags(run_id, {"wif.contended": str(contended).lower(), "wif.script_log": log,
+                                           **({"wif.error": text[:4000]} if text else {})})
+            self.tracker.end_run(run_id, status)
+        return self.measured(run_id, role, name, status, summary, text, conf.trainer.warmup_epochs, t0)

@@ -98,7 +98,8 @@ def main() -> None:
     lo, hi = _bootstrap_ci(ratios)
     print(f"ratio watched / bare (median of {len(ratios)} paired rounds, epochs 3..{args.epochs}): {med:.4f}, "
           f"95% CI {lo:.4f} to {hi:.4f}  (target: within 1%)")
-    print(f"the watch's one-time start (MLflow import and run, after epoch 1): median {statistics.median(starts):.2f} s")
+    print("the watch's one-time start (MLflow import and run, after epoch 1): median "
+          f"{statistics.median(starts):.2f} s")
     if hi - lo > 0.02:
         print("this machine cannot resolve 1%: the interval is wider than +-1% (run it alone, with more rounds)")
 

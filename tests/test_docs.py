@@ -380,7 +380,8 @@ def check_example(doc: Doc) -> None:
     assert path.is_file(), f"{doc}: no such example"
     flags = [w.split("=")[0] for w in doc.argv[3:] if w.startswith("--")]
     text = path.read_text()  # with the examples it builds its parser from (`from .X import parser`)
-    text += "".join((path.parent / f"{m}.py").read_text() for m in re.findall(r"from (?:examples)?\.(\w+) import", text))
+    used = re.findall(r"from (?:examples)?\.(\w+) import", text)
+    text += "".join((path.parent / f"{m}.py").read_text() for m in used)
     assert all(f'"{flag}"' in text for flag in flags), f"{doc}: the example does not take {flags}"
 
 

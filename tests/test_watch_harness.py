@@ -1,6 +1,7 @@
 """The watch and train.py's harness agree on the same workload: the user's script under `wif.watch` and
-`python train.py` on the same Dataset (items that sleep 8 ms: a read that takes no CPU) and model
-(examples.models.small_cnn, width 8), 0 workers, batches of 64, the first epoch left out by both. Sleep-dominated, so a busy machine moves both sides alike."""
+`python train.py` on the same Dataset (items that sleep 40 ms: a read that takes no CPU) and model
+(examples.models.small_cnn, width 8), 0 workers, batches of 32, the first epoch left out by both.
+Sleep-dominated, so a busy machine moves both sides alike."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import run_train, train_runs
 from tests.test_watch import run_script, watch_runs
 
-ITEMS, DELAY_MS = 256, 8
+ITEMS, DELAY_MS, BATCH = 64, 40, 32  # 2.56 s of sleep an epoch, a few tens of ms of CPU
 
 
 @pytest.mark.slow
@@ -23,12 +24,13 @@ def test_the_watch_and_the_harness_agree(tmp_path: Path, store: str, cache_dir: 
         pytest.skip(f"the machine is too loaded to compare timings (load {os.getloadavg()[0]:.1f} on {cores} cores)")
     harness = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=custom",
                         "data._target_=wif.advisor.examples.slow_reads", f"+data.kwargs.n_train={ITEMS * 10}",
-                        f"+data.kwargs.delay_ms={DELAY_MS}", "data.fraction=0.1", "loader=baseline",
+                        f"+data.kwargs.delay_ms={DELAY_MS}", "+data.kwargs.n_val=16", "+data.kwargs.n_test=16",
+                        "data.fraction=0.1", f"data.batch_size={BATCH}", "loader=baseline",
                         "model=custom", "model._target_=examples.models.small_cnn", "+model.kwargs.width=8",
                         "trainer.epochs=4", multirun=False)
     assert harness.returncode == 0, harness.stderr[-3000:]
     watched = run_script(tmp_path, store, "train_slow_reads", "--epochs", "4", "--n-train", str(ITEMS),
-                         "--delay-ms", str(DELAY_MS), "--batch-size", "64")
+                         "--delay-ms", str(DELAY_MS), "--batch-size", str(BATCH))
     assert watched.returncode == 0, watched.stderr[-3000:]
     (h,) = train_runs(store, status="FINISHED")
     (w,) = watch_runs(store)

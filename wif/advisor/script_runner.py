@@ -4,7 +4,7 @@ orders to its `wif.watch` in the environment (`wif.tools.watch_orders`), the scr
 `ScriptRunner` is the advice's `Runner` for a script: the same roles (measure, bound, loader, race), the same
 nested MLflow runs, `Measured` read back the same way, so `wif.advisor.steps` predicts, races and answers as
 it does for `train.py`. A configuration becomes orders: its trainer's mode and epochs (`trainer.epochs=auto`:
-the study's stopping rule, `wif.run.supervise.stop_rule`), and where its loader keys differ from the script's
+the study's stopping rule, `wif.run.record.stop_rule`), and where its loader keys differ from the script's
 own DataLoader, the settings the watch rebuilds it with. Every epoch is capped at `--batches` batches.
 """
 
@@ -27,7 +27,8 @@ from wif.advisor.measure import Candidate, Measured, Runner, training
 from wif.config import Config, TrainerMode, as_plain
 from wif.measure.contention import is_contended
 from wif.measure.tracking import FAILED, FINISHED, KILLED
-from wif.run.supervise import INTERRUPT_GRACE_S, stop_rule
+from wif.run.record import stop_rule
+from wif.run.supervise import INTERRUPT_GRACE_S
 from wif.tools.watch_orders import ENV
 
 LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")

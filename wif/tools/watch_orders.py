@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from torch.utils.data import DataLoader, IterableDataset
 
 from wif.run.stopping import StopRule, decide
-from wif.run.supervise import MEMORY_PEAKS
+from wif.run.record import MEMORY_PEAKS
 from wif.run.training import CappedBatches
 
 ENV = "WIF_WATCH_ORDERS"

@@ -105,6 +105,15 @@ def test_the_advice_states_its_time_at_its_start(folder_advice) -> None:
 
 
 @pytest.mark.slow
+def test_an_epoch_that_is_not_data_bound_settles_the_answer_without_trials(tmp_path: Path) -> None:
+    out = _advise(tmp_path, "preset=smoke", "data=synthetic", "model=googlenet", "--epochs", "2", timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Not data-bound" in out.stdout and "2/4 candidates: none tried (not data-bound" in out.stdout
+    roles = {r.data.tags["wif.advise_role"] for r in advise_runs(tmp_path / "mlflow.db")}
+    assert roles == {"parent", "measure", "bound"}  # no loader-only trial, no race: nothing could change the answer
+
+
+@pytest.mark.slow
 def test_contended_runs_are_run_again_and_never_decide_the_race(tmp_path: Path) -> None:
     """A process burning a core beside the advice: every run is contended, is run again while there is time,
     and no race decides from one: no pick, and the output says so with the figure."""

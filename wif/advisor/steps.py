@@ -164,8 +164,6 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         "current", ceilings.get("w0", math.nan)), opts.bound_margin)
     say(sentence)
 
-    say(f"{PROG}: 2/4 candidates: loader-only trials of up to {n_trial} batches, num_workers searched as wif-tune "
-        f"does (0..{2 * cores}, persistent workers)")
     made: Dict[str, Candidate] = {"current": cur}
 
     def by_workers(w: int, phase: str) -> Optional[float]:
@@ -173,11 +171,18 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         made[cand.name] = cand
         return trial(cand)
 
-    best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05)
-    best = candidates.workers(base, best_w or 0, cuda)
-    for extra in (runner.knobs or candidates.extras)(base, best, cuda, psutil.virtual_memory().available, items):
-        made[extra.name] = extra
-        trial(extra)
+    if data_bound:
+        say(f"{PROG}: 2/4 candidates: loader-only trials of up to {n_trial} batches, num_workers searched as "
+            f"wif-tune does (0..{2 * cores}, persistent workers)")
+        best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05)
+        best = candidates.workers(base, best_w or 0, cuda)
+        for extra in (runner.knobs or candidates.extras)(base, best, cuda, psutil.virtual_memory().available, items):
+            made[extra.name] = extra
+            trial(extra)
+    else:  # the answer is settled: no loader setting can shorten an epoch that does not wait for data
+        say(f"{PROG}: 2/4 candidates: none tried (not data-bound: no loader setting can shorten the epoch)")
+        if cur.workers == 0:
+            by_workers(0, "coarse")  # the configured run's own fetch, no run: the table's current row
     predicted: Dict[str, Prediction] = {}
     for name, cand in made.items():
         if name in trials:

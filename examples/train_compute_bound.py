@@ -14,7 +14,7 @@ from .train_classify import parser, train
 
 
 def main() -> None:
-    args = parser(__doc__, batch_size=32, n_train=256).parse_args()
+    args = parser(__doc__, batch_size=32, n_train=128).parse_args()
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(args.n_train, 3, 32, 32, generator=g), torch.randint(0, 10, (args.n_train,)))
     loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)

@@ -144,3 +144,17 @@ def test_a_rebuilt_loader_keeps_what_decides_its_batches() -> None:
     batches = list(loader)
     assert [b["x"].tolist() for b in batches] == before  # the same generator, sampler and order
     assert {b["workers"] for b in batches} == {2}  # the user's collate_fn ran in the new workers
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_the_watch_logs_vram_peaks_and_still_splits_the_epoch(tmp_path: Path, store: str) -> None:
+    """The classifier trains on CUDA (pinned batches, non_blocking copies): torch's and NVML's VRAM peaks are
+    logged, and the epoch is still the wait in next() plus the step (synchronized at the epoch's end only)."""
+    done = run_script(tmp_path, store, "train_classify", "--epochs", "2", "--n-train", "256", "--workers", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = watch_runs(store)
+    m = run.data.metrics
+    assert run.data.tags["wif.device"] == "cuda" and m["vram_peak_allocated_mb"] > 0
+    assert "vram_peak_device_mb" in m or "vram_peak_reserved_mb" in m
+    assert abs(m["epoch_time_s"] - m["data_wait_s"] - m["compute_s"]) < 1e-6

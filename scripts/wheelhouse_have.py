@@ -179,7 +179,8 @@ def node_build(pyproject: str, have_path: str) -> None:
     if "mlflow" in read_have(have_path, loud=False):
         warn("the node has mlflow: wif is built to use it as it is")
         return
-    text, n = re.subn(r'"mlflow(?![-\w])([^"]*)"', r'"mlflow-skinny\1", ' + NODE_STORE, text)
+    # A requirement carries its version ("mlflow>=2.16"); a bare "mlflow" (the keywords) is no requirement.
+    text, n = re.subn(r'"mlflow(?![-\w])(\s*[<>=!~][^"]*)"', r'"mlflow-skinny\1", ' + NODE_STORE, text)
     text, m = re.subn(r'^version = "([^"+]+)"', r'version = "\1+node"', text, flags=re.M)
     if n != 1 or m != 1:
         warn(f"{pyproject}: no single mlflow requirement and version to rewrite for the node build")

@@ -123,6 +123,7 @@ class Runner:
         self.tracker, self.device, self.parent_id, self.advise_id = tracker, device, parent_id, advise_id
         self.deadline, self.say = deadline, say
         self.runs: List[Measured] = []
+        self.reruns = 0  # contended runs run again
 
     def left_s(self) -> float:
         """Seconds left before the advice's deadline."""
@@ -134,6 +135,7 @@ class Runner:
         m = self._once(conf, role, name, extra)
         while m.contended and reruns > 0 and m.wall_s < self.left_s():
             reruns -= 1
+            self.reruns += 1
             self.say(f"  {role} {name}: other processes used {m.other_pct:.0f}% of a core during its measured "
                      f"epochs (contended): run again")
             m = self._once(conf, role, name, extra)

@@ -91,7 +91,7 @@ def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[
     try:
         out = _advise(base, overrides, opts, runner, cuda, cores, say)
         out.seconds, out.runs = time.monotonic() - t0, len(runner.runs)
-        out.contention = workload.contention_line(runner.runs, base.measure.contended_pct)
+        out.contention = workload.contention_line(runner.runs, base.measure.contended_pct, runner.reruns)
         tracker.log_metrics(parent, {"advise_seconds": out.seconds, "advise_runs": out.runs,
                                      "data_bound": out.data_bound, "contended_runs": sum(m.contended
                                                                                          for m in runner.runs),

@@ -59,7 +59,8 @@ class RaceResult:
 def keep_settled(runs: pd.DataFrame, rules: RaceRules, alive: Sequence[str]) -> str:
     """Why "keep what you have" can no longer change ('' while it can): at the look's confidence, every
     candidate still in the race has a speedup over the current setting below 1 + margin, so more blocks
-    cannot show one worth switching to (the report's model, `decision.decide`, with the current setting as its baseline)."""
+    cannot show one worth switching to (the report's model, `decision.decide`, with the current setting as its
+    baseline)."""
     if BASELINE not in set(runs["loader"]) or runs["loader"].nunique() < 2:
         return ""
     table = decision.decide(runs, VALUE, BASELINE, rules.look_confidence, rules.margin)

@@ -69,7 +69,7 @@ def data_line(base: Config, items: Optional[int]) -> str:
             f"{d.batch_size}, {size} ({where})")
 
 
-def contention_line(runs: Sequence[Measured], threshold_pct: float) -> str:
+def contention_line(runs: Sequence[Measured], threshold_pct: float, reruns: int) -> str:
     """Whether other processes disturbed the advice's runs, with the figure (the study's host_other_cpu_pct)."""
     figures = [m.other_pct for m in runs if m.other_pct is not None and not math.isnan(m.other_pct)]
     if not figures:
@@ -80,6 +80,6 @@ def contention_line(runs: Sequence[Measured], threshold_pct: float) -> str:
                 f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct): not disturbed.")
     return (f"Other processes: DISTURBED: they used {min(m.other_pct for m in hit):.0f}-"
             f"{max(m.other_pct for m in hit):.0f}% of a core during the measured epochs of {len(hit)} of "
-            f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct); each was run again "
-            "while there was time, and a race looks at undisturbed blocks only. The epoch times above are "
-            "slower than this machine alone gives.")
+            f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct); {reruns} contended "
+            "run(s) run again where the time allowed, and a race looks at undisturbed blocks only. The epoch "
+            "times above are slower than this machine alone gives.")

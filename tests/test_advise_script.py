@@ -13,6 +13,8 @@ from typing import List
 import pytest
 from mlflow.tracking import MlflowClient
 
+from wif.config.exits import EXIT_INTERRUPTED
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -90,3 +92,33 @@ def test_a_compute_bound_script_is_not_data_bound(tmp_path: Path, store: str) ->
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     assert "Not data-bound" in done.stdout and "Keep what you have" in done.stdout, done.stdout
     assert all(r.info.status == "FINISHED" for r in runs(store))
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_script_and_every_run_killed(tmp_path: Path, store: str) -> None:
+    """SIGTERM while the script measures: wif-advise stops it (SIGINT, its own way out), ends every run of the
+    advice KILLED, exits 130, and leaves no process of the script behind."""
+    import signal
+    import time
+
+    import psutil
+
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "wif.advisor.cli", "--", sys.executable, "-m",
+                             "examples.train_slow_reads", "--epochs", "40", "--delay-ms", "20"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    script = []
+    while not script and time.monotonic() < deadline:  # the measuring run's process: the advice is under way
+        time.sleep(1)
+        script = [p for p in psutil.Process(proc.pid).children() if "train_slow_reads" in " ".join(p.cmdline())]
+        script = script if runs(store) else []
+    assert script, "the measuring run never started"
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
+    assert "interrupted" in err.strip().splitlines()[-1]
+    found = runs(store)
+    assert found and all(r.info.status == "KILLED" for r in found), [(r.info.run_name, r.info.status) for r in found]
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in script)

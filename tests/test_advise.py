@@ -46,7 +46,7 @@ def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
     assert "Pick: w" in answer, answer  # items wait 3 ms without CPU: workers overlap the waits
     speed = float(answer.split("95% interval ")[1].split("-")[0])
     assert speed > 1.0
-    assert "Use it: python train.py" in answer and "loader.num_workers=" in answer
+    assert "Use it: wif-study" in answer and "loader.num_workers=" in answer
     assert "DataLoader(" in answer
 
     from mlflow.tracking import MlflowClient

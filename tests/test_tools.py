@@ -189,8 +189,8 @@ def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, c
     assert {r.data.tags["wif.num_workers"] for r in runs} <= {"0", "1", "2"}
     assert sum(r.data.tags.get("wif.tune_best") == "true" for r in runs) == 1
     assert all(r.data.metrics["throughput_mean_img_s"] > 0 for r in runs)
-    line = next(line for line in proc.stdout.splitlines() if line.startswith("Use it: python train.py "))
-    overrides = line.removeprefix("Use it: python train.py ").split()
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("Use it: wif-study "))
+    overrides = line.removeprefix("Use it: wif-study ").split()
     assert overrides[0] == "loader=baseline" and "preset=smoke" in overrides and "data.fraction=0.4" in overrides
     validate(OmegaConf.to_object(compose_cfg(*overrides)))  # the printed line is a valid train.py command
 
@@ -330,7 +330,7 @@ def test_stream_prefetcher_trains_like_the_plain_copy(cache_dir: Path) -> None:
 def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) -> None:
     proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--max-batch", "512")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Largest batch size: 512" in proc.stdout and "Use it: python train.py data.batch_size=512" in proc.stdout
+    assert "Largest batch size: 512" in proc.stdout and "Use it: wif-study data.batch_size=512" in proc.stdout
     proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--fill", "0.0001")
     assert proc.returncode == 1 and "not even a batch" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence
 from wif.advisor.measure import Candidate, Measured
 from wif.advisor.predict import Prediction, relative_error
 from wif.advisor.verify import BASELINE, RaceResult
+from wif.config.compose import STUDY_COMMAND
 
 PHASES = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("compute_s", "compute"), ("gpu_idle_s", "GPU idle"))
 
@@ -99,10 +100,10 @@ def why_keep(race: Optional[RaceResult], raced: Sequence[str], predicted: Dict[s
 
 
 def train_line(overrides: Sequence[str], pick: Candidate) -> str:
-    """The train.py line applying the pick, keeping the user's other overrides."""
+    """The `wif-study` line applying the pick, keeping the user's other overrides."""
     mine = set(pick.keys)
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in mine]
-    return " ".join(["python train.py", *kept, *pick.overrides()])
+    return " ".join([STUDY_COMMAND, *kept, *pick.overrides()])
 
 
 def dataloader_kwargs(pick: Candidate, pin: bool) -> str:

@@ -26,6 +26,7 @@ from wif.config.checks import validate
 from wif.config.schema import Config, ConfigError, register_configs
 from wif.config.targets import typed
 
+STUDY_COMMAND = "wif-study"  # what a printed line to paste starts with: the installed command, in any folder
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # wif/conf: the checkout's conf/, or the wheel's copy
 
 

@@ -79,7 +79,7 @@ def open_store(uri: str) -> MlflowClient:
     if uri.startswith("sqlite:///"):
         path = Path(uri[len("sqlite:///"):]).expanduser()
         if not path.is_file():
-            raise ReportInputError(f"no MLflow store at {path.resolve()}: run train.py first, or pass --tracking-uri")
+            raise ReportInputError(f"no MLflow store at {path.resolve()}: run wif-study first, or pass --tracking-uri")
     return MlflowClient(uri)
 
 

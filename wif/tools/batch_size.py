@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from wif.config import Config, ConfigError, DataSource
-from wif.config.compose import load_config, setup_logging, tool_parser
+from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.run.supervise import cuda_present
 
@@ -285,7 +285,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if best == args.max_batch // args.multiple * args.multiple:
         print("It is the largest size tried: raise --max-batch to look further.")
     kept: List[str] = [o for o in args.overrides if not o.startswith("data.batch_size=")]
-    print("Use it: " + " ".join(["python train.py", f"data.batch_size={best}"] + kept))
+    print("Use it: " + " ".join([STUDY_COMMAND, f"data.batch_size={best}"] + kept))
     return EXIT_OK
 
 

@@ -2,7 +2,7 @@
 (docs/formats.md), with a progress bar, images/s and bytes written; train from it with data.path.
 
     wif-pack data=folder data.root=IMAGES --to lmdb --out PATH
-    python train.py data=folder data.format=lmdb data.path=PATH
+    wif-study data=folder data.format=lmdb data.path=PATH
 
 The pack is written under a temporary name beside PATH and renamed when complete (a pack killed half-way
 is never found under PATH), then every record is checked against its index.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from wif.config import ConfigError, DataFormat, DataSource
-from wif.config.compose import load_config, setup_logging, tool_parser
+from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK
 from wif.data.folder_check import require_readable
 from wif.data.formats.check import check_pack
@@ -90,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_BAD_SETTING
     print(f"{PROG}: {pack.records} images ({pack.meta['parts']['train']} train, {pack.meta['parts']['test']} test), "
           f"{pack.nbytes / 2 ** 20:.1f} MiB in {out} ({args.to}), {pack.records / seconds:.0f} images/s")
-    print(f"Train from it: python train.py data={conf.data.source.value} data.format={args.to} data.path={out}")
+    print(f"Train from it: {STUDY_COMMAND} data={conf.data.source.value} data.format={args.to} data.path={out}")
     return EXIT_OK
 
 

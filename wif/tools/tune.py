@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, validate, warnings_for
-from wif.config.compose import load_config, setup_logging, tool_parser
+from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from wif.data.folder_check import require_readable
 from wif.data.loaders import silence_worker_count_warning
@@ -164,7 +164,7 @@ def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS 
 
 
 def train_command(base: Config, overrides: Sequence[str], best: Trial) -> str:
-    """The train.py line that uses the best setting, keeping the user's other overrides."""
+    """The `wif-study` line that uses the best setting, keeping the user's other overrides."""
     mine = {"loader.num_workers", "loader.pin_memory"} | ({f"loader.{k}" for k, _ in WORKER_ONLY}
                                                           if best.num_workers == 0 else set())
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in mine | {"loader"}]
@@ -174,13 +174,13 @@ def train_command(base: Config, overrides: Sequence[str], best: Trial) -> str:
         line += [f"loader.{key}={'null' if neutral is None else str(neutral).lower()}"
                  for key, neutral in WORKER_ONLY
                  if hasattr(base.loader, key) and getattr(base.loader, key) != neutral]
-    return " ".join(["python train.py"] + line + kept)
+    return " ".join([STUDY_COMMAND] + line + kept)
 
 
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
     p = tool_parser(PROG, "Search loader.num_workers for both pin_memory values with "
-                          "loader-only runs of the configured loader; print the best and its train.py line.")
+                          "loader-only runs of the configured loader; print the best and its wif-study line.")
     p.add_argument("--batches", type=int, default=50, help="batches timed per epoch (default: %(default)s)")
     p.add_argument("--epochs", type=int, default=3,
                    help="epochs per trial; the first (worker start-up, warm-up) is left out (default: %(default)s)")
@@ -223,7 +223,7 @@ def check_tunable(conf: Config) -> None:
 def searched_config(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Config:
     """The configuration the search starts from. loader.num_workers is the search's, so a worker-only key the
     user sets (loader.persistent_workers=true, ...) is checked as it will run, beside workers; the trials
-    without workers turn it off (WORKER_ONLY), as their train.py line does."""
+    without workers turn it off (WORKER_ONLY), as their wif-study line does."""
     said = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     if said & {f"loader.{key}" for key, _ in WORKER_ONLY}:
         return load_config([*overrides, "loader.num_workers=1"], config_dir)

@@ -87,10 +87,11 @@ def validate(cfg: Config, here: bool = True) -> None:
     require(tr.threads is None or tr.threads >= 1,
             f"trainer.threads={tr.threads} must be at least 1 (or null: torch's default, the cores).")
     if d.source is DataSource.folder and d.path is None:  # data.path: the pack is the data, its root unused
-        require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and test/ class folders.")
+        require(bool(d.root), "data=folder needs data.root=PATH: a folder with train/ and a held-out split (test/, "
+                "val/ or validation/), each with one sub-folder per class.")
         require(not here or Path(str(d.root)).expanduser().is_dir(),
-                f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and test/, each "
-                "holding one sub-folder of images per class.")
+                f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and a held-out split "
+                "(test/, val/ or validation/), each holding one sub-folder of images per class.")
     m = cfg.measure  # a zero interval would make the sampler spin on a core the run needs
     for key in ("rss_interval_s", "tree_interval_s", "pss_interval_s"):
         require(getattr(m, key) > 0, f"measure.{key}={getattr(m, key)} must be positive (seconds between samples).")

@@ -35,7 +35,7 @@ from wif.config.choices import (  # noqa: F401 - re-exported: the schema's vocab
 @dataclass
 class DataConfig:
     source: DataSource = DataSource.synthetic
-    root: Optional[str] = None  # data=folder: an ImageFolder root with train/ and test/
+    root: Optional[str] = None  # data=folder: an ImageFolder root with train/ and test/, val/ or validation/
     fraction: float = 0.1  # share of the training set used (then split train/validation)
     num_train: int = 50_000
     num_test: int = 10_000

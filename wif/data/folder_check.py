@@ -65,7 +65,7 @@ class Verdict:
 
 def check_folder(cfg: DataConfig) -> Verdict:
     """Decode every image file of the folder not already judged at its current size and mtime; raises
-    ConfigError for a folder whose layout cannot be used (no train/ or test/, an empty class, ...)."""
+    ConfigError for a folder whose layout cannot be used (no train/ or held-out split, an empty class, ...)."""
     t0 = time.perf_counter()
     files, _ = folder_files(cfg)
     paths: List[str] = list(files["train_paths"]) + list(files["test_paths"])

@@ -5,9 +5,10 @@ the next, `# comments` outside quotes are dropped, words are split by shlex, `ex
 the block), and each command is covered by the real thing, no mocks:
 
 - `python train.py -m ...` (or `wif-study -m ...`, the same command installed): the master config composed by
-  Hydra as `-m` composes it, its jobs planned as the sweep plans them (`plan_jobs`) and checked as the sweep checks itself before its first job
-  (`bad_jobs`); a `# N jobs` comment must match. `python train.py ...` (one run): composed, typed and
-  validated, then checked as a job of one. `--cfg`: run for real. A few cheap ones also run for real (slow).
+  Hydra as `-m` composes it, its jobs planned as the sweep plans them (`plan_jobs`) and checked as the sweep checks
+  itself before its first job (`bad_jobs`); a `# N jobs` comment must match. `python train.py ...` (one run):
+  composed, typed and validated, then checked as a job of one. `--cfg`: run for real. A few cheap ones also run
+  for real (slow).
 - `wif-report`, `wif-tune`, `wif-batch-size` (pyproject's console scripts): the parser of the module each
   names takes the flags; a tool's overrides compose and validate as the tool composes them.
 - `python benchmarks/X.py`: the script exists and, where it takes flags, `--help` exits 0.

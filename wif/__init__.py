@@ -14,8 +14,9 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
     tools    wif-tune, wif-batch-size and wif-bandwidth (import run and below, never sweep)
     advisor  wif-advise: the bottleneck found, candidates predicted and raced (imports tools and below)
 
-`cli` (the `wif` command: the list of commands) imports none of them. `report` stands beside them: it reads the MLflow store (and `measure.tracking` for its address) and never
-imports torch or the training code; the sweep uses its pure race rules.
+`cli` (the `wif` command: the list of commands) imports none of them. `report` stands beside them: it reads
+the MLflow store (and `measure.tracking` for its address) and never imports torch or the training code; the
+sweep uses its pure race rules.
 
 From a user's own script: `wif.watch(loader)` (the one line in the loop: each pass timed and logged as an
 epoch; wif.tools.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`

@@ -170,7 +170,8 @@ class Runner:
 
     # What the workload's own measurements are (wif.advisor.script runs a user's script instead of train.py):
     bound_label = "data=fixed"  # what the bound is, as the answer names it
-    knobs: Optional[Callable[..., List[Candidate]]] = None  # the other knobs at the best count (None: candidates.extras)
+    # the other knobs at the best count (None: candidates.extras)
+    knobs: Optional[Callable[..., List[Candidate]]] = None
 
     def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
         """The bound's run (None: the configured run's own step time stands for it)."""

@@ -97,7 +97,8 @@ def read_probes(client: MlflowClient, experiment: str, testbed: Dict[str, str]) 
         out[setting] = b.ProbeCost(m.get("probe_wall_s", m["time_total_s"] + m.get("job_overhead_s", 0.0)),
                                    m["time_total_s"], step["epoch_time_s"][1], step["first_batch_s"].get(1, 0.0),
                                    step["val_time_s"].get(1, 0.0), batches, fraction,
-                                   sum(step[k].get(1, 0.0) for k in ("compute_s", "data_wait_s", "copy_s", "gpu_blocked_s")))
+                                   sum(step[k].get(1, 0.0)
+                                       for k in ("compute_s", "data_wait_s", "copy_s", "gpu_blocked_s")))
     # A job's start (fork, Hydra, the data's set-up) does not depend on its loader setting, and the sweep's first
     # job pays set-up once for all (1.9 s against 0.3 s): every probe is given the median start of them all.
     start = statistics.median(probe.wall_s - probe.run_s for probe in out.values()) if out else 0.0

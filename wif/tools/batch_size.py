@@ -5,8 +5,9 @@ doubling, then bisecting between the last size that fit and the first that did n
 pure function). Each probe is a fresh process started (spawned, never forked: a fork of a process that has
 initialized CUDA, as a test session or a user's script may have, cannot use CUDA) for that probe alone: a
 probe that runs out of memory leaves nothing behind (no fragmented allocator, no cached blocks) for the next.
-Every way CUDA says it is out of memory counts as "too big" (`out_of_memory`), so the search bisects down. A probe runs a few real training steps of the configured model, optimizer and loss (the
-study's `train_epoch` on one fixed batch already on the device) and then reads the device's memory.
+Every way CUDA says it is out of memory counts as "too big" (`out_of_memory`), so the search bisects down. A
+probe runs a few real training steps of the configured model, optimizer and loss (the study's `train_epoch` on
+one fixed batch already on the device) and then reads the device's memory.
 
     wif-batch-size model=googlenet data.image_size=64 --fill 0.9
 """

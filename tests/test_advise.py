@@ -1,12 +1,16 @@
 """wif-advise end to end: a real run on a small data-bound workload with a real SQLite store, and a bad
-override refused in one line before anything runs."""
+override refused in one line before anything runs; its "where the time goes" split on figures given by hand."""
 
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from wif.advisor.answer import PHASES, where_time_goes
+from wif.advisor.measure import EPOCH_KEYS, Measured
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOW_READS = ["preset=smoke", "data=custom", "data._target_=wif.advisor.examples.slow_reads", "data.fraction=0.05",
@@ -61,3 +65,18 @@ def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"epoch_split.png", "candidates.txt"} <= artifacts
     assert parents[0].data.tags["wif.advise.pick"].startswith("w")
+
+
+def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -> None:
+    gpu = {"epoch_time_s": 1.0, "data_wait_s": 0.1, "copy_s": 0.05, "gpu_blocked_s": 0.3, "compute_s": 0.5,
+           "gpu_idle_s": 0.05}  # a CUDA run's epoch, the first of the two the warm-up
+    _, sentence = where_time_goes(Measured("configured", "pin_nb", "r", "FINISHED", {}, [gpu, gpu]), 0.85,
+                                  "data=fixed", 1000, 5000.0, 0.05)
+    assert "GPU blocked 0.300 s" in sentence
+    split = sentence.split("(", 1)[1].split(")", 1)[0]  # "data wait 0.100 s, copy 0.050 s, ..."
+    assert sum(float(p.rsplit(" ", 2)[1]) for p in split.split(", ")) == pytest.approx(gpu["epoch_time_s"])
+    assert {key for key, _ in PHASES} <= set(EPOCH_KEYS)  # each phase is read back from the run's epochs
+    cpu = {**gpu, "gpu_blocked_s": math.nan, "gpu_idle_s": math.nan, "compute_s": 0.85}  # no CUDA: not measured
+    _, sentence = where_time_goes(Measured("configured", "pin_nb", "r", "FINISHED", {}, [cpu, cpu]), 0.85,
+                                  "data=fixed", 1000, 5000.0, 0.05)
+    assert "GPU" not in sentence and "compute 0.850 s" in sentence

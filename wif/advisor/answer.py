@@ -12,7 +12,9 @@ from wif.advisor.predict import Prediction, relative_error
 from wif.advisor.verify import BASELINE, RaceResult
 from wif.config.compose import STUDY_COMMAND
 
-PHASES = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("compute_s", "compute"), ("gpu_idle_s", "GPU idle"))
+# gpu_blocked_s (CUDA only): a blocking copy's wait behind the GPU's queued work, kept out of data wait and copy
+PHASES = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("gpu_blocked_s", "GPU blocked"), ("compute_s", "compute"),
+          ("gpu_idle_s", "GPU idle"))
 
 
 def where_time_goes(now: Measured, bound_s: float, bound_source: str, items: int, loader_img_s: float,
@@ -127,14 +129,14 @@ def picture(runs: Sequence[Measured], bound_s: float, bound_source: str, path: P
     import matplotlib.pyplot as plt
 
     names: List[str] = []
-    parts: Dict[str, List[float]] = {label: [] for _, label in PHASES}
+    ok = [m for m in runs if m.ok]
+    phases = [(key, label) for key, label in PHASES if any(not math.isnan(m.mean(key)) for m in ok)]  # CUDA's alone
+    parts: Dict[str, List[float]] = {label: [] for _, label in phases}
     parts["other"] = []
-    for m in runs:
-        if not m.ok:
-            continue
+    for m in ok:
         names.append(f"{m.name} ({m.role})")
         total, shown = m.mean("epoch_time_s"), 0.0
-        for key, label in PHASES:
+        for key, label in phases:
             v = m.mean(key)
             v = 0.0 if math.isnan(v) else v
             parts[label].append(v)

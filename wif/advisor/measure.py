@@ -28,8 +28,8 @@ from wif.run.model import model_label
 from wif.tools.recorded import run_recorded
 from wif.tools.tune import WORKER_ONLY
 
-EPOCH_KEYS = ("epoch_time_s", "data_wait_s", "copy_s", "compute_s", "gpu_idle_s", "first_batch_s", "cpu_util_pct",
-              "tree_cpu_s")
+EPOCH_KEYS = ("epoch_time_s", "data_wait_s", "copy_s", "gpu_blocked_s", "compute_s", "gpu_idle_s", "first_batch_s",
+              "cpu_util_pct", "tree_cpu_s")
 
 
 @dataclass

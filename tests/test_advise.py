@@ -80,3 +80,16 @@ def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -
     _, sentence = where_time_goes(Measured("configured", "pin_nb", "r", "FINISHED", {}, [cpu, cpu]), 0.85,
                                   "data=fixed", 1000, 5000.0, 0.05)
     assert "GPU" not in sentence and "compute 0.850 s" in sentence
+
+
+def test_the_line_to_paste_says_when_the_pick_holds_decoded_images_in_ram() -> None:
+    """A preload pick's gain is the dataset's as much as the loader's: its DataLoader line alone would not give it."""
+    from wif.advisor.answer import dataloader_kwargs
+    from wif.advisor.measure import Candidate
+
+    plain = Candidate("w2", {"loader.num_workers": 2, "loader.persistent_workers": True}, 2, True, 2, False)
+    held = Candidate("w2-preload", {**plain.keys, "data.preload": True}, 2, True, 2, False)
+    assert dataloader_kwargs(plain, False).startswith("DataLoader(dataset, batch_size=..., shuffle=True, num_workers=2")
+    line = dataloader_kwargs(held, False)
+    assert line.startswith("a dataset that holds its decoded images in RAM (wif's data.preload=true), DataLoader(")
+    assert line.endswith("num_workers=2, persistent_workers=True, prefetch_factor=2, pin_memory=False)")

@@ -118,6 +118,8 @@ def dataloader_kwargs(pick: Candidate, pin: bool) -> str:
         args += [f"persistent_workers={pick.persistent}", f"prefetch_factor={pick.prefetch}"]
     args.append(f"pin_memory={bool(k.get('loader.pin_memory', pin))}")
     line = f"DataLoader(dataset, batch_size=..., shuffle=True, {', '.join(args)})"
+    if k.get("data.preload"):  # the gain is partly the dataset's: the loader's arguments alone would not give it
+        line = "a dataset that holds its decoded images in RAM (wif's data.preload=true), " + line
     return line + ("; copy with .to(device, non_blocking=True)" if pick.copy_hidden else "")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -94,11 +95,20 @@ def check(opts: Options) -> None:
         raise ConfigError(problems[0].replace("race.", "--").replace("_", "-"))
 
 
+def process_started() -> float:
+    """This process's start on time.monotonic()'s clock: --minutes counts the command's start-up (importing torch,
+    composing, probing a script) as the user's wall clock does."""
+    import psutil
+
+    return time.monotonic() - max(time.time() - psutil.Process().create_time(), 0.0)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    started = process_started()
     setup_logging(PROG)
     argv, command = script.split(sys.argv[1:] if argv is None else argv)  # `-- python my_train.py ...`: a script
     args = build_parser().parse_intermixed_args(argv)
-    opts = Options(**{k: v for k, v in vars(args).items() if k in Options.__dataclass_fields__})
+    opts = Options(**{k: v for k, v in vars(args).items() if k in Options.__dataclass_fields__}, started=started)
     mine = None  # the user's own script (wif.advisor.script), probed to its wif.watch call
     try:
         check(opts)

@@ -48,6 +48,10 @@ class Options:
     margin: float = 0.02  # the race's tie margin, and the predicted gain a candidate needs to be raced
     bound_margin: float = 0.05  # within this of the bound: not data-bound
     minutes: float = 5.0  # the whole advice: the race takes what the measuring steps leave
+    started: Optional[float] = None  # time.monotonic() the minutes count from (the command's start; None: now)
+
+
+ANSWER_S = 10.0  # kept back from --minutes for the answer: the picture, the parent run's figures and artifacts
 
 
 @dataclass
@@ -75,7 +79,7 @@ def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[
            make_runner: Callable[..., Runner] = Runner) -> Advice:
     """Measure, predict, race and answer for the configuration `base` (composed from `overrides`); `make_runner`:
     what runs the measurements (wif.advisor.script's runs a user's script under wif.watch)."""
-    t0 = time.monotonic()
+    t0 = time.monotonic() if opts.started is None else opts.started
     device = resolve_device(base.device)
     cuda, cores = device == "cuda", usable_cores()
     overrides = list(overrides) + workload.whole_folder(base, overrides)
@@ -87,7 +91,8 @@ def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[
     with signals_held():  # a Ctrl-C while the record is made: the record exists, and is ended below
         parent = tracker.start_run("advise", as_plain(base), {"wif.kind": "advise", "wif.advise_id": advise_id,
                                                               "wif.advise_role": "parent"}, as_plain(base))
-    runner = make_runner(tracker, device, parent, advise_id, t0 + 60 * opts.minutes, say)
+    deadline = t0 + 60 * opts.minutes - min(ANSWER_S, 6 * opts.minutes)  # its answer too within the minutes
+    runner = make_runner(tracker, device, parent, advise_id, deadline, say)
     try:
         out = _advise(base, overrides, opts, runner, cuda, cores, say)
         out.seconds, out.runs = time.monotonic() - t0, len(runner.runs)

@@ -162,3 +162,18 @@ def engine_case(engine: str, *more: object) -> object:
 
     module = ENGINE_MODULES.get(EngineName(engine))
     return pytest.param(engine, *more, marks=needs(module) if module else ())
+
+
+def holds_unless_disturbed(ok: bool, runs: Sequence[Run], claim: str) -> None:
+    """A claim about timings must hold, unless other processes disturbed the runs it rests on (their own
+    host_other_cpu_pct above the study's contended threshold): then the test skips and says so, as a user's
+    `pytest` beside other work must. On an undisturbed machine a false claim fails."""
+    from wif.config import MeasureConfig
+
+    if ok:
+        return
+    others = max((r.data.metrics.get("host_other_cpu_pct", 0.0) for r in runs), default=0.0)
+    if others > MeasureConfig.contended_pct:
+        pytest.skip(f"{claim}: not shown, other processes used up to {others:.0f}% of a core during the runs "
+                    f"(contended above {MeasureConfig.contended_pct:g}): a timing claim needs a quiet machine")
+    pytest.fail(f"{claim}: does not hold, and the runs were not disturbed (others at most {others:.0f}% of a core)")

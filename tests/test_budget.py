@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import compose_cfg, run_train, train_runs
+from tests.conftest import compose_cfg, holds_unless_disturbed, run_train, train_runs
 from wif.sweep import budget as b
 from wif.sweep.budget import batches_per_epoch
 from wif.sweep.probe import probe_job
@@ -138,8 +138,9 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     assert len(starts) == len(started)
     assert all(float(m.group(1)) + b.END_RESERVE_S <= float(m.group(2)) for m in starts)
     assert len([line for line in lines if "not started: it may take up to" in line]) in (1, 2)  # once a cell
-    assert wall < 0.4 * 60 * 1.1  # the whole command, Python's start included
     ran = train_runs(store, status="FINISHED")
+    holds_unless_disturbed(wall < 0.4 * 60 * 1.1, ran, f"the whole command, Python's start included, within the "
+                           f"budget (took {wall:.1f} s)")
     assert len(ran) == len(started) < 48
     client = MlflowClient(store)
     probes = client.search_runs([client.get_experiment_by_name("who_is_faster-probe").experiment_id])
@@ -149,8 +150,9 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     out = again.stdout + again.stderr
     assert again.returncode == 0, out[-3000:]
     assert f"{len(ran)} skipped" in out and "Probe:" not in out  # finished runs kept; the probe reused
-    assert "nothing left undone" in next(line for line in reversed(out.splitlines()) if "Sweep done" in line)
     done = train_runs(store, status="FINISHED")
+    holds_unless_disturbed("nothing left undone" in next(line for line in reversed(out.splitlines())
+                                                         if "Sweep done" in line), done, "5 minutes finish the sweep")
     assert len(done) == 48 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 48
 
 

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
 from hydra.core.config_store import ConfigStore
@@ -20,9 +20,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
-from wif.report.race import FractionState, RaceRules, look
 from wif.sweep import callback
 from wif.sweep.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
+
+if TYPE_CHECKING:  # Hydra imports every plugin at each start: the race's statistics (pandas, scipy) wait for a race
+    # (and Hydra's loader does not register the module, so its dataclass cannot take postponed annotations)
+    from wif.report.race import FractionState, RaceRules
 
 log = logging.getLogger("wif")
 Cell = Tuple[str, ...]  # a cell's overrides, without the block
@@ -38,6 +41,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweepe
 
 class RaceSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
+        from wif.report.race import FractionState, RaceRules
         from wif.sweep.race_log import RaceLog  # the job machinery: imported once the sweep starts
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -88,7 +92,7 @@ class RaceSweeper(BasicSweeper):
         record.finish(states, budget_tags(budget, self._undone) if budget else None)
         return returns
 
-    def _budget(self, cells: Sequence[Cell], rules: RaceRules, race_id: str) -> Any:
+    def _budget(self, cells: Sequence[Cell], rules: "RaceRules", race_id: str) -> Any:
         """sweep.budget_min: every job the race may run priced (a probe first where the store has no price)."""
         from wif.sweep.probe import SweepBudget
 
@@ -99,8 +103,8 @@ class RaceSweeper(BasicSweeper):
         return budget
 
     def _race_in_budget(self, cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]],
-                        states: Dict[float, FractionState], rules: RaceRules, race_id: str, shuffle: bool,
-                        record: Any, budget: Any) -> Tuple[Dict[float, FractionState], List[Any]]:
+                        states: "Dict[float, FractionState]", rules: "RaceRules", race_id: str, shuffle: bool,
+                        record: Any, budget: Any) -> "Tuple[Dict[float, FractionState], List[Any]]":
         """The fractions whose first look fits go first, cheapest first (wif.sweep.budget.choose_fractions),
         each raced to its end, a job started only if it can finish in time; then the next fractions."""
         from wif.sweep.budget import choose_fractions, minutes
@@ -132,10 +136,13 @@ class RaceSweeper(BasicSweeper):
         return states, returns
 
     def _run_blocks(self, cells: Sequence[Tuple[str, ...]], names: Dict[Tuple[str, ...], Tuple[str, float]],
-                    states: Dict[float, FractionState], rules: RaceRules, race_id: str, shuffle: bool,
-                    record: Any, budget: Any = None, only: Any = None) -> Tuple[Dict[float, FractionState], List[Any]]:
+                    states: "Dict[float, FractionState]", rules: "RaceRules", race_id: str, shuffle: bool,
+                    record: Any, budget: Any = None,
+                    only: Any = None) -> "Tuple[Dict[float, FractionState], List[Any]]":
         """Block after block of the cells still in the race (of the fractions `only`, if given), a look after
         each from race.min_blocks on; under a budget each job starts only if it can finish in time."""
+        from wif.report import race
+
         t0, returns = time.monotonic(), []
         for block in range(rules.max_blocks):
             alive = {fr: set(st.alive) for fr, st in states.items() if not st.settled and (not only or fr in only)}
@@ -155,7 +162,7 @@ class RaceSweeper(BasicSweeper):
                     break  # no job of this block could start in time: the next block's cost the same
             runs = record.usable_runs()
             for fr in alive:
-                states[fr] = look(states[fr], runs[runs["fraction"] == fr], record.value, rules, block + 1)
+                states[fr] = race.look(states[fr], runs[runs["fraction"] == fr], record.value, rules, block + 1)
             if block + 1 >= rules.min_blocks:
                 record.look(block + 1, states, runs, time.monotonic() - t0)
             else:
@@ -189,7 +196,7 @@ class RaceSweeper(BasicSweeper):
         return names, on_cpu
 
 
-def _race_jobs(budget: Any, states: Dict[float, FractionState], fraction: float, blocks: int) -> List[Any]:
+def _race_jobs(budget: Any, states: "Dict[float, FractionState]", fraction: float, blocks: int) -> List[Any]:
     """The budget's jobs of a fraction's settings still in the race, blocks 0..blocks-1, block-major."""
     alive = set(states[fraction].alive)
     return sorted((j for j in budget.jobs.values() if j.fraction == fraction and j.setting in alive

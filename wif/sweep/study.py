@@ -9,6 +9,8 @@ DataLoader workers and DDP ranks started with spawn import the main module again
 MLflow and the job machinery they never use.
 """
 
+import logging
+
 import hydra
 from omegaconf import DictConfig
 
@@ -21,6 +23,15 @@ register_configs()
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> object:
     """One job of the study (Hydra calls it once per job of a multirun)."""
+    from wif.config import ConfigError, validate
+    from wif.config.exits import EXIT_BAD_SETTING
+    from wif.config.targets import typed
+
+    try:  # a bad value is refused before torch and MLflow are imported: seconds sooner on a laptop
+        validate(typed(cfg))
+    except ConfigError as err:
+        logging.getLogger("wif").error("Bad setting: %s", err)
+        raise SystemExit(EXIT_BAD_SETTING) from None
     from wif.sweep.job import run_job
 
     return run_job(cfg)

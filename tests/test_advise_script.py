@@ -71,8 +71,9 @@ def test_a_script_that_fails_under_the_watch_ends_every_run(tmp_path: Path, stor
 
 @pytest.mark.slow
 def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, store: str) -> None:
-    done = advise(tmp_path, store, "--minutes", "6", "--race-candidates", "1", "measure.contended_pct=1000", "--",
-                  sys.executable, "-m", "examples.train_slow_reads", "--epochs", "40", "--n-train", "256")
+    done = advise(tmp_path, store, "--minutes", "3", "--race-candidates", "1", "--max-epochs", "6",
+                  "measure.contended_pct=1000", "--", sys.executable, "-m", "examples.train_slow_reads", "--epochs",
+                  "40", "--n-train", "128")
     out = done.stdout
     assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]
     found = runs(store)

@@ -136,12 +136,14 @@ class Tracker:
         if tags:
             self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0,
+                    tags: Optional[Mapping[str, Any]] = None) -> None:
         """One batched call: per-epoch figures cost one round trip, outside any timed region."""
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
-        if items:
-            self.client.log_batch(run_id, metrics=items)
+        marks = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        if items or marks:
+            self.client.log_batch(run_id, metrics=items, tags=marks)
 
     def end_run(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status=status)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import queue
 import statistics
 import sys
+import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -46,6 +48,10 @@ class Record:
         self.own = self.run_id is None  # the watch ends only the run it opened
         self.tracker: Optional[Tracker] = None
         self.epochs: List[Dict[str, float]] = []
+        self.outbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # the epochs' figures on their way to MLflow
+        self.sender: Optional[threading.Thread] = None
+        self.send_error = ""
+        self.tagged: Dict[str, Any] = {}
         self.status, self.t0 = FINISHED, time.monotonic()
         self.sampler = TreeSampler(os.getpid(), MeasureConfig())
         self.sampler.start()
@@ -112,8 +118,33 @@ class Record:
         self.epochs = epochs
         run = self.open()
         if run is not None:
-            self.tracker.log_metrics(run, {k: v for k, v in e.items() if k != "epoch"}, step=int(e["epoch"]))
-            self.tracker.set_tags(run, {"wif.n_train": int(e["samples"]), "wif.torch_threads": torch.get_num_threads()})
+            tags = {"wif.n_train": int(e["samples"]), "wif.torch_threads": torch.get_num_threads()}
+            fresh = {k: v for k, v in tags.items() if self.tagged.get(k) != v}
+            self.tagged.update(fresh)
+            metrics = {k: v for k, v in e.items() if k != "epoch"}
+            self._later(lambda: self.tracker.log_metrics(run, metrics, step=int(e["epoch"]), tags=fresh))
+
+    def _later(self, send: Callable[[], None]) -> None:
+        """`send` on the watch's own thread, in order: the user's next epoch starts at once (finish() waits)."""
+        if self.sender is None:
+            self.sender = threading.Thread(target=self._send, name="wif-watch-log", daemon=True)
+            self.sender.start()
+        self.outbox.put(send)
+
+    def _send(self) -> None:
+        while (send := self.outbox.get()) is not None:
+            try:
+                send()
+            except Exception as err:  # noqa: BLE001 - the store refused: said at the end, the training goes on
+                self.send_error = f"{type(err).__name__}: {err}"
+
+    def _flush(self) -> None:
+        if self.sender is not None:
+            self.outbox.put(None)
+            self.sender.join(120)
+            self.sender = None
+        if self.send_error:
+            print(f"wif.watch: an epoch's figures did not reach MLflow: {self.send_error}", file=sys.stderr)
 
     def summary(self) -> Dict[str, float]:
         """Over the steady epochs (the first left out where there are more): as a study run's summary."""
@@ -141,6 +172,7 @@ class Record:
         run = self.open() if self.epochs else None
         if run is None:
             return
+        self._flush()
         self.tracker.log_metrics(run, {**self.summary(), "sampler_cpu_pct": self.sampler.own_cost_pct()})
         self.tracker.set_tags(run, {"wif.stop_reason": self.stop_reason, **({"wif.error": self.error[:4000]}
                                                                             if self.error else {})})

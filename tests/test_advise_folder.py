@@ -185,3 +185,19 @@ def test_ctrl_c_ends_every_run_of_the_advice_killed(tmp_path: Path) -> None:
     assert {r.data.tags["wif.advise_role"] for r in runs} >= {"parent", "measure"}
     assert {r.info.status for r in runs} == {"KILLED"}, [(r.data.tags["wif.advise_role"], r.info.status) for r in runs]
     assert proc.returncode == 130, output[-3000:]  # as a shell reports an interrupted command
+
+
+def test_a_contended_run_replaced_by_an_undisturbed_one_does_not_make_the_advice_disturbed() -> None:
+    from wif.advisor.measure import Measured
+    from wif.advisor.workload import contention_line
+
+    def run(other: float, contended: bool = False, replaced: bool = False) -> Measured:
+        return Measured("loader", "w2", "id", "FINISHED", {"host_other_cpu_pct": other}, contended=contended,
+                        replaced=replaced)
+
+    quiet = contention_line([run(2.0), run(32.0, True, True), run(3.0)], 25.0, 1)
+    assert quiet.startswith("Other processes: at most 3% of a core during the measured epochs of 2 runs")
+    assert "not disturbed; 1 contended run(s) were run again, undisturbed, and only those are used." in quiet
+    still = contention_line([run(2.0), run(32.0, True, True), run(40.0, True)], 25.0, 1)
+    assert still.startswith("Other processes: DISTURBED: they used 40-40% of a core") and "1 of 3 runs" in still
+    assert contention_line([run(2.0), run(5.0)], 25.0, 0).endswith("not disturbed.")

@@ -86,6 +86,7 @@ class Measured:
     warmup: int = 1
     wall_s: float = 0.0  # the run's whole time, its start and end included
     contended: bool = False  # others took more than measure.contended_pct of a core during its measured epochs
+    replaced: bool = False  # contended, and run again: the run again is what the advice uses
 
     @property
     def ok(self) -> bool:
@@ -138,6 +139,7 @@ class Runner:
             self.reruns += 1
             self.say(f"  {role} {name}: other processes used {m.other_pct:.0f}% of a core during its measured "
                      f"epochs (contended): run again")
+            m.replaced = True
             m = self._once(conf, role, name, extra)
         return m
 

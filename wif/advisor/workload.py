@@ -74,12 +74,16 @@ def contention_line(runs: Sequence[Measured], threshold_pct: float, reruns: int)
     figures = [m.other_pct for m in runs if m.other_pct is not None and not math.isnan(m.other_pct)]
     if not figures:
         return "Other processes: not measured (no /proc/stat, or no run finished its measured epochs)."
-    hit = [m for m in runs if m.contended]
+    hit = [m for m in runs if m.contended and not m.replaced]
     if not hit:
-        return (f"Other processes: at most {max(figures):.0f}% of a core during the measured epochs of "
-                f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct): not disturbed.")
+        used = [m.other_pct for m in runs if not m.replaced and m.other_pct is not None and not math.isnan(m.other_pct)]
+        again = sum(m.replaced for m in runs)
+        return (f"Other processes: at most {max(used or figures):.0f}% of a core during the measured epochs of "
+                f"{len(used)} runs (contended above {threshold_pct:g}%, measure.contended_pct): not disturbed"
+                + (f"; {again} contended run(s) were run again, undisturbed, and only those are used." if again
+                   else "."))
     return (f"Other processes: DISTURBED: they used {min(m.other_pct for m in hit):.0f}-"
             f"{max(m.other_pct for m in hit):.0f}% of a core during the measured epochs of {len(hit)} of "
             f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct); {reruns} contended "
             "run(s) run again where the time allowed, and a race looks at undisturbed blocks only. The epoch "
-            "times above are slower than this machine alone gives.")
+            "times of the disturbed runs are slower than this machine alone gives.")

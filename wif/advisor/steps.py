@@ -142,9 +142,8 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
     source = "the configured run's own step time"
     if fixed is not None and fixed.ok and (math.isnan(bound_s) or fixed.median() <= bound_s):
         bound_s, source = fixed.median(), runner.bound_label
-    elif fixed is not None and fixed.ok and fixed.median() <= now.median() * (1 + opts.bound_margin):
-        pass  # the bound's run is kept for the picture; the run's own step time is the lower bound
-    elif fixed is not None and fixed.ok:  # e.g. a model that meets denormals on the same random batch
+    elif fixed is not None and fixed.ok and fixed.median() > now.median() * (1 + opts.bound_margin):
+        # e.g. a model that meets denormals on the same random batch (below that, it stays in the picture)
         say(f"  {runner.bound_label} took {fixed.median():.3f} s an epoch, more than the configured setting's "
             f"{now.median():.3f} s: not a bound here, so {source} stands for it")
         fixed = None

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import psutil
 
-from wif.measure.proctree import HAS_CHILDREN_FILES, child_pids
+from wif.measure.proctree import HAS_CHILDREN_FILES, descendants
 
 PROC_STAT = "/proc/stat"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -58,11 +58,8 @@ def _descendants(root: psutil.Process) -> List[psutil.Process]:
     loop, where psutil's children() (every process on the machine read) cost about 3 ms a mark."""
     if not HAS_CHILDREN_FILES:
         return root.children(recursive=True)
-    pids = [root.pid]
-    for pid in pids:  # grows while it is walked: breadth first over the tree
-        pids += child_pids(pid)
     out = []
-    for pid in pids[1:]:
+    for pid in descendants(root.pid):
         try:
             out.append(psutil.Process(pid))
         except psutil.Error:

@@ -39,6 +39,18 @@ def child_pids(pid: int) -> List[int]:
 HAS_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
 
 
+def descendants(pid: int) -> Dict[int, int]:
+    """Every process below `pid`, breadth first, each with its parent, from the children files (needs
+    HAS_CHILDREN_FILES): the run's tree alone is read, never the whole machine's."""
+    found: Dict[int, int] = {}
+    pids = [pid]
+    for parent in pids:  # grows while it is walked
+        children = child_pids(parent)
+        found.update((c, parent) for c in children)
+        pids += children
+    return found
+
+
 def fork_shared_share(parent: psutil.Process) -> int:
     """Bytes of `parent`'s PSS that are its share of the copy-on-write pages it still shares with the
     processes it forked.

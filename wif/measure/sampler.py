@@ -26,7 +26,7 @@ import psutil
 
 from wif.config import MeasureConfig
 from wif.measure.nvml import GpuProbe
-from wif.measure.proctree import HAS_CHILDREN_FILES, child_pids, fork_shared_share, shm_used
+from wif.measure.proctree import HAS_CHILDREN_FILES, descendants, fork_shared_share, shm_used
 from wif.measure.series import Series, rank_peaks
 
 log = logging.getLogger(__name__)
@@ -105,13 +105,10 @@ class TreeSampler(threading.Thread):
         else:
             if not os.path.exists(f"/proc/{self.root.pid}"):
                 return []
-            pids = [self.root.pid]
-            for pid in pids:  # grows while it is walked: breadth first over the tree
-                children = child_pids(pid)
-                self._parent.update((c, pid) for c in children)
-                pids += children
+            below = descendants(self.root.pid)
+            self._parent.update(below)
             procs = []
-            for pid in pids:
+            for pid in [self.root.pid, *below]:
                 try:
                     procs.append(self._seen.get(pid) or psutil.Process(pid))
                 except psutil.Error:

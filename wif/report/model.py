@@ -108,27 +108,43 @@ def _draws(cov_unit: np.ndarray, df: int, draws: int) -> tuple[np.ndarray, np.nd
     return z, w
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=16)  # 11 settings' draws are 9 MB; the quantiles, cached below, are what looks reuse
 def _max_t(key: bytes, k: int, df: int, controls: tuple, two_sided: bool, draws: int) -> np.ndarray:
-    """Sorted draws of max_j t(control - j) for each control (rows); cached per design."""
+    """Draws of max_j t(control - j) for each control (rows), unsorted; cached per design. A race looks after
+    every block and each look of a new design pays this: a quantile and a tail count need no sort."""
     cov_unit = np.frombuffer(key).reshape(k, k)
     z, w = _draws(cov_unit, df, draws)
-    out = []
-    for c in controls:
-        others = [j for j in range(k) if j != c]
-        se = np.sqrt(np.maximum(cov_unit[c, c] + cov_unit.diagonal()[others] - 2 * cov_unit[c, others], 1e-300))
-        t = (z[:, [c]] - z[:, others]) / se / w[:, None]
-        out.append(np.sort((np.abs(t) if two_sided else t).max(axis=1)))
-    return np.array(out)
+    z = np.ascontiguousarray(z.T)  # one setting's draws in a row: the loop below reads rows, never copies columns
+    out = np.full((len(controls), draws), -np.inf)
+    for row, c in enumerate(controls):
+        for j in range(k):
+            if j != c:
+                se = np.sqrt(max(cov_unit[c, c] + cov_unit[j, j] - 2 * cov_unit[c, j], 1e-300))
+                t = (z[c] - z[j]) / se
+                np.maximum(out[row], np.abs(t) if two_sided else t, out=out[row])
+        out[row] /= w  # w > 0 scales every j alike: divide the maximum only
+    return out
+
+
+def _key(f: Fit) -> tuple[bytes, int, int]:
+    return np.round(f.cov / f.sigma**2, 10).tobytes(), len(f.settings), f.df
 
 
 def _max_t_draws(f: Fit, controls: Sequence[int], two_sided: bool) -> np.ndarray:
-    unit = np.round(f.cov / f.sigma**2, 10)
-    return _max_t(unit.tobytes(), len(f.settings), f.df, tuple(controls), two_sided, DRAWS)
+    return _max_t(*_key(f), tuple(controls), two_sided, DRAWS)
 
 
-def _quantile(sorted_draws: np.ndarray, confidence: float) -> float:
-    return float(sorted_draws[min(int(np.ceil(confidence * len(sorted_draws))) - 1, len(sorted_draws) - 1)])
+@functools.lru_cache(maxsize=256)
+def _critical(key: bytes, k: int, df: int, controls: tuple, two_sided: bool, confidence: float) -> np.ndarray:
+    """Each control's `confidence` quantile of its draws (the ceil(confidence * n)-th smallest), cached per design:
+    a race's every look asks again for the designs it has seen."""
+    rows = _max_t(key, k, df, controls, two_sided, DRAWS)
+    i = min(int(np.ceil(confidence * DRAWS)) - 1, DRAWS - 1)
+    return np.partition(rows, i, axis=1)[:, i]
+
+
+def _critical_values(f: Fit, controls: Sequence[int], two_sided: bool, confidence: float) -> np.ndarray:
+    return _critical(*_key(f), tuple(controls), two_sided, confidence)
 
 
 # ----------------------------------------------------------------------------- against the baseline
@@ -154,13 +170,13 @@ def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
                 out[name] = VsBaseline(r, np.nan, np.nan, np.nan, np.nan)
         return out
     draws = _max_t_draws(f, [b], two_sided=True)[0]
-    c = _quantile(draws, confidence)
+    c = float(_critical_values(f, [b], True, confidence)[0])
     for j, name in enumerate(f.settings):
         if j == b:
             continue
         diff, se = f.estimate[b] - f.estimate[j], f.se(b, j)
         t = abs(diff) / se if se > 0 else np.inf
-        p = float(1.0 - np.searchsorted(draws, t, side="left") / len(draws))
+        p = float(np.count_nonzero(draws >= t) / len(draws))
         out[name] = VsBaseline(float(np.exp(diff)), float(np.exp(diff - c * se)), float(np.exp(diff + c * se)),
                                max(p, 1.0 / len(draws)) if np.isfinite(t) else 0.0, c)
     return out
@@ -191,8 +207,7 @@ def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
         return {f.settings[0]: VsBest(True, 1.0, 1.0, True)}
     if f.df <= 0:
         return {name: VsBest(True, 1.0, np.inf, False) for name in f.settings}
-    draws = _max_t_draws(f, range(k), two_sided=False)
-    d = np.array([_quantile(row, confidence) for row in draws])
+    d = _critical_values(f, range(k), False, confidence)
     var = f.cov.diagonal()
     se = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2 * f.cov, 0.0))
     diff = y[:, None] - y[None, :]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 import subprocess
 import sys
 import time
@@ -39,9 +42,27 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("wif-cache")
 
 
+_EMPTY_STORE: List[Path] = []
+
+
+def new_store(folder: Path, name: str = "mlflow.db") -> str:
+    """A real, empty MLflow SQLite store in `folder`: a copy of one that MLflow created and migrated once for the
+    session. Each new store costs MLflow about a second of schema migrations in the first process that opens it,
+    paid by a hundred tests; the tests of creating a store (many processes at once, a user's first run) use a
+    path no store is at."""
+    if not _EMPTY_STORE:
+        where = Path(tempfile.mkdtemp(prefix="wif-empty-store-"))
+        atexit.register(shutil.rmtree, where, True)
+        MlflowClient(f"sqlite:///{where / 'mlflow.db'}").search_experiments()
+        _EMPTY_STORE.append(where / "mlflow.db")
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_EMPTY_STORE[0], folder / name)
+    return f"sqlite:///{folder / name}"
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return new_store(tmp_path)
 
 
 def run_train(tmp_path: Path, store: str, cache_dir: Path, *overrides: str, multirun: bool = True,

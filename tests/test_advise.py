@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import holds_unless_disturbed
+from tests.conftest import holds_unless_disturbed, new_store
 
 from wif.advisor.answer import PHASES, where_time_goes
 from wif.advisor.measure import EPOCH_KEYS, Measured
@@ -19,20 +19,21 @@ SLOW_READS = ["preset=smoke", "data=custom", "data._target_=wif.advisor.examples
               "+data.kwargs.delay_ms=3"]
 
 
-def _advise(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def _advise(tmp_path: Path, *args: str, timeout: float = 300, refused: bool = False) -> subprocess.CompletedProcess:
+    """wif-advise into tmp_path's store: a new empty one, or (`refused`) a path where a refusal must leave none."""
     env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "wif.advisor.cli", *args,
-                           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"],
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}" if refused else new_store(tmp_path)
+    return subprocess.run([sys.executable, "-m", "wif.advisor.cli", *args, f"tracking.uri={store}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_bad_override_is_refused_in_one_line_before_anything_runs(tmp_path):
-    out = _advise(tmp_path, "preset=smoke", "loader.num_workerz=2")
+    out = _advise(tmp_path, "preset=smoke", "loader.num_workerz=2", refused=True)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wif-advise:") and "num_workerz" in lines[0]
     assert not (tmp_path / "mlflow.db").exists()
-    bad_option = _advise(tmp_path, "preset=smoke", "--max-blocks", "1")
+    bad_option = _advise(tmp_path, "preset=smoke", "--max-blocks", "1", refused=True)
     assert bad_option.returncode == 2 and "max-blocks" in bad_option.stderr
     assert not (tmp_path / "mlflow.db").exists()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, _as_in_a_terminal
+from tests.conftest import ROOT, _as_in_a_terminal, new_store
 from tests.test_advise import SLOW_READS, _advise
 from tests.test_data import _data_cfg
 from wif.data.folder import folder_files
@@ -45,7 +45,7 @@ def test_the_held_out_split_is_found_under_its_usual_names(tmp_path: Path, name:
 def test_a_folder_without_a_held_out_split_is_refused_in_one_line_before_anything_runs(tmp_path: Path) -> None:
     root = make_folder(tmp_path / "images")
     (root / "validation").rename(root / "holdout")
-    out = _advise(tmp_path, "preset=smoke", "data=folder", f"data.root={root}", timeout=300)
+    out = _advise(tmp_path, "preset=smoke", "data=folder", f"data.root={root}", timeout=300, refused=True)
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wif-advise: data=folder") and "val/ or validation/" in lines[0]
@@ -156,7 +156,7 @@ def test_ctrl_c_ends_every_run_of_the_advice_killed(tmp_path: Path) -> None:
     db = tmp_path / "mlflow.db"
     env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "wif.advisor.cli", *SLOW_READS, "--epochs", "4",
-                             f"tracking.uri=sqlite:///{db}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             f"tracking.uri={new_store(tmp_path)}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_as_in_a_terminal)
     try:
         seen = ""

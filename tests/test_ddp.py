@@ -16,7 +16,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import compose_cfg, left_in_session, run_train, sigkill_and_expect_gone, start_train, train_runs
+from tests.conftest import (compose_cfg, left_in_session, new_store, run_train, sigkill_and_expect_gone, start_train,
+                            train_runs)
 from tests.test_cluster import compose_hydra, sbatch_script
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
@@ -32,7 +33,7 @@ LONG = (*DDP, "loader.num_workers=1", "loader.persistent_workers=true", "trainer
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Tuple[MlflowClient, object]:
     tmp = tmp_path_factory.mktemp("ddp")
-    store = f"sqlite:///{tmp / 'mlflow.db'}"
+    store = new_store(tmp)
     proc = run_train(tmp, store, cache_dir, *DDP, "measure.rank_indices=true", "loader.num_workers=1",
                      "loader.persistent_workers=true", timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

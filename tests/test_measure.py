@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_train, train_runs
+from tests.conftest import new_store, run_train, train_runs
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def test_a_runs_ram_peak_is_its_own(tmp_path: Path, cache_dir: Path) -> None:
     common = ("preset=smoke", "loader=baseline", "data.num_train=10000", "trainer.epochs=2")
     (tmp_path / "sweep").mkdir()
     (tmp_path / "alone").mkdir()
-    sweep_store, alone_store = (f"sqlite:///{tmp_path / d / 'mlflow.db'}" for d in ("sweep", "alone"))
+    sweep_store, alone_store = (new_store(tmp_path / d) for d in ("sweep", "alone"))
     proc = run_train(tmp_path / "sweep", sweep_store, cache_dir, *common, "data.fraction=1.0,0.1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_train(tmp_path / "alone", alone_store, cache_dir, *common, "data.fraction=0.1")

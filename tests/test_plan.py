@@ -11,6 +11,8 @@ from mlflow.tracking import MlflowClient
 
 from wif.sweep.plan import RunCost, main, price
 
+from tests.conftest import new_store
+
 
 def _fake_run(client: MlflowClient, exp: str, cell: str, epochs: str, run_s: float, overhead_s: float,
               epochs_run: int | None = None, race_id: str | None = None) -> None:
@@ -93,7 +95,7 @@ def test_wif_plan_on_an_empty_store_probes_each_setting_and_prices_from_it(
         tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the probe is a train.py sweep: its Hydra folders land here
     monkeypatch.setenv("WIF_CACHE_DIR", str(cache_dir))
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = new_store(tmp_path)
     grid = ["loader=baseline,bg", "data.fraction=0.1,0.4", "repeat=range(0,3)", "preset=smoke", "device=cpu"]
     assert main([*grid, "--tracking-uri", store]) == 0
     out = capsys.readouterr().out

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import STUDY_LOADERS, run_train, train_runs
+from tests.conftest import STUDY_LOADERS, new_store, run_train, train_runs
 from wif.measure.sysinfo import usable_cores
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ GRID = ("loader=glob(*)", "data.fraction=0.1,0.4,0.7", "preset=smoke", "repeat=0
 def grid(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
     """The README's smoke grid, run once for this module: 11 loaders x 3 fractions, one repeat."""
     work = tmp_path_factory.mktemp("grid")
-    store = f"sqlite:///{work / 'mlflow.db'}"
+    store = new_store(work)
     proc = run_train(work, store, cache_dir, *GRID)
     return work, store, proc
 
@@ -118,7 +118,7 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     from wif.data.formats.source import encoded_files
     from wif.report.cli import main as report
 
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = new_store(tmp_path)
     small = ("preset=smoke", "repeat=0", "data.fraction=0.1")
     encoded = run_train(tmp_path, store, cache_dir, "+study=transfers", "data=encoded", *small)
     assert encoded.returncode == 0, encoded.stderr[-3000:]

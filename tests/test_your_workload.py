@@ -15,7 +15,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, compose_cfg, needs, run_train, train_runs
+from tests.conftest import ROOT, compose_cfg, needs, new_store, run_train, train_runs
 from wif.config.targets import typed
 from wif.measure.tracking import config_hash
 from wif.report.runs import RunFilter, load_runs
@@ -44,7 +44,7 @@ def custom_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
     """One run of a custom model on a custom Dataset in bf16, channels_last, compiled where a C++ compiler
     lets torch.compile work on the CPU."""
     work = tmp_path_factory.mktemp("custom")
-    store = f"sqlite:///{work / 'mlflow.db'}"
+    store = new_store(work)
     proc = run_train(work, store, cache_dir, "preset=smoke", "trainer.epochs=2", "data.batch_size=32",
                      "model=custom", "model._target_=examples.models.small_cnn", "+model.kwargs.width=8",
                      "data=custom", "data._target_=examples.datasets.noisy_squares", "+data.kwargs.size=16",
@@ -146,7 +146,7 @@ def test_the_step_is_part_of_the_identity_and_old_runs_keep_theirs() -> None:
 
 @pytest.mark.slow
 def test_the_example_script_tunes_times_and_logs(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = new_store(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "examples.user_script", "--epochs", "2", "--max-workers", "1",
                            "--batches", "2", "--n-train", "128", "--mlflow-experiment", "mine"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -66,6 +66,28 @@ def test_the_dataloader_is_found_inside_a_wrapper() -> None:
     assert find_dataloader([1, 2, 3]) is None
 
 
+def test_short_epochs_reach_mlflow_batched_and_all_of_them(store: str) -> None:
+    """Forty epochs ended within milliseconds: the first goes out at once, the rest wait until the first send's
+    CPU is 1% of the time since and go in one call; every step arrives, the last epoch's tag wins. A store that
+    refuses is said at close, and nothing raises in the loop."""
+    from wif.measure.paced import PacedSender
+    from wif.measure.tracking import Tracker
+
+    tracker = Tracker(store, "paced")
+    run = tracker.start_run("r", {}, {}, {})
+    sender = PacedSender(tracker, run)
+    for step in range(40):
+        sender.put(step, {"epoch_time_s": 0.25 + step, "samples": 64.0}, {"wif.n_train": 64 + step})
+    assert sender.close() == "" and sender.sends <= 3, sender.sends
+    client = MlflowClient(store)
+    times = sorted((m.step, m.value) for m in client.get_metric_history(run, "epoch_time_s"))
+    assert times == [(step, 0.25 + step) for step in range(40)]
+    assert client.get_run(run).data.tags["wif.n_train"] == "103"
+    broken = PacedSender(tracker, "no-such-run")
+    broken.put(0, {"epoch_time_s": 1.0}, {})
+    assert broken.close().startswith("MlflowException")  # said at close; put() never raised
+
+
 def test_a_data_bound_loop_is_timed_logged_and_said(tmp_path: Path, store: str) -> None:
     """4 ms of sleep an item at 0 workers: the step waits most of each epoch, and the lines say so."""
     done = run_script(tmp_path, store, "train_slow_reads", "--epochs", "3", "--n-train", "128",

@@ -15,7 +15,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
 from mlflow.entities import Metric, Param, RunStatus, RunTag
@@ -29,6 +29,7 @@ log = logging.getLogger("wif")
 DEFAULT_URI = "sqlite:///mlflow.db"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # the UI opens training runs, not its GenAI view
 BATCH_LIMIT = 100  # MLflow's log_batch accepts at most 100 params (1000 metrics) per call
+METRIC_LIMIT = 1000
 
 
 def default_tracking_uri() -> str:
@@ -144,6 +145,17 @@ class Tracker:
         marks = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         if items or marks:
             self.client.log_batch(run_id, metrics=items, tags=marks)
+
+    def log_steps(self, run_id: str, rows: Sequence[Tuple[int, Mapping[str, float], Mapping[str, Any]]]) -> None:
+        """Several epochs' (step, metrics, tags) in as few calls as MLflow allows (1000 metrics, 100 tags each)."""
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for step, metrics, _ in rows for k, v in metrics.items()
+                 if v is not None]
+        tags = {k: str(v) for _, _, marks in rows for k, v in marks.items()}  # a later epoch's value wins
+        marks = [RunTag(k, v) for k, v in tags.items()]
+        for i in range(0, max(len(items), 1), METRIC_LIMIT):
+            if items[i:i + METRIC_LIMIT] or (marks and i == 0):
+                self.client.log_batch(run_id, metrics=items[i:i + METRIC_LIMIT], tags=marks if i == 0 else [])
 
     def end_run(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status=status)

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import atexit
 import os
-import queue
 import statistics
 import sys
-import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from wif.config import MeasureConfig, TrackingConfig
 from wif.measure.contention import HostCpuMeter
 from wif.measure.lifetime import owner_tags
+from wif.measure.paced import PacedSender
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, default_tracking_uri
 
@@ -48,9 +47,7 @@ class Record:
         self.own = self.run_id is None  # the watch ends only the run it opened
         self.tracker: Optional[Tracker] = None
         self.epochs: List[Dict[str, float]] = []
-        self.outbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # the epochs' figures on their way to MLflow
-        self.sender: Optional[threading.Thread] = None
-        self.send_error = ""
+        self.sender: Optional[PacedSender] = None  # the epochs' figures on their way to MLflow
         self.tagged: Dict[str, Any] = {}
         self.poke_s = 0.0  # what the last epoch-end PSS read cost the user's loop
         self.status, self.t0 = FINISHED, time.monotonic()
@@ -124,30 +121,13 @@ class Record:
             tags = {"wif.n_train": int(e["samples"]), "wif.torch_threads": torch.get_num_threads()}
             fresh = {k: v for k, v in tags.items() if self.tagged.get(k) != v}
             self.tagged.update(fresh)
-            metrics = {k: v for k, v in e.items() if k != "epoch"}
-            self._later(lambda: self.tracker.log_metrics(run, metrics, step=int(e["epoch"]), tags=fresh))
-
-    def _later(self, send: Callable[[], None]) -> None:
-        """`send` on the watch's own thread, in order: the user's next epoch starts at once (finish() waits)."""
-        if self.sender is None:
-            self.sender = threading.Thread(target=self._send, name="wif-watch-log", daemon=True)
-            self.sender.start()
-        self.outbox.put(send)
-
-    def _send(self) -> None:
-        while (send := self.outbox.get()) is not None:
-            try:
-                send()
-            except Exception as err:  # noqa: BLE001 - the store refused: said at the end, the training goes on
-                self.send_error = f"{type(err).__name__}: {err}"
+            if self.sender is None:  # the user's next epoch starts at once; sending takes 1% of a core at most
+                self.sender = PacedSender(self.tracker, run)
+            self.sender.put(int(e["epoch"]), {k: v for k, v in e.items() if k != "epoch"}, fresh)
 
     def _flush(self) -> None:
-        if self.sender is not None:
-            self.outbox.put(None)
-            self.sender.join(120)
-            self.sender = None
-        if self.send_error:
-            print(f"wif.watch: an epoch's figures did not reach MLflow: {self.send_error}", file=sys.stderr)
+        if self.sender is not None and self.sender.close():
+            print(f"wif.watch: an epoch's figures did not reach MLflow: {self.sender.error}", file=sys.stderr)
 
     def summary(self) -> Dict[str, float]:
         """Over the steady epochs (the first left out where there are more): as a study run's summary."""

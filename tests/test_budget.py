@@ -117,8 +117,8 @@ STARTING = re.compile(r"Budget: starting \S+ \(block \d+\): up to ([\d.]+) s, ([
 @pytest.mark.slow
 def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path: Path, store: str,
                                                                         cache_dir: Path) -> None:
-    # 48 jobs of about 0.7 s on a quiet 2-core machine: more than the 0.4 min budget, however fast it runs
-    args = ["preset=smoke", "loader=baseline,bg", "data.fraction=0.1", "repeat=range(0,24)", "device=cpu",
+    # 36 jobs of about 0.7 s on a quiet 2-core machine: with Python's start, more than the 0.4 min budget
+    args = ["preset=smoke", "loader=baseline,bg", "data.fraction=0.1", "repeat=range(0,18)", "device=cpu",
             "trainer.epochs=2", "measure.contended_pct=10000"]
     t0 = time.monotonic()
     first = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=0.4", timeout=300)
@@ -141,7 +141,7 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     ran = train_runs(store, status="FINISHED")
     holds_unless_disturbed(wall < 0.4 * 60 * 1.1, ran, f"the whole command, Python's start included, within the "
                            f"budget (took {wall:.1f} s)")
-    assert len(ran) == len(started) < 48
+    assert len(ran) == len(started) < 36
     client = MlflowClient(store)
     probes = client.search_runs([client.get_experiment_by_name("who_is_faster-probe").experiment_id])
     assert {r.data.tags["wif.kind"] for r in probes} == {"probe"} and len(probes) == 2  # never a study run
@@ -153,7 +153,7 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     done = train_runs(store, status="FINISHED")
     holds_unless_disturbed("nothing left undone" in next(line for line in reversed(out.splitlines())
                                                          if "Sweep done" in line), done, "5 minutes finish the sweep")
-    assert len(done) == 48 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 48
+    assert len(done) == 36 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 36
 
 
 @pytest.mark.slow

@@ -10,6 +10,8 @@ race that proves it.
     steps     the four steps in order, within --minutes; every run ended KILLED on an interruption
     cli       the command line, and `advise_overrides`, which `import wif; wif.advise(overrides)` calls
     examples  a Dataset whose items wait on storage (the must-show case; the tests use it too)
+    script, script_runner   `wif-advise -- python my_train.py`: the user's command probed, then measured
+    warm, warm_preload      that command forked from a server that has imported torch and the watch
 
 Above `wif.tools`: imports it (wif-tune's worker search), `wif.run` and below, and the report's pure race and
 decision rules; never the sweep.

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from wif.advisor import warm
 from wif.advisor.script_runner import LOADER_KEYS, ScriptRunner, execute
 from wif.advisor.steps import PROG, Advice, Options, advise
 from wif.config import ConfigError
@@ -65,7 +66,7 @@ def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str,
     where = tempfile.mkdtemp(prefix="wif-advise-probe-")
     out = os.path.join(where, "loader.json")
     rc, last = execute(command, {"uri": "", "run_id": None, "mode": "probe", "out": out},
-                       os.path.join(where, "output.log"), timeout)
+                       os.path.join(where, "output.log"), timeout, warm_start=False)  # while the server warms up
     shown = " ".join(command)
     if not os.path.exists(out):
         if rc == 0:
@@ -109,6 +110,8 @@ class ScriptAdvice:
 def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Optional[Path] = None) -> ScriptAdvice:
     """The command checked and probed, and the advice's configuration; ConfigError in one line if it cannot run."""
     check_command(command)
+    if warm.warm_target(command) is not None:
+        warm.warm_up()  # the server's imports under way while the configuration is composed and the probe runs
     base = load_config(list(overrides) + ["data=custom", f"data._target_={__name__}.your_script"], config_dir)
     if "MLFLOW_TRACKING_URI" not in os.environ and base.tracking.uri == default_tracking_uri():
         base.tracking.uri = f"sqlite:///{Path('mlflow.db').resolve()}"  # the script's runs: the same store, any cwd

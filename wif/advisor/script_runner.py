@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torch.utils.data import DataLoader
 
+from wif.advisor import warm
 from wif.advisor.candidates import _more
 from wif.advisor.measure import Candidate, Measured, Runner, training
 from wif.config import Config, TrainerMode, as_plain
@@ -36,13 +37,16 @@ HAS_IN_ORDER = "in_order" in DataLoader.__init__.__code__.co_varnames  # torch >
 
 
 def execute(command: Sequence[str], orders: Mapping[str, Any], log_path: str,
-            timeout: Optional[float] = None) -> Tuple[int, str]:
-    """Run the command with `orders`; (its exit code, its last line of output that is not the watch's). Ctrl-C
-    or SIGTERM here stops it too (it gets its grace to end its own way), and is raised again."""
+            timeout: Optional[float] = None, warm_start: bool = True) -> Tuple[int, str]:
+    """Run the command with `orders` (started warm where it can be and `warm_start`); (its exit code, its last
+    line of output that is not the watch's). Ctrl-C or SIGTERM here stops it too (it gets its grace to end its
+    own way), and is raised again."""
     env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1"}
+    target = warm.warm_target(command) if warm_start else None
     with open(log_path, "w") as log:
         try:
-            proc = subprocess.Popen(list(command), env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc: Any = (Warm(warm.start(target, env, log_path)) if target is not None else
+                         subprocess.Popen(list(command), env=env, stdout=log, stderr=subprocess.STDOUT))
         except OSError as err:
             return 127, f"{command[0]}: {err.strerror}"
         try:
@@ -62,6 +66,26 @@ def execute(command: Sequence[str], orders: Mapping[str, Any], log_path: str,
     lines = [line.strip() for line in open(log_path, errors="replace") if line.strip()]
     said = [line for line in lines if not line.startswith("wif.watch: epoch")]
     return rc, (said or lines or [""])[-1]
+
+
+class Warm:
+    """A script started warm (wif.advisor.warm), waited for and signalled as a Popen is."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:
+            raise subprocess.TimeoutExpired("the script", timeout or 0.0)
+        return self.proc.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self.proc.exitcode is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        self.proc.kill()
 
 
 class ScriptRunner(Runner):

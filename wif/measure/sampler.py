@@ -34,14 +34,17 @@ MB = 1024 * 1024
 
 
 class TreeSampler(threading.Thread):
-    def __init__(self, pid: int, cfg: MeasureConfig, gpu_baselines: Optional[Dict[str, int]] = None) -> None:
-        """`gpu_baselines`: each device's used memory before the run started (wif.measure.nvml)."""
+    def __init__(self, pid: int, cfg: MeasureConfig, gpu_baselines: Optional[Dict[str, int]] = None,
+                 forked_from: Optional[int] = None) -> None:
+        """`gpu_baselines`: each device's used memory before the run started (wif.measure.nvml); `forked_from`:
+        the process the run was forked from, where that is not this one (its shared pages count in full)."""
         super().__init__(name="wif-sampler", daemon=True)
         self.gpu_baselines = gpu_baselines or {}
         self.gpu_note: Optional[str] = None  # why the run's GPU has no NVML figures
         self.root = psutil.Process(pid)
         me = psutil.Process()
-        self.forked_from: Optional[psutil.Process] = me if self.root.ppid() == me.pid else None
+        self.forked_from: Optional[psutil.Process] = (psutil.Process(forked_from) if forked_from is not None else
+                                                      me if self.root.ppid() == me.pid else None)
         self.cfg = cfg
         self.fast = Series()  # (rss_mb, gpu_mem_mb)
         self.mid = Series()  # (workers, cpu_pct, shm_mb, gpu_util)

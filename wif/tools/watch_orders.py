@@ -29,6 +29,7 @@ from wif.run.record import MEMORY_PEAKS
 from wif.run.training import CappedBatches
 
 ENV = "WIF_WATCH_ORDERS"
+FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.warm): the pid it was forked from
 MODES = ("train", "bound", "loader_only", "probe")
 REPLAYED = 8  # batches kept for the bound: the DALI LoaderEvaluator's idea, within a few hundred MB at 224 px
 

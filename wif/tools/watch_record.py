@@ -26,6 +26,7 @@ from wif.measure.lifetime import owner_tags
 from wif.measure.paced import PacedSender
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, default_tracking_uri
+from wif.tools.watch_orders import FORKED_FROM
 
 MB = 1024 * 1024
 WARMUP = 1  # the first epoch (workers' start-up, caches filling) is left out of the summary, as the study's
@@ -51,7 +52,8 @@ class Record:
         self.tagged: Dict[str, Any] = {}
         self.poke_s = 0.0  # what the last epoch-end PSS read cost the user's loop
         self.status, self.t0 = FINISHED, time.monotonic()
-        self.sampler = TreeSampler(os.getpid(), MeasureConfig())
+        forked_from = os.environ.get(FORKED_FROM)  # started warm: the pages shared with the server count in full
+        self.sampler = TreeSampler(os.getpid(), MeasureConfig(), forked_from=int(forked_from) if forked_from else None)
         self.sampler.start()
         self.meter = HostCpuMeter(os.getpid())
         self.gpu_attached = False

@@ -1,0 +1,145 @@
+"""The user's Python script started warm: forked from a server that has already imported torch and the watch.
+
+`wif-advise -- python my_train.py ARGS` runs the command a dozen times (the probe, the measuring runs, the
+loader trials, the race). Each new interpreter pays its imports before the script's first line: here about
+5 s of a 6-s measurement (torch with its CUDA libraries, torch._dynamo at the first optimizer, MLflow), paid
+in no epoch but in the advice's minutes. As the study forks its runs from a warm supervisor
+(`wif.run.training.preload`), the script is forked from a multiprocessing forkserver whose only import is
+`wif.advisor.warm_preload`, and run there as Python would run it: `sys.argv`, `sys.path[0]`, the environment
+and the working directory as the command's, `__main__` its own, its exit code and uncaught exception as they
+would be, its atexit handlers run. Its RAM is counted as a forked run's is: the pages it still shares with the
+server are added back in full (`wif.measure.proctree.fork_shared_share`), as in a script started on its own.
+
+Only a command that is this interpreter running a script or a module, with no interpreter options, starts
+warm; any other command (another Python, `torchrun`, a shell script) runs as it is, in a new process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import runpy
+import shutil
+import signal
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from wif.tools.watch_orders import FORKED_FROM
+
+Target = Tuple[str, str, List[str]]  # ("path" | "module", the script or module, its arguments)
+PRELOAD = "wif.advisor.warm_preload"
+
+
+def warm_target(command: Sequence[str]) -> Optional[Target]:
+    """What the command runs, where it is this interpreter (the same venv) with a script or `-m module` and
+    no interpreter options; None otherwise."""
+    if len(command) < 2 or os.environ.get("WIF_ADVISE_WARM", "1") == "0":
+        return None
+    found = shutil.which(command[0])
+    if found is None:
+        return None
+    exe, ours = os.path.abspath(found), os.path.abspath(sys.executable)
+    if os.path.dirname(exe) != os.path.dirname(ours) or os.path.realpath(exe) != os.path.realpath(ours):
+        return None
+    if command[1] == "-m":
+        return ("module", command[2], list(command[3:])) if len(command) > 2 else None
+    if command[1].startswith("-"):
+        return None
+    return ("path", command[1], list(command[2:]))
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([PRELOAD])
+    return ctx
+
+
+def warm_up() -> None:
+    """The server started now, its imports under way while the advice does other work."""
+    from multiprocessing import forkserver
+
+    _context()
+    forkserver.ensure_running()
+
+
+def start(target: Target, env: Dict[str, str], log_path: str) -> multiprocessing.process.BaseProcess:
+    """The script started in a child of the server; its output goes to `log_path`."""
+    proc = _context().Process(target=_run, args=(target, dict(env), os.getcwd(), log_path), daemon=False,
+                              name="wif-advise-script")
+    proc.start()
+    return proc
+
+
+def _as_a_main_process() -> None:
+    """multiprocessing as a new interpreter has it: this process its main one, and no start method chosen yet
+    (the platform's default, as `python` would have: DataLoader workers forked from the script, not from a
+    forkserver that the server's own start method would start and leave behind)."""
+    import multiprocessing.process as mp_process
+
+    from wif.advisor.warm_preload import MAIN
+
+    MAIN.name = "MainProcess"  # the fork's preparation gave it the child's name
+    mp_process._current_process = MAIN  # type: ignore[attr-defined]  # the server's own, a main process
+    mp_process._parent_process = None  # type: ignore[attr-defined]
+    mp_process._children = set()  # type: ignore[attr-defined]
+    multiprocessing.set_start_method(None, force=True)
+
+
+def _end_children() -> None:
+    """The script's processes still alive at its end (persistent DataLoader workers whose loader an ending
+    interpreter would have shut down) are ended, as that shutdown would."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    for child in psutil.wait_procs(children, timeout=5)[1]:
+        child.kill()
+
+
+def _run(target: Target, env: Dict[str, str], cwd: str, log_path: str) -> None:
+    """In the child: the script as `python` would run it; exits with its code."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False, errors="backslashreplace")
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env, **{FORKED_FROM: str(os.getppid())})  # the watch adds the pages shared with it
+    _as_a_main_process()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.excepthook = sys.__excepthook__
+    atexit._clear()  # the server's; the script's own are registered as it runs, and run at its end
+    kind, name, args = target
+    code: object = 0
+    try:
+        if kind == "module":
+            sys.argv = [name, *args]  # runpy puts the module's file in argv[0], as `python -m` does
+            sys.path[0] = cwd
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [name, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(name))
+            runpy.run_path(name, run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:  # noqa: BLE001 - an uncaught error: said by the excepthook (the watch's), as Python does
+        sys.excepthook(*sys.exc_info())
+        code = 130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
+    atexit._run_exitfuncs()
+    _end_children()
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

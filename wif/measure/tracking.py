@@ -140,11 +140,7 @@ class Tracker:
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0,
                     tags: Optional[Mapping[str, Any]] = None) -> None:
         """One batched call: per-epoch figures cost one round trip, outside any timed region."""
-        now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
-        marks = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
-        if items or marks:
-            self.client.log_batch(run_id, metrics=items, tags=marks)
+        self.log_steps(run_id, [(step, metrics, tags or {})])
 
     def log_steps(self, run_id: str, rows: Sequence[Tuple[int, Mapping[str, float], Mapping[str, Any]]]) -> None:
         """Several epochs' (step, metrics, tags) in as few calls as MLflow allows (1000 metrics, 100 tags each)."""

@@ -15,13 +15,14 @@
 #   extra    the bound (data=fixed), transfer=stream beside pin_nb, and data=encoded with workers
 #   report   wif-report on the store (report.tar.gz)
 # Stages given together run in that order in one command (a machine's start is paid once). The budgeted sweeps
-# (study; extra's three) end within --minutes (default 8) of the command's start, sharing what is left as each
-# starts. A failed step is said, the steps after it still run, and the command exits 1. A stage cut short keeps
-# what finished: the next study or extra resumes from the store.
+# (study; extra's three) end within --minutes (default 8) of the first one's start, sharing what is left as each
+# starts: on an H200 check took 4 minutes and report seconds (2026-11-26), so `check,study,report` fits a
+# 10-minute command with --minutes 5. A failed step is said, the steps after it still run, and the command exits 1.
+# A stage cut short keeps what finished: the next study or extra resumes from the store.
 # --rehearse runs the stages here, on the CPU, at the smoke preset, with the checkout's own wif (no wheelhouse).
 set -euo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "gpu_session.sh: $*" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 case $1 in -h|--help) usage ;; esac
@@ -56,10 +57,12 @@ PY=${PYTHON:-python3}
 SMOKE=()
 [ "$REHEARSE" = 0 ] || SMOKE=(preset=smoke)
 # The budgeted sweeps share --minutes by weight (study 3; extra's bound, stream and decode sweeps 1 each): each
-# gets its weight's part of what is left when it starts, so what one leaves unspent goes to those after it.
-DEADLINE=$(( $(date +%s) + $(awk "BEGIN {printf \"%d\", $MINUTES * 60}") ))
+# gets its weight's part of what is left when it starts, so what one leaves unspent goes to those after it. The
+# minutes count from the first budgeted sweep's start: a slow check must not leave the study none.
+DEADLINE=""
 WEIGHT_LEFT=$((BUDGETED * 3))
 take() {  # take WEIGHT: BUDGET, the next sweep's sweep.budget_min (not in a subshell: WEIGHT_LEFT is kept)
+  [ -n "$DEADLINE" ] || DEADLINE=$(( $(date +%s) + $(awk "BEGIN {printf \"%d\", $MINUTES * 60}") ))
   local left=$(( DEADLINE - $(date +%s) ))
   BUDGET=$(awk "BEGIN {m = $left / 60 * $1 / $WEIGHT_LEFT; printf \"%.2f\", (m > 0.05 ? m : 0.05)}")
   WEIGHT_LEFT=$((WEIGHT_LEFT - $1))

@@ -277,11 +277,13 @@ def test_every_way_cuda_says_out_of_memory_is_a_batch_too_big() -> None:
 @gpu_only
 def test_wif_batch_size_finds_a_batch_for_a_custom_model_on_custom_data(tmp_path: Path, store: str,
                                                                        cache_dir: Path) -> None:
+    # wif.examples, not the checkout's examples/: the tool runs in an empty folder, where a GPU node may have wif
+    # from its wheel (as scripts/gpu_session.sh installs it; the H200 run of 2026-11-26 failed on examples.models)
     proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "model=custom",
-                 "model._target_=examples.models.small_cnn", "data=custom",
-                 "data._target_=examples.datasets.noisy_squares", "+data.kwargs.size=48", "--max-batch", "256")
+                 "model._target_=wif.examples.models.small_cnn", "data=custom",
+                 "data._target_=wif.examples.datasets.noisy_squares", "+data.kwargs.size=48", "--max-batch", "256")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "inputs (3, 48, 48) from data._target_=examples.datasets.noisy_squares" in proc.stdout
+    assert "inputs (3, 48, 48) from data._target_=wif.examples.datasets.noisy_squares" in proc.stdout
     assert "Largest batch size: 256" in proc.stdout and "data.batch_size=256" in proc.stdout
 
 

@@ -136,17 +136,22 @@ def test_the_node_build_takes_mlflows_client_and_store_without_its_ui_unless_the
 
 
 def test_a_list_of_names_known_beforehand_is_the_nodes_packages_said_in_one_line(
-        capsys: pytest.CaptureFixture) -> None:
-    """scripts/lent_gpu_have.txt (the lent machines' packages as their notes list them, most without a version):
-    each is the node's, kept as it is; the missing versions are said once, not 170 times."""
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A node's packages known by name alone (as a workplace's notes list them): each is the node's, kept as it
+    is; the missing versions are said once, not 190 times. scripts/lent_gpu_have.txt is a node's real freeze."""
     spec = importlib.util.spec_from_file_location("wheelhouse_have", HELPER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    have = module.read_have(str(ROOT / "scripts" / "lent_gpu_have.txt"))
+    lent = module.read_have(str(ROOT / "scripts" / "lent_gpu_have.txt"))
+    assert capsys.readouterr().err == "" and None not in lent.values()
+    assert lent["torch"] == "2.11.0" and lent["torchvision"] == "0.26.0" and lent["certifi"] == "2026.7.22"
+    assert "hydra-core" not in lent and "mlflow" not in lent
+    names = tmp_path / "names.txt"
+    names.write_text("torch==2.11.0\ntorchvision==0.26.0\n" + "".join(f"{name}\n" for name in sorted(lent)[:150]))
+    have = module.read_have(str(names))
     said = capsys.readouterr().err.strip().splitlines()
     unversioned = [name for name, version in have.items() if version is None]
-    assert have["torch"] == "2.11.0" and have["torchvision"] == "0.26.0" and "pandas" in unversioned
-    assert "hydra-core" not in have and "mlflow" not in have and len(unversioned) > 100
+    assert have["torch"] == "2.11.0" and have["torchvision"] == "0.26.0" and len(unversioned) == 150
     assert len(said) == 1 and f"{len(unversioned)} packages with no version (absl-py, " in said[0], said
     assert "not constraints; the node's are kept as they are" in said[0]
 

@@ -194,22 +194,27 @@ stop_daemon() {  # stop_daemon NAME: SIGTERM, then SIGKILL after 20 s
   alive "$pidfile" || return 0
   pid="$(cat "$pidfile")"
   kill "$pid"
-  for _ in $(seq 40); do
+  for _ in $(seq 100); do
     kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.5
+    sleep 0.2
   done
   kill -9 "$pid" 2>/dev/null || true
+}
+
+stop_daemons() {  # stop_daemons NAME...: side by side, each as stop_daemon does
+  local name
+  for name in "$@"; do stop_daemon "$name" & done
+  wait
 }
 
 stop() {
   if [ -s "$CONF" ] && alive "$DIR/slurmctld.pid"; then
     SLURM_CONF="$CONF" scancel --user=root >/dev/null 2>&1 || true  # the jobs go first, as on a shutdown
   fi
-  stop_daemon slurmd
-  stop_daemon slurmctld
-  stop_daemon slurmdbd
-  stop_daemon mariadb
-  stop_daemon munged
+  # The node and the controller first (the controller's last records go to the accounting daemon), then the
+  # rest side by side: each daemon takes about 2 s to stop, 10 s one after another.
+  stop_daemons slurmd slurmctld
+  stop_daemons slurmdbd mariadb munged
   echo "slurm_local: stopped ($DIR kept: logs, jobcomp.log; rm -rf it for a fresh cluster)"
 }
 

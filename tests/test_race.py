@@ -118,7 +118,7 @@ def test_a_real_race_logs_its_looks_and_resumes_without_rerunning(tmp_path: Path
 
 @pytest.mark.slow
 def test_an_interrupted_race_marks_its_running_job_killed_and_resumes(tmp_path: Path, store: str, cache_dir: Path):
-    args = ["preset=smoke", "hydra/sweeper=race", "loader=pin_nb_w4_pf2,pin_nb_w8_pf2", "race.max_blocks=3",
+    args = ["preset=smoke", "hydra/sweeper=race", "loader=pin_nb_w4_pf2,pin_nb_w4_pf8", "race.max_blocks=3",
             "measure.contended_pct=10000"]
     proc = start_train(tmp_path, store, cache_dir, *args)
     deadline = time.monotonic() + 300

@@ -6,6 +6,10 @@ Prints the ratio of steady-state epoch times (target: at most 1.03 on a 2-core C
 sampler's own CPU cost.
 
     python benchmarks/overhead.py [--rounds 12] [--epochs 4] [--num-train 5000] [--smoke-cadence]
+                                  [--device cuda --model googlenet]
+
+On a GPU both sides copy each batch with a plain `.to(device)` (wif's baseline option) and the bare loop
+synchronizes before it reads the clock at each epoch's ends, as wif does.
 
 The two sides alternate which goes first; the headline is the median of the per-round ratios, which a
 machine that drifts between rounds (a shared one: epoch times here move by 30% from round to round)
@@ -35,30 +39,35 @@ sys.path.insert(0, str(ROOT))
 
 from wif.config import MeasureConfig, register_configs  # noqa: E402
 from wif.data.datasets import load_datasets  # noqa: E402
-from wif.run.model import build_model  # noqa: E402
+from wif.run.model import build_model, training_loss  # noqa: E402
 from wif.run.training import preload, seed_everything  # noqa: E402
 from wif.sweep.job import run_job  # noqa: E402
 
 
-def bare_loop(conf, queue) -> None:
+def bare_loop(conf, device: str, queue) -> None:
     """The reference: nothing but the loop a user would write, timed per epoch on the host clock."""
     seed_everything(conf.seed)
     data = load_datasets(conf.data)
     loader = DataLoader(TensorDataset(data.train.images, data.train.labels), batch_size=conf.data.batch_size,
                         shuffle=True)
-    model = build_model(conf.model, data.num_classes)
+    on = torch.device(device)
+    sync = torch.cuda.synchronize if on.type == "cuda" else (lambda: None)
+    model = build_model(conf.model, data.num_classes).to(on)
     opt = torch.optim.SGD(model.parameters(), lr=conf.trainer.lr, momentum=conf.trainer.momentum,
                           weight_decay=conf.trainer.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     times = []
     for _ in range(conf.trainer.epochs):
         model.train()
+        sync()
         t0 = time.perf_counter()
         for x, y in loader:
-            loss = loss_fn(model(x), y)
+            x, y = x.to(on), y.to(on)
+            loss = training_loss(model(x), y, loss_fn, conf.model.aux_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+        sync()
         times.append(time.perf_counter() - t0)
     queue.put(times)
 
@@ -76,6 +85,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--num-train", type=int, default=5000)
     ap.add_argument("--smoke-cadence", action="store_true", help="sample at the smoke preset's cadence")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: where both sides train")
+    ap.add_argument("--model", default=None, help="a model config (googlenet: the study's); default the smoke "
+                    "preset's tiny model")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="wif-overhead-"))
     store = f"sqlite:///{work / 'mlflow.db'}"
@@ -85,7 +97,8 @@ def main() -> None:
     sampling = [] if args.smoke_cadence else [f"measure.{k}={v}" for k, v in asdict(MeasureConfig()).items()]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[
-            "preset=smoke", "device=cpu", "resume=false", f"trainer.epochs={args.epochs}", "data.fraction=1.0",
+            "preset=smoke", f"device={args.device}", *([f"model={args.model}"] if args.model else []),
+            "resume=false", f"trainer.epochs={args.epochs}", "data.fraction=1.0",
             f"data.num_train={args.num_train}", f"tracking.uri={store}", f"data.cache_dir={work / 'cache'}",
             *sampling])
     from omegaconf import OmegaConf
@@ -113,7 +126,7 @@ def main() -> None:
 
     def bare_round() -> list:
         q = ctx.Queue()
-        p = ctx.Process(target=bare_loop, args=(conf, q))
+        p = ctx.Process(target=bare_loop, args=(conf, args.device, q))
         p.start()
         times = q.get()
         p.join()

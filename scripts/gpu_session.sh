@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stages of the GPU study on a lent, offline machine, in one command of at most 10 minutes.
-#   scripts/gpu_session.sh STAGE[,STAGE...] [--minutes M] [--rehearse]      STAGE: freeze|check|study|extra|report
+#   scripts/gpu_session.sh STAGE[,STAGE...] [--minutes M] [--rehearse]      STAGE: freeze|check|overhead|study|extra|report
 # A lent machine starts bare and is given back soon after each command, so every command installs wif again from
 # the carried wheelhouse and reads and writes the store carried beside it, all in .gpu/ (ignored; carry it):
 #   .gpu/wheels/     scripts/wheelhouse.sh .gpu/wheels --have HAVE --python-version 3.12 \
@@ -11,6 +11,7 @@
 # and its GPU, driver and torch (node.txt), whatever the stage, and the stages' own files.
 #   freeze   freeze.txt and node.txt alone: nothing installed (for a node whose packages are not known)
 #   check    pytest -m gpu (pytest.txt), then wif-bandwidth: pinned and pageable copy rates, logged as a run
+#   overhead benchmarks/overhead.py on GoogLeNet: wif's epoch against a hand-written loop's (overhead.txt)
 #   study    the 11 loader options x 3 fractions, raced, auto epochs
 #   extra    the bound (data=fixed), transfer=stream beside pin_nb, and data=encoded with workers
 #   report   wif-report on the store (report.tar.gz)
@@ -22,7 +23,7 @@
 # --rehearse runs the stages here, on the CPU, at the smoke preset, with the checkout's own wif (no wheelhouse).
 set -euo pipefail
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "gpu_session.sh: $*" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 case $1 in -h|--help) usage ;; esac
@@ -30,7 +31,7 @@ IFS=, read -r -a STAGES <<< "$1"; shift
 [ ${#STAGES[@]} -gt 0 ] || die "no stage given (--help lists them)"
 BUDGETED=0
 for stage in "${STAGES[@]}"; do
-  case $stage in freeze|check|report) ;; study|extra) BUDGETED=$((BUDGETED + 1)) ;;
+  case $stage in freeze|check|overhead|report) ;; study|extra) BUDGETED=$((BUDGETED + 1)) ;;
     *) die "unknown stage ${stage:-''} (--help lists them)" ;; esac
 done
 MINUTES=8
@@ -110,6 +111,12 @@ for STAGE in "${STAGES[@]}"; do
       step "pytest -m gpu" bash -o pipefail -c '"$0" -m pytest -m gpu -q -p no:cacheprovider "${@:2}" tests 2>&1 | tee "$1"' \
         "$PY" "$OUT/pytest.txt" ${PER_TEST[@]+"${PER_TEST[@]}"}
       step wif-bandwidth "$PY" -m wif.tools.bandwidth --sizes-mb 1,16,256 --repeats 20
+      ;;
+    overhead)  # six rounds of 3 epochs of 5,000 images a side: about 2 minutes on an H200
+      OVERHEAD=(--device cuda --model googlenet --rounds 6 --epochs 3 --num-train 5000)
+      [ "$REHEARSE" = 0 ] || OVERHEAD=(--device cpu --rounds 2 --epochs 2 --num-train 500)
+      step overhead bash -o pipefail -c '"$0" benchmarks/overhead.py "${@:2}" 2>&1 | tee "$1"' "$PY" \
+        "$OUT/overhead.txt" "${OVERHEAD[@]}"
       ;;
     study)
       take 3

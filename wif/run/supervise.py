@@ -57,6 +57,17 @@ def interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_in_forked_children() -> None:
+    """A process the run forks (a DataLoader worker) is ended by the run, not by the signal that interrupts the
+    run: SIGTERM ends it at once (the run's `interrupt` would raise, and a worker still in multiprocessing's
+    start-up prints that as a traceback) and Ctrl-C, which reaches the whole group, leaves it to the run."""
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # forked from a thread other than the main one: signal handlers cannot be set there
+        pass
+
+
 # ----------------------------------------------------------------------------- the child
 def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     """Runs in the forked child: train, send everything through the pipe, never touch MLflow; dies with
@@ -65,6 +76,7 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     import torch
 
     signal.signal(signal.SIGTERM, interrupt)
+    os.register_at_fork(after_in_child=_quiet_in_forked_children)
 
     def emit(kind: str, payload: Dict[str, Any]) -> Any:
         conn.send((kind, payload))

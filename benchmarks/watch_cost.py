@@ -6,7 +6,9 @@ throw-away SQLite store). Each process times its own steady epochs on its own cl
 start to the last epoch's end (what the watch does between epochs included: its PSS read and MLflow
 logging), and the watch's one-time start (MLflow's import and the run's creation, after the first epoch) apart.
 The headline is the median of the per-round ratios with a bootstrap 95% interval (target: within 1%), and
-beside it the same ratio of the process's CPU seconds (all threads), which a shared machine moves far less.
+beside it the same ratio of the process's CPU seconds (all threads). torch's threads spin while they wait, so
+on this loop the CPU ratio tracked the wall ratio (1.255 against 1.265 on 2026-11-26): it says where the time
+goes, not a quieter figure.
 
     python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0]
 
@@ -108,9 +110,8 @@ def main() -> None:
           f"{statistics.median(starts):.2f} s")
     if hi - lo > 0.02:
         print("this machine cannot resolve 1%: the interval is wider than +-1% (run it alone, with more rounds)")
-    # CPU seconds move far less than wall time on a shared machine: what the watch adds to the process's work
-    # (its per-batch bookkeeping, the sampler's and the sender's threads), which on a machine whose cores the
-    # loop keeps busy is what it takes from the loop.
+    # What the watch adds to the process's work (its per-batch bookkeeping, the sampler's and the sender's
+    # threads): on a machine whose cores the loop keeps busy, what it takes from the loop.
     cpu_med = statistics.median(cpu_ratios)
     cpu_lo, cpu_hi = _bootstrap_ci(cpu_ratios)
     print(f"CPU time watched / bare (all threads, same rounds): {cpu_med:.4f}, 95% CI {cpu_lo:.4f} to {cpu_hi:.4f}")

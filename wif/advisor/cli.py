@@ -24,7 +24,7 @@ from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EX
 from wif.data.loaders import silence_worker_count_warning
 from wif.report.race import RaceRules
 from wif.run.supervise import interrupt, resolve_device
-from wif.run.training import preload
+from wif.run.training import parent_threads_back, preload
 from wif.tools.tune import check_tunable
 
 
@@ -57,7 +57,10 @@ def advise_overrides(overrides: Sequence[str] = (), config_dir: Optional[Path] =
     preload()
     silence_worker_count_warning()
     say = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
-    result = advise(base, list(overrides), opts, say)
+    try:
+        result = advise(base, list(overrides), opts, say)
+    finally:
+        parent_threads_back()
     report(result, say)
     return result
 

@@ -28,7 +28,7 @@ from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.run.record import RunRecord, stop_rule
 from wif.run.stopping import read_between
-from wif.run.training import train
+from wif.run.training import forked_run_threads, train
 
 INTERRUPT_GRACE_S = 5.0
 REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was created
@@ -74,6 +74,8 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     the supervisor, even one killed with SIGKILL."""
     die_with_parent(supervisor)
     import torch
+
+    forked_run_threads()
 
     signal.signal(signal.SIGTERM, interrupt)
     os.register_at_fork(after_in_child=_quiet_in_forked_children)

@@ -42,12 +42,12 @@ def usable_cores() -> int:
 
 
 @pytest.mark.skipif(usable_cores() < 2, reason="one usable core: torch starts no thread pool, nothing can hang")
-def test_a_run_forked_after_its_parent_computed_runs_on_the_parents_threads(tmp_path: Path) -> None:
+def test_a_run_forked_after_its_parent_computed_runs_on_the_parents_threads(tmp_path: Path, store: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("OMP_NUM_THREADS", None)
     try:
         done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "cache"),
-                               f"sqlite:///{tmp_path / 'mlflow.db'}"], cwd=tmp_path, env=env, capture_output=True,
+                               store], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=240)  # about 15 s alone here; a hung run never ends
     except subprocess.TimeoutExpired as hung:
         pytest.fail(f"the forked run hung: {hung.stdout!r} {hung.stderr!r}"[-2000:])

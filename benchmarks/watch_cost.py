@@ -51,9 +51,12 @@ def child(args: argparse.Namespace) -> None:
     watched = args.side == "watch"
     marks: List[float] = []
     cpu: List[float] = []  # the process's CPU seconds, all threads (the watch's sampler and sender included)
-    for _ in range(args.epochs):
+    threads_at_3: Dict[str, float] = {}
+    for epoch in range(args.epochs):
         marks.append(time.perf_counter())
         cpu.append(time.process_time())
+        if epoch == 2:
+            threads_at_3 = threads_cpu_s()
         for x, y in (wif.watch(loader, quiet=True) if watched else loader):
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad(set_to_none=True)
@@ -63,7 +66,27 @@ def child(args: argparse.Namespace) -> None:
     cpu.append(time.process_time())
     steady = marks[-1] - marks[2]  # epochs 3..E, each with what the watch did after the one before
     print(json.dumps({"steady_s": steady, "steady_cpu_s": cpu[-1] - cpu[2], "first_s": marks[1] - marks[0],
-                      "start_s": marks[2] - marks[1]}))
+                      "start_s": marks[2] - marks[1],
+                      "threads_cpu_s": {k: v - threads_at_3.get(k, 0.0) for k, v in threads_cpu_s().items()}}))
+
+
+def threads_cpu_s() -> Dict[str, float]:
+    """CPU seconds of each of this process's threads so far, by Python name ('native' for threads Python did not
+    start: torch's OpenMP pool, the allocator's): where a watched loop's extra CPU goes."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: Dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "native")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def one(side: str, args: argparse.Namespace, store: str) -> Dict[str, float]:
@@ -102,6 +125,9 @@ def main() -> None:
         starts.append(got["watch"]["start_s"] - got["bare"]["start_s"])
         print(f"round {r + 1}: bare {bare:.3f} s, watched {with_watch:.3f} s, ratio {ratios[-1]:.4f}, CPU time "
               f"ratio {cpu_ratios[-1]:.4f} (watch's start {starts[-1]:+.2f} s)", flush=True)
+        print("  CPU s by thread, epochs 3..E: " + "; ".join(
+            f"{side} " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(got[side]["threads_cpu_s"].items()))
+            for side in ("bare", "watch")), flush=True)
     med = statistics.median(ratios)
     lo, hi = _bootstrap_ci(ratios)
     print(f"ratio watched / bare (median of {len(ratios)} paired rounds, epochs 3..{args.epochs}): {med:.4f}, "

@@ -222,9 +222,13 @@ def test_a_steady_run_stops_before_max_epochs_at_defaults_and_logs_why(tmp_path:
     holds_unless_disturbed(epochs_run < 25, [run], f"a steady run stops before max_epochs (it ran {epochs_run})")
     assert reason.startswith((f"pinned after {epochs_run} epochs", f"enough epochs after {epochs_run}")), reason
     assert "the auto target" in reason and "half the report's 2% tie margin" in reason, reason
-    assert m["epoch_time_median_s"] > 0 and 0 <= m["epoch_time_median_ci_rel"] < 1.0
+    assert m["epoch_time_median_s"] > 0 and m["epoch_time_median_ci_rel"] >= 0
     assert m["warmup_epoch_time_s"] > 0  # the warm-up epoch is measured and logged, set apart
     assert f"stops: {reason[:20]}" in done.stdout + done.stderr
+    # beside two sweeps and a training script its interval was 185% of the median (epochs stalled by seconds)
+    holds_unless_disturbed(m["epoch_time_median_ci_rel"] < 1.0, [run],
+                           f"a steady run pins its median epoch time within 100% (it logged "
+                           f"{m['epoch_time_median_ci_rel']:.0%})")
 
 
 LEAKY_MODULE = '''

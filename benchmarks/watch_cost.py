@@ -6,11 +6,13 @@ throw-away SQLite store). Each process times its own steady epochs on its own cl
 start to the last epoch's end (what the watch does between epochs included: its PSS read and MLflow
 logging), and the watch's one-time start (MLflow's import and the run's creation, after the first epoch) apart.
 The headline is the median of the per-round ratios with a bootstrap 95% interval (target: within 1%), and
-beside it the same ratio of the process's CPU seconds (all threads). torch's threads spin while they wait, so
-on this loop the CPU ratio tracked the wall ratio (1.255 against 1.265 on 2026-11-26): it says where the time
-goes, not a quieter figure.
+beside it the same ratio of the process's CPU seconds (all threads), both sides' minor page faults a batch and
+each thread's CPU seconds. Both sides run with glibc's mmap threshold pinned (`--malloc fixed`): with glibc's
+adaptive threshold this loop's tensors are mapped anew at every step (500-900 page faults a batch, a third of
+the time in the kernel, a different amount in every process), which made the watched side 1.277x slower on
+2026-11-26 where, pinned, it was 1.038x (0.920-1.101): the allocator, not the watch (docs/benchmarks.md).
 
-    python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0]
+    python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0] [--malloc fixed]
 
 Run it on a quiet machine: on a shared one the rounds' noise is wider than 1%, and it says so.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,11 +55,12 @@ def child(args: argparse.Namespace) -> None:
     marks: List[float] = []
     cpu: List[float] = []  # the process's CPU seconds, all threads (the watch's sampler and sender included)
     threads_at_3: Dict[str, float] = {}
+    faults_at_3 = 0
     for epoch in range(args.epochs):
         marks.append(time.perf_counter())
         cpu.append(time.process_time())
         if epoch == 2:
-            threads_at_3 = threads_cpu_s()
+            threads_at_3, faults_at_3 = threads_cpu_s(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for x, y in (wif.watch(loader, quiet=True) if watched else loader):
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad(set_to_none=True)
@@ -67,6 +71,7 @@ def child(args: argparse.Namespace) -> None:
     steady = marks[-1] - marks[2]  # epochs 3..E, each with what the watch did after the one before
     print(json.dumps({"steady_s": steady, "steady_cpu_s": cpu[-1] - cpu[2], "first_s": marks[1] - marks[0],
                       "start_s": marks[2] - marks[1],
+                      "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_at_3,
                       "threads_cpu_s": {k: v - threads_at_3.get(k, 0.0) for k, v in threads_cpu_s().items()}}))
 
 
@@ -93,6 +98,8 @@ def one(side: str, args: argparse.Namespace, store: str) -> Dict[str, float]:
     cmd = [sys.executable, __file__, "--child", side, "--epochs", str(args.epochs), "--n-train", str(args.n_train),
            "--workers", str(args.workers)]
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT)}
+    if args.malloc == "fixed":  # glibc's mmap threshold pinned alike on both sides (see the module's docstring)
+        env.update(MALLOC_MMAP_THRESHOLD_=str(64 << 20), MALLOC_TRIM_THRESHOLD_=str(256 << 20))
     env.pop("WIF_WATCH_ORDERS", None)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -104,6 +111,9 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--n-train", type=int, default=4096)
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--malloc", choices=("fixed", "default"), default="fixed",
+                   help="fixed: both sides run with glibc's mmap threshold pinned (64 MiB), so that neither side's "
+                        "epochs depend on where the adaptive threshold happened to settle; default: as glibc has it")
     p.add_argument("--child", choices=("bare", "watch"), default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.epochs < 3:
@@ -115,6 +125,7 @@ def main() -> None:
 
     store = f"sqlite:///{tempfile.mkdtemp(prefix='wif-watch-cost-')}/mlflow.db"
     ratios, cpu_ratios, starts = [], [], []
+    batches = (args.epochs - 2) * -(-args.n_train // 64)  # the steady epochs' batches (batch 64)
     for r in range(args.rounds):
         order = ["bare", "watch"] if r % 2 == 0 else ["watch", "bare"]
         got = {side: one(side, args, store) for side in order}
@@ -125,6 +136,8 @@ def main() -> None:
         starts.append(got["watch"]["start_s"] - got["bare"]["start_s"])
         print(f"round {r + 1}: bare {bare:.3f} s, watched {with_watch:.3f} s, ratio {ratios[-1]:.4f}, CPU time "
               f"ratio {cpu_ratios[-1]:.4f} (watch's start {starts[-1]:+.2f} s)", flush=True)
+        print(f"  minor page faults a batch: bare {got['bare']['faults'] / batches:.0f}, watched "
+              f"{got['watch']['faults'] / batches:.0f}", flush=True)
         print("  CPU s by thread, epochs 3..E: " + "; ".join(
             f"{side} " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(got[side]["threads_cpu_s"].items()))
             for side in ("bare", "watch")), flush=True)

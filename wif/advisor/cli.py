@@ -20,7 +20,7 @@ from wif.advisor import script
 from wif.advisor.steps import PROG, Advice, Options, advise
 from wif.config import ConfigError
 from wif.config.compose import load_config, setup_logging, tool_parser
-from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.loaders import silence_worker_count_warning
 from wif.report.race import RaceRules
 from wif.run.supervise import interrupt, resolve_device
@@ -107,6 +107,7 @@ def process_started() -> float:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    quick_exit()
     started = process_started()
     setup_logging(PROG)
     argv, command = script.split(sys.argv[1:] if argv is None else argv)  # `-- python my_train.py ...`: a script

@@ -8,6 +8,8 @@ run was interrupted (Ctrl-C, SIGTERM) and is KILLED, as shells report an interru
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import re
@@ -23,6 +25,15 @@ EXIT_INTERRUPTED = 130
 # worker process <n>.\nOriginal Traceback (most recent call last): ..." (torch/_utils.py ExceptionWrapper).
 _WORKER = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)\.\nOriginal (.*)", re.S)
 _TRACEBACK_HEAD = "Traceback (most recent call last):\n"
+
+
+def quick_exit() -> None:
+    """A command's process ends without Python's last garbage collection. torch, its compiler stack (which the
+    first optimizer imports), MLflow and SQLAlchemy leave about 570,000 tracked objects, and the collection
+    that ends every process walks them all: 1.1-1.4 s of every command's exit on a 2-core machine, after the
+    store is written and nothing is left to free. Registered first, it runs after every other exit handler
+    (logging's, multiprocessing's, MLflow's, which still run); objects are only left uncollected."""
+    atexit.register(gc.freeze)
 
 
 def worker_error(err: BaseException) -> Optional[Tuple[str, str]]:

@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wif.config import ConfigError, validate
 from wif.config.compose import add_config_args, wif_hydra
-from wif.config.exits import EXIT_BAD_SETTING, one_line
+from wif.config.exits import EXIT_BAD_SETTING, one_line, quick_exit
 from wif.measure.tracking import default_tracking_uri
 from wif.sweep.probe import RunCost, read_history  # noqa: F401 - RunCost: what a history holds, for callers
 
@@ -184,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    quick_exit()
     a = build_parser().parse_intermixed_args(argv)
     try:
         cells, conf, shapes = plan_cells(a.overrides, a.config_dir)

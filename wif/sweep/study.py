@@ -39,8 +39,9 @@ def main(cfg: DictConfig) -> object:
 
 def run() -> None:
     """The console script: what Hydra refuses while composing is one line and exit 2, as train.py's."""
-    from wif.config.exits import main_with_bad_settings
+    from wif.config.exits import main_with_bad_settings, quick_exit
 
+    quick_exit()
     main_with_bad_settings(main)
 
 

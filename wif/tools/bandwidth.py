@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from wif.config import ConfigError, TrackingConfig
 from wif.config.compose import load_config, setup_logging, tool_parser
-from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.measure.bandwidth import DIRECTIONS, MEMORY, Rate, copy_rates, rate_metrics, size_label
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, Tracker
@@ -112,6 +112,7 @@ def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, Tracking
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    quick_exit()
     setup_logging(PROG)
     try:
         args, tracking = _inputs(argv)

@@ -27,7 +27,7 @@ import torch
 
 from wif.config import Config, ConfigError, DataSource
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
-from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.run.supervise import cuda_present
 
 PROG = "wif-batch-size"
@@ -242,6 +242,7 @@ def search(conf: Config, args: argparse.Namespace, sample: Optional[Sample] = No
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    quick_exit()
     setup_logging(PROG)
     args = build_parser().parse_intermixed_args(argv)
     try:

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from wif.config import ConfigError, DataFormat, DataSource
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
-from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.folder_check import require_readable
 from wif.data.formats.check import check_pack
 from wif.data.formats.pack import Progress
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    quick_exit()
     setup_logging(PROG)
     args = build_parser().parse_intermixed_args(argv)
     out = args.out.expanduser()

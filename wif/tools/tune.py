@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, validate, warnings_for
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
-from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.folder_check import require_readable
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.sysinfo import host_tags, usable_cores
@@ -231,6 +231,7 @@ def searched_config(overrides: Sequence[str], config_dir: Optional[Path] = None)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    quick_exit()
     setup_logging(PROG)
     args = build_parser().parse_intermixed_args(argv)
     try:

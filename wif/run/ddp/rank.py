@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from wif.config import Config, ConfigError, UserCodeError
-from wif.config.exits import describe
+from wif.config.exits import describe, quick_exit
 from wif.measure.lifetime import die_with_parent
 from wif.run.ddp.gather import job_epoch, job_result
 from wif.run.training import train
@@ -98,6 +98,7 @@ def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, thre
     default (`start_method`) is restored, so loader.multiprocessing_context=null means what it means in a
     one-process run."""
     die_with_parent(agent)
+    quick_exit()  # a spawned rank ends through the interpreter's exit: its last collection would take a second
     multiprocessing.set_start_method(start_method, force=True)
     signal.signal(signal.SIGTERM, _interrupted)
     torch.set_num_threads(threads)

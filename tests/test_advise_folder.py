@@ -103,16 +103,20 @@ def test_the_advice_states_its_time_at_its_start(folder_advice) -> None:
     text, _, wall = folder_advice
     assert text.splitlines()[1].startswith("wif-advise: within 1 minutes (--minutes)")
     (said,) = [float(x.split(" runs in ")[1].split(" s")[0]) for x in text.splitlines() if " runs in " in x]
-    assert said <= wall  # counted from the process's start, as the user's clock counts: never more than the wall
+    # counted from the process's start, as the user's clock counts: never more than the wall (said to the second)
+    assert said <= wall + 0.5
 
 
 def test_the_minutes_count_from_the_commands_start_not_from_the_first_step() -> None:
     """Start-up (importing torch, composing, probing a script) is part of the user's wait: --minutes covers it."""
-    code = ("import time; time.sleep(1.5); from wif.advisor.cli import process_started; "
-            "print(time.monotonic() - process_started())")
+    code = ("import os, time; time.sleep(1.5); from wif.advisor.cli import process_started; "
+            "print(time.monotonic() - process_started(), flush=True); os._exit(0)")  # no exit time in the wall
+    t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    wall = time.monotonic() - t0
     assert out.returncode == 0, out.stderr[-2000:]
-    assert float(out.stdout) >= 1.5
+    # never longer than the wall clock around it: an age from psutil's create_time() could be a second too long
+    assert 1.5 <= float(out.stdout) <= wall
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from wif.config import ConfigError
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.loaders import silence_worker_count_warning
+from wif.measure.lifetime import process_age_s
 from wif.report.race import RaceRules
 from wif.run.supervise import interrupt, resolve_device
 from wif.run.training import parent_threads_back, preload
@@ -101,9 +102,7 @@ def check(opts: Options) -> None:
 def process_started() -> float:
     """This process's start on time.monotonic()'s clock: --minutes counts the command's start-up (importing torch,
     composing, probing a script) as the user's wall clock does."""
-    import psutil
-
-    return time.monotonic() - max(time.time() - psutil.Process().create_time(), 0.0)
+    return time.monotonic() - process_age_s()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

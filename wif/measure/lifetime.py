@@ -28,6 +28,22 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 START_TIME_TOLERANCE_S = 1.0  # process start times read twice may differ by rounding, never by this much
 
 
+def process_age_s() -> float:
+    """Seconds since this process started, to a clock tick: a command's time limit counts its start-up (importing
+    torch, composing) as the user's clock does. psutil's create_time() adds the boot time, which Linux gives in
+    whole seconds, so an age taken from it may be a second too long; the uptime and the start tick are both
+    counted from boot, to 10 ms."""
+    try:
+        with open("/proc/self/stat") as stat:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as uptime:
+            return max(float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):  # not Linux
+        import time
+
+        return max(time.time() - psutil.Process().create_time(), 0.0)
+
+
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM wait until the block ends, then act as ever (main thread only): a run record created on

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence  # noqa: F401 - type comments
 
-import psutil
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from wif.config import Config
 from wif.config.exits import EXIT_BAD_SETTING
+from wif.measure.lifetime import process_age_s
 from wif.measure.tracking import config_hash
 from wif.sweep import budget as b
 from wif.sweep import callback
@@ -141,7 +141,7 @@ class SweepBudget:
             raise SystemExit(EXIT_BAD_SETTING)
         budget_min = cfg.sweep.budget_min  # null under sweep.probe_only without a budget: no limit
         self.budget_s = math.inf if budget_min is None else 60 * float(budget_min)
-        self.started = psutil.Process().create_time()  # the whole command counts, Hydra's start included
+        self.started = time.time() - process_age_s()  # the whole command counts, Hydra's start included
         self.experiment = str(cfg.tracking.experiment)
         self.client = MlflowClient(str(cfg.tracking.uri))
         self.jobs: Dict[tuple, b.Job] = {}

@@ -10,9 +10,11 @@ beside it the same ratio of the process's CPU seconds (all threads), both sides'
 each thread's CPU seconds. Both sides run with glibc's mmap threshold pinned (`--malloc fixed`): with glibc's
 adaptive threshold this loop's tensors are mapped anew at every step (500-900 page faults a batch, a third of
 the time in the kernel, a different amount in every process), which made the watched side 1.277x slower on
-2026-11-26 where, pinned, it was 1.038x (0.920-1.101): the allocator, not the watch (docs/benchmarks.md).
+2026-11-26 where, pinned, it was 1.038x (0.920-1.101): the allocator, not the watch. With the adaptive
+threshold and `--bare imports` (the bare side imports MLflow and opens the store after epoch 1, as the watch's
+start does) the ratio was 1.008 (0.794-1.441): epoch time follows each process's faults (docs/benchmarks.md).
 
-    python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0] [--malloc fixed]
+    python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0] [--malloc fixed] [--bare plain]
 
 Run it on a quiet machine: on a shared one the rounds' noise is wider than 1%, and it says so.
 """
@@ -59,6 +61,10 @@ def child(args: argparse.Namespace) -> None:
     for epoch in range(args.epochs):
         marks.append(time.perf_counter())
         cpu.append(time.process_time())
+        if epoch == 1 and args.side == "bare" and args.bare == "imports":  # what the watch's start does to the heap
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).search_experiments()
         if epoch == 2:
             threads_at_3, faults_at_3 = threads_cpu_s(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         for x, y in (wif.watch(loader, quiet=True) if watched else loader):
@@ -96,7 +102,7 @@ def threads_cpu_s() -> Dict[str, float]:
 
 def one(side: str, args: argparse.Namespace, store: str) -> Dict[str, float]:
     cmd = [sys.executable, __file__, "--child", side, "--epochs", str(args.epochs), "--n-train", str(args.n_train),
-           "--workers", str(args.workers)]
+           "--workers", str(args.workers), "--bare", args.bare]
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT)}
     if args.malloc == "fixed":  # glibc's mmap threshold pinned alike on both sides (see the module's docstring)
         env.update(MALLOC_MMAP_THRESHOLD_=str(64 << 20), MALLOC_TRIM_THRESHOLD_=str(256 << 20))
@@ -114,6 +120,9 @@ def main() -> None:
     p.add_argument("--malloc", choices=("fixed", "default"), default="fixed",
                    help="fixed: both sides run with glibc's mmap threshold pinned (64 MiB), so that neither side's "
                         "epochs depend on where the adaptive threshold happened to settle; default: as glibc has it")
+    p.add_argument("--bare", choices=("plain", "imports"), default="plain",
+                   help="imports: the bare side also imports MLflow and opens the store after epoch 1, as the watch's "
+                        "start does, so that the sides differ only in the watch's per-batch and per-epoch work")
     p.add_argument("--child", choices=("bare", "watch"), default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.epochs < 3:

@@ -4,6 +4,8 @@ DataLoader workers shown as one line (the traceback in the job's log file and th
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
@@ -138,9 +140,6 @@ def test_a_failing_single_run_exits_1_and_keeps_the_worker_traceback_for_the_log
 def test_a_commands_exit_runs_every_exit_handler_and_skips_the_last_collection(tmp_path: Path) -> None:
     """quick_exit: the exit handlers a command relies on (MLflow's, logging's) still run; only the
     collection of what torch and MLflow leave behind is skipped (a second of every command's exit)."""
-    import subprocess
-    import sys
-
     script = f"""
 import atexit, pathlib
 from wif.config.exits import quick_exit

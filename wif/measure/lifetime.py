@@ -19,6 +19,7 @@ import ctypes
 import os
 import signal
 import socket
+import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
@@ -39,8 +40,6 @@ def process_age_s() -> float:
         with open("/proc/uptime") as uptime:
             return max(float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
     except (OSError, ValueError, IndexError):  # not Linux
-        import time
-
         return max(time.time() - psutil.Process().create_time(), 0.0)
 
 

@@ -34,8 +34,9 @@ from wif.report.stats import summarize_fraction
 STUDY_RUNS, STUDY_EPOCHS, STUDY_BLOCKS = 330, 100, 10  # blocks: the study's repeats, and race.max_blocks
 
 
-def study_projection(fixed: pd.DataFrame, cheap: dict, loaders: dict, ended: str, fastest: list, epochs: int,
-                     overhead: float) -> float:
+def study_projection(
+    fixed: pd.DataFrame, cheap: dict, loaders: dict, ended: str, fastest: list, epochs: int, overhead: float
+) -> float:
     """The cheap way's cost over the fixed grid's, for the study's 10 blocks of 100 epochs, priced per option.
 
     Per option, one epoch costs what it cost in the fixed grid here; every run adds the job's overhead. A raced
@@ -87,20 +88,33 @@ def main() -> None:
         common = [f"loader={a.loaders}", f"data.fraction={a.fraction}", "preset=smoke"]
         print(f"work folder (both stores stay there): {work}", flush=True)
         t0 = time.monotonic()
-        cheap_uri, cheap_s = race_bench.sweep(work, "cheap", common + [
-            "hydra/sweeper=race", f"race.max_blocks={a.blocks}", f"race.min_blocks={min(a.min_blocks, a.blocks)}",
-            "trainer.epochs=auto", f"trainer.max_epochs={a.epochs}"]
-            + ([f"trainer.auto_target={a.target}"] if a.target is not None else []), cache)
-        fixed_uri, fixed_s = race_bench.sweep(work, "fixed", common + [
-            f"trainer.epochs={a.epochs}", f"repeat=range(0,{a.blocks})"], cache)
+        cheap_uri, cheap_s = race_bench.sweep(
+            work,
+            "cheap",
+            common
+            + [
+                "hydra/sweeper=race",
+                f"race.max_blocks={a.blocks}",
+                f"race.min_blocks={min(a.min_blocks, a.blocks)}",
+                "trainer.epochs=auto",
+                f"trainer.max_epochs={a.epochs}",
+            ]
+            + ([f"trainer.auto_target={a.target}"] if a.target is not None else []),
+            cache,
+        )
+        fixed_uri, fixed_s = race_bench.sweep(
+            work, "fixed", common + [f"trainer.epochs={a.epochs}", f"repeat=range(0,{a.blocks})"], cache
+        )
         print(f"both sweeps in {time.monotonic() - t0:.0f} s (cheap {cheap_s:.0f} s, fixed {fixed_s:.0f} s wall)")
 
     _, fixed_all, fixed = race_bench.usable(fixed_uri)
     client, cheap_all, cheap = race_bench.usable(cheap_uri)
     if fixed.empty or cheap.empty:  # every run contended (others used the cores): compared all the same, said so
-        print("WARNING: runs tagged contended (other processes used the cores); compared all the same: the figures "
-              f"below are not clean ({int(fixed_all['contended'].sum())} fixed, {int(cheap_all['contended'].sum())} "
-              "cheap runs contended)")
+        print(
+            "WARNING: runs tagged contended (other processes used the cores); compared all the same: the figures "
+            f"below are not clean ({int(fixed_all['contended'].sum())} fixed, {int(cheap_all['contended'].sum())} "
+            "cheap runs contended)"
+        )
         fixed = fixed_all[fixed_all["status"] == "FINISHED"]
         cheap = cheap_all[cheap_all["status"] == "FINISHED"]
     exp = client.get_experiment_by_name(runs_io.DEFAULT_EXPERIMENT)
@@ -118,37 +132,51 @@ def main() -> None:
     # twins run the same code here: the fixed grid telling them apart (bg_pin possibly fastest, bg not) is its
     # noise, so the answer is compared as the code that ran too, each twin as the setting it raced as
     as_code = {twins.get(n, n) for n in kept} == {twins.get(n, n) for n in s.possibly_fastest}
-    print(f"possibly fastest: fixed grid {', '.join(s.possibly_fastest)}; cheap way {', '.join(kept)} (its race "
-          f"ended: {ended}); the same set: {'yes' if same else 'no'}; cheap set within the fixed one: "
-          f"{'yes' if subset else 'NO'}, tied in the fixed grid (upper bound within its 2% margin): "
-          f"{', '.join(tied) or 'none'}")
-    print(f"the same set as the code that ran (twins as the setting they raced as): {'yes' if as_code else 'NO'} "
-          f"(fixed grid {', '.join(sorted({twins.get(n, n) for n in s.possibly_fastest}))}; cheap way "
-          f"{', '.join(sorted(set(raced)))})")
+    print(
+        f"possibly fastest: fixed grid {', '.join(s.possibly_fastest)}; cheap way {', '.join(kept)} (its race "
+        f"ended: {ended}); the same set: {'yes' if same else 'no'}; cheap set within the fixed one: "
+        f"{'yes' if subset else 'NO'}, tied in the fixed grid (upper bound within its 2% margin): "
+        f"{', '.join(tied) or 'none'}"
+    )
+    print(
+        f"the same set as the code that ran (twins as the setting they raced as): {'yes' if as_code else 'NO'} "
+        f"(fixed grid {', '.join(sorted({twins.get(n, n) for n in s.possibly_fastest}))}; cheap way "
+        f"{', '.join(sorted(set(raced)))})"
+    )
     worst, fixed_median = 0.0, {name: statistics.median(g[runs_io.MEDIAN]) for name, g in fixed.groupby("loader")}
     for name in raced:
         full, mine = fixed_median[name], statistics.median(cheap.loc[cheap["loader"] == name, runs_io.MEDIAN])
         worst = max(worst, abs(mine / full - 1))
-        print(f"  {name}: steady epoch time {mine:.4f} s (cheap) vs {full:.4f} s (fixed): "
-              f"{100 * (mine / full - 1):+.1f}%")
+        print(
+            f"  {name}: steady epoch time {mine:.4f} s (cheap) vs {full:.4f} s (fixed): {100 * (mine / full - 1):+.1f}%"
+        )
     for twin, raced_as in twins.items():  # not run by the cheap way: the fixed grid's own spread between twins
         if raced_as in raced:
-            print(f"  ({twin}, the same code as {raced_as} here, not run by the cheap way: {fixed_median[twin]:.4f} s "
-                  f"in the fixed grid, {100 * (fixed_median[twin] / fixed_median[raced_as] - 1):+.1f}% from its twin)")
+            print(
+                f"  ({twin}, the same code as {raced_as} here, not run by the cheap way: {fixed_median[twin]:.4f} s "
+                f"in the fixed grid, {100 * (fixed_median[twin] / fixed_median[raced_as] - 1):+.1f}% from its twin)"
+            )
     print(f"steady-time agreement: worst {100 * worst:.1f}% (target <= 3%)")
 
     fixed_cost, cheap_cost = run_costs(fixed_uri), run_costs(cheap_uri)
     f_sum, c_sum = sum(c for c, _ in fixed_cost.values()), sum(c for c, _ in cheap_cost.values())
-    print(f"cost (sum of run wall times): cheap {c_sum:.0f} s / fixed {f_sum:.0f} s = {c_sum / f_sum:.3f} "
-          f"(target <= 0.25); runs {len(cheap_cost)} / {len(fixed_cost)}")
-    overhead = statistics.median(MlflowClient(fixed_uri).get_run(i).data.metrics.get("job_overhead_s", 0.0)
-                                 for i in fixed["run_id"])
-    loaders = {r.info.run_id: r.data.params.get("loader.name") for r in MlflowClient(cheap_uri).search_runs(
-        [exp.experiment_id], "tags.`wif.kind` = 'train'", max_results=5000)}
+    print(
+        f"cost (sum of run wall times): cheap {c_sum:.0f} s / fixed {f_sum:.0f} s = {c_sum / f_sum:.3f} "
+        f"(target <= 0.25); runs {len(cheap_cost)} / {len(fixed_cost)}"
+    )
+    overhead = statistics.median(
+        MlflowClient(fixed_uri).get_run(i).data.metrics.get("job_overhead_s", 0.0) for i in fixed["run_id"]
+    )
+    loaders = {
+        r.info.run_id: r.data.params.get("loader.name")
+        for r in MlflowClient(cheap_uri).search_runs([exp.experiment_id], "tags.`wif.kind` = 'train'", max_results=5000)
+    }
     projected = study_projection(fixed, cheap_cost, loaders, ended, raced, a.epochs, overhead)
-    print(f"projection for {STUDY_RUNS} runs x {STUDY_EPOCHS} epochs: {projected:.3f} of the fixed grid (target "
-          f"<= 0.05); cheap runs took {statistics.mean(e for _, e in cheap_cost.values()):.1f} of {a.epochs} epochs "
-          f"on average, {len(cheap_all)} runs")
+    print(
+        f"projection for {STUDY_RUNS} runs x {STUDY_EPOCHS} epochs: {projected:.3f} of the fixed grid (target "
+        f"<= 0.05); cheap runs took {statistics.mean(e for _, e in cheap_cost.values()):.1f} of {a.epochs} epochs "
+        f"on average, {len(cheap_all)} runs"
+    )
 
 
 if __name__ == "__main__":

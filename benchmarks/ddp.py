@@ -33,11 +33,26 @@ def main() -> None:
     a = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="wif-ddp-bench-"))
     store = f"sqlite:///{work / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": os.environ.get("WIF_CACHE_DIR", str(work)),
-           "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, str(ROOT / "train.py"), "-m", "preset=smoke", f"model={a.model}", "device=cpu",
-           f"trainer.nproc={a.nproc}", f"loader.num_workers={a.workers}", f"data.fraction={a.fraction}",
-           f"trainer.epochs={a.epochs}", "repeat=0", "sweep.shuffle=false"]
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store,
+        "WIF_CACHE_DIR": os.environ.get("WIF_CACHE_DIR", str(work)),
+        "PYTHONUNBUFFERED": "1",
+    }
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        "preset=smoke",
+        f"model={a.model}",
+        "device=cpu",
+        f"trainer.nproc={a.nproc}",
+        f"loader.num_workers={a.workers}",
+        f"data.fraction={a.fraction}",
+        f"trainer.epochs={a.epochs}",
+        "repeat=0",
+        "sweep.shuffle=false",
+    ]
     print("$", " ".join(cmd[1:]), flush=True)
     out = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     text = out.stdout + out.stderr
@@ -50,15 +65,21 @@ def main() -> None:
     exp = client.get_experiment_by_name("who_is_faster")
     runs = {int(r.data.params["trainer.nproc"]): r for r in client.search_runs([exp.experiment_id])}
     print(f"\n{usable_cores()} usable cores; {a.workers} workers a rank; warm-up epoch left out; one run each")
-    print(f"{'ranks':>5} {'img/s':>8} {'x 1 rank':>8} {'epoch s':>8} {'RSS MB':>8} {'PSS MB':>8} {'x 1 rank':>8} "
-          f"{'threads/rank':>12}")
+    print(
+        f"{'ranks':>5} {'img/s':>8} {'x 1 rank':>8} {'epoch s':>8} {'RSS MB':>8} {'PSS MB':>8} {'x 1 rank':>8} "
+        f"{'threads/rank':>12}"
+    )
     one = runs[min(runs)].data.metrics
     for n, r in sorted(runs.items()):
         m = r.data.metrics
-        print(f"{n:>5} {m['throughput_mean_img_s']:>8.0f} {m['throughput_mean_img_s'] / one['throughput_mean_img_s']:>8.2f} "
-              f"{m['epoch_time_median_s']:>8.3f} {m['ram_peak_rss_mb']:>8.0f} {m.get('ram_peak_pss_mb', float('nan')):>8.0f} "
-              f"{m.get('ram_peak_pss_mb', float('nan')) / one.get('ram_peak_pss_mb', float('nan')):>8.2f} "
-              f"{r.data.tags.get('wif.threads_per_rank', r.data.tags.get('wif.torch_threads', '?')):>12}")
+        print(
+            f"{n:>5} {m['throughput_mean_img_s']:>8.0f} "
+            f"{m['throughput_mean_img_s'] / one['throughput_mean_img_s']:>8.2f} "
+            f"{m['epoch_time_median_s']:>8.3f} {m['ram_peak_rss_mb']:>8.0f} "
+            f"{m.get('ram_peak_pss_mb', float('nan')):>8.0f} "
+            f"{m.get('ram_peak_pss_mb', float('nan')) / one.get('ram_peak_pss_mb', float('nan')):>8.2f} "
+            f"{r.data.tags.get('wif.threads_per_rank', r.data.tags.get('wif.torch_threads', '?')):>12}"
+        )
     print(f"\nstore: {store}")
 
 

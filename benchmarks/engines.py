@@ -28,9 +28,20 @@ ENGINES = "dataloader,spdl,nodes_threads,nodes_procs,dali"
 
 
 def run(engine: str, args: argparse.Namespace, store: str, work: Path, repeat: int) -> None:
-    cmd = [sys.executable, str(ROOT / "train.py"), "preset=smoke", "data=encoded", f"data.fraction={args.fraction}",
-           "trainer.mode=loader_only", "trainer.epochs=4", "loader=pin_nb_w4_pf2", f"loader.num_workers={args.workers}",
-           f"engine={engine}", f"repeat={repeat}", "progress=false"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "preset=smoke",
+        "data=encoded",
+        f"data.fraction={args.fraction}",
+        "trainer.mode=loader_only",
+        "trainer.epochs=4",
+        "loader=pin_nb_w4_pf2",
+        f"loader.num_workers={args.workers}",
+        f"engine={engine}",
+        f"repeat={repeat}",
+        "progress=false",
+    ]
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     if proc.returncode:
@@ -48,12 +59,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="wif-engines-"))
     store = f"sqlite:///{work / 'mlflow.db'}"
     for r in range(args.rounds):
-        for engine in engines[r % len(engines):] + engines[:r % len(engines)]:
+        for engine in engines[r % len(engines) :] + engines[: r % len(engines)]:
             run(engine, args, store, work, r)
     client = MlflowClient(store)
     rates = {e: [] for e in engines}
-    for run_ in client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id],
-                                   "tags.`wif.kind` = 'loader'"):
+    for run_ in client.search_runs(
+        [client.get_experiment_by_name("who_is_faster").experiment_id], "tags.`wif.kind` = 'loader'"
+    ):
         history = client.get_metric_history(run_.info.run_id, "throughput_img_s")
         rates[run_.data.tags["wif.engine"]] += [h.value for h in history if h.step >= 1]  # epoch 0: warm-up
     base = statistics.median(rates["dataloader"]) if rates.get("dataloader") else None

@@ -51,8 +51,10 @@ def timed(cfg: DataConfig, what: str) -> None:
     t0 = time.perf_counter()
     verdict = check_folder(cfg)
     seconds = time.perf_counter() - t0
-    print(f"{what:<28} {seconds:7.2f} s  ({verdict.total} files, {verdict.decoded} decoded, "
-          f"{len(verdict.bad)} unreadable)")
+    print(
+        f"{what:<28} {seconds:7.2f} s  ({verdict.total} files, {verdict.decoded} decoded, "
+        f"{len(verdict.bad)} unreadable)"
+    )
 
 
 def main() -> None:

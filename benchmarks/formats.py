@@ -36,16 +36,30 @@ def image_folder(images: int) -> Path:
     conf = load_config(["data=encoded", f"data.num_train={images}", f"data.num_test={max(images // 50, 10)}"])
     t0 = time.perf_counter()
     listing = encoded_files(conf.data)
-    print(f"folder: {listing.where} ({sum(len(p) for p in listing.paths.values())} JPEGs, "
-          f"{time.perf_counter() - t0:.0f} s to generate or find)", flush=True)
+    print(
+        f"folder: {listing.where} ({sum(len(p) for p in listing.paths.values())} JPEGs, "
+        f"{time.perf_counter() - t0:.0f} s to generate or find)",
+        flush=True,
+    )
     return Path(listing.where)
 
 
 def run(fmt: str, cache: str, args: argparse.Namespace, root: Path, store: str, work: Path) -> None:
-    cmd = [sys.executable, str(ROOT / "train.py"), "preset=smoke", "data=folder", f"data.root={root}",
-           "data.fraction=1.0", f"data.format={fmt}", f"data.page_cache={cache}", "trainer.mode=loader_only",
-           f"trainer.epochs={args.epochs}", "loader=pin_nb_w4_pf2", f"loader.num_workers={args.workers}",
-           "progress=false"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "preset=smoke",
+        "data=folder",
+        f"data.root={root}",
+        "data.fraction=1.0",
+        f"data.format={fmt}",
+        f"data.page_cache={cache}",
+        "trainer.mode=loader_only",
+        f"trainer.epochs={args.epochs}",
+        "loader=pin_nb_w4_pf2",
+        f"loader.num_workers={args.workers}",
+        "progress=false",
+    ]
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
@@ -70,22 +84,31 @@ def main() -> None:
             run(fmt, cache, args, root, store, work)
     client = MlflowClient(store)
     rate, read, size, n = {}, {}, {}, 0
-    for r in client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id],
-                                "tags.`wif.kind` = 'loader'"):
+    for r in client.search_runs(
+        [client.get_experiment_by_name("who_is_faster").experiment_id], "tags.`wif.kind` = 'loader'"
+    ):
         key = (r.data.params["data.format"], r.data.params["data.page_cache"])
-        rate[key] = statistics.median(h.value for h in client.get_metric_history(r.info.run_id, "throughput_img_s")
-                                      if h.step >= 1)  # epoch 0: warm-up
-        read[key] = statistics.median(h.value for h in client.get_metric_history(r.info.run_id, "storage_read_bytes")
-                                      if h.step >= 1)
+        rate[key] = statistics.median(
+            h.value for h in client.get_metric_history(r.info.run_id, "throughput_img_s") if h.step >= 1
+        )  # epoch 0: warm-up
+        read[key] = statistics.median(
+            h.value for h in client.get_metric_history(r.info.run_id, "storage_read_bytes") if h.step >= 1
+        )
         size[key[0]], n = int(r.data.params["data.pack_bytes"]), int(r.data.tags["wif.n_train"])
-    print(f"\n{args.images} generated images ({n} per epoch), loader-only, {args.workers} workers, "
-          f"median of {args.epochs - 1} measured epochs")
-    print(f"{'format':8s} {'warm img/s':>11s} {'cold img/s':>11s} {'cold/warm':>10s} {'MiB read cold':>14s} "
-          f"{'MiB read warm':>14s} {'on disk MiB':>12s}")
+    print(
+        f"\n{args.images} generated images ({n} per epoch), loader-only, {args.workers} workers, "
+        f"median of {args.epochs - 1} measured epochs"
+    )
+    print(
+        f"{'format':8s} {'warm img/s':>11s} {'cold img/s':>11s} {'cold/warm':>10s} {'MiB read cold':>14s} "
+        f"{'MiB read warm':>14s} {'on disk MiB':>12s}"
+    )
     for fmt in formats:
         w, c = rate[(fmt, "warm")], rate[(fmt, "cold")]
-        print(f"{fmt:8s} {w:11.0f} {c:11.0f} {c / w:10.2f} {read[(fmt, 'cold')] / 2 ** 20:14.1f} "
-              f"{read[(fmt, 'warm')] / 2 ** 20:14.1f} {size[fmt] / 2 ** 20:12.1f}")
+        print(
+            f"{fmt:8s} {w:11.0f} {c:11.0f} {c / w:10.2f} {read[(fmt, 'cold')] / 2**20:14.1f} "
+            f"{read[(fmt, 'warm')] / 2**20:14.1f} {size[fmt] / 2**20:12.1f}"
+        )
 
 
 if __name__ == "__main__":

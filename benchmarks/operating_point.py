@@ -42,7 +42,8 @@ def images_per_s(overrides: List[str], engine: str, workers: int, epochs: int) -
     """Median steady-state images/s, or None where the engine refuses the setting."""
     persistent = workers and engine == EngineName.dataloader.value
     knobs = [f"engine={engine}", f"loader.num_workers={workers}"] + (
-        ["loader.persistent_workers=true"] if persistent else [])
+        ["loader.persistent_workers=true"] if persistent else []
+    )
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         conf = OmegaConf.to_object(compose("config", overrides=overrides + knobs))
     try:
@@ -51,8 +52,18 @@ def images_per_s(overrides: List[str], engine: str, workers: int, epochs: int) -
         return None
     data = load_datasets(conf.data)
     cpu = torch.device("cpu")
-    batches = build_engine_batches(data.train, conf.loader, conf.engine, conf.data.batch_size, train=True, seed=0,
-                                   pin=False, resident=False, data=conf.data, device=cpu)
+    batches = build_engine_batches(
+        data.train,
+        conf.loader,
+        conf.engine,
+        conf.data.batch_size,
+        train=True,
+        seed=0,
+        pin=False,
+        resident=False,
+        data=conf.data,
+        device=cpu,
+    )
     transfer = make_transfer(conf.transfer, cpu)
     threads = torch.get_num_threads()  # torchdata's thread workers set it to 1 for the whole process
     try:
@@ -74,8 +85,13 @@ def main() -> None:
     args = ap.parse_args()
     register_configs()
     cache = tempfile.mkdtemp(prefix="wif-op-")
-    common = ["preset=smoke", "loader=baseline", "data.fraction=1.0", f"data.num_train={args.num_train}",
-              f"data.cache_dir={cache}"]
+    common = [
+        "preset=smoke",
+        "loader=baseline",
+        "data.fraction=1.0",
+        f"data.num_train={args.num_train}",
+        f"data.cache_dir={cache}",
+    ]
     points = {  # name: (overrides, what to expect of DataLoader's ratio)
         "synthetic (tensors in RAM)": (["data=synthetic"], "DataLoader: expected below 1 for in-memory tensors"),
         "encoded, augment=standard": (["data=encoded", "data.augment=standard"], "DataLoader: target >= 1.25"),

@@ -48,13 +48,15 @@ def bare_loop(conf, device: str, queue) -> None:
     """The reference: nothing but the loop a user would write, timed per epoch on the host clock."""
     seed_everything(conf.seed)
     data = load_datasets(conf.data)
-    loader = DataLoader(TensorDataset(data.train.images, data.train.labels), batch_size=conf.data.batch_size,
-                        shuffle=True)
+    loader = DataLoader(
+        TensorDataset(data.train.images, data.train.labels), batch_size=conf.data.batch_size, shuffle=True
+    )
     on = torch.device(device)
     sync = torch.cuda.synchronize if on.type == "cuda" else (lambda: None)
     model = build_model(conf.model, data.num_classes).to(on)
-    opt = torch.optim.SGD(model.parameters(), lr=conf.trainer.lr, momentum=conf.trainer.momentum,
-                          weight_decay=conf.trainer.weight_decay)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=conf.trainer.lr, momentum=conf.trainer.momentum, weight_decay=conf.trainer.weight_decay
+    )
     loss_fn = nn.CrossEntropyLoss()
     times = []
     for _ in range(conf.trainer.epochs):
@@ -86,8 +88,9 @@ def main() -> None:
     ap.add_argument("--num-train", type=int, default=5000)
     ap.add_argument("--smoke-cadence", action="store_true", help="sample at the smoke preset's cadence")
     ap.add_argument("--device", default="cpu", help="cpu or cuda: where both sides train")
-    ap.add_argument("--model", default=None, help="a model config (googlenet: the study's); default the smoke "
-                    "preset's tiny model")
+    ap.add_argument(
+        "--model", default=None, help="a model config (googlenet: the study's); default the smoke preset's tiny model"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="wif-overhead-"))
     store = f"sqlite:///{work / 'mlflow.db'}"
@@ -96,11 +99,21 @@ def main() -> None:
     # study's last many: measure at the study's cadence unless asked otherwise.
     sampling = [] if args.smoke_cadence else [f"measure.{k}={v}" for k, v in asdict(MeasureConfig()).items()]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "preset=smoke", f"device={args.device}", *([f"model={args.model}"] if args.model else []),
-            "resume=false", f"trainer.epochs={args.epochs}", "data.fraction=1.0",
-            f"data.num_train={args.num_train}", f"tracking.uri={store}", f"data.cache_dir={work / 'cache'}",
-            *sampling])
+        cfg = compose(
+            "config",
+            overrides=[
+                "preset=smoke",
+                f"device={args.device}",
+                *([f"model={args.model}"] if args.model else []),
+                "resume=false",
+                f"trainer.epochs={args.epochs}",
+                "data.fraction=1.0",
+                f"data.num_train={args.num_train}",
+                f"tracking.uri={store}",
+                f"data.cache_dir={work / 'cache'}",
+                *sampling,
+            ],
+        )
     from omegaconf import OmegaConf
 
     conf = OmegaConf.to_object(cfg)
@@ -121,8 +134,9 @@ def main() -> None:
         run_job(cfg)
         exp = client.get_experiment_by_name(conf.tracking.experiment)
         run = client.search_runs([exp.experiment_id], f"tags.`wif.block` = '{r}'")[0]
-        return [m.value for m in sorted(client.get_metric_history(run.info.run_id, "epoch_time_s"),
-                                        key=lambda m: m.step)]
+        return [
+            m.value for m in sorted(client.get_metric_history(run.info.run_id, "epoch_time_s"), key=lambda m: m.step)
+        ]
 
     def bare_round() -> list:
         q = ctx.Queue()
@@ -141,21 +155,27 @@ def main() -> None:
         wif_times += wif[warm:]
         bare_times += bare[warm:]
         round_ratios.append(statistics.median(wif[warm:]) / statistics.median(bare[warm:]))
-        print(f"round {r + 1}/{args.rounds}: wif {statistics.median(wif[warm:]):.3f}, "
-              f"bare {statistics.median(bare[warm:]):.3f} s/epoch", flush=True)
+        print(
+            f"round {r + 1}/{args.rounds}: wif {statistics.median(wif[warm:]):.3f}, "
+            f"bare {statistics.median(bare[warm:]):.3f} s/epoch",
+            flush=True,
+        )
     exp = client.get_experiment_by_name(conf.tracking.experiment)
     runs = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'")
     sampler = [run.data.metrics["sampler_cpu_pct"] for run in runs]
     w, b = statistics.median(wif_times), statistics.median(bare_times)
     paired = statistics.median(round_ratios)
-    print(f"\nmedian epoch time over {len(wif_times)} epochs each: wif {w:.4f} s, bare loop {b:.4f} s "
-          f"(ratio of medians {w / b:.3f})")
+    print(
+        f"\nmedian epoch time over {len(wif_times)} epochs each: wif {w:.4f} s, bare loop {b:.4f} s "
+        f"(ratio of medians {w / b:.3f})"
+    )
     print(f"per-round ratios: {', '.join(f'{x:.3f}' for x in round_ratios)}")
     lo, hi = _bootstrap_ci(round_ratios)
-    print(f"ratio wif / bare (median of paired rounds): {paired:.3f}, 95% CI {lo:.3f} to {hi:.3f}  "
-          "(target <= 1.03)")
-    print(f"sampler's own CPU: median {statistics.median(sampler):.2f}% of one core "
-          f"({statistics.median(sampler) / (torch.get_num_threads() or 1):.2f}% of {torch.get_num_threads()} threads)")
+    print(f"ratio wif / bare (median of paired rounds): {paired:.3f}, 95% CI {lo:.3f} to {hi:.3f}  (target <= 1.03)")
+    print(
+        f"sampler's own CPU: median {statistics.median(sampler):.2f}% of one core "
+        f"({statistics.median(sampler) / (torch.get_num_threads() or 1):.2f}% of {torch.get_num_threads()} threads)"
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ def main() -> None:
             _typed(loader.load_sweep_config(master, list(job)))
         full = (time.perf_counter() - t0) / SAMPLE
     print(f"{len(jobs)} jobs ({len(bad)} bad) checked in {checked:.2f} s, {1000 * checked / len(jobs):.1f} ms a job")
-    print(f"composing each job in full: {1000 * full:.0f} ms a job, {full * len(jobs):.1f} s for the sweep "
-          f"({full * len(jobs) / checked:.1f}x the check)")
+    print(
+        f"composing each job in full: {1000 * full:.0f} ms a job, {full * len(jobs):.1f} s for the sweep "
+        f"({full * len(jobs) / checked:.1f}x the check)"
+    )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,13 @@ def sweep(work: Path, name: str, args: list[str], cache: Path) -> tuple[str, flo
     log = work / name / "sweep.log"  # the sweep's progress lines: `tail -f` it on a long benchmark
     t0 = time.monotonic()
     with log.open("w") as out:
-        done = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *args], cwd=work / name, env=env,
-                              stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "train.py"), "-m", *args],
+            cwd=work / name,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     if done.returncode != 0:
         sys.exit(f"{name} sweep failed ({done.returncode}):\n{log.read_text()[-3000:]}")
     wall_s = time.monotonic() - t0
@@ -76,8 +81,12 @@ def main() -> None:
     p.add_argument("--fractions", default="0.1,0.4,0.7")
     p.add_argument("--blocks", type=int, default=10, help="repeats of the fixed grid = race.max_blocks")
     p.add_argument("--baseline", default="baseline")
-    p.add_argument("--fixed-from", type=Path, help="an earlier run's work folder: compare with its fixed grid "
-                   "instead of running the grid again (same --loaders, --fractions and --blocks)")
+    p.add_argument(
+        "--fixed-from",
+        type=Path,
+        help="an earlier run's work folder: compare with its fixed grid "
+        "instead of running the grid again (same --loaders, --fractions and --blocks)",
+    )
     a = p.parse_args()
     rules = RaceRules(max_blocks=a.blocks)
     work = Path(tempfile.mkdtemp(prefix="wif-race-bench-"))
@@ -96,10 +105,14 @@ def main() -> None:
     client, race_all, _ = usable(race_uri)
     exp = client.get_experiment_by_name(runs_io.DEFAULT_EXPERIMENT)
     (record,) = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race'", max_results=1)
-    print(f"runs: race {len(race_all)} / fixed {len(fixed_all)} = {len(race_all) / len(fixed_all):.2f} (target <= 0.50)")
+    print(
+        f"runs: race {len(race_all)} / fixed {len(fixed_all)} = {len(race_all) / len(fixed_all):.2f} (target <= 0.50)"
+    )
     print(f"wall time: race {race_s:.0f} s / fixed {fixed_s:.0f} s = {race_s / fixed_s:.2f}")
-    print(f"fixed runs contended (left out): {int(fixed_all['contended'].sum())}; looks at "
-          f"{100 * rules.look_confidence:.2f}% each")
+    print(
+        f"fixed runs contended (left out): {int(fixed_all['contended'].sum())}; looks at "
+        f"{100 * rules.look_confidence:.2f}% each"
+    )
     if record.data.tags.get("wif.race.same_as"):
         print(f"raced as one (the same code on this CPU): {record.data.tags['wif.race.same_as']}")
     agree = True
@@ -109,8 +122,10 @@ def main() -> None:
         fastest = raced[0] if raced else None  # the race lists its possibly-fastest set fastest first
         inside = fastest in s.possibly_fastest
         agree &= inside
-        print(f"fraction {fraction:g}: fixed grid possibly fastest {', '.join(s.possibly_fastest)}; race ended with "
-              f"{', '.join(raced) or 'nothing'}; race's fastest {fastest} in the fixed set: {'yes' if inside else 'NO'}")
+        print(
+            f"fraction {fraction:g}: fixed grid possibly fastest {', '.join(s.possibly_fastest)}; race ended with "
+            f"{', '.join(raced) or 'nothing'}; race's fastest {fastest} in the fixed set: {'yes' if inside else 'NO'}"
+        )
     print(f"both agree on every fraction: {'yes' if agree else 'NO'}")
 
 

@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
-def make_folder(root: Path, images: int = 1600, held_out: int = 160, classes: int = 10, size: int = 72,
-                held_out_name: str = "validation", seed: int = 0) -> Path:
+def make_folder(
+    root: Path,
+    images: int = 1600,
+    held_out: int = 160,
+    classes: int = 10,
+    size: int = 72,
+    held_out_name: str = "validation",
+    seed: int = 0,
+) -> Path:
     """Write `images` training JPEGs and `held_out` held-out ones, spread evenly over `classes`."""
     from PIL import Image
 
@@ -44,12 +51,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--held-out", type=int, default=160, help="held-out images (default: %(default)s)")
     p.add_argument("--classes", type=int, default=10, help="classes (default: %(default)s)")
     p.add_argument("--size", type=int, default=72, help="image side in px (default: %(default)s)")
-    p.add_argument("--held-out-name", default="validation", choices=["test", "val", "validation"],
-                   help="the held-out split's folder (default: %(default)s, timm's)")
+    p.add_argument(
+        "--held-out-name",
+        default="validation",
+        choices=["test", "val", "validation"],
+        help="the held-out split's folder (default: %(default)s, timm's)",
+    )
     args = p.parse_args(argv)
     make_folder(args.root, args.images, args.held_out, args.classes, args.size, args.held_out_name)
-    print(f"{args.root}: {args.images} training and {args.held_out} held-out ({args.held_out_name}/) JPEGs, "
-          f"{args.classes} classes, {args.size} px")
+    print(
+        f"{args.root}: {args.images} training and {args.held_out} held-out ({args.held_out_name}/) JPEGs, "
+        f"{args.classes} classes, {args.size} px"
+    )
     return 0
 
 

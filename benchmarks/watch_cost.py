@@ -14,7 +14,8 @@ the time in the kernel, a different amount in every process), which made the wat
 threshold and `--bare imports` (the bare side imports MLflow and opens the store after epoch 1, as the watch's
 start does) the ratio was 1.008 (0.794-1.441): epoch time follows each process's faults (docs/benchmarks.md).
 
-    python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0] [--malloc fixed] [--bare plain]
+    python benchmarks/watch_cost.py [--rounds 12] [--epochs 6] [--n-train 4096] [--workers 0]
+                                    [--malloc fixed] [--bare plain]
 
 Run it on a quiet machine: on a shared one the rounds' noise is wider than 1%, and it says so.
 """
@@ -48,10 +49,18 @@ def child(args: argparse.Namespace) -> None:
 
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(args.n_train, 3, 32, 32), torch.randint(0, 10, (args.n_train,)))
-    loader = DataLoader(data, batch_size=64, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    loader = DataLoader(
+        data, batch_size=64, shuffle=True, num_workers=args.workers, persistent_workers=args.workers > 0
+    )
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, 2, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     watched = args.side == "watch"
     marks: List[float] = []
@@ -67,7 +76,7 @@ def child(args: argparse.Namespace) -> None:
             MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).search_experiments()
         if epoch == 2:
             threads_at_3, faults_at_3 = threads_cpu_s(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for x, y in (wif.watch(loader, quiet=True) if watched else loader):
+        for x, y in wif.watch(loader, quiet=True) if watched else loader:
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -75,10 +84,18 @@ def child(args: argparse.Namespace) -> None:
     marks.append(time.perf_counter())
     cpu.append(time.process_time())
     steady = marks[-1] - marks[2]  # epochs 3..E, each with what the watch did after the one before
-    print(json.dumps({"steady_s": steady, "steady_cpu_s": cpu[-1] - cpu[2], "first_s": marks[1] - marks[0],
-                      "start_s": marks[2] - marks[1],
-                      "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_at_3,
-                      "threads_cpu_s": {k: v - threads_at_3.get(k, 0.0) for k, v in threads_cpu_s().items()}}))
+    print(
+        json.dumps(
+            {
+                "steady_s": steady,
+                "steady_cpu_s": cpu[-1] - cpu[2],
+                "first_s": marks[1] - marks[0],
+                "start_s": marks[2] - marks[1],
+                "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_at_3,
+                "threads_cpu_s": {k: v - threads_at_3.get(k, 0.0) for k, v in threads_cpu_s().items()},
+            }
+        )
+    )
 
 
 def threads_cpu_s() -> Dict[str, float]:
@@ -101,8 +118,20 @@ def threads_cpu_s() -> Dict[str, float]:
 
 
 def one(side: str, args: argparse.Namespace, store: str) -> Dict[str, float]:
-    cmd = [sys.executable, __file__, "--child", side, "--epochs", str(args.epochs), "--n-train", str(args.n_train),
-           "--workers", str(args.workers), "--bare", args.bare]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        side,
+        "--epochs",
+        str(args.epochs),
+        "--n-train",
+        str(args.n_train),
+        "--workers",
+        str(args.workers),
+        "--bare",
+        args.bare,
+    ]
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT)}
     if args.malloc == "fixed":  # glibc's mmap threshold pinned alike on both sides (see the module's docstring)
         env.update(MALLOC_MMAP_THRESHOLD_=str(64 << 20), MALLOC_TRIM_THRESHOLD_=str(256 << 20))
@@ -117,12 +146,20 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--n-train", type=int, default=4096)
     p.add_argument("--workers", type=int, default=0)
-    p.add_argument("--malloc", choices=("fixed", "default"), default="fixed",
-                   help="fixed: both sides run with glibc's mmap threshold pinned (64 MiB), so that neither side's "
-                        "epochs depend on where the adaptive threshold happened to settle; default: as glibc has it")
-    p.add_argument("--bare", choices=("plain", "imports"), default="plain",
-                   help="imports: the bare side also imports MLflow and opens the store after epoch 1, as the watch's "
-                        "start does, so that the sides differ only in the watch's per-batch and per-epoch work")
+    p.add_argument(
+        "--malloc",
+        choices=("fixed", "default"),
+        default="fixed",
+        help="fixed: both sides run with glibc's mmap threshold pinned (64 MiB), so that neither side's "
+        "epochs depend on where the adaptive threshold happened to settle; default: as glibc has it",
+    )
+    p.add_argument(
+        "--bare",
+        choices=("plain", "imports"),
+        default="plain",
+        help="imports: the bare side also imports MLflow and opens the store after epoch 1, as the watch's "
+        "start does, so that the sides differ only in the watch's per-batch and per-epoch work",
+    )
     p.add_argument("--child", choices=("bare", "watch"), default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.epochs < 3:
@@ -143,19 +180,33 @@ def main() -> None:
         ratios.append(with_watch / bare)
         cpu_ratios.append(got["watch"]["steady_cpu_s"] / got["bare"]["steady_cpu_s"])
         starts.append(got["watch"]["start_s"] - got["bare"]["start_s"])
-        print(f"round {r + 1}: bare {bare:.3f} s, watched {with_watch:.3f} s, ratio {ratios[-1]:.4f}, CPU time "
-              f"ratio {cpu_ratios[-1]:.4f} (watch's start {starts[-1]:+.2f} s)", flush=True)
-        print(f"  minor page faults a batch: bare {got['bare']['faults'] / batches:.0f}, watched "
-              f"{got['watch']['faults'] / batches:.0f}", flush=True)
-        print("  CPU s by thread, epochs 3..E: " + "; ".join(
-            f"{side} " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(got[side]["threads_cpu_s"].items()))
-            for side in ("bare", "watch")), flush=True)
+        print(
+            f"round {r + 1}: bare {bare:.3f} s, watched {with_watch:.3f} s, ratio {ratios[-1]:.4f}, CPU time "
+            f"ratio {cpu_ratios[-1]:.4f} (watch's start {starts[-1]:+.2f} s)",
+            flush=True,
+        )
+        print(
+            f"  minor page faults a batch: bare {got['bare']['faults'] / batches:.0f}, watched "
+            f"{got['watch']['faults'] / batches:.0f}",
+            flush=True,
+        )
+        print(
+            "  CPU s by thread, epochs 3..E: "
+            + "; ".join(
+                f"{side} " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(got[side]["threads_cpu_s"].items()))
+                for side in ("bare", "watch")
+            ),
+            flush=True,
+        )
     med = statistics.median(ratios)
     lo, hi = _bootstrap_ci(ratios)
-    print(f"ratio watched / bare (median of {len(ratios)} paired rounds, epochs 3..{args.epochs}): {med:.4f}, "
-          f"95% CI {lo:.4f} to {hi:.4f}  (target: within 1%)")
-    print("the watch's one-time start (MLflow import and run, after epoch 1): median "
-          f"{statistics.median(starts):.2f} s")
+    print(
+        f"ratio watched / bare (median of {len(ratios)} paired rounds, epochs 3..{args.epochs}): {med:.4f}, "
+        f"95% CI {lo:.4f} to {hi:.4f}  (target: within 1%)"
+    )
+    print(
+        f"the watch's one-time start (MLflow import and run, after epoch 1): median {statistics.median(starts):.2f} s"
+    )
     if hi - lo > 0.02:
         print("this machine cannot resolve 1%: the interval is wider than +-1% (run it alone, with more rounds)")
     # What the watch adds to the process's work (its per-batch bookkeeping, the sampler's and the sender's
@@ -165,8 +216,10 @@ def main() -> None:
     print(f"CPU time watched / bare (all threads, same rounds): {cpu_med:.4f}, 95% CI {cpu_lo:.4f} to {cpu_hi:.4f}")
     sampler = _sampler_cpu_pct(store)
     if sampler:
-        print(f"the watch's sampler thread: median {statistics.median(sampler):.2f}% of one core "
-              f"(sampler_cpu_pct of {len(sampler)} runs)")
+        print(
+            f"the watch's sampler thread: median {statistics.median(sampler):.2f}% of one core "
+            f"(sampler_cpu_pct of {len(sampler)} runs)"
+        )
 
 
 def _sampler_cpu_pct(store: str) -> List[float]:

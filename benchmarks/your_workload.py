@@ -46,8 +46,9 @@ def make_folder(root: Path, images: int, classes: int = 2) -> Path:
     return root
 
 
-def hand_written(root: Path, epochs: int, batch_size: int, workers: int,
-                 device: str) -> Tuple[List[float], List[float], List[float]]:
+def hand_written(
+    root: Path, epochs: int, batch_size: int, workers: int, device: str
+) -> Tuple[List[float], List[float], List[float]]:
     """The ImageNet example's training loop, timed per epoch; also the seconds each epoch waited in next() and
     the minor page faults of this process in each epoch (as wif logs its run's: `minor_faults`)."""
     import resource
@@ -57,10 +58,15 @@ def hand_written(root: Path, epochs: int, batch_size: int, workers: int,
     from torchvision import transforms
 
     normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
-    train = torchvision.datasets.ImageFolder(str(root / "train"), transforms.Compose([
-        transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize]))
-    loader = torch.utils.data.DataLoader(train, batch_size=batch_size, shuffle=True, num_workers=workers,
-                                         pin_memory=device == "cuda")
+    train = torchvision.datasets.ImageFolder(
+        str(root / "train"),
+        transforms.Compose(
+            [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize]
+        ),
+    )
+    loader = torch.utils.data.DataLoader(
+        train, batch_size=batch_size, shuffle=True, num_workers=workers, pin_memory=device == "cuda"
+    )
     dev = torch.device(device)
     model = torchvision.models.resnet18(num_classes=len(train.classes)).to(dev)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
@@ -89,37 +95,85 @@ def hand_written(root: Path, epochs: int, batch_size: int, workers: int,
     return times, waits, faults
 
 
-def hand_written_fresh(root: Path, epochs: int, batch_size: int, workers: int,
-                       device: str) -> Tuple[List[float], List[float], List[float]]:
+def hand_written_fresh(
+    root: Path, epochs: int, batch_size: int, workers: int, device: str
+) -> Tuple[List[float], List[float], List[float]]:
     """hand_written in a fresh process, as a user's script runs and as wif's run is: a process that ran
     earlier rounds has an older heap, and more of its pages are copied on write after each worker's fork
     (measured: 490k minor faults an epoch in its first round, 660k by its third, 4.46 s against 4.70 s)."""
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from your_workload import hand_written; "
-            "from pathlib import Path; print(json.dumps(hand_written(Path(sys.argv[2]), *map(int, sys.argv[3:6]), "
-            "sys.argv[6])))")
-    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(root), str(epochs),
-                          str(batch_size), str(workers), device], check=True, capture_output=True, text=True)
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from your_workload import hand_written; "
+        "from pathlib import Path; print(json.dumps(hand_written(Path(sys.argv[2]), *map(int, sys.argv[3:6]), "
+        "sys.argv[6])))"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(Path(__file__).parent),
+            str(root),
+            str(epochs),
+            str(batch_size),
+            str(workers),
+            device,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     times, waits, faults = json.loads(out.stdout.strip().splitlines()[-1])
     return times, waits, faults
 
 
-def with_wif(root: Path, work: Path, epochs: int, batch_size: int, workers: int, device: str,
-             extra: List[str], env_extra: List[str]) -> Tuple[float, float, float]:
+def with_wif(
+    root: Path,
+    work: Path,
+    epochs: int,
+    batch_size: int,
+    workers: int,
+    device: str,
+    extra: List[str],
+    env_extra: List[str],
+) -> Tuple[float, float, float]:
     """train.py on the same folder; its run's median epoch time (warm-up left out), data wait and minor faults."""
     from mlflow.tracking import MlflowClient
 
     store = f"sqlite:///{work / 'mlflow.db'}"
     loader = "pin_nb" if device == "cuda" else "baseline"
-    cmd = [sys.executable, str(ROOT / "train.py"), "data=folder", f"data.root={root}", "data.image_size=224",
-           "data.augment=standard", "model=torchvision", "model.arch=resnet18", f"loader={loader}",
-           f"loader.num_workers={workers}", f"data.batch_size={batch_size}", "data.fraction=1", "data.val_split=0",
-           f"trainer.epochs={epochs}", f"device={device}", "resume=false", "progress=false", *extra]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(work / "cache"),
-           **dict(kv.split("=", 1) for kv in env_extra)}
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "data=folder",
+        f"data.root={root}",
+        "data.image_size=224",
+        "data.augment=standard",
+        "model=torchvision",
+        "model.arch=resnet18",
+        f"loader={loader}",
+        f"loader.num_workers={workers}",
+        f"data.batch_size={batch_size}",
+        "data.fraction=1",
+        "data.val_split=0",
+        f"trainer.epochs={epochs}",
+        f"device={device}",
+        "resume=false",
+        "progress=false",
+        *extra,
+    ]
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store,
+        "WIF_CACHE_DIR": str(work / "cache"),
+        **dict(kv.split("=", 1) for kv in env_extra),
+    }
     subprocess.run(cmd, cwd=work, env=env, check=True, capture_output=True, text=True)
     client = MlflowClient(store)
-    runs = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id],
-                              "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        [client.get_experiment_by_name("who_is_faster").experiment_id],
+        "attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+    )
     steady = []
     for key in ("data_wait_s", "minor_faults"):
         h = sorted(client.get_metric_history(runs[0].info.run_id, key), key=lambda m: m.step)
@@ -135,10 +189,20 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--rounds", type=int, default=4, help="alternating rounds of both sides (default: %(default)s)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when there is one")
-    p.add_argument("--wif", action="append", default=[], metavar="KEY=VALUE",
-                   help="an override for wif's side, again for more (e.g. --wif measure.pss_budget_pct=0)")
-    p.add_argument("--wif-env", action="append", default=[], metavar="NAME=VALUE",
-                   help="an environment variable for wif's side only (e.g. --wif-env MALLOC_MMAP_THRESHOLD_=131072)")
+    p.add_argument(
+        "--wif",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for wif's side, again for more (e.g. --wif measure.pss_budget_pct=0)",
+    )
+    p.add_argument(
+        "--wif-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for wif's side only (e.g. --wif-env MALLOC_MMAP_THRESHOLD_=131072)",
+    )
     args = p.parse_args()
     import torch
 
@@ -150,27 +214,39 @@ def main() -> None:
         for r in range(args.rounds):
             sides = {}
             # ABBA: odd rounds run wif first, so a drift within a round (clock, heat) favours neither side
-            for side in (("hand", "wif") if r % 2 == 0 else ("wif", "hand")):
+            for side in ("hand", "wif") if r % 2 == 0 else ("wif", "hand"):
                 if side == "hand":
                     times, waits, faults = hand_written_fresh(root, args.epochs, args.batch_size, args.workers, device)
-                    sides[side] = (statistics.median(times[1:] or times), statistics.median(waits[1:] or waits),
-                                   statistics.median(faults[1:] or faults))
+                    sides[side] = (
+                        statistics.median(times[1:] or times),
+                        statistics.median(waits[1:] or waits),
+                        statistics.median(faults[1:] or faults),
+                    )
                 else:
-                    sides[side] = with_wif(root, work, args.epochs, args.batch_size, args.workers, device, args.wif,
-                                           args.wif_env)
+                    sides[side] = with_wif(
+                        root, work, args.epochs, args.batch_size, args.workers, device, args.wif, args.wif_env
+                    )
             hand.append(sides["hand"][0])
             wif.append(sides["wif"][0])
-            print(f"round {r + 1} ({'hand first' if r % 2 == 0 else 'wif first'}): "
-                  + ", ".join(f"{name} {t:.3f} s/epoch (data wait {wait:.3f} s, {faults:,.0f} minor faults)"
-                              for name, (t, wait, faults) in (("hand-written", sides["hand"]), ("wif", sides["wif"]))),
-                  flush=True)
+            print(
+                f"round {r + 1} ({'hand first' if r % 2 == 0 else 'wif first'}): "
+                + ", ".join(
+                    f"{name} {t:.3f} s/epoch (data wait {wait:.3f} s, {faults:,.0f} minor faults)"
+                    for name, (t, wait, faults) in (("hand-written", sides["hand"]), ("wif", sides["wif"]))
+                ),
+                flush=True,
+            )
     h, w = statistics.median(hand), statistics.median(wif)
     paired = [b / a for a, b in zip(hand, wif)]  # each round's two sides ran back to back: the machine's drift cancels
-    print(f"per-round ratios wif / hand-written: {', '.join(f'{r:.3f}' for r in paired)} "
-          f"(median {statistics.median(paired):.3f})")
-    print(f"data=folder 224 px, resnet18, {args.images} images, batch {args.batch_size}, {args.workers} workers, "
-          f"{device}: hand-written {h:.3f} s/epoch, wif {w:.3f} s/epoch, wif / hand-written = {w / h:.3f} "
-          "(target: within 5% of 1)")
+    print(
+        f"per-round ratios wif / hand-written: {', '.join(f'{r:.3f}' for r in paired)} "
+        f"(median {statistics.median(paired):.3f})"
+    )
+    print(
+        f"data=folder 224 px, resnet18, {args.images} images, batch {args.batch_size}, {args.workers} workers, "
+        f"{device}: hand-written {h:.3f} s/epoch, wif {w:.3f} s/epoch, wif / hand-written = {w / h:.3f} "
+        "(target: within 5% of 1)"
+    )
 
 
 if __name__ == "__main__":

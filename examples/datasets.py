@@ -31,10 +31,12 @@ class NoisySquares(Dataset):
         side = max(self.size // 4, 1)
         row, col = divmod(label, 4)
         y0, x0 = (row * side) % (self.size - side + 1), (col * side) % (self.size - side + 1)
-        image[:, y0:y0 + side, x0:x0 + side] += 2.0
+        image[:, y0 : y0 + side, x0 : x0 + side] += 2.0
         return image, label
 
 
 def noisy_squares(n_train: int = 512, n_test: int = 128, size: int = 32, num_classes: int = 4) -> Dict[str, Dataset]:
-    return {"train": NoisySquares(n_train, size, num_classes, seed=0),
-            "test": NoisySquares(n_test, size, num_classes, seed=1)}
+    return {
+        "train": NoisySquares(n_train, size, num_classes, seed=0),
+        "test": NoisySquares(n_test, size, num_classes, seed=1),
+    }

@@ -29,7 +29,7 @@ class Squares(Dataset):
         g = torch.Generator().manual_seed(i)
         x = 0.5 * torch.randn(3, self.size, self.size, generator=g)
         k = i % self.classes
-        x[:, 4 * k:4 * k + 8, 4 * k:4 * k + 8] += 2.0
+        x[:, 4 * k : 4 * k + 8, 4 * k : 4 * k + 8] += 2.0
         return x, k
 
 
@@ -65,10 +65,23 @@ def train(model: nn.Module, loader: Iterable, epochs: int, device: torch.device,
 def main() -> None:
     args = parser(__doc__).parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    loader = DataLoader(Squares(args.n_train), batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        pin_memory=device.type == "cuda", persistent_workers=args.workers > 0)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 4))
+    loader = DataLoader(
+        Squares(args.n_train),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=args.workers > 0,
+    )
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, 2, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 4),
+    )
     train(model, loader, args.epochs, device)
 
 

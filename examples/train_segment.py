@@ -1,6 +1,6 @@
 """A segmentation loop (not classification): dict batches {"image", "mask", "name"}, a per-pixel loss.
 
-    python -m examples.train_segment --epochs 3 --workers 0
+python -m examples.train_segment --epochs 3 --workers 0
 """
 
 from __future__ import annotations
@@ -36,10 +36,16 @@ class Blobs(Dataset):
 def main() -> None:
     args = parser(__doc__, batch_size=32, n_train=512).parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    loader = DataLoader(Blobs(args.n_train), batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0)
-    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
-                        nn.Conv2d(16, 2, 1)).to(device)
+    loader = DataLoader(
+        Blobs(args.n_train),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
+    net = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 2, 1)
+    ).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     for epoch in range(args.epochs):
         for batch in wif.watch(loader):  # the one line: dict batches are counted by their first tensor

@@ -21,8 +21,9 @@ def main() -> None:
     p.add_argument("--delay-ms", type=float, default=4.0, help="each item's wait")
     args = p.parse_args()
     data = SlowReads(args.n_train, size=32, num_classes=4, delay_ms=args.delay_ms, seed=0)
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, persistent_workers=args.workers > 0
+    )
     train(small_cnn(num_classes=4, width=8), loader, args.epochs, torch.device("cpu"))
 
 

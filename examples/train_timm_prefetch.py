@@ -34,8 +34,14 @@ class Bytes(Dataset):
 def main() -> None:
     args = parser(__doc__).parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    base = DataLoader(Bytes(args.n_train), batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                      pin_memory=device.type == "cuda", persistent_workers=args.workers > 0)
+    base = DataLoader(
+        Bytes(args.n_train),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=args.workers > 0,
+    )
     loader = PrefetchLoader(base, device=device)  # the loop is handed the wrapper: wif.watch(loader) sees through it
     model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
     train(model, loader, args.epochs, device, lr=0.1)

@@ -33,13 +33,25 @@ def main() -> None:
     train_set = sets["train"]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    pick = wif.tune_workers(train_set, batch_size=args.batch_size, pin_memory=(False, True),
-                            max_workers=args.max_workers, batches=args.batches, epochs=2)
+    pick = wif.tune_workers(
+        train_set,
+        batch_size=args.batch_size,
+        pin_memory=(False, True),
+        max_workers=args.max_workers,
+        batches=args.batches,
+        epochs=2,
+    )
     print(pick)
     print(f"pick: num_workers={pick.num_workers} pin_memory={pick.pin_memory}")
 
-    loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=pick.num_workers,
-                        pin_memory=pick.pin_memory, persistent_workers=pick.num_workers > 0)
+    loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=pick.num_workers,
+        pin_memory=pick.pin_memory,
+        persistent_workers=pick.num_workers > 0,
+    )
     model = small_cnn(num_classes=len(train_set.classes)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -53,10 +65,14 @@ def main() -> None:
 
     times = wif.time_epochs(loader, step, args.epochs, device=device, mlflow_experiment=args.mlflow_experiment)
     for e in times.epochs:
-        print(f"epoch {int(e['epoch'])}: {e['epoch_time_s']:.3f} s, data wait {e['data_wait_s']:.3f} s, "
-              f"compute {e['compute_s']:.3f} s, {int(e['samples'])} samples")
-    print(f"median epoch {times.median_s:.3f} s (warm-up left out), {times.img_s:.0f} img/s, "
-          f"data wait {times.data_wait_share:.0%}")
+        print(
+            f"epoch {int(e['epoch'])}: {e['epoch_time_s']:.3f} s, data wait {e['data_wait_s']:.3f} s, "
+            f"compute {e['compute_s']:.3f} s, {int(e['samples'])} samples"
+        )
+    print(
+        f"median epoch {times.median_s:.3f} s (warm-up left out), {times.img_s:.0f} img/s, "
+        f"data wait {times.data_wait_share:.0%}"
+    )
 
 
 if __name__ == "__main__":

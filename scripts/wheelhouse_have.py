@@ -77,7 +77,7 @@ def read_have(path: str, loud: bool = True) -> Dict[str, Optional[str]]:
             continue
         try:
             req = Requirement(line)
-        except Exception:
+        except Exception:  # noqa: BLE001 - packaging's InvalidRequirement, or an older packaging's own error
             warn(f"{where}: not a requirement, skipped")
             continue
         name = canonicalize_name(req.name)
@@ -94,8 +94,10 @@ def read_have(path: str, loud: bool = True) -> Dict[str, Optional[str]]:
             unversioned.append(req.name)
     if unversioned:
         shown = ", ".join(unversioned[:UNVERSIONED_SHOWN]) + (", ..." if len(unversioned) > UNVERSIONED_SHOWN else "")
-        warn(f"{path}: {len(unversioned)} packages with no version ({shown}): not constraints; the node's are kept "
-             "as they are")
+        warn(
+            f"{path}: {len(unversioned)} packages with no version ({shown}): not constraints; the node's are kept "
+            "as they are"
+        )
     return have
 
 
@@ -120,8 +122,9 @@ def best_tag(python_version: str, platforms: List[str]) -> str:
     wheel of the same version, which pip would otherwise fetch whole to read its metadata."""
     try:
         from pip._internal.utils.compatibility_tags import get_supported
+
         return str(get_supported(version=python_version.replace(".", ""), platforms=platforms or None)[0])
-    except Exception:  # pip's internals moved: the stand-in still works, pip may fetch the real one as well
+    except Exception:  # noqa: BLE001 - pip's internals moved: the stand-in still works, pip may fetch the real one as well
         return "py3-none-any"
 
 
@@ -130,8 +133,10 @@ def stub_wheel(folder: Path, name: str, version: str, tag: str) -> None:
     dist = f"{re.sub(r'[-.]+', '_', name)}-{version}"
     with zipfile.ZipFile(folder / f"{dist}-1-{tag}.whl", "w") as z:
         z.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: wheelhouse.sh\nRoot-Is-Purelib: true\n"
-                   f"Build: 1\nTag: {tag}\n")
+        z.writestr(
+            f"{dist}.dist-info/WHEEL",
+            f"Wheel-Version: 1.0\nGenerator: wheelhouse.sh\nRoot-Is-Purelib: true\nBuild: 1\nTag: {tag}\n",
+        )
         z.writestr(f"{dist}.dist-info/RECORD", "")
 
 
@@ -149,15 +154,20 @@ def expand_platforms(platforms: List[str]) -> List[str]:
 
 def sdists(report_path: str) -> List[str]:
     report = json.loads(Path(report_path).read_text())
-    return [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in report["install"]
-            if canonicalize_name(i["metadata"]["name"]) != "wif" and not i["download_info"]["url"].endswith(".whl")]
+    return [
+        f"{i['metadata']['name']}=={i['metadata']['version']}"
+        for i in report["install"]
+        if canonicalize_name(i["metadata"]["name"]) != "wif" and not i["download_info"]["url"].endswith(".whl")
+    ]
 
 
 def constraints(have_path: str, wheel: str, extras: str, python_version: str, stubs: str, *platforms: str) -> None:
     have = read_have(have_path)
     tag = best_tag(python_version, list(platforms))
-    needs = {canonicalize_name(r.name): r for r in wif_requirements(wheel, extras.split(",") if extras else [],
-                                                                     python_version)}
+    needs = {
+        canonicalize_name(r.name): r
+        for r in wif_requirements(wheel, extras.split(",") if extras else [], python_version)
+    }
     for name, version in sorted(have.items()):
         if version is None or name == "wif":
             continue
@@ -186,8 +196,10 @@ def node_build(pyproject: str, have_path: str) -> None:
         warn(f"{pyproject}: no single mlflow requirement and version to rewrite for the node build")
         raise SystemExit(2)
     path.write_text(text)
-    warn("the node build: mlflow-skinny and the SQL store's packages for mlflow, no MLflow UI or server on the "
-         "node (browse the store where you bring it back; --with-ui keeps them)")
+    warn(
+        "the node build: mlflow-skinny and the SQL store's packages for mlflow, no MLflow UI or server on the "
+        "node (browse the store where you bring it back; --with-ui keeps them)"
+    )
 
 
 def same_version(a: str, b: str) -> bool:
@@ -212,8 +224,10 @@ def select(report_path: str, with_torch: bool, have_path: Optional[str] = None) 
             continue  # the node's own
         if not with_torch and torch_stack:
             if canonical in have:
-                warn(f"the node's {name} {node} is not what wif needs ({version} chosen); left out all the same "
-                     "(the torch stack: --with-torch writes it)")
+                warn(
+                    f"the node's {name} {node} is not what wif needs ({version} chosen); left out all the same "
+                    "(the torch stack: --with-torch writes it)"
+                )
             continue
         if canonical in have:
             warn(f"the node's {name} {node} is replaced: wif's closure needs {version}, its wheel is written")

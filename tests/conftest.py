@@ -6,9 +6,9 @@ import atexit
 import os
 import shutil
 import signal
-import tempfile
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -25,8 +25,19 @@ from wif.config import register_configs
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 LOADERS = sorted(p.stem for p in (CONF / "loader").glob("*.yaml"))
-STUDY_LOADERS = ["baseline", "gpu_resident", "bg", "bg_pin", "bg_pin_nb", "pin_nb_w4_pf2", "pin_nb_w4_pf8",
-                 "pin_nb_w8_pf2", "pin_nb_w8_pf8", "pin_nb", "pin"]
+STUDY_LOADERS = [
+    "baseline",
+    "gpu_resident",
+    "bg",
+    "bg_pin",
+    "bg_pin_nb",
+    "pin_nb_w4_pf2",
+    "pin_nb_w4_pf8",
+    "pin_nb_w8_pf2",
+    "pin_nb_w8_pf8",
+    "pin_nb",
+    "pin",
+]
 
 register_configs()
 
@@ -65,12 +76,24 @@ def store(tmp_path: Path) -> str:
     return new_store(tmp_path)
 
 
-def run_train(tmp_path: Path, store: str, cache_dir: Path, *overrides: str, multirun: bool = True,
-              timeout: float = 900, env: Dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_train(
+    tmp_path: Path,
+    store: str,
+    cache_dir: Path,
+    *overrides: str,
+    multirun: bool = True,
+    timeout: float = 900,
+    env: Dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """The real command line, in a subprocess, in its own working directory (one repeat unless asked)."""
     cmd = [sys.executable, str(ROOT / "train.py")] + (["-m"] if multirun else []) + one_repeat(overrides)
-    full_env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir),
-                "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store,
+        "WIF_CACHE_DIR": str(cache_dir),
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
     return subprocess.run(cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -98,14 +121,22 @@ def _as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_train(tmp_path: Path, store: str, cache_dir: Path, *overrides: str,
-                multirun: bool = True) -> subprocess.Popen:
+def start_train(
+    tmp_path: Path, store: str, cache_dir: Path, *overrides: str, multirun: bool = True
+) -> subprocess.Popen:
     """train.py started, not awaited, in a session of its own: a test can signal it as a terminal would."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1"}
     args = ["-m", *one_repeat(overrides)] if multirun else list(overrides)
-    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=_as_in_a_terminal)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_as_in_a_terminal,
+    )
 
 
 def wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 120) -> psutil.Process:
@@ -135,8 +166,11 @@ GONE_WITHIN_S = 10  # a killed supervisor's runs, ranks and workers are all gone
 
 def left_in_session(session: int) -> List[psutil.Process]:
     """Processes of the session still alive (a zombie waits only for its parent to read its status)."""
-    return [p for p in psutil.process_iter(["status"])
-            if session_of(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE]
+    return [
+        p
+        for p in psutil.process_iter(["status"])
+        if session_of(p) == session and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 def sigkill_and_expect_gone(proc: subprocess.Popen, tree: List[psutil.Process]) -> None:
@@ -169,8 +203,14 @@ def needs(*modules: str) -> pytest.MarkDecorator:
     (a lent GPU node with only the small wheelhouse has none of them); never an error. `modules` as imported."""
     from wif.config.engines import installed
 
-    extras = {"spdl": "pipelines", "torchdata": "pipelines", "nvidia": "dali", "lmdb": "formats",
-              "torchcodec": "decode", "timm": "timm"}
+    extras = {
+        "spdl": "pipelines",
+        "torchdata": "pipelines",
+        "nvidia": "dali",
+        "lmdb": "formats",
+        "torchcodec": "decode",
+        "timm": "timm",
+    }
     missing = [m if m.startswith("nvidia.") else m.split(".")[0] for m in modules if not installed(m)]
     said = [f'needs {m} (pip install -e ".[{extras[m.split(".")[0]]}]")' for m in missing]
     return pytest.mark.skipif(bool(missing), reason=", ".join(said))
@@ -195,6 +235,8 @@ def holds_unless_disturbed(ok: bool, runs: Sequence[Run], claim: str) -> None:
         return
     others = max((r.data.metrics.get("host_other_cpu_pct", 0.0) for r in runs), default=0.0)
     if others > MeasureConfig.contended_pct:
-        pytest.skip(f"{claim}: not shown, other processes used up to {others:.0f}% of a core during the runs "
-                    f"(contended above {MeasureConfig.contended_pct:g}): a timing claim needs a quiet machine")
+        pytest.skip(
+            f"{claim}: not shown, other processes used up to {others:.0f}% of a core during the runs "
+            f"(contended above {MeasureConfig.contended_pct:g}): a timing claim needs a quiet machine"
+        )
     pytest.fail(f"{claim}: does not hold, and the runs were not disturbed (others at most {others:.0f}% of a core)")

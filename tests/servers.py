@@ -35,10 +35,25 @@ class MlflowServer:
     def start(self) -> "MlflowServer":
         log = open(self.root / "server.log", "a")
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-             "--artifacts-destination", str(self.root / "artifacts")],
-            cwd=self.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                str(Path(sys.executable).parent / "mlflow"),
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'server.db'}",
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+            ],
+            cwd=self.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         deadline = time.monotonic() + START_WITHIN_S
         while not self.healthy():
@@ -77,4 +92,3 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
         yield srv.start()
     finally:
         srv.stop()
-

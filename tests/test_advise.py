@@ -10,21 +10,31 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import holds_unless_disturbed, new_store
-
 from wif.advisor.answer import PHASES, where_time_goes
 from wif.advisor.measure import EPOCH_KEYS, Measured
 
 ROOT = Path(__file__).resolve().parents[1]
-SLOW_READS = ["preset=smoke", "data=custom", "data._target_=wif.advisor.examples.slow_reads", "data.fraction=0.05",
-              "+data.kwargs.delay_ms=3"]
+SLOW_READS = [
+    "preset=smoke",
+    "data=custom",
+    "data._target_=wif.advisor.examples.slow_reads",
+    "data.fraction=0.05",
+    "+data.kwargs.delay_ms=3",
+]
 
 
 def _advise(tmp_path: Path, *args: str, timeout: float = 300, refused: bool = False) -> subprocess.CompletedProcess:
     """wif-advise into tmp_path's store: a new empty one, or (`refused`) a path where a refusal must leave none."""
     env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache")}
     store = f"sqlite:///{tmp_path / 'mlflow.db'}" if refused else new_store(tmp_path)
-    return subprocess.run([sys.executable, "-m", "wif.advisor.cli", *args, f"tracking.uri={store}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "wif.advisor.cli", *args, f"tracking.uri={store}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_a_bad_override_is_refused_in_one_line_before_anything_runs(tmp_path):
@@ -43,8 +53,19 @@ def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
     # Its items sleep: others' CPU does not change which setting is faster, so here no run counts as contended
     # (tests/test_advise_folder.py tests what contention does to the race).
     reads = [o if o != "data.fraction=0.05" else "data.fraction=0.03" for o in SLOW_READS]  # epochs of ~0.8 s
-    out = _advise(tmp_path, *reads, "measure.contended_pct=10000", "--epochs", "2", "--race-candidates", "1",
-                  "--max-blocks", "3", "--max-epochs", "5")
+    out = _advise(
+        tmp_path,
+        *reads,
+        "measure.contended_pct=10000",
+        "--epochs",
+        "2",
+        "--race-candidates",
+        "1",
+        "--max-blocks",
+        "3",
+        "--max-epochs",
+        "5",
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
     from mlflow.tracking import MlflowClient
@@ -57,12 +78,16 @@ def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
     assert len(children) == len(runs) - 1 >= 3
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"epoch_split.png", "candidates.txt"} <= artifacts
-    holds_unless_disturbed("Data-bound" in text and "3/4 the race: current against w" in text, children,
-                           "items that sleep 3 ms make the epoch data-bound, and a worker setting is raced")
-    answer = text[text.index("4/4 the answer"):]
+    holds_unless_disturbed(
+        "Data-bound" in text and "3/4 the race: current against w" in text,
+        children,
+        "items that sleep 3 ms make the epoch data-bound, and a worker setting is raced",
+    )
+    answer = text[text.index("4/4 the answer") :]
     assert "predicted s" in answer and "measured s" in answer
-    holds_unless_disturbed("Pick: w" in answer, children, "workers overlap the items' waits: a worker setting is "
-                           "picked")  # items wait 3 ms without CPU
+    holds_unless_disturbed(
+        "Pick: w" in answer, children, "workers overlap the items' waits: a worker setting is picked"
+    )  # items wait 3 ms without CPU
     speed = float(answer.split("95% interval ")[1].split("-")[0])
     assert speed > 1.0
     assert "Use it: wif-study" in answer and "loader.num_workers=" in answer
@@ -72,17 +97,25 @@ def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
 
 
 def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -> None:
-    gpu = {"epoch_time_s": 1.0, "data_wait_s": 0.1, "copy_s": 0.05, "gpu_blocked_s": 0.3, "compute_s": 0.5,
-           "gpu_idle_s": 0.05}  # a CUDA run's epoch, the first of the two the warm-up
-    _, sentence = where_time_goes(Measured("configured", "pin_nb", "r", "FINISHED", {}, [gpu, gpu]), 0.85,
-                                  "data=fixed", 1000, 5000.0, 0.05)
+    gpu = {
+        "epoch_time_s": 1.0,
+        "data_wait_s": 0.1,
+        "copy_s": 0.05,
+        "gpu_blocked_s": 0.3,
+        "compute_s": 0.5,
+        "gpu_idle_s": 0.05,
+    }  # a CUDA run's epoch, the first of the two the warm-up
+    _, sentence = where_time_goes(
+        Measured("configured", "pin_nb", "r", "FINISHED", {}, [gpu, gpu]), 0.85, "data=fixed", 1000, 5000.0, 0.05
+    )
     assert "GPU blocked 0.300 s" in sentence
     split = sentence.split("(", 1)[1].split(")", 1)[0]  # "data wait 0.100 s, copy 0.050 s, ..."
     assert sum(float(p.rsplit(" ", 2)[1]) for p in split.split(", ")) == pytest.approx(gpu["epoch_time_s"])
     assert {key for key, _ in PHASES} <= set(EPOCH_KEYS)  # each phase is read back from the run's epochs
     cpu = {**gpu, "gpu_blocked_s": math.nan, "gpu_idle_s": math.nan, "compute_s": 0.85}  # no CUDA: not measured
-    _, sentence = where_time_goes(Measured("configured", "pin_nb", "r", "FINISHED", {}, [cpu, cpu]), 0.85,
-                                  "data=fixed", 1000, 5000.0, 0.05)
+    _, sentence = where_time_goes(
+        Measured("configured", "pin_nb", "r", "FINISHED", {}, [cpu, cpu]), 0.85, "data=fixed", 1000, 5000.0, 0.05
+    )
     assert "GPU" not in sentence and "compute 0.850 s" in sentence
 
 

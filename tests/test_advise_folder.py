@@ -24,8 +24,12 @@ SMALL = ("--images", "24", "--held-out", "6", "--classes", "2", "--size", "40")
 
 def make_folder(root: Path, *args: str) -> Path:
     """A small folder in timm's layout, made by the benchmark's own script."""
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timm_folder.py"), str(root), *SMALL, *args],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "timm_folder.py"), str(root), *SMALL, *args],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return root
 
 
@@ -58,8 +62,18 @@ def folder_advice(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("advise-folder")
     root = make_folder(tmp / "images")
     t0 = time.monotonic()
-    out = _advise(tmp, "preset=smoke", "data=folder", f"data.root={root}", "data.batch_size=8", "--minutes", "1",
-                  "--race-candidates", "1", timeout=900)
+    out = _advise(
+        tmp,
+        "preset=smoke",
+        "data=folder",
+        f"data.root={root}",
+        "data.batch_size=8",
+        "--minutes",
+        "1",
+        "--race-candidates",
+        "1",
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = advise_runs(tmp / "mlflow.db")
     return out.stdout, runs, time.monotonic() - t0
@@ -72,8 +86,9 @@ def test_the_advice_uses_the_whole_folder_and_says_so_first(folder_advice) -> No
     assert first.startswith("wif-advise: data: 24 training images an epoch, 3 batches of 8, 64 px"), first
     assert "held out: validation/ (6)" in first
     measured = [r for r in runs if r.data.tags.get("wif.advise_role") == "measure"]  # two: run again if contended
-    assert measured and all(r.data.params["data.fraction"] == "1.0" and r.data.tags["wif.n_train"] == "24"
-                            for r in measured)
+    assert measured and all(
+        r.data.params["data.fraction"] == "1.0" and r.data.tags["wif.n_train"] == "24" for r in measured
+    )
     assert {r.data.tags["wif.n_val"] for r in measured} == {"0"}  # the folder's own held-out split is the evaluation
 
 
@@ -109,8 +124,10 @@ def test_the_advice_states_its_time_at_its_start(folder_advice) -> None:
 
 def test_the_minutes_count_from_the_commands_start_not_from_the_first_step() -> None:
     """Start-up (importing torch, composing, probing a script) is part of the user's wait: --minutes covers it."""
-    code = ("import os, time; time.sleep(1.5); from wif.advisor.cli import process_started; "
-            "print(time.monotonic() - process_started(), flush=True); os._exit(0)")  # no exit time in the wall
+    code = (
+        "import os, time; time.sleep(1.5); from wif.advisor.cli import process_started; "
+        "print(time.monotonic() - process_started(), flush=True); os._exit(0)"
+    )  # no exit time in the wall
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     wall = time.monotonic() - t0
@@ -134,8 +151,23 @@ def test_contended_runs_are_run_again_and_never_decide_the_race(tmp_path: Path) 
     and no race decides from one: no pick, and the output says so with the figure."""
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        out = _advise(tmp_path, *SLOW_READS, "--epochs", "2", "--race-candidates", "1", "--min-blocks", "2",
-                      "--max-blocks", "2", "--max-epochs", "3", "--minutes", "1", timeout=900)
+        out = _advise(
+            tmp_path,
+            *SLOW_READS,
+            "--epochs",
+            "2",
+            "--race-candidates",
+            "1",
+            "--min-blocks",
+            "2",
+            "--max-blocks",
+            "2",
+            "--max-epochs",
+            "3",
+            "--minutes",
+            "1",
+            timeout=900,
+        )
     finally:
         burner.kill()
         burner.wait()
@@ -159,17 +191,25 @@ def test_ctrl_c_ends_every_run_of_the_advice_killed(tmp_path: Path) -> None:
     """Ctrl-C pressed again and again as the advice trains: not one of its runs is left RUNNING."""
     db = tmp_path / "mlflow.db"
     env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "wif.advisor.cli", *SLOW_READS, "--epochs", "4",
-                             f"tracking.uri={new_store(tmp_path)}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_as_in_a_terminal)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wif.advisor.cli", *SLOW_READS, "--epochs", "4", f"tracking.uri={new_store(tmp_path)}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_as_in_a_terminal,
+    )
     try:
         seen = ""
         while "1/4" not in seen and proc.poll() is None:  # printed once the parent run is in the store
             seen += proc.stdout.readline()
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # a nested run open: the measuring run is training
-            if any(r.info.status == "RUNNING" and r.data.tags.get("wif.advise_role") == "measure"
-                   for r in advise_runs(db)):
+            if any(
+                r.info.status == "RUNNING" and r.data.tags.get("wif.advise_role") == "measure" for r in advise_runs(db)
+            ):
                 break
             time.sleep(0.5)
         else:
@@ -196,8 +236,9 @@ def test_a_contended_run_replaced_by_an_undisturbed_one_does_not_make_the_advice
     from wif.advisor.workload import contention_line
 
     def run(other: float, contended: bool = False, replaced: bool = False) -> Measured:
-        return Measured("loader", "w2", "id", "FINISHED", {"host_other_cpu_pct": other}, contended=contended,
-                        replaced=replaced)
+        return Measured(
+            "loader", "w2", "id", "FINISHED", {"host_other_cpu_pct": other}, contended=contended, replaced=replaced
+        )
 
     quiet = contention_line([run(2.0), run(32.0, True, True), run(3.0)], 25.0, 1)
     assert quiet.startswith("Other processes: at most 3% of a core during the measured epochs of 2 runs")

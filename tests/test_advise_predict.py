@@ -4,8 +4,17 @@ import math
 
 import pytest
 
-from wif.advisor.predict import (Loader, Prediction, Step, batch_sizes, item_time, predict, rank, relative_error,
-                                 simulate)
+from wif.advisor.predict import (
+    Loader,
+    Prediction,
+    Step,
+    batch_sizes,
+    item_time,
+    predict,
+    rank,
+    relative_error,
+    simulate,
+)
 
 ITEM = 0.004  # 4 ms an item: a sleep standing for a network read (the measured case)
 GPU_STEP = Step(compute_s=0.001, on_cpu=False)

@@ -14,8 +14,13 @@ CURRENT = [1.00, 1.02, 0.99, 1.01]
 
 
 def _blocks(candidate):
-    return pd.DataFrame([{"loader": name, "block": b, "fraction": 0.1, VALUE: v}
-                         for name, times in (("current", CURRENT), ("w2", candidate)) for b, v in enumerate(times)])
+    return pd.DataFrame(
+        [
+            {"loader": name, "block": b, "fraction": 0.1, VALUE: v}
+            for name, times in (("current", CURRENT), ("w2", candidate))
+            for b, v in enumerate(times)
+        ]
+    )
 
 
 def test_keep_is_settled_once_no_candidate_can_be_worth_switching_to() -> None:

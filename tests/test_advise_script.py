@@ -22,8 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def advise(tmp_path: Path, store: str, *argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     env.pop("WIF_WATCH_ORDERS", None)
-    return subprocess.run([sys.executable, "-m", "wif.advisor.cli", *argv], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "wif.advisor.cli", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def runs(store: str) -> List:
@@ -35,8 +41,10 @@ def runs(store: str) -> List:
 BAD = {
     "missing.py": ("", "missing.py: no such script"),
     "nowatch.py": ("print('training without the watch')\n", "ended without calling wif.watch"),
-    "fails.py": ("import sys\nprint('no data here', file=sys.stderr)\nsys.exit(3)\n",
-                 "failed before wif.watch (exit 3): no data here"),
+    "fails.py": (
+        "import sys\nprint('no data here', file=sys.stderr)\nsys.exit(3)\n",
+        "failed before wif.watch (exit 3): no data here",
+    ),
     "no_loader.py": ("import wif\nfor batch in wif.watch([[1, 2], [3, 4]]):\n    pass\n", "with no DataLoader inside"),
 }
 
@@ -60,7 +68,8 @@ def test_a_script_that_fails_under_the_watch_ends_every_run(tmp_path: Path, stor
         "import torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
         "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
         "for epoch in range(5):\n    for (x,) in wif.watch(loader):\n        pass\n"
-        "    if epoch == 1:\n        raise ValueError('diverged')\n")
+        "    if epoch == 1:\n        raise ValueError('diverged')\n"
+    )
     done = advise(tmp_path, store, "--", sys.executable, "dies.py", timeout=600)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "ValueError: diverged" in done.stderr.strip().splitlines()[-1]
@@ -71,9 +80,25 @@ def test_a_script_that_fails_under_the_watch_ends_every_run(tmp_path: Path, stor
 
 @pytest.mark.slow
 def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, store: str) -> None:
-    done = advise(tmp_path, store, "--minutes", "3", "--race-candidates", "1", "--max-epochs", "6",
-                  "measure.contended_pct=1000", "--", sys.executable, "-m", "examples.train_slow_reads", "--epochs",
-                  "40", "--n-train", "128")
+    done = advise(
+        tmp_path,
+        store,
+        "--minutes",
+        "3",
+        "--race-candidates",
+        "1",
+        "--max-epochs",
+        "6",
+        "measure.contended_pct=1000",
+        "--",
+        sys.executable,
+        "-m",
+        "examples.train_slow_reads",
+        "--epochs",
+        "40",
+        "--n-train",
+        "128",
+    )
     out = done.stdout
     assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]
     found = runs(store)
@@ -90,8 +115,21 @@ def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, stor
 
 @pytest.mark.slow
 def test_a_compute_bound_script_is_not_data_bound(tmp_path: Path, store: str) -> None:
-    done = advise(tmp_path, store, "--minutes", "3", "measure.contended_pct=1000", "--", sys.executable, "-m",
-                  "examples.train_compute_bound", "--epochs", "40", "--n-train", "64")
+    done = advise(
+        tmp_path,
+        store,
+        "--minutes",
+        "3",
+        "measure.contended_pct=1000",
+        "--",
+        sys.executable,
+        "-m",
+        "examples.train_compute_bound",
+        "--epochs",
+        "40",
+        "--n-train",
+        "64",
+    )
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     assert "Not data-bound" in done.stdout and "Keep what you have" in done.stdout, done.stdout
     assert all(r.info.status == "FINISHED" for r in runs(store))
@@ -107,9 +145,26 @@ def test_sigterm_ends_the_script_and_every_run_killed(tmp_path: Path, store: str
     import psutil
 
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "wif.advisor.cli", "--", sys.executable, "-m",
-                             "examples.train_slow_reads", "--epochs", "40", "--delay-ms", "20"], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wif.advisor.cli",
+            "--",
+            sys.executable,
+            "-m",
+            "examples.train_slow_reads",
+            "--epochs",
+            "40",
+            "--delay-ms",
+            "20",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     script = []
     while not script and time.monotonic() < deadline:  # the measuring run's process: the advice is under way

@@ -16,8 +16,19 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, holds_unless_disturbed, run_train, train_runs
 from wif.config import ConfigError
 from wif.config.compose import load_config
-from wif.run.stopping import (Between, StopRule, allocated_epochs, auto_target, between_run_noise, decide, drift,
-                               median_interval, min_steady_epochs, read_between, still_growing)
+from wif.run.stopping import (
+    Between,
+    StopRule,
+    allocated_epochs,
+    auto_target,
+    between_run_noise,
+    decide,
+    drift,
+    median_interval,
+    min_steady_epochs,
+    read_between,
+    still_growing,
+)
 
 FLAT = {"ram_peak_rss_mb": [500.0] * 100}
 
@@ -76,9 +87,11 @@ def test_growing_memory_runs_to_max_epochs_with_that_reason() -> None:
 
 
 def test_bad_auto_settings_are_refused_in_one_line() -> None:
-    for overrides, named in ((["trainer.epochs=abc"], "trainer.epochs=abc"),
-                             (["trainer.epochs=auto", "trainer.min_epochs=200"], "trainer.min_epochs"),
-                             (["trainer.epochs=auto", "trainer.auto_target=0"], "trainer.auto_target=0")):
+    for overrides, named in (
+        (["trainer.epochs=abc"], "trainer.epochs=abc"),
+        (["trainer.epochs=auto", "trainer.min_epochs=200"], "trainer.min_epochs"),
+        (["trainer.epochs=auto", "trainer.auto_target=0"], "trainer.auto_target=0"),
+    ):
         with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
             load_config(overrides)
     assert load_config(["trainer.epochs=auto"]).trainer.epoch_limit == 100
@@ -168,8 +181,14 @@ def test_between_run_noise_is_the_cells_own_or_pooled() -> None:
 def test_earlier_runs_are_read_from_the_store_by_cell_and_testbed(store: str) -> None:
     client = MlflowClient(store)
     exp = client.create_experiment("who_is_faster")
-    testbed = {"wif.kind": "train", "wif.device": "cpu", "wif.host": "here", "wif.model": "tiny",
-               "wif.contended": "false", "wif.sweep_id": "s1"}
+    testbed = {
+        "wif.kind": "train",
+        "wif.device": "cpu",
+        "wif.host": "here",
+        "wif.model": "tiny",
+        "wif.contended": "false",
+        "wif.sweep_id": "s1",
+    }
 
     def finished(cell: str, figure: float, **tags: str) -> None:
         run = client.create_run(exp, tags={**testbed, "wif.cell": cell, **tags})
@@ -208,12 +227,14 @@ AUTO = ["preset=smoke", "device=cpu", "trainer.epochs=auto", "trainer.auto_confi
 
 
 @pytest.mark.slow
-def test_a_steady_run_stops_before_max_epochs_at_defaults_and_logs_why(tmp_path: Path, store: str,
-                                                                       cache_dir: Path) -> None:
+def test_a_steady_run_stops_before_max_epochs_at_defaults_and_logs_why(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     # No target given: the smoke run's epochs scatter by several percent on this shared 2-core CPU, far above
     # half the tie margin, yet the run stops on Kalibera and Jones' allocation (or pins), long before 25.
-    done = run_train(tmp_path, store, cache_dir, "preset=smoke", "device=cpu", "trainer.epochs=auto",
-                     "trainer.max_epochs=25")
+    done = run_train(
+        tmp_path, store, cache_dir, "preset=smoke", "device=cpu", "trainer.epochs=auto", "trainer.max_epochs=25"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     run, steps = _the_run(store)
     m, reason = run.data.metrics, run.data.tags["wif.stop_reason"]
@@ -226,9 +247,11 @@ def test_a_steady_run_stops_before_max_epochs_at_defaults_and_logs_why(tmp_path:
     assert m["warmup_epoch_time_s"] > 0  # the warm-up epoch is measured and logged, set apart
     assert f"stops: {reason[:20]}" in done.stdout + done.stderr
     # beside two sweeps and a training script its interval was 185% of the median (epochs stalled by seconds)
-    holds_unless_disturbed(m["epoch_time_median_ci_rel"] < 1.0, [run],
-                           f"a steady run pins its median epoch time within 100% (it logged "
-                           f"{m['epoch_time_median_ci_rel']:.0%})")
+    holds_unless_disturbed(
+        m["epoch_time_median_ci_rel"] < 1.0,
+        [run],
+        f"a steady run pins its median epoch time within 100% (it logged {m['epoch_time_median_ci_rel']:.0%})",
+    )
 
 
 LEAKY_MODULE = '''
@@ -257,11 +280,26 @@ def leaky(n=96):
 @pytest.mark.slow
 def test_a_run_whose_ram_grows_runs_to_max_epochs(tmp_path: Path, store: str, cache_dir: Path) -> None:
     (tmp_path / "leaky_data.py").write_text(LEAKY_MODULE)  # the user's own module, importable from the run's cwd
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, str(ROOT / "train.py"), *AUTO, "data=custom", "data._target_=leaky_data.leaky",
-           "data.num_classes=2", "data.val_split=0", "data.fraction=1", "trainer.min_epochs=5", "trainer.max_epochs=9",
-           "trainer.auto_target=1.0", "loader=baseline"]
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store,
+        "WIF_CACHE_DIR": str(cache_dir),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        *AUTO,
+        "data=custom",
+        "data._target_=leaky_data.leaky",
+        "data.num_classes=2",
+        "data.val_split=0",
+        "data.fraction=1",
+        "trainer.min_epochs=5",
+        "trainer.max_epochs=9",
+        "trainer.auto_target=1.0",
+        "loader=baseline",
+    ]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     run, steps = _the_run(store)
@@ -269,6 +307,8 @@ def test_a_run_whose_ram_grows_runs_to_max_epochs(tmp_path: Path, store: str, ca
     assert run.data.metrics["epochs_run"] == 9 and steps == list(range(9))
     assert reason.startswith("max_epochs=9 reached: memory still growing (ram_peak_rss_mb +"), reason
     if run.data.tags["wif.contended"] == "true":  # beside other work the epoch time may rightly not settle
-        pytest.skip(f"that memory alone kept it running needs a quiet machine: others used "
-                    f"{run.data.metrics['host_other_cpu_pct']:.0f}% of a core ({reason})")
+        pytest.skip(
+            f"that memory alone kept it running needs a quiet machine: others used "
+            f"{run.data.metrics['host_other_cpu_pct']:.0f}% of a core ({reason})"
+        )
     assert "not pinned" not in reason  # the epoch time was pinned: memory alone kept it running

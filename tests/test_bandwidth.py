@@ -29,8 +29,14 @@ IMAGE = 3 * 64 * 64 * 4 + 8  # a float32 3x64x64 image and its int64 label, in b
 
 def bandwidth(store: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """The command as a user runs it (`python -m` needs no reinstall for a new console script)."""
-    return subprocess.run([sys.executable, "-m", "wif.tools.bandwidth", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "MLFLOW_TRACKING_URI": store, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "wif.tools.bandwidth", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MLFLOW_TRACKING_URI": store, **(env or {})},
+    )
 
 
 # ----------------------------------------------------------------------------- the command
@@ -99,15 +105,25 @@ def test_a_training_run_logs_the_bytes_it_copies_per_epoch(tmp_path: Path, store
 
 # ----------------------------------------------------------------------------- the report's copy cost
 def test_copy_ms_at_bandwidth_divides_by_the_newest_matching_rate() -> None:
-    runs = pd.DataFrame({
-        "gpu_uuid": ["U1", "U1", "U9", None, None],
-        "gpu": ["H100", "H100", "H100", "none", "H100"],
-        "pin_memory": ["True", "False", "True", "False", "True"],
-        "copy_bytes_per_epoch": [1e9, 1e9, 2e9, 1e9, None],
-    }, index=[10, 11, 12, 13, 14])
-    bw = pd.DataFrame({"bw_run_id": ["old", "new", "other"], "start_time": [1, 2, 3], "gpu": ["H100", "H100", "H100"],
-                       "gpu_uuid": ["U1", "U1", "U2"], "h2d_pinned_best_gbps": [10.0, 50.0, 25.0],
-                       "h2d_pageable_best_gbps": [5.0, 10.0, 1.0]})
+    runs = pd.DataFrame(
+        {
+            "gpu_uuid": ["U1", "U1", "U9", None, None],
+            "gpu": ["H100", "H100", "H100", "none", "H100"],
+            "pin_memory": ["True", "False", "True", "False", "True"],
+            "copy_bytes_per_epoch": [1e9, 1e9, 2e9, 1e9, None],
+        },
+        index=[10, 11, 12, 13, 14],
+    )
+    bw = pd.DataFrame(
+        {
+            "bw_run_id": ["old", "new", "other"],
+            "start_time": [1, 2, 3],
+            "gpu": ["H100", "H100", "H100"],
+            "gpu_uuid": ["U1", "U1", "U2"],
+            "h2d_pinned_best_gbps": [10.0, 50.0, 25.0],
+            "h2d_pageable_best_gbps": [5.0, 10.0, 1.0],
+        }
+    )
     got = copycost.copy_ms_at_bandwidth(runs, bw)
     assert got[10] == pytest.approx(20.0)  # 1 GB at 50 GB/s, the newest run on that very GPU
     assert got[11] == pytest.approx(100.0)  # not pinned: the pageable rate
@@ -121,15 +137,21 @@ def test_the_report_shows_copy_cost_only_where_a_bandwidth_run_matches(tmp_path:
     for block in range(2):
         for name, pin in (("baseline", "False"), ("pin_nb", "True")):
             run_id = log_run(client, exp_id, name, 0.1, block, 10.0 + block)
-            client.log_batch(run_id, metrics=[Metric("copy_bytes_per_epoch", 4e8, 0, 0), Metric("copy_s", 0.05, 0, 0)],
-                             params=[Param("loader.pin_memory", pin)], tags=[RunTag("wif.gpu_uuid", "GPU-1")])
+            client.log_batch(
+                run_id,
+                metrics=[Metric("copy_bytes_per_epoch", 4e8, 0, 0), Metric("copy_s", 0.05, 0, 0)],
+                params=[Param("loader.pin_memory", pin)],
+                tags=[RunTag("wif.gpu_uuid", "GPU-1")],
+            )
     assert report(["--tracking-uri", uri, "--out", str(tmp_path / "plain"), "--no-log"]) == 0
     plain = (tmp_path / "plain" / "summary.md").read_text()
     assert "copy ms/epoch" not in plain and "bandwidth" not in plain
-    bw = client.create_run(exp_id, run_name="bandwidth", tags={"wif.kind": "bandwidth", "wif.gpu": GPU,
-                                                               "wif.gpu_uuid": "GPU-1"}).info.run_id
-    client.log_batch(bw, metrics=[Metric("h2d_pinned_best_gbps", 40.0, 0, 0),
-                                  Metric("h2d_pageable_best_gbps", 8.0, 0, 0)])
+    bw = client.create_run(
+        exp_id, run_name="bandwidth", tags={"wif.kind": "bandwidth", "wif.gpu": GPU, "wif.gpu_uuid": "GPU-1"}
+    ).info.run_id
+    client.log_batch(
+        bw, metrics=[Metric("h2d_pinned_best_gbps", 40.0, 0, 0), Metric("h2d_pageable_best_gbps", 8.0, 0, 0)]
+    )
     client.set_terminated(bw, "FINISHED")
     assert report(["--tracking-uri", uri, "--out", str(tmp_path / "bw"), "--no-log"]) == 0
     s = pd.read_csv(tmp_path / "bw" / "summary.csv").set_index("loader")

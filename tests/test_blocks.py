@@ -15,7 +15,7 @@ JOBS = [[f"repeat={r}", cell, "data.fraction=0.1"] for r in range(3) for cell in
 
 def test_each_block_keeps_its_cells_in_an_order_of_its_own():
     ordered = shuffle_within_blocks(JOBS)
-    blocks = [ordered[i * len(CELLS):(i + 1) * len(CELLS)] for i in range(3)]
+    blocks = [ordered[i * len(CELLS) : (i + 1) * len(CELLS)] for i in range(3)]
     for r, block in enumerate(blocks):
         assert {block_of(job) for job in block} == {str(r)}  # blocks stay whole and in their order
         assert sorted(job[1] for job in block) == sorted(CELLS)  # every cell once: the block stays complete

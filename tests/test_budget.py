@@ -24,8 +24,9 @@ def job(cell: str, block: int = 0, batches: int = 10, epochs: int | None = 3, do
 def test_a_probe_extrapolates_to_a_full_epoch_and_keeps_the_rest_fixed() -> None:
     # 4 batches: the first waits 0.5 s (workers start), the loop takes 0.1 s a batch, the workers' shutdown 0.1 s
     # after the last; validation 0.8 s at fraction 0.4, of which its workers' start and shutdown (0.6 s) are fixed
-    probe = b.ProbeCost(wall_s=5.0, run_s=4.0, epoch_s=1.0, first_batch_s=0.5, val_s=0.8, batches=4, fraction=0.4,
-                        loop_s=0.9)
+    probe = b.ProbeCost(
+        wall_s=5.0, run_s=4.0, epoch_s=1.0, first_batch_s=0.5, val_s=0.8, batches=4, fraction=0.4, loop_s=0.9
+    )
     cost = probe.cost(batches=21, fraction=0.2)
     assert cost.overhead_s == pytest.approx(1.0)  # launch to return, less the run
     assert cost.fixed_s == pytest.approx(4.0 - 2 * (1.0 + 0.8))  # set-up, test, warm-up's extra
@@ -70,8 +71,18 @@ def test_the_plan_is_a_prefix_of_the_order_that_fits() -> None:
     assert b.fits([job("a@0.1", 0, done=True)] + order[:1], prices, b.END_RESERVE_S + 4.0)[1] == []
     assert b.may_start(prices.upper_s(order[0]), b.END_RESERVE_S + b.SAFETY * 4.0)
     assert not b.may_start(prices.upper_s(order[0]), b.END_RESERVE_S + b.SAFETY * 4.0 - 0.1)
-    assert b.blocks_line([job("a@0.1", 0, done=True), job("a@0.4", 0, done=True), job("a@0.1", 1, done=True),
-                          job("a@0.4", 1), job("a@0.1", 2)]) == "1 of 3 blocks complete, block 1: 1 of 2 jobs"
+    assert (
+        b.blocks_line(
+            [
+                job("a@0.1", 0, done=True),
+                job("a@0.4", 0, done=True),
+                job("a@0.1", 1, done=True),
+                job("a@0.4", 1),
+                job("a@0.1", 2),
+            ]
+        )
+        == "1 of 3 blocks complete, block 1: 1 of 2 jobs"
+    )
 
 
 def test_a_race_under_a_budget_runs_the_fractions_it_can_decide_first() -> None:
@@ -87,8 +98,13 @@ def test_probe_jobs_and_batches() -> None:
     assert batches_per_epoch(2000, 0.7, 0.2, 64, 4) == 4
     probe = probe_job(["repeat=3", "loader=bg", "trainer.epochs=auto", "race.id=abc"], "who_is_faster")
     assert "repeat=3" not in probe and "trainer.epochs=auto" not in probe and "race.id=abc" not in probe
-    assert {"repeat=0", "trainer.epochs=2", "trainer.max_batches=4", "loader=bg",
-            "tracking.experiment=who_is_faster-probe"} <= set(probe)
+    assert {
+        "repeat=0",
+        "trainer.epochs=2",
+        "trainer.max_batches=4",
+        "loader=bg",
+        "tracking.experiment=who_is_faster-probe",
+    } <= set(probe)
     assert "trainer.max_batches=16" in probe_job(["loader=pin_nb_w4_pf2"], "who_is_faster", 16)
 
 
@@ -115,11 +131,19 @@ STARTING = re.compile(r"Budget: starting \S+ \(block \d+\): up to ([\d.]+) s, ([
 
 
 @pytest.mark.slow
-def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path: Path, store: str,
-                                                                        cache_dir: Path) -> None:
+def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     # 36 jobs of about 0.7 s on a quiet 2-core machine: with Python's start, more than the 0.4 min budget
-    args = ["preset=smoke", "loader=baseline,bg", "data.fraction=0.1", "repeat=range(0,18)", "device=cpu",
-            "trainer.epochs=2", "measure.contended_pct=10000"]
+    args = [
+        "preset=smoke",
+        "loader=baseline,bg",
+        "data.fraction=0.1",
+        "repeat=range(0,18)",
+        "device=cpu",
+        "trainer.epochs=2",
+        "measure.contended_pct=10000",
+    ]
     t0 = time.monotonic()
     first = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=0.4", timeout=300)
     wall = time.monotonic() - t0
@@ -139,8 +163,9 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     assert all(float(m.group(1)) + b.END_RESERVE_S <= float(m.group(2)) for m in starts)
     assert len([line for line in lines if "not started: it may take up to" in line]) in (1, 2)  # once a cell
     ran = train_runs(store, status="FINISHED")
-    holds_unless_disturbed(wall < 0.4 * 60 * 1.1, ran, f"the whole command, Python's start included, within the "
-                           f"budget (took {wall:.1f} s)")
+    holds_unless_disturbed(
+        wall < 0.4 * 60 * 1.1, ran, f"the whole command, Python's start included, within the budget (took {wall:.1f} s)"
+    )
     assert len(ran) == len(started) < 36
     client = MlflowClient(store)
     probes = client.search_runs([client.get_experiment_by_name("who_is_faster-probe").experiment_id])
@@ -151,18 +176,30 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(tmp_path
     assert again.returncode == 0, out[-3000:]
     assert f"{len(ran)} skipped" in out and "Probe:" not in out  # finished runs kept; the probe reused
     done = train_runs(store, status="FINISHED")
-    holds_unless_disturbed("nothing left undone" in next(line for line in reversed(out.splitlines())
-                                                         if "Sweep done" in line), done, "5 minutes finish the sweep")
+    holds_unless_disturbed(
+        "nothing left undone" in next(line for line in reversed(out.splitlines()) if "Sweep done" in line),
+        done,
+        "5 minutes finish the sweep",
+    )
     assert len(done) == 36 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 36
 
 
 @pytest.mark.slow
-def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(tmp_path: Path, store: str,
-                                                                          cache_dir: Path) -> None:
+def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     from wif.report.cli import main as report_main
 
-    args = ["preset=smoke", "hydra/sweeper=race", "loader=baseline,bg", "data.fraction=0.1,0.4", "race.max_blocks=3",
-            "device=cpu", "trainer.epochs=2", "measure.contended_pct=10000"]
+    args = [
+        "preset=smoke",
+        "hydra/sweeper=race",
+        "loader=baseline,bg",
+        "data.fraction=0.1,0.4",
+        "race.max_blocks=3",
+        "device=cpu",
+        "trainer.epochs=2",
+        "measure.contended_pct=10000",
+    ]
     first = run_train(tmp_path, store, cache_dir, *args, "sweep.budget_min=0.3", timeout=300)
     out = first.stdout + first.stderr
     assert first.returncode == 0, out[-3000:]

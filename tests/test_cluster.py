@@ -48,10 +48,18 @@ def compose_hydra(*overrides: str) -> DictConfig:
 
 
 # ----------------------------------------------------------------------------- launcher configs
-SLURM_USER = ("hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.account=proj42",
-              "hydra.launcher.timeout_min=600", "hydra.launcher.cpus_per_task=12", "hydra.launcher.mem_gb=48",
-              "hydra.launcher.array_parallelism=8", "hydra.launcher.constraint=a100",
-              "hydra.launcher.setup=[module load cuda]", "tracking.uri=http://mlflow.example:5000")
+SLURM_USER = (
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=gpu",
+    "hydra.launcher.account=proj42",
+    "hydra.launcher.timeout_min=600",
+    "hydra.launcher.cpus_per_task=12",
+    "hydra.launcher.mem_gb=48",
+    "hydra.launcher.array_parallelism=8",
+    "hydra.launcher.constraint=a100",
+    "hydra.launcher.setup=[module load cuda]",
+    "tracking.uri=http://mlflow.example:5000",
+)
 
 
 def sbatch_script(launcher: DictConfig, jobs: int) -> str:
@@ -66,8 +74,9 @@ def sbatch_script(launcher: DictConfig, jobs: int) -> str:
     params = {eq.get(k, k): v for k, v in params.items() if v is not None}
     params["mem"] = _convert_mem(params["mem"])
     params["job_name"] = "train"
-    return _make_sbatch_string(command="python -u -m submitit.core._submit /sweep", folder="/sweep/%j",
-                               map_count=jobs, **params)
+    return _make_sbatch_string(
+        command="python -u -m submitit.core._submit /sweep", folder="/sweep/%j", map_count=jobs, **params
+    )
 
 
 def test_slurm_launcher_composes_with_what_a_user_sets() -> None:
@@ -81,8 +90,18 @@ def test_slurm_launcher_composes_with_what_a_user_sets() -> None:
     assert cfg.hydra.callbacks.wif_cluster._target_ == "wif.sweep.cluster.ClusterCallback"
     assert cfg.hydra.callbacks.sweep._target_ == "wif.sweep.callback.SweepCallback"  # the study's own stays
     script = sbatch_script(launcher, jobs=33)
-    for line in ("--gpus-per-node=1", "--ntasks-per-node=1", "--cpus-per-task=12", "--mem=48GB", "--time=600",
-                 "--partition=gpu", "--account=proj42", "--constraint=a100", "--array=0-32%8", "module load cuda"):
+    for line in (
+        "--gpus-per-node=1",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=12",
+        "--mem=48GB",
+        "--time=600",
+        "--partition=gpu",
+        "--account=proj42",
+        "--constraint=a100",
+        "--array=0-32%8",
+        "module load cuda",
+    ):
         assert line in script, line
 
 
@@ -96,8 +115,13 @@ def test_slurm_defaults_suit_a_100_epoch_googlenet_run() -> None:
 @pytest.mark.slow
 def test_cfg_hydra_prints_the_slurm_launcher(tmp_path: Path) -> None:
     """The user's check before submitting (Hydra 1.3 takes --cfg without -m and without sweep values)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *SLURM_USER, "--cfg", "hydra", "-p",
-                           "hydra.launcher"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *SLURM_USER, "--cfg", "hydra", "-p", "hydra.launcher"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = yaml.safe_load(proc.stdout)
     assert printed["_target_"].endswith("SlurmLauncher")
@@ -134,13 +158,17 @@ def test_local_gpus_hands_the_jobs_the_gpus_this_shell_selected(monkeypatch: pyt
     assert list(cfg.hydra.launcher.setup) == ["export CUDA_VISIBLE_DEVICES=2,3"]
 
 
-@pytest.mark.parametrize("cvd,overrides,named", [
-    ("0,1", ("hydra.launcher.gpus_per_node=3",), "shows 2 GPU(s)"),
-    ("0,1", ("hydra.sweeper.max_batch_size=3",), "3 jobs at once on 2 GPU(s)"),
-    ("", (), "no GPU"),
-])
-def test_local_gpus_refuses_more_jobs_than_gpus(monkeypatch: pytest.MonkeyPatch, cvd: str, overrides: tuple,
-                                                named: str) -> None:
+@pytest.mark.parametrize(
+    "cvd,overrides,named",
+    [
+        ("0,1", ("hydra.launcher.gpus_per_node=3",), "shows 2 GPU(s)"),
+        ("0,1", ("hydra.sweeper.max_batch_size=3",), "3 jobs at once on 2 GPU(s)"),
+        ("", (), "no GPU"),
+    ],
+)
+def test_local_gpus_refuses_more_jobs_than_gpus(
+    monkeypatch: pytest.MonkeyPatch, cvd: str, overrides: tuple, named: str
+) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
     with pytest.raises(ClusterError, match=re.escape(named)):
         plan_local_gpus(compose_hydra("hydra/launcher=local_gpus", *overrides))
@@ -159,8 +187,17 @@ def test_local_gpus_refuses_gpus_that_other_jobs_hold(tmp_path: Path, monkeypatc
 
 @pytest.mark.slow
 def test_a_refused_sweep_starts_no_job(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "hydra/launcher=local_gpus", "hydra.launcher.gpus_per_node=3",
-                     "loader=baseline,pin", *SMOKE, timeout=120, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "hydra/launcher=local_gpus",
+        "hydra.launcher.gpus_per_node=3",
+        "loader=baseline,pin",
+        *SMOKE,
+        timeout=120,
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+    )
     assert proc.returncode == 2
     assert "Refused: hydra.launcher.gpus_per_node=3, but this machine shows 2 GPU(s)" in proc.stdout + proc.stderr
     assert not list(tmp_path.glob("multirun/*/*/.submitit")) and not train_runs(store)
@@ -188,8 +225,12 @@ def _holder(tmp_path: Path, gpus: str) -> subprocess.Popen:
     """Another job's process holding a GPU (a real process, a real lock)."""
     script = tmp_path / "holder.py"
     script.write_text(HOLDER.format(root=str(ROOT)))
-    proc = subprocess.Popen([sys.executable, str(script), gpus], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "CUDA_VISIBLE_DEVICES": gpus})
+    proc = subprocess.Popen(
+        [sys.executable, str(script), gpus],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": gpus},
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip(), "the holder claimed nothing"
     return proc
 
@@ -221,14 +262,31 @@ def test_a_gpu_is_never_claimed_twice(tmp_path: Path, monkeypatch: pytest.Monkey
 
 # ----------------------------------------------------------------------------- what a job records
 def test_cluster_tags_name_the_node_the_slurm_job_and_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    for env, value in {"SLURMD_NODENAME": "gpu-node-07", "SLURM_JOB_ID": "4242", "SLURM_ARRAY_JOB_ID": "4200",
-                       "SLURM_ARRAY_TASK_ID": "42", "CUDA_VISIBLE_DEVICES": "3"}.items():
+    for env, value in {
+        "SLURMD_NODENAME": "gpu-node-07",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_ARRAY_JOB_ID": "4200",
+        "SLURM_ARRAY_TASK_ID": "42",
+        "CUDA_VISIBLE_DEVICES": "3",
+    }.items():
         monkeypatch.setenv(env, value)
     tags = cluster_tags()
-    assert {k: tags[k] for k in ("wif.node", "wif.slurm_job_id", "wif.slurm_array_job_id",
-                                 "wif.slurm_array_task_id", "wif.cuda_visible_devices")} == {
-        "wif.node": "gpu-node-07", "wif.slurm_job_id": "4242", "wif.slurm_array_job_id": "4200",
-        "wif.slurm_array_task_id": "42", "wif.cuda_visible_devices": "3"}
+    assert {
+        k: tags[k]
+        for k in (
+            "wif.node",
+            "wif.slurm_job_id",
+            "wif.slurm_array_job_id",
+            "wif.slurm_array_task_id",
+            "wif.cuda_visible_devices",
+        )
+    } == {
+        "wif.node": "gpu-node-07",
+        "wif.slurm_job_id": "4242",
+        "wif.slurm_array_job_id": "4200",
+        "wif.slurm_array_task_id": "42",
+        "wif.cuda_visible_devices": "3",
+    }
     assert int(tags["wif.node_jobs"]) >= 1 and tags["wif.launcher"] == "none"
     assert all(k.startswith("wif.") and isinstance(v, str) for k, v in tags.items())
 
@@ -241,22 +299,25 @@ def test_cluster_tags_outside_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not {"wif.slurm_job_id", "wif.cuda_visible_devices"} & tags.keys()
 
 
-@pytest.mark.parametrize("cmdline,is_job", [
-    (["python", "/x/train.py", "-m", "loader=pin"], True),
-    (["/venv/bin/python3", "-u", "train.py"], True),
-    (["python", "-u", "-m", "submitit.core._submit", "/sweep/.submitit/%j"], True),
-    (["python", "train.py", "-m", "hydra/launcher=slurm"], False),  # only submits and waits
-    (["python", "train.py", "-m", "hydra/launcher=local_gpus"], False),
-    (["python", "train.py", "-m", "hydra/launcher=slurm_ddp"], False),
-    (["python", "train.py", "-m", "hydra/launcher=basic"], True),
-    (["/venv/bin/python3", "/venv/bin/wif-study", "-m", "loader=pin"], True),  # the console script
-    (["python", "-m", "wif.sweep.study", "-m", "hydra/launcher=slurm"], False),
-    (["python", "-m", "submitit.local._local", "/sweep"], False),  # submitit's controller, not a job
-    (["srun", "--unbuffered", "python", "-u", "-m", "submitit.core._submit", "/f"], False),  # its python is
-    (["vim", "train.py"], False),
-    (["python", "other.py"], False),
-    ([], False),
-])
+@pytest.mark.parametrize(
+    "cmdline,is_job",
+    [
+        (["python", "/x/train.py", "-m", "loader=pin"], True),
+        (["/venv/bin/python3", "-u", "train.py"], True),
+        (["python", "-u", "-m", "submitit.core._submit", "/sweep/.submitit/%j"], True),
+        (["python", "train.py", "-m", "hydra/launcher=slurm"], False),  # only submits and waits
+        (["python", "train.py", "-m", "hydra/launcher=local_gpus"], False),
+        (["python", "train.py", "-m", "hydra/launcher=slurm_ddp"], False),
+        (["python", "train.py", "-m", "hydra/launcher=basic"], True),
+        (["/venv/bin/python3", "/venv/bin/wif-study", "-m", "loader=pin"], True),  # the console script
+        (["python", "-m", "wif.sweep.study", "-m", "hydra/launcher=slurm"], False),
+        (["python", "-m", "submitit.local._local", "/sweep"], False),  # submitit's controller, not a job
+        (["srun", "--unbuffered", "python", "-u", "-m", "submitit.core._submit", "/f"], False),  # its python is
+        (["vim", "train.py"], False),
+        (["python", "other.py"], False),
+        ([], False),
+    ],
+)
 def test_what_counts_as_a_job(cmdline: List[str], is_job: bool) -> None:
     assert is_job_command(cmdline) is is_job
 
@@ -277,8 +338,9 @@ def test_a_job_counts_once_not_once_per_process(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(FAKE_JOB)
     job = subprocess.Popen([sys.executable, str(script), "-m", "loader=pin"], stdout=subprocess.PIPE, text=True)
-    submitter = subprocess.Popen([sys.executable, str(script), "-m", "hydra/launcher=slurm"],
-                                 stdout=subprocess.PIPE, text=True)
+    submitter = subprocess.Popen(
+        [sys.executable, str(script), "-m", "hydra/launcher=slurm"], stdout=subprocess.PIPE, text=True
+    )
     forked: List[int] = []
     try:
         for proc in (job, submitter):
@@ -305,12 +367,22 @@ def _runs_by_pos(store: str) -> Dict[int, Any]:
 
 
 @pytest.mark.slow
-def test_local_gpus_sweep_runs_each_job_in_its_own_process_one_per_gpu(tmp_path: Path, store: str,
-                                                                       cache_dir: Path, own_locks: Path) -> None:
+def test_local_gpus_sweep_runs_each_job_in_its_own_process_one_per_gpu(
+    tmp_path: Path, store: str, cache_dir: Path, own_locks: Path
+) -> None:
     """Three CPU jobs on two 'GPUs' (CUDA_VISIBLE_DEVICES=0,1 on a machine without CUDA: device=cpu)
     through submitit's local executor: batches of two, each job claiming its own GPU."""
-    proc = run_train(tmp_path, store, cache_dir, "hydra/launcher=local_gpus", "loader=baseline,pin,bg",
-                     "device=cpu", *SMOKE, timeout=300, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "hydra/launcher=local_gpus",
+        "loader=baseline,pin,bg",
+        "device=cpu",
+        *SMOKE,
+        timeout=300,
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "local_gpus: 2 job(s) at a time, one per GPU" in out
@@ -322,8 +394,11 @@ def test_local_gpus_sweep_runs_each_job_in_its_own_process_one_per_gpu(tmp_path:
     job_dirs = [d for d in tmp_path.glob("multirun/*/*/.submitit/*") if d.name.isdigit()]
     assert len(job_dirs) == 3
     logs = "".join(p.read_text() for d in job_dirs for p in d.glob("*_log.*"))
-    claims = sorted(line.split("CUDA_VISIBLE_DEVICES=")[1].rstrip(")") for line in logs.splitlines()
-                    if "claimed for this job" in line)
+    claims = sorted(
+        line.split("CUDA_VISIBLE_DEVICES=")[1].rstrip(")")
+        for line in logs.splitlines()
+        if "claimed for this job" in line
+    )
     assert claims == ["0", "0", "1"], logs[-3000:]
     assert sorted(p.name for p in own_locks.iterdir()) == ["0.lock", "1.lock"]
 
@@ -353,7 +428,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str
 
 @pytest.mark.slow
 def test_a_sweep_logs_to_a_tracking_server_resumes_from_it_and_is_reported_from_it(
-        tmp_path: Path, cache_dir: Path, mlflow_server: Dict[str, Any]) -> None:
+    tmp_path: Path, cache_dir: Path, mlflow_server: Dict[str, Any]
+) -> None:
     uri, server_root = mlflow_server["uri"], mlflow_server["root"]
     sweep = ("loader=baseline,pin", f"tracking.uri={uri}", *SMOKE)
     proc = run_train(tmp_path, uri, cache_dir, *sweep, timeout=300)
@@ -379,7 +455,21 @@ def test_a_sweep_logs_to_a_tracking_server_resumes_from_it_and_is_reported_from_
     assert "2 skipped" in again.stdout + again.stderr
     assert len(train_runs(uri)) == 2
 
-    report = subprocess.run([sys.executable, "-m", "wif.report", "--tracking-uri", uri, "--out",
-                             str(tmp_path / "report"), "--keep-contended"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wif.report",
+            "--tracking-uri",
+            uri,
+            "--out",
+            str(tmp_path / "report"),
+            "--keep-contended",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     assert (tmp_path / "report" / "summary.md").read_text().strip()

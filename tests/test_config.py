@@ -35,8 +35,14 @@ def test_every_loader_option_composes_and_validates(name: str) -> None:
     conf: Config = OmegaConf.to_object(cfg)
     lo, tr = conf.loader, conf.transfer
     assert lo.name == name
-    assert (lo.pin_memory, tr.non_blocking, lo.background, lo.num_workers, lo.prefetch_factor,
-            tr.kind.value) == EXPECTED[name]
+    assert (
+        lo.pin_memory,
+        tr.non_blocking,
+        lo.background,
+        lo.num_workers,
+        lo.prefetch_factor,
+        tr.kind.value,
+    ) == EXPECTED[name]
     validate(conf)
 
 
@@ -116,8 +122,10 @@ def test_full_grid_is_330_jobs_repeat_major() -> None:
     assert len(jobs) == 11 * 3 * 10
     repeats = [int(dict(o.split("=", 1) for o in job)["repeat"]) for job in jobs]
     assert repeats == sorted(repeats)  # each repeat is one whole pass (a block) over the 33 cells
-    first_block = {(dict(o.split("=", 1) for o in job)["loader"], dict(o.split("=", 1) for o in job)["data.fraction"])
-                   for job in jobs[:33]}
+    first_block = {
+        (dict(o.split("=", 1) for o in job)["loader"], dict(o.split("=", 1) for o in job)["data.fraction"])
+        for job in jobs[:33]
+    }
     assert len(first_block) == 33
 
 

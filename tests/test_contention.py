@@ -40,7 +40,8 @@ QUIET_PCT = 25  # measure.contended_pct's default: above it, a run is rightly ta
 
 
 def test_a_run_beside_cpu_bound_processes_is_tagged_contended_and_alone_it_is_not(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         beside = run_train(tmp_path, store, cache_dir, *BESIDE, "repeat=1", multirun=False)
@@ -63,8 +64,10 @@ def test_a_run_beside_cpu_bound_processes_is_tagged_contended_and_alone_it_is_no
     alone = run_train(tmp_path, store, cache_dir, *RUN, "repeat=0", multirun=False)
     assert alone.returncode == 0, alone.stderr[-3000:]
     quiet = {r.data.tags["wif.repeat"]: r for r in train_runs(store, status="FINISHED")}["0"]
-    print(f"\nothers' CPU: alone {quiet.data.metrics['host_other_cpu_pct']:.0f}% (the machine before: "
-          f"{before:.0f}%), beside {len(hogs)} busy loops {shared.data.metrics['host_other_cpu_pct']:.0f}% of a core")
+    print(
+        f"\nothers' CPU: alone {quiet.data.metrics['host_other_cpu_pct']:.0f}% (the machine before: "
+        f"{before:.0f}%), beside {len(hogs)} busy loops {shared.data.metrics['host_other_cpu_pct']:.0f}% of a core"
+    )
     if quiet.data.tags["wif.contended"] == "true" and (after := others_cpu_pct()) > QUIET_PCT:
         pytest.skip(f"others started using the CPU during the 'alone' run ({after:.0f}% of a core after it)")
     assert quiet.data.tags["wif.contended"] == "false"
@@ -103,22 +106,40 @@ def test_workers_reaped_by_a_descendant_count_as_the_runs_own() -> None:
         root.wait()
 
 
-def test_each_epoch_logs_the_cpu_seconds_of_the_run_and_its_workers(tmp_path: Path, store: str,
-                                                                    cache_dir: Path) -> None:
+def test_each_epoch_logs_the_cpu_seconds_of_the_run_and_its_workers(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     """Items that compute for 2 ms (768 a training pass, 64 a validation: 1.66 core-seconds an epoch, in 2
     workers) against items that sleep as long: tree_cpu_s counts the workers' CPU, and not their waits."""
-    common = ("preset=smoke", "data=custom", "data._target_=wif.advisor.examples.slow_reads", "data.fraction=0.1",
-              "+data.kwargs.delay_ms=2", "loader=pin_nb_w4_pf2", "loader.num_workers=2", "trainer.epochs=2",
-              "progress=false")
+    common = (
+        "preset=smoke",
+        "data=custom",
+        "data._target_=wif.advisor.examples.slow_reads",
+        "data.fraction=0.1",
+        "+data.kwargs.delay_ms=2",
+        "loader=pin_nb_w4_pf2",
+        "loader.num_workers=2",
+        "trainer.epochs=2",
+        "progress=false",
+    )
     for burn in ("true", "false"):
-        proc = run_train(tmp_path, store, cache_dir, *common, f"+data.kwargs.burn={burn}",
-                         f"repeat={int(burn == 'true')}", multirun=False)
+        proc = run_train(
+            tmp_path,
+            store,
+            cache_dir,
+            *common,
+            f"+data.kwargs.burn={burn}",
+            f"repeat={int(burn == 'true')}",
+            multirun=False,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(store)
-    per_epoch = {r.data.tags["wif.repeat"]: [m.value for m in client.get_metric_history(r.info.run_id, "tree_cpu_s")]
-                 for r in train_runs(store, status="FINISHED")}
+    per_epoch = {
+        r.data.tags["wif.repeat"]: [m.value for m in client.get_metric_history(r.info.run_id, "tree_cpu_s")]
+        for r in train_runs(store, status="FINISHED")
+    }
     burning, sleeping = per_epoch["1"], per_epoch["0"]
     print(f"\ntree_cpu_s per epoch: items computing {burning}, items sleeping {sleeping}")
     assert len(burning) == len(sleeping) == 2
@@ -126,10 +147,15 @@ def test_each_epoch_logs_the_cpu_seconds_of_the_run_and_its_workers(tmp_path: Pa
     # Upper bounds need a quiet machine: beside other processes the step's own CPU time grows (its threads
     # spin while they wait for a core), by more than the items' 1.66 s. The runs' own meter says, each
     # epoch, whether others were there (host_other_cpu_pct; above 25% of a core a run is tagged contended).
-    others = max(m.value for r in train_runs(store, status="FINISHED")
-                 for m in client.get_metric_history(r.info.run_id, "host_other_cpu_pct"))
+    others = max(
+        m.value
+        for r in train_runs(store, status="FINISHED")
+        for m in client.get_metric_history(r.info.run_id, "host_other_cpu_pct")
+    )
     if others > 25:
-        pytest.skip(f"the upper bounds need a quiet machine: others used up to {others:.0f}% of a core in an "
-                    "epoch of these runs")
+        pytest.skip(
+            f"the upper bounds need a quiet machine: others used up to {others:.0f}% of a core in an "
+            "epoch of these runs"
+        )
     assert all(cpu < 1.66 + 2.0 for cpu in burning), burning  # the items' own, and the step's
     assert all(cpu < burning[1] - 1.2 for cpu in sleeping), (sleeping, burning)

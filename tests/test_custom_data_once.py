@@ -18,8 +18,9 @@ def _calls(path: Path) -> int:
 
 
 @pytest.mark.slow
-def test_the_factory_is_called_once_per_run_and_once_for_the_sweeps_check(tmp_path: Path, store: str,
-                                                                          cache_dir: Path) -> None:
+def test_the_factory_is_called_once_per_run_and_once_for_the_sweeps_check(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     calls = tmp_path / "calls.txt"
     counted = ("data._target_=tests.user_factories.counted_squares", f"+data.kwargs.calls={calls}")
     proc = run_train(tmp_path, store, cache_dir, *CUSTOM, *counted, multirun=False)
@@ -36,8 +37,9 @@ def test_the_factory_is_called_once_per_run_and_once_for_the_sweeps_check(tmp_pa
 
 @pytest.mark.slow
 def test_a_factory_that_raises_is_refused_in_one_line_with_no_run(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, *CUSTOM, "data._target_=tests.user_factories.raising_dataset",
-                     multirun=False)
+    proc = run_train(
+        tmp_path, store, cache_dir, *CUSTOM, "data._target_=tests.user_factories.raising_dataset", multirun=False
+    )
     out = proc.stdout + proc.stderr
     lines = [line for line in out.splitlines() if "Bad setting" in line]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in out, out[-3000:]

@@ -37,8 +37,9 @@ def test_synthetic_set_is_deterministic_and_cached(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_a_damaged_cache_is_detected_and_regenerated(tmp_path: Path, damage: str,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_cache_is_detected_and_regenerated(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = _data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
     good = synthetic_arrays(cfg)
     target = next(tmp_path.iterdir()) / "train_x.npy"
@@ -88,7 +89,9 @@ def _image_folder(root: Path, bad: bool = False, empty_class: bool = False) -> P
 
 def test_image_folder_is_decoded_and_resized(tmp_path: Path) -> None:
     arrays, n_classes = folder_arrays(_data_cfg(tmp_path, "data=folder", f"data.root={_image_folder(tmp_path / 'im')}"))
-    assert n_classes == 2 and arrays["train_x"].shape == (8, 3, 64, 64) and arrays["test_y"].tolist() == [0] * 4 + [1] * 4
+    assert (
+        n_classes == 2 and arrays["train_x"].shape == (8, 3, 64, 64) and arrays["test_y"].tolist() == [0] * 4 + [1] * 4
+    )
 
 
 def test_image_folder_errors_name_the_problem(tmp_path: Path) -> None:
@@ -104,8 +107,17 @@ def test_image_folder_errors_name_the_problem(tmp_path: Path) -> None:
 def test_without_a_validation_split_no_validation_loader_runs(tmp_path: Path, store: str, cache_dir: Path) -> None:
     """data.val_split=0: no validation pass at all. An empty loader would still start its workers after every
     epoch, and their forks tax the next epoch (copy-on-write): +18% in benchmarks/your_workload.py."""
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data.val_split=0", "trainer.epochs=2",
-                     "loader.num_workers=1", "loader.persistent_workers=true", multirun=False)
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data.val_split=0",
+        "trainer.epochs=2",
+        "loader.num_workers=1",
+        "loader.persistent_workers=true",
+        multirun=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = train_runs(store)
     assert run.info.status == "FINISHED" and run.data.tags["wif.n_val"] == "0"

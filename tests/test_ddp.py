@@ -16,8 +16,15 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import (compose_cfg, left_in_session, new_store, run_train, sigkill_and_expect_gone, start_train,
-                            train_runs)
+from tests.conftest import (
+    compose_cfg,
+    left_in_session,
+    new_store,
+    run_train,
+    sigkill_and_expect_gone,
+    start_train,
+    train_runs,
+)
 from tests.test_cluster import compose_hydra, sbatch_script
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
@@ -34,13 +41,19 @@ LONG = (*DDP, "loader.num_workers=1", "loader.persistent_workers=true", "trainer
 def finished(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Tuple[MlflowClient, object]:
     tmp = tmp_path_factory.mktemp("ddp")
     store = new_store(tmp)
-    proc = run_train(tmp, store, cache_dir, *DDP, "measure.rank_indices=true", "loader.num_workers=1",
-                     "loader.persistent_workers=true", timeout=600)
+    proc = run_train(
+        tmp,
+        store,
+        cache_dir,
+        *DDP,
+        "measure.rank_indices=true",
+        "loader.num_workers=1",
+        "loader.persistent_workers=true",
+        timeout=600,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run,) = train_runs(store)
     return MlflowClient(store), run
-
-
 
 
 def _until(proc: subprocess.Popen, text: str, timeout: float = 300) -> str:
@@ -68,8 +81,10 @@ def test_two_ranks_finish_with_the_world_size_and_each_ranks_figures(finished: t
         for key in ("epoch_time_s", "data_wait_s", "compute_s", "samples"):
             assert f"rank{rank}_{key}" in m, key
     assert m["rank0_samples"] + m["rank1_samples"] == int(run.data.tags["wif.n_train"])
-    history = {key: {p.step: p.value for p in client.get_metric_history(run.info.run_id, key)}
-               for key in ("epoch_time_s", "rank0_epoch_time_s", "rank1_epoch_time_s")}
+    history = {
+        key: {p.step: p.value for p in client.get_metric_history(run.info.run_id, key)}
+        for key in ("epoch_time_s", "rank0_epoch_time_s", "rank1_epoch_time_s")
+    }
     assert len(history["epoch_time_s"]) == 3
     for step, job in history["epoch_time_s"].items():  # the job's epoch is its slowest rank's
         assert job == max(history["rank0_epoch_time_s"][step], history["rank1_epoch_time_s"][step])
@@ -83,11 +98,13 @@ def test_two_ranks_finish_with_the_world_size_and_each_ranks_figures(finished: t
 
 
 @pytest.mark.slow
-def test_the_ranks_see_disjoint_shards_that_make_the_epoch_in_a_new_order_each_epoch(finished: tuple,
-                                                                                     tmp_path: Path) -> None:
+def test_the_ranks_see_disjoint_shards_that_make_the_epoch_in_a_new_order_each_epoch(
+    finished: tuple, tmp_path: Path
+) -> None:
     client, run = finished
-    shards = json.loads(Path(client.download_artifacts(run.info.run_id, "rank_indices.json", str(tmp_path)))
-                        .read_text())
+    shards = json.loads(
+        Path(client.download_artifacts(run.info.run_id, "rank_indices.json", str(tmp_path))).read_text()
+    )
     n_train = int(run.data.tags["wif.n_train"])
     assert sorted(shards) == ["0", "1"] and sorted(shards["0"]) == ["0", "1", "2"]
     for epoch in ("0", "1", "2"):
@@ -100,10 +117,20 @@ def test_the_ranks_see_disjoint_shards_that_make_the_epoch_in_a_new_order_each_e
 
 @pytest.mark.slow
 def test_a_rank_that_raises_in_epoch_2_fails_the_run_within_30_s_and_leaves_nothing(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = start_train(tmp_path, store, cache_dir, *DDP, "trainer.epochs=50", "model=custom",
-                       "model._target_=tests.user_factories.FailsOnRank", "+model.kwargs.rank=1",
-                       f"+model.kwargs.step={STEPS_PER_EPOCH + 1}", multirun=False)
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
+    proc = start_train(
+        tmp_path,
+        store,
+        cache_dir,
+        *DDP,
+        "trainer.epochs=50",
+        "model=custom",
+        "model._target_=tests.user_factories.FailsOnRank",
+        "+model.kwargs.rank=1",
+        f"+model.kwargs.step={STEPS_PER_EPOCH + 1}",
+        multirun=False,
+    )
     _until(proc, "epoch 1/50")
     t_epoch2 = time.monotonic()
     out, _ = proc.communicate(timeout=120)
@@ -168,9 +195,16 @@ def test_too_many_busy_processes_for_the_cores_are_named_in_a_warning() -> None:
     assert not [w for w in warnings_for(conf, False, 10) if "trainer.nproc" in w]
 
 
-@pytest.mark.parametrize("overrides", [("trainer.nproc=0",), ("trainer.nproc=2", "engine=nodes_threads", "loader.num_workers=2"),
-                                       ("trainer.nproc=2", "loader=gpu_resident"), ("trainer.nproc=2", "data=fixed"),
-                                       ("trainer.nproc=2", "data=encoded", "data.format=shards")])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("trainer.nproc=0",),
+        ("trainer.nproc=2", "engine=nodes_threads", "loader.num_workers=2"),
+        ("trainer.nproc=2", "loader=gpu_resident"),
+        ("trainer.nproc=2", "data=fixed"),
+        ("trainer.nproc=2", "data=encoded", "data.format=shards"),
+    ],
+)
 def test_what_ranks_cannot_shard_is_refused(overrides: tuple) -> None:
     with pytest.raises(ConfigError, match="trainer.nproc"):
         validate(typed(compose_cfg("preset=smoke", *overrides)))

@@ -55,8 +55,10 @@ def null_rates(seed: int, noise: list[float]) -> tuple[float, float]:
 @pytest.mark.parametrize("pattern", list(PATTERNS))
 def test_no_true_difference_keeps_the_error_rates_whatever_the_noise(pattern: str) -> None:
     different, slower = null_rates(list(PATTERNS).index(pattern) + 1, PATTERNS[pattern])
-    print(f"\n{pattern}: {GRIDS} null grids, any 'different from baseline' {different:.3f}, "
-          f"any 'slower than the fastest' {slower:.3f}")
+    print(
+        f"\n{pattern}: {GRIDS} null grids, any 'different from baseline' {different:.3f}, "
+        f"any 'slower than the fastest' {slower:.3f}"
+    )
     assert different <= 0.06
     assert slower <= 0.06
 
@@ -66,8 +68,9 @@ def test_without_a_baseline_no_setting_is_falsely_clearly_slower(pattern: str) -
     """The race looks without a baseline (MCB only: every setting's variance read the same way); a noisy
     setting that the baseline rule would have read carefully must still not make false 'clearly slower'."""
     rng, n = np.random.default_rng(20 + list(PATTERNS).index(pattern)), 300
-    slower = sum(bool(decision.decide(grid(rng, PATTERNS[pattern]), baseline="")["clearly_slower"].any())
-                 for _ in range(n))
+    slower = sum(
+        bool(decision.decide(grid(rng, PATTERNS[pattern]), baseline="")["clearly_slower"].any()) for _ in range(n)
+    )
     print(f"\n{pattern}, no baseline: any 'slower than the fastest' in {slower / n:.3f} of {n} null grids")
     assert slower / n <= 0.06
 
@@ -98,8 +101,11 @@ def test_exact_ties_are_never_called_slower() -> None:
     """baseline, pin and pin_nb run the same code on a CPU: identical up to noise. None is 'clearly slower'
     or 'different'; those outside the possibly-fastest set read 'not shown fastest', not 'slower'."""
     rng = np.random.default_rng(13)
-    rows = [(n, b, np.exp(s + rng.normal(0, 0.01))) for b, s in enumerate(rng.normal(0, 0.1, 3))
-            for n in ("baseline", "pin", "pin_nb")]
+    rows = [
+        (n, b, np.exp(s + rng.normal(0, 0.01)))
+        for b, s in enumerate(rng.normal(0, 0.1, 3))
+        for n in ("baseline", "pin", "pin_nb")
+    ]
     d = decision.decide(pd.DataFrame(rows, columns=["loader", "block", "epoch_time_median_s"]))
     assert not d["clearly_slower"].any() and not d["significant"].fillna(False).astype(bool).any()
     assert (d["slower_at_least"] == 1.0).all()

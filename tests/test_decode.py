@@ -57,8 +57,10 @@ def test_images_decoded_on_the_device_match_the_host_decoder(cache_dir: Path, da
     """data=folder here is data=encoded's JPEGs written as files, resized on decoding (64 -> 48) as the host does."""
     base = _conf(cache_dir, "data=encoded", "data.augment=none", "data.fraction=0.2")
     where = ["data.augment=none", "data.fraction=0.2"] + (
-        ["data=folder", f"data.root={encoded_files(base.data).where}", "data.image_size=48"] if data == "folder"
-        else ["data=encoded"])
+        ["data=folder", f"data.root={encoded_files(base.data).where}", "data.image_size=48"]
+        if data == "folder"
+        else ["data=encoded"]
+    )
     conf = _conf(cache_dir, *where, "data.decode=device", f"data.decode_backend={backend}")
     host = load_datasets(conf.data)
     device = encoded_datasets(host, conf.data)
@@ -97,8 +99,16 @@ def test_packed_formats_hand_out_bytes_the_device_decodes_as_the_host_does(tmp_p
     from wif.data.formats.splits import format_datasets
 
     root = jpeg_folder(tmp_path / "images", per_class=6, test_per_class=3, size=40)
-    cfg = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}", f"data.format={fmt}",
-                    "data.augment=none", "data.image_size=32", "data.fraction=1.0", "data.decode=device")
+    cfg = _data_cfg(
+        tmp_path / "cache",
+        "data=folder",
+        f"data.root={root}",
+        f"data.format={fmt}",
+        "data.augment=none",
+        "data.image_size=32",
+        "data.fraction=1.0",
+        "data.decode=device",
+    )
     host = format_datasets(cfg)
     device = encoded_datasets(host, cfg)
     conf = _conf(tmp_path / "cache", "data.batch_size=2")
@@ -124,12 +134,22 @@ def _slow_images(folder: Path) -> int:
 def test_progressive_and_non_jpeg_images_are_counted_and_decoded(tmp_path: Path) -> None:
     root = jpeg_folder(tmp_path / "images", per_class=4, test_per_class=2, size=32)
     slow = _slow_images(root)
-    conf = _conf(tmp_path / "cache", "data=folder", f"data.root={root}", "data.augment=none", "data.image_size=32",
-                 "data.fraction=1.0", "data.val_split=0", "data.batch_size=5", "data.decode=device")
+    conf = _conf(
+        tmp_path / "cache",
+        "data=folder",
+        f"data.root={root}",
+        "data.augment=none",
+        "data.image_size=32",
+        "data.fraction=1.0",
+        "data.val_split=0",
+        "data.batch_size=5",
+        "data.decode=device",
+    )
     host = load_datasets(conf.data)
     device, decode = encoded_datasets(host, conf.data), DeviceDecode(CPU)
     assert sorted(jpeg_kind(device.train[i][0]) for i in range(len(device.train))) == (
-        ["fast"] * 12 + ["other"] * (slow // 2) + ["slow"] * (slow // 2))
+        ["fast"] * 12 + ["other"] * (slow // 2) + ["slow"] * (slow // 2)
+    )
     got = _epoch(conf, device.train, decode, train=True)
     assert decode.epoch_figures() == {"decode_slow_path_images": float(slow)}
     assert _compare(_epoch(conf, host.train, make_transfer(TransferConfig(), CPU), train=True), got) < LEVEL / 4
@@ -150,14 +170,24 @@ def test_the_bytes_copied_are_the_encoded_bytes_and_labels(cache_dir: Path) -> N
 REFUSED = [
     (("data=synthetic",), "data.decode=device decodes encoded images on the device, but data=synthetic holds"),
     (("data=fixed",), "data.decode=device decodes encoded images on the device, but data=fixed holds"),
-    (("data=custom", "data._target_=examples.datasets.noisy_squares"),
-     "data.decode=device decodes encoded images on the device, but data=custom holds"),
-    (("data=folder", "data.root=.", "data.preload=true"), "data.decode=device decodes encoded images on the device, "
-                                                          "but data=folder with data.preload=true holds"),
-    pytest.param(("data=encoded", "engine=dali", "loader.num_workers=2"), "data.decode=device with engine=dali: DALI "
-                 "decodes", marks=needs("nvidia.dali")),
-    pytest.param(("data=encoded", "engine=nodes_threads"), "data.decode=device with engine=nodes_threads: batches of "
-                 "encoded", marks=needs("torchdata.nodes")),
+    (
+        ("data=custom", "data._target_=examples.datasets.noisy_squares"),
+        "data.decode=device decodes encoded images on the device, but data=custom holds",
+    ),
+    (
+        ("data=folder", "data.root=.", "data.preload=true"),
+        "data.decode=device decodes encoded images on the device, but data=folder with data.preload=true holds",
+    ),
+    pytest.param(
+        ("data=encoded", "engine=dali", "loader.num_workers=2"),
+        "data.decode=device with engine=dali: DALI decodes",
+        marks=needs("nvidia.dali"),
+    ),
+    pytest.param(
+        ("data=encoded", "engine=nodes_threads"),
+        "data.decode=device with engine=nodes_threads: batches of encoded",
+        marks=needs("torchdata.nodes"),
+    ),
     (("data=encoded", "loader=gpu_resident"), "data.decode=device with loader=gpu_resident (transfer=resident)"),
     (("data=encoded", "transfer.uint8=true"), "data.decode=device with transfer.uint8=true: encoded bytes cross"),
 ]
@@ -194,11 +224,21 @@ def test_device_decode_is_a_cell_of_its_own_and_old_runs_keep_their_identity() -
 
 @pytest.mark.slow
 def test_a_device_decode_run_learns_as_the_host_decode_and_logs_what_it_copied(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     from mlflow.tracking import MlflowClient
 
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=encoded", "data.augment=none",
-                     "data.fraction=0.7", "loader=pin_nb_w4_pf2", "data.decode=host,device")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data=encoded",
+        "data.augment=none",
+        "data.fraction=0.7",
+        "loader=pin_nb_w4_pf2",
+        "data.decode=host,device",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "data.decode=device without CUDA: each batch is decoded on the CPU in the main process" in out
@@ -277,8 +317,15 @@ def test_the_batched_cuda_decode_hands_over_each_image_in_its_place(cache_dir: P
 @needs_cuda
 def test_the_stream_prefetcher_decodes_as_a_synchronous_decode_does(cache_dir: Path) -> None:
     """Many batches, the compute stream kept busy between them so the side stream's decodes overlap it."""
-    conf = _conf(cache_dir, "data=encoded", "data.augment=none", "data.fraction=1.0", "data.decode=device",
-                 "loader=pin_nb", "transfer=stream")
+    conf = _conf(
+        cache_dir,
+        "data=encoded",
+        "data.augment=none",
+        "data.fraction=1.0",
+        "data.decode=device",
+        "loader=pin_nb",
+        "transfer=stream",
+    )
     device = torch.device("cuda", 0)
     train = encoded_datasets(load_datasets(conf.data), conf.data).train
 
@@ -289,8 +336,9 @@ def test_the_stream_prefetcher_decodes_as_a_synchronous_decode_does(cache_dir: P
     want = [sync(b) for b in loader()]
     busy = torch.randn(2048, 2048, device=device)
     diffs = []
-    for (x, y), (wx, wy) in zip(StreamPrefetcher(loader(), device, decode=DeviceDecode(device, non_blocking=True)),
-                                want):
+    for (x, y), (wx, wy) in zip(
+        StreamPrefetcher(loader(), device, decode=DeviceDecode(device, non_blocking=True)), want
+    ):
         torch.mm(busy, busy)
         diffs.append(torch.stack([(x - wx).abs().max(), (y - wy).abs().max().float()]))
     assert len(diffs) == len(want) >= 40
@@ -301,9 +349,21 @@ def test_the_stream_prefetcher_decodes_as_a_synchronous_decode_does(cache_dir: P
 @pytest.mark.gpu
 @needs_cuda
 def test_a_device_decode_run_on_cuda_decodes_there_and_says_nothing_of_the_cpu(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=encoded", "data.augment=none",
-                     "data.fraction=0.7", "device=cuda", "loader=pin_nb_w4_pf2", "data.decode=device", "transfer=copy,stream")
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data=encoded",
+        "data.augment=none",
+        "data.fraction=0.7",
+        "device=cuda",
+        "loader=pin_nb_w4_pf2",
+        "data.decode=device",
+        "transfer=copy,stream",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "data.decode=device without CUDA" not in out

@@ -65,27 +65,36 @@ EXTERNAL = {
     ("mlflow", "ui"): "MLflow's UI on the local store (its flags are checked against mlflow's CLI)",
     ("mlflow", "server"): "an MLflow tracking server (its flags are checked against mlflow's CLI)",
     ("pip", "install", "mlflow", "psycopg2-binary"): "the tracking server's own packages",
-    ("apt-get", "install", "-y", "munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server"):
-        "Debian's SLURM packages for scripts/slurm_local.sh (tests/test_slurm.py runs against them)",
+    (
+        "apt-get",
+        "install",
+        "-y",
+        "munge",
+        "slurmctld",
+        "slurmd",
+        "slurm-client",
+        "slurmdbd",
+        "mariadb-server",
+    ): "Debian's SLURM packages for scripts/slurm_local.sh (tests/test_slurm.py runs against them)",
     ("sacct",): "SLURM's accounting (tests/test_slurm.py reads it)",
 }
 
 # Commands the docs show being refused, and the reason they show (the exit 2 of a bad setting).
 REFUSED = {
-    "python train.py -m loader=baseline data.fraction=0.1,1.5,0.4 preset=smoke":
-        "data.fraction=1.5 is outside (0, 1]: pass a share of the training set",
-    "python train.py data=folder data.root=images preset=smoke":
-        "1 of 17 image files under",
+    "python train.py -m loader=baseline data.fraction=0.1,1.5,0.4 preset=smoke": (
+        "data.fraction=1.5 is outside (0, 1]: pass a share of the training set"
+    ),
+    "python train.py data=folder data.root=images preset=smoke": "1 of 17 image files under",
 }
 
 # Cheap documented commands also run for real, in a subprocess: exit status, and what the output must show.
 REAL_RUNS = {
-    "python train.py trainer.mode=loader_only loader=pin_nb preset=smoke data.fraction=0.7":
-        (0, "finished: "),
-    "python train.py -m loader=baseline data.fraction=0.1,1.5,0.4 preset=smoke":
-        (2, "Bad setting: 1 of 3 jobs of this sweep cannot run, so none was started"),
-    "python train.py data=folder data.root=images preset=smoke":
-        (2, "cannot be read: train/class0/broken.png"),
+    "python train.py trainer.mode=loader_only loader=pin_nb preset=smoke data.fraction=0.7": (0, "finished: "),
+    "python train.py -m loader=baseline data.fraction=0.1,1.5,0.4 preset=smoke": (
+        2,
+        "Bad setting: 1 of 3 jobs of this sweep cannot run, so none was started",
+    ),
+    "python train.py data=folder data.root=images preset=smoke": (2, "cannot be read: train/class0/broken.png"),
 }
 
 # Placeholder image folders in the docs: a tiny real ImageFolder stands in (`broken`: one file is no image).
@@ -124,7 +133,7 @@ def split_comment(text: str) -> Tuple[str, str]:
         elif ch in "'\"":
             quote = ch
         elif ch == "#" and (i == 0 or text[i - 1].isspace()):
-            return text[:i], text[i + 1:].strip()
+            return text[:i], text[i + 1 :].strip()
     return text, ""
 
 
@@ -200,7 +209,7 @@ def user_conf(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S):
             first = block.splitlines()[0]
             if first.startswith(f"# {USER_CONF}/"):
-                path = root / first[len(f"# {USER_CONF}/"):].split()[0].rstrip(":")  # the name, then what it is
+                path = root / first[len(f"# {USER_CONF}/") :].split()[0].rstrip(":")  # the name, then what it is
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(block)
     return root
@@ -262,8 +271,11 @@ def with_folders(overrides: Sequence[str], roots: Dict[str, Path]) -> List[str]:
     out = []
     for item in overrides:
         key, _, value = item.partition("=")
-        out.append(f"data.root={roots[PLACEHOLDER_ROOTS[value]]}" if key == "data.root" and value in PLACEHOLDER_ROOTS
-                   else item)
+        out.append(
+            f"data.root={roots[PLACEHOLDER_ROOTS[value]]}"
+            if key == "data.root" and value in PLACEHOLDER_ROOTS
+            else item
+        )
     return out
 
 
@@ -341,8 +353,9 @@ def check_train(doc: Doc, roots: Dict[str, Path], background: "Background", user
         assert bad == [], f"{doc}: {len(bad)} of {len(jobs)} jobs refused: {bad[:3]}"
 
 
-def check_script(doc: Doc, name: str, argv: Sequence[str], roots: Optional[Dict[str, Path]] = None,
-                 user_conf: Optional[Path] = None) -> None:
+def check_script(
+    doc: Doc, name: str, argv: Sequence[str], roots: Optional[Dict[str, Path]] = None, user_conf: Optional[Path] = None
+) -> None:
     """A console script of pyproject.toml: its module's parser takes the flags as its `main` parses them,
     and the Hydra overrides a tool takes compose, convert and validate as the tool composes them (a
     placeholder data.root replaced by a folder of images, as for train.py)."""
@@ -353,7 +366,7 @@ def check_script(doc: Doc, name: str, argv: Sequence[str], roots: Optional[Dict[
         assert module.main(list(argv)) == 0, f"{doc}: wif refuses {argv}"
         return
     if name == "wif-advise" and "--" in argv:  # the user's own script after `--` (wif.advisor.script)
-        argv, command = list(argv[:list(argv).index("--")]), list(argv[list(argv).index("--") + 1:])
+        argv, command = list(argv[: list(argv).index("--")]), list(argv[list(argv).index("--") + 1 :])
         assert command[:2] == ["python", "-m"] and command[2].startswith("examples."), f"{doc}: not an example"
         check_example(Doc(doc.page, doc.line, tuple(command)))
     folder = config_dir_of(argv, user_conf)
@@ -412,7 +425,7 @@ def check_project_script(doc: Doc) -> None:
 
 
 def check_external(doc: Doc) -> None:
-    prefix = next(p for p in EXTERNAL if doc.argv[:len(p)] == p)
+    prefix = next(p for p in EXTERNAL if doc.argv[: len(p)] == p)
     if prefix[0] == "mlflow":
         from mlflow.cli import cli
 
@@ -447,7 +460,7 @@ def kind_of(doc: Doc) -> str:
         return "project-script"
     if argv[0] == "export" and len(argv) > 1 and all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", a) for a in argv[1:]):
         return "export"
-    if any(argv[:len(p)] == p for p in EXTERNAL):
+    if any(argv[: len(p)] == p for p in EXTERNAL):
         return "external"
     return "unknown"
 
@@ -491,23 +504,37 @@ class Background:
 
 
 @pytest.fixture(scope="module")
-def background(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-               cache_dir: Path) -> Iterator[Background]:
+def background(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path
+) -> Iterator[Background]:
     """Every process the selected tests of this module need, started when the first of them starts."""
     bg = Background()
     for doc in COMMANDS:
         argv = process_of(doc)
         if argv is not None:
             where = tmp_path_factory.mktemp("cmd")
-            env = {**os.environ, "WIF_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1",
-                   "MLFLOW_TRACKING_URI": f"sqlite:///{where / 'mlflow.db'}", **dict(doc.env)}
-            bg.add(str(doc), lambda argv=argv, where=where, env=env: subprocess.run(
-                argv, cwd=where, env=env, capture_output=True, text=True, timeout=300))
+            env = {
+                **os.environ,
+                "WIF_CACHE_DIR": str(cache_dir),
+                "PYTHONUNBUFFERED": "1",
+                "MLFLOW_TRACKING_URI": f"sqlite:///{where / 'mlflow.db'}",
+                **dict(doc.env),
+            }
+            bg.add(
+                str(doc),
+                lambda argv=argv, where=where, env=env: subprocess.run(
+                    argv, cwd=where, env=env, capture_output=True, text=True, timeout=300
+                ),
+            )
     for command in REAL_RUNS:
-        bg.add(f"real: {command}", lambda command=command: real_run(command, tmp_path_factory.mktemp("real"),
-                                                                    cache_dir))
-    selected = [item.callspec.params for item in request.session.items
-                if item.module is request.module and hasattr(item, "callspec")]
+        bg.add(
+            f"real: {command}", lambda command=command: real_run(command, tmp_path_factory.mktemp("real"), cache_dir)
+        )
+    selected = [
+        item.callspec.params
+        for item in request.session.items
+        if item.module is request.module and hasattr(item, "callspec")
+    ]
     for params in selected:  # in test order: the worker finishes each before its test asks
         key = str(params["doc"]) if "doc" in params else f"real: {params['command']}" if "command" in params else ""
         if key in bg.work:
@@ -533,8 +560,9 @@ ORDERED = sorted(COMMANDS, key=lambda doc: process_of(doc) is not None)
 
 
 @pytest.mark.parametrize("doc", ORDERED, ids=str)
-def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], user_conf: Path,
-                            background: Background) -> None:
+def test_documented_command(
+    doc: Doc, doc_env, image_roots: Dict[str, Path], user_conf: Path, background: Background
+) -> None:
     doc_env(doc)
     kind = kind_of(doc)
     if kind == "train":
@@ -563,8 +591,10 @@ def test_documented_command(doc: Doc, doc_env, image_roots: Dict[str, Path], use
     elif kind == "export":
         pass  # applies to the commands after it in its block (doc_env)
     else:
-        pytest.fail(f"{doc}: no test covers this documented command: teach tests/test_docs.py to check it "
-                    "(or add the program to EXTERNAL if it is not this project's)")
+        pytest.fail(
+            f"{doc}: no test covers this documented command: teach tests/test_docs.py to check it "
+            "(or add the program to EXTERNAL if it is not this project's)"
+        )
 
 
 @pytest.mark.slow

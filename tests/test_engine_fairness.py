@@ -15,8 +15,16 @@ from tests.conftest import ROOT, run_train, train_runs
 
 def train_on_two_threads(tmp_path: Path, store: str, cache_dir: Path, *overrides: str) -> None:
     """A smoke run of pin_nb_w4_pf2 at fraction 0.2 where torch's default is 2 threads."""
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb_w4_pf2", "data.fraction=0.2",
-                     *overrides, env={"OMP_NUM_THREADS": "2"})
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "loader=pin_nb_w4_pf2",
+        "data.fraction=0.2",
+        *overrides,
+        env={"OMP_NUM_THREADS": "2"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -27,8 +35,9 @@ def threads_of(store: str, run) -> tuple:
 
 
 @pytest.mark.slow
-def test_nodes_threads_runs_the_model_with_the_configured_thread_count(tmp_path: Path, store: str,
-                                                                       cache_dir: Path) -> None:
+def test_nodes_threads_runs_the_model_with_the_configured_thread_count(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     """torchdata's thread workers set torch's thread count to 1; the model's epochs still use the configured 2."""
     train_on_two_threads(tmp_path, store, cache_dir, "engine=nodes_threads", "loader.num_workers=2")
     (run,) = train_runs(store)
@@ -36,8 +45,9 @@ def test_nodes_threads_runs_the_model_with_the_configured_thread_count(tmp_path:
 
 
 @pytest.mark.slow
-def test_trainer_threads_sets_the_models_threads_and_names_the_cell(tmp_path: Path, store: str,
-                                                                    cache_dir: Path) -> None:
+def test_trainer_threads_sets_the_models_threads_and_names_the_cell(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     """trainer.threads=1 beside one worker (on a CPU the step then leaves the worker a core: docs/advise.md)."""
     train_on_two_threads(tmp_path, store, cache_dir, "loader.num_workers=1", "trainer.threads=1,null")
     runs = {r.data.tags["wif.cell"]: r for r in train_runs(store, status="FINISHED")}
@@ -67,7 +77,13 @@ print(torch.get_num_threads())
 def test_nodes_threads_workers_leave_the_loop_threads_count_alone() -> None:
     """The case where torchdata's `set_num_threads(1)` lands: a loop thread that has not computed before the
     first epoch's workers start would take up their count of 1 (it does without the engine's fix)."""
-    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "2"}, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-1] == "2"

@@ -30,17 +30,23 @@ def test_engines_are_a_group_of_their_own_and_the_loader_group_keeps_11() -> Non
     assert _conf().engine.name is EngineName.dataloader  # the default: the study as before
 
 
-@pytest.mark.parametrize("overrides,named", [
-    (("engine=spdl", "loader=pin_nb"), "needs at least one worker"),
-    (("engine=nodes_procs", "loader=pin_nb"), "needs at least one worker"),
-    (("engine=nodes_procs", "loader=pin_nb_w4_pf2", "loader.persistent_workers=true"), "no persistent workers"),
-    (("engine=spdl", "loader=pin_nb_w4_pf2", "loader.persistent_workers=true"), "no persistent workers"),
-    (("engine=nodes_threads", "loader=bg_pin"), "BackgroundGenerator"),
-    (("engine=spdl", "loader=gpu_resident"), "data=fixed and loader=gpu_resident"),
-    (("engine=nodes_threads", "data=fixed"), "data=fixed and loader=gpu_resident"),
-    (("engine=spdl", "loader=pin_nb_w4_pf2", "loader.multiprocessing_context=spawn"), "runs its workers on threads"),
-    (("engine.prefetch_factor=0",), "engine.prefetch_factor"),
-])
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        (("engine=spdl", "loader=pin_nb"), "needs at least one worker"),
+        (("engine=nodes_procs", "loader=pin_nb"), "needs at least one worker"),
+        (("engine=nodes_procs", "loader=pin_nb_w4_pf2", "loader.persistent_workers=true"), "no persistent workers"),
+        (("engine=spdl", "loader=pin_nb_w4_pf2", "loader.persistent_workers=true"), "no persistent workers"),
+        (("engine=nodes_threads", "loader=bg_pin"), "BackgroundGenerator"),
+        (("engine=spdl", "loader=gpu_resident"), "data=fixed and loader=gpu_resident"),
+        (("engine=nodes_threads", "data=fixed"), "data=fixed and loader=gpu_resident"),
+        (
+            ("engine=spdl", "loader=pin_nb_w4_pf2", "loader.multiprocessing_context=spawn"),
+            "runs its workers on threads",
+        ),
+        (("engine.prefetch_factor=0",), "engine.prefetch_factor"),
+    ],
+)
 def test_settings_an_engine_cannot_take_are_refused_in_one_line(overrides: tuple, named: str) -> None:
     with pytest.raises(ConfigError, match=named) as err:
         validate(_conf(*overrides))
@@ -54,18 +60,17 @@ def test_nodes_procs_takes_a_start_method_and_nodes_threads_zero_workers() -> No
 
 
 @pytest.mark.parametrize("engine,package", [("spdl", "spdl"), ("nodes_procs", "torchdata")])
-def test_a_missing_package_gives_a_one_line_hint(engine: str, package: str,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_package_gives_a_one_line_hint(engine: str, package: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, package, None)  # import spdl / torchdata now fails, as when not installed
     with pytest.raises(ConfigError, match=r'pip install -e "\.\[pipelines\]"'):
         validate(_conf(f"engine={engine}", "loader=pin_nb_w4_pf2"))
 
 
 def _epochs(split, engine: str, workers: int, epochs: int = 2):
-    conf = _conf(f"engine={engine}", "loader=pin_nb_w4_pf2" if workers else "loader=pin_nb",
-                 f"loader.num_workers={workers}")
-    batches = build_engine_batches(split, conf.loader, conf.engine, 64, train=True, seed=3, pin=False,
-                                   resident=False)
+    conf = _conf(
+        f"engine={engine}", "loader=pin_nb_w4_pf2" if workers else "loader=pin_nb", f"loader.num_workers={workers}"
+    )
+    batches = build_engine_batches(split, conf.loader, conf.engine, 64, train=True, seed=3, pin=False, resident=False)
     out = []
     for _ in range(epochs):
         xs, ys = zip(*[(x, y) for x, y in batches])
@@ -75,10 +80,16 @@ def _epochs(split, engine: str, workers: int, epochs: int = 2):
     return out
 
 
-@pytest.mark.parametrize("engine,workers", [engine_case("spdl", 2), engine_case("nodes_threads", 0),
-                                            engine_case("nodes_threads", 2), engine_case("nodes_procs", 2)])
-def test_an_engine_gives_the_same_samples_per_epoch_as_dataloader(engine: str, workers: int,
-                                                                   cache_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "engine,workers",
+    [
+        engine_case("spdl", 2),
+        engine_case("nodes_threads", 0),
+        engine_case("nodes_threads", 2),
+        engine_case("nodes_procs", 2),
+    ],
+)
+def test_an_engine_gives_the_same_samples_per_epoch_as_dataloader(engine: str, workers: int, cache_dir: Path) -> None:
     data = load_datasets(_conf("data.fraction=0.4", f"data.cache_dir={cache_dir}").data)
     reference = _epochs(data.train, "dataloader", workers)
     for (sums, labels), (ref_sums, ref_labels) in zip(_epochs(data.train, engine, workers), reference):
@@ -99,24 +110,40 @@ def test_every_pipelines_cell_is_valid_and_names_its_engine() -> None:
         cells[cell_name(conf)] = (conf.engine.name.value, conf.loader.num_workers, conf.loader.persistent_workers)
     assert len(cells) == len(CELLS)
     assert {(e, w) for e, w, persistent in cells.values() if not persistent} == {
-        ("dataloader", 0), ("dataloader", 2), ("dataloader", 4), ("spdl", 2), ("spdl", 4), ("nodes_threads", 0),
-        ("nodes_threads", 2), ("nodes_threads", 4), ("nodes_procs", 2), ("nodes_procs", 4), ("dali", 2), ("dali", 4)}
-    assert {c: v for c, v in cells.items() if v[2]} == {"pin_nb_w2_pf2+persistent@0.4": ("dataloader", 2, True),
-                                                       "pin_nb_w4_pf2+persistent@0.4": ("dataloader", 4, True)}
+        ("dataloader", 0),
+        ("dataloader", 2),
+        ("dataloader", 4),
+        ("spdl", 2),
+        ("spdl", 4),
+        ("nodes_threads", 0),
+        ("nodes_threads", 2),
+        ("nodes_threads", 4),
+        ("nodes_procs", 2),
+        ("nodes_procs", 4),
+        ("dali", 2),
+        ("dali", 4),
+    }
+    assert {c: v for c, v in cells.items() if v[2]} == {
+        "pin_nb_w2_pf2+persistent@0.4": ("dataloader", 2, True),
+        "pin_nb_w4_pf2+persistent@0.4": ("dataloader", 4, True),
+    }
     assert "pin_nb_w4_pf2+spdl@0.4" in cells and "pin_nb+nodes_threads@0.4" in cells
 
 
 def _samples_per_epoch(store: str, run_id: str) -> list:
     client = MlflowClient(store)
-    rate, time = ({h.step: h.value for h in client.get_metric_history(run_id, key)}
-                  for key in ("throughput_img_s", "epoch_time_s"))
+    rate, time = (
+        {h.step: h.value for h in client.get_metric_history(run_id, key)}
+        for key in ("throughput_img_s", "epoch_time_s")
+    )
     return [round(rate[step] * time[step]) for step in sorted(time)]
 
 
 @pytest.mark.slow
 @needs("spdl.pipeline", "torchdata.nodes")
 def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     """One engine sweep on decoded JPEGs (epochs long enough for the sampler to see every worker)."""
     common = ("preset=smoke", "data=encoded", "data.fraction=0.4", "loader=pin_nb_w4_pf2")
     engines = [e for e in ENGINES if e != "dali"]  # engine=dali: tests/test_dali.py
@@ -128,7 +155,7 @@ def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
     runs = {(r.data.tags["wif.engine"], r.data.params["loader.num_workers"]): r for r in train_runs(store)}
     assert all(r.info.status == "FINISHED" for r in runs.values()) and len(runs) == 5
     ref = runs[("dataloader", "1")].data
-    for (engine, workers), run in runs.items():
+    for (engine, _workers), run in runs.items():
         m = run.data.metrics
         assert m.keys() == ref.metrics.keys(), engine
         assert run.data.params["wif.engine"] == engine
@@ -153,7 +180,8 @@ def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
 def test_an_engine_pins_its_batches_on_cuda(engine: str, cache_dir: Path) -> None:
     conf = _conf(f"engine={engine}", "loader=pin_nb_w4_pf2", "loader.num_workers=2", f"data.cache_dir={cache_dir}")
     data = load_datasets(conf.data)
-    batches = build_engine_batches(data.train, conf.loader, conf.engine, 64, train=True, seed=0, pin=True,
-                                   resident=False)
+    batches = build_engine_batches(
+        data.train, conf.loader, conf.engine, 64, train=True, seed=0, pin=True, resident=False
+    )
     x, y = next(iter(batches))
     assert x.is_pinned() and y.is_pinned()

@@ -51,8 +51,14 @@ def test_every_bad_job_is_listed_with_its_reason(sweep) -> None:
 
 
 def test_shared_composition_gives_each_job_the_config_hydra_composes(sweep) -> None:
-    master, jobs = sweep("loader=baseline,pin_nb_w4_pf2", "data=synthetic,encoded", "data.fraction=0.1,0.4",
-                         "loader.num_workers=2", "preset=smoke", "repeat=0,1")
+    master, jobs = sweep(
+        "loader=baseline,pin_nb_w4_pf2",
+        "data=synthetic,encoded",
+        "data.fraction=0.1,0.4",
+        "loader.num_workers=2",
+        "preset=smoke",
+        "repeat=0,1",
+    )
     composer = _Composer(master)
     assert len(jobs) == 16
     for job in jobs:
@@ -79,12 +85,23 @@ def test_a_bad_value_refuses_the_sweep_before_any_job(tmp_path: Path, store: str
 
 @pytest.mark.slow
 def test_a_sweep_whose_jobs_run_in_their_own_processes_fails_when_one_of_them_failed(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     """Its jobs' tallies never reach the submitting process: it reads them from the runs (test_cluster.py
     has a sweep of this kind that finishes)."""
     root = _image_folder(tmp_path / "images")  # 5% of its 8 training images is none: that job fails
-    proc = run_train(tmp_path, store, cache_dir, "hydra/launcher=submitit_local", "hydra.launcher.gpus_per_node=0",
-                     "preset=smoke", "data=folder", f"data.root={root}", "data.fraction=0.05", "data.val_split=0.25")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.gpus_per_node=0",
+        "preset=smoke",
+        "data=folder",
+        f"data.root={root}",
+        "data.fraction=0.05",
+        "data.val_split=0.25",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "0 finished, 1 failed" in out and "failed: baseline-f0.05-r0: ConfigError" in out, out[-3000:]
@@ -113,17 +130,28 @@ def test_an_error_from_a_worker_is_described_in_one_line() -> None:
 
 
 @pytest.mark.slow
-def test_a_failing_single_run_exits_1_and_keeps_the_worker_traceback_for_the_log(tmp_path: Path, store: str,
-                                                                                   cache_dir: Path) -> None:
+def test_a_failing_single_run_exits_1_and_keeps_the_worker_traceback_for_the_log(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     root = _image_folder(tmp_path / "images")
     check_folder(_data_cfg(cache_dir, "data=folder", f"data.root={root}"))  # an earlier run's check, cached
     damaged = root / "train" / "class1" / "2.png"  # since damaged in place: same size, same mtime
     st = damaged.stat()
     damaged.write_bytes(b"x" * st.st_size)
     os.utime(damaged, ns=(st.st_atime_ns, st.st_mtime_ns))
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={root}",
-                     "data.fraction=1.0", "data.val_split=0.25", "loader=pin_nb_w4_pf2", "loader.num_workers=2",
-                     multirun=False)
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data=folder",
+        f"data.root={root}",
+        "data.fraction=1.0",
+        "data.val_split=0.25",
+        "loader=pin_nb_w4_pf2",
+        "loader.num_workers=2",
+        multirun=False,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "Traceback" not in out, out[-3000:]

@@ -37,8 +37,9 @@ if not torch.cuda.is_available():
 
 
 @pytest.mark.parametrize("overrides,named", BAD_SETTINGS, ids=[" ".join(o) for o, _ in BAD_SETTINGS])
-def test_a_bad_setting_stops_with_a_message(tmp_path: Path, store: str, cache_dir: Path, overrides: tuple,
-                                           named: str) -> None:
+def test_a_bad_setting_stops_with_a_message(
+    tmp_path: Path, store: str, cache_dir: Path, overrides: tuple, named: str
+) -> None:
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", *overrides, multirun=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -56,8 +57,17 @@ def test_non_blocking_without_pinned_memory_only_warns(tmp_path: Path, store: st
 def test_one_failing_job_does_not_stop_the_sweep(tmp_path: Path, store: str, cache_dir: Path) -> None:
     # 5% of the folder's 8 training images is none: only the job that loads the folder can tell
     good = _image_folder(tmp_path / "good")
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={good}",
-                     "data.fraction=0.05,1.0", "data.val_split=0.25", IN_ORDER)
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data=folder",
+        f"data.root={good}",
+        "data.fraction=0.05,1.0",
+        "data.val_split=0.25",
+        IN_ORDER,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1  # the sweep reports its failure in its exit status ...
     runs = {r.data.params["data.fraction"]: r for r in train_runs(store)}
@@ -68,8 +78,14 @@ def test_one_failing_job_does_not_stop_the_sweep(tmp_path: Path, store: str, cac
     assert "failed: [1/2] baseline fraction=0.05" in out  # and says which
 
 
-LONG_RUN = ("preset=smoke", "loader=pin_nb", "loader.num_workers=2", "loader.persistent_workers=true",
-            "data.fraction=1.0", "trainer.epochs=50")
+LONG_RUN = (
+    "preset=smoke",
+    "loader=pin_nb",
+    "loader.num_workers=2",
+    "loader.persistent_workers=true",
+    "data.fraction=1.0",
+    "trainer.epochs=50",
+)
 IN_ORDER = "sweep.shuffle=false"  # these tests act on the sweep's first job: the grid's order, not shuffled
 
 
@@ -99,8 +115,9 @@ def test_a_hard_crash_of_a_run_is_recorded(tmp_path: Path, store: str, cache_dir
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupting_marks_the_run_killed_and_leaves_no_orphans(tmp_path: Path, store: str, cache_dir: Path,
-                                                                 sig: signal.Signals) -> None:
+def test_interrupting_marks_the_run_killed_and_leaves_no_orphans(
+    tmp_path: Path, store: str, cache_dir: Path, sig: signal.Signals
+) -> None:
     # Ctrl-C stops a single run, a scheduler's SIGTERM a sweep: both exit 130, as shells expect
     proc = start_train(tmp_path, store, cache_dir, *LONG_RUN, multirun=sig == signal.SIGTERM)
     wait_for_workers(proc, 2)
@@ -140,8 +157,16 @@ def test_processes_opening_one_new_sqlite_store_together_all_succeed(tmp_path: P
     opener = "import sys; from wif.measure.tracking import Tracker; print(Tracker(sys.argv[1], 'race').experiment_id)"
     for round_ in range(3):
         uri = f"sqlite:///{tmp_path / f'r{round_}' / 'mlflow.db'}"
-        procs = [subprocess.Popen([sys.executable, "-c", opener, uri], cwd=ROOT, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(4)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", opener, uri],
+                cwd=ROOT,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for _ in range(4)
+        ]
         outs = [p.communicate(timeout=300)[0] for p in procs]
         assert all(p.returncode == 0 for p in procs), [o[-800:] for o in outs]
         assert len({o.strip().splitlines()[-1] for o in outs}) == 1, outs  # one experiment, the same id

@@ -90,8 +90,9 @@ def test_issue47_item1_a_copy_behind_an_idle_gpu_is_the_loaders() -> None:
         pass
     torch.cuda.synchronize()
     blocked = feed.gpu_blocked()
-    assert blocked is not None and blocked < 0.3 * feed.host_copy + 1e-3, \
+    assert blocked is not None and blocked < 0.3 * feed.host_copy + 1e-3, (
         f"issue 47 item 1: {blocked:.4f} s called GPU-blocked of a {feed.host_copy:.4f} s copy behind an idle GPU"
+    )
 
 
 # ----------------------------------------------------------------------------- item 6: device decode's blocks
@@ -146,8 +147,9 @@ def test_issue47_item7_the_stream_prefetchers_reserved_memory_settles_after_an_e
         streams.add(prefetcher.stream)
     # a batch is 3 MiB: a new stream each epoch reserves two or three more every epoch (>= 36 MiB over six);
     # with one, an epoch may at most hold a batch more in flight than the last (its freed block still in use)
-    assert len(streams) == 1 and reserved[-1] - reserved[1] <= 8 << 20, \
+    assert len(streams) == 1 and reserved[-1] - reserved[1] <= 8 << 20, (
         f"issue 47 item 7: reserved MiB by epoch {[r >> 20 for r in reserved]}"
+    )
 
 
 # ----------------------------------------------------------------------------- item 11: DALI's labels
@@ -163,11 +165,30 @@ def test_issue47_item11_dali_hands_over_its_labels_on_the_device(cache_dir) -> N
     from wif.data.engines import build_engine_batches
     from wif.data.transfer import copies_from_host
 
-    cfg = typed(compose_cfg("preset=smoke", "engine=dali", "loader=pin_nb_w4_pf2", "data=encoded",
-                            "data.fraction=0.2", "loader.num_workers=2", f"data.cache_dir={cache_dir}"))
+    cfg = typed(
+        compose_cfg(
+            "preset=smoke",
+            "engine=dali",
+            "loader=pin_nb_w4_pf2",
+            "data=encoded",
+            "data.fraction=0.2",
+            "loader.num_workers=2",
+            f"data.cache_dir={cache_dir}",
+        )
+    )
     device = torch.device("cuda", 0)
-    batches = build_engine_batches(load_datasets(cfg.data).train, cfg.loader, cfg.engine, 64, train=True, seed=3,
-                                   pin=False, resident=False, data=cfg.data, device=device)
+    batches = build_engine_batches(
+        load_datasets(cfg.data).train,
+        cfg.loader,
+        cfg.engine,
+        64,
+        train=True,
+        seed=3,
+        pin=False,
+        resident=False,
+        data=cfg.data,
+        device=device,
+    )
     feed = TimedFeed(batches, copy_to(device, non_blocking=False), device=device)
     placed = [(x.device, y.device) for x, y in feed]
     torch.cuda.synchronize()

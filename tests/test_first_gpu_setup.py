@@ -19,18 +19,25 @@ def test_issue47_item2_a_container_that_hides_the_runs_pids_is_said_and_counted_
 
     here = {1, 4242}.__contains__  # the PIDs this (container's) view has
     host = [(812345, 900 << 20)]  # the driver's host PID for the run's process: never one of the container's
-    assert nvml.vram_reading(host, {4242}, used=1500 << 20, baseline=500 << 20, exists=here) == \
-        (float(1000 << 20), nvml.FOREIGN_PIDS)  # the device's rise over the baseline read before the run
-    assert nvml.vram_reading([(4242, 700 << 20)], {4242}, 1500 << 20, 500 << 20, here) == (float(700 << 20),
-                                                                                          nvml.PER_PROCESS)
+    assert nvml.vram_reading(host, {4242}, used=1500 << 20, baseline=500 << 20, exists=here) == (
+        float(1000 << 20),
+        nvml.FOREIGN_PIDS,
+    )  # the device's rise over the baseline read before the run
+    assert nvml.vram_reading([(4242, 700 << 20)], {4242}, 1500 << 20, 500 << 20, here) == (
+        float(700 << 20),
+        nvml.PER_PROCESS,
+    )
     assert nvml.vram_reading([(1, 300 << 20)], {4242}, 900 << 20, 500 << 20, here)[1] == nvml.NOT_LISTED
     assert nvml.vram_reading([], {4242}, 400 << 20, 500 << 20, here) == (0.0, nvml.NONE_LISTED)
     assert nvml.vram_reading([(4242, None)], {4242}, 900 << 20, 500 << 20, here)[1] == nvml.NO_FIGURE
     seen = Counter({nvml.NONE_LISTED: 3, nvml.FOREIGN_PIDS: 40})  # nothing listed until the run's context existed
-    assert nvml.source_tags(seen, baseline_late=False) == {"wif.vram_source": nvml.FALLBACK,
-                                                           "wif.vram_fallback": nvml.FOREIGN_PIDS}
+    assert nvml.source_tags(seen, baseline_late=False) == {
+        "wif.vram_source": nvml.FALLBACK,
+        "wif.vram_fallback": nvml.FOREIGN_PIDS,
+    }
     assert nvml.source_tags(Counter({nvml.NONE_LISTED: 3, nvml.PER_PROCESS: 40}), False) == {
-        "wif.vram_source": nvml.PER_PROCESS}
+        "wif.vram_source": nvml.PER_PROCESS
+    }
     assert "wif.vram_baseline" in nvml.source_tags(Counter({nvml.NOT_LISTED: 1}), baseline_late=True)
     if not CUDA:
         assert nvml.memory_baselines() == {}  # no NVML here: no baseline, nothing raised
@@ -56,8 +63,9 @@ def test_issue47_item12_nvml_finds_the_device_torch_names() -> None:
     probe = GpuProbe(uuid)  # LookupError, naming the UUIDs tried, where NVML knows none
     try:
         util = probe.utilization()
-        assert probe.uuid in nvml_names(uuid) and probe.memory(set()) >= 0 and (util is None or util >= 0), \
+        assert probe.uuid in nvml_names(uuid) and probe.memory(set()) >= 0 and (util is None or util >= 0), (
             f"issue 47 item 12: {uuid} as {probe.uuid}"
+        )
     finally:
         probe.close()
 
@@ -70,23 +78,33 @@ def test_issue47_item2_vram_peak_device_counts_the_context_and_gpu_residents_upl
     the allocator's reserve plus the CUDA context: a baseline read after the context existed missed it."""
     from tests.conftest import run_train, train_runs
 
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "device=cuda", "loader=gpu_resident",
-                     "data.fraction=0.7", "trainer.epochs=2")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "device=cuda",
+        "loader=gpu_resident",
+        "data.fraction=0.7",
+        "trainer.epochs=2",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = train_runs(store, status="FINISHED")
     m, tags = run.data.metrics, run.data.tags
     assert tags.get("wif.vram_source") in ("per_process", "device_minus_baseline"), tags
     assert "wif.vram_baseline" not in tags, "issue 47 item 2: the baseline was read after the run started"
-    assert m["vram_peak_device_mb"] >= m["vram_peak_reserved_mb"] + 100, \
-        f"issue 47 item 2 ({tags['wif.vram_source']}): device {m['vram_peak_device_mb']:.0f} MB against " \
+    assert m["vram_peak_device_mb"] >= m["vram_peak_reserved_mb"] + 100, (
+        f"issue 47 item 2 ({tags['wif.vram_source']}): device {m['vram_peak_device_mb']:.0f} MB against "
         f"reserved {m['vram_peak_reserved_mb']:.0f} MB: the CUDA context is missing"
-
-
+    )
 
 
 # ----------------------------------------------------------------------------- item 8: the compile warm-up's batch
-ITEM8 = {"stream, uint8": ("transfer=stream", "transfer.uint8=true"), "stream": ("transfer=stream",),
-         "copy, uint8": ("transfer.uint8=true",)}
+ITEM8 = {
+    "stream, uint8": ("transfer=stream", "transfer.uint8=true"),
+    "stream": ("transfer=stream",),
+    "copy, uint8": ("transfer.uint8=true",),
+}
 
 
 def _item8_batches(cache_dir, device: torch.device, overrides: tuple):
@@ -97,8 +115,17 @@ def _item8_batches(cache_dir, device: torch.device, overrides: tuple):
     from wif.data.transfer import StreamPrefetcher, make_transfer
     from wif.run.training import _build_batches
 
-    cfg = typed(compose_cfg("preset=smoke", f"data.cache_dir={cache_dir}", "loader=pin_nb", "loader.num_workers=1",
-                            "loader.persistent_workers=true", "trainer.compile=true", *overrides))
+    cfg = typed(
+        compose_cfg(
+            "preset=smoke",
+            f"data.cache_dir={cache_dir}",
+            "loader=pin_nb",
+            "loader.num_workers=1",
+            "loader.persistent_workers=true",
+            "trainer.compile=true",
+            *overrides,
+        )
+    )
     validate(cfg)
     loaders, _, _, train_set = _build_batches(cfg, device, lambda kind, payload: None)
     train = loaders["train"]
@@ -113,8 +140,9 @@ def _check_item8(cache_dir, device: torch.device, case: str) -> None:
     cfg, train, train_set, transfer = _item8_batches(cache_dir, device, ITEM8[case])
     x, y = compile_batch(cfg, train, train_set, transfer)
     lx, ly = next(iter(TimedFeed(train, transfer)))
-    assert (x.dtype, x.device, y.device) == (lx.dtype, lx.device, ly.device) == (torch.float32, device, device), \
+    assert (x.dtype, x.device, y.device) == (lx.dtype, lx.device, ly.device) == (torch.float32, device, device), (
         f"issue 47 item 8 ({case}): the warm-up got {x.dtype} on {x.device}, the step {lx.dtype} on {lx.device}"
+    )
     assert x.shape[1:] == lx.shape[1:]
 
 
@@ -132,8 +160,6 @@ def test_issue47_item8_on_cuda_the_compile_warm_up_gets_a_device_batch(cache_dir
     _check_item8(cache_dir, torch.device("cuda", 0), case)
 
 
-
-
 # ----------------------------------------------------------------------------- item 9: fp16's GradScaler
 def _fp16_step(device: torch.device, *overrides: str):
     from torch import nn
@@ -144,8 +170,9 @@ def _fp16_step(device: torch.device, *overrides: str):
 
     tr = typed(compose_cfg("preset=smoke", "trainer.precision=fp16", *overrides)).trainer
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 10)).to(device if CUDA else "cpu")
-    return Step(model, build_optimizer(tr, model.parameters(), device), nn.CrossEntropyLoss(), 0.3, device,
-                tr.precision)
+    return Step(
+        model, build_optimizer(tr, model.parameters(), device), nn.CrossEntropyLoss(), 0.3, device, tr.precision
+    )
 
 
 def test_issue47_item9_fp16_on_cuda_takes_a_fused_step_where_the_optimizer_has_one() -> None:

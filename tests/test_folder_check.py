@@ -52,8 +52,9 @@ def test_the_message_names_the_first_files_and_counts_the_rest(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_a_corrupt_file_stops_the_run_before_training_unless_skipped(tmp_path: Path, store: str,
-                                                                     cache_dir: Path) -> None:
+def test_a_corrupt_file_stops_the_run_before_training_unless_skipped(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     root = _image_folder(tmp_path / "images", bad=True)
     proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.root={root}", multirun=False)
     out = proc.stdout + proc.stderr
@@ -71,8 +72,9 @@ def test_a_corrupt_file_stops_the_run_before_training_unless_skipped(tmp_path: P
 
 
 @pytest.mark.slow
-def test_a_sweep_checks_each_folder_once_and_refuses_before_its_first_job(tmp_path: Path, store: str,
-                                                                          cache_dir: Path) -> None:
+def test_a_sweep_checks_each_folder_once_and_refuses_before_its_first_job(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     good, bad = _image_folder(tmp_path / "good"), _image_folder(tmp_path / "bad", bad=True)
     proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.root={bad},{good}", "loader=baseline,pin")
     out = proc.stdout + proc.stderr

@@ -46,9 +46,14 @@ def test_a_run_forked_after_its_parent_computed_runs_on_the_parents_threads(tmp_
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("OMP_NUM_THREADS", None)
     try:
-        done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "cache"),
-                               store], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=240)  # about 15 s alone here; a hung run never ends
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(tmp_path / "cache"), store],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )  # about 15 s alone here; a hung run never ends
     except subprocess.TimeoutExpired as hung:
         pytest.fail(f"the forked run hung: {hung.stdout!r} {hung.stderr!r}"[-2000:])
     assert done.returncode == 0, done.stderr[-3000:]

@@ -63,8 +63,12 @@ def test_a_fraction_of_0_4_takes_the_same_images_in_every_format(tmp_path: Path)
     assert sum(expected.values()) == len(plain.train) > 0
     for fmt in FORMATS:
         data = format_datasets(_data_cfg(tmp_path / "cache", *common, f"data.format={fmt}"))
-        assert (len(data.train), len(data.val), len(data.test), data.num_classes) == \
-            (len(plain.train), len(plain.val), len(plain.test), plain.num_classes), fmt
+        assert (len(data.train), len(data.val), len(data.test), data.num_classes) == (
+            len(plain.train),
+            len(plain.val),
+            len(plain.test),
+            plain.num_classes,
+        ), fmt
         assert _train_images(data.train) == expected, fmt  # the same images, with the same labels
     shards = list((tmp_path / "cache" / "packs").glob("shards-*/train-*.tar"))
     assert len(shards) > 1  # several shards, so the subset really spans them
@@ -72,12 +76,22 @@ def test_a_fraction_of_0_4_takes_the_same_images_in_every_format(tmp_path: Path)
 
 @needs("lmdb")
 @pytest.mark.slow
-def test_each_format_trains_to_finished_with_the_same_images_per_epoch(tmp_path: Path, store: str,
-                                                                       cache_dir: Path) -> None:
+def test_each_format_trains_to_finished_with_the_same_images_per_epoch(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     root = jpeg_folder(tmp_path / "images")
-    proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.root={root}", "data.fraction=1.0",
-                     "data.format=folder,lmdb,shards", "loader.num_workers=2", "loader.persistent_workers=true",
-                     "trainer.epochs=3")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        *SMALL,
+        f"data.root={root}",
+        "data.fraction=1.0",
+        "data.format=folder,lmdb,shards",
+        "loader.num_workers=2",
+        "loader.persistent_workers=true",
+        "trainer.epochs=3",
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     runs = {r.data.params["data.format"]: r for r in train_runs(store, status="FINISHED")}
     assert sorted(runs) == sorted(FORMATS)
@@ -88,8 +102,10 @@ def test_each_format_trains_to_finished_with_the_same_images_per_epoch(tmp_path:
         assert r.data.params["data.pack_records"] == "60" and int(r.data.params["data.pack_bytes"]) > 0
         times = client.get_metric_history(r.info.run_id, "epoch_time_s")
         rates = client.get_metric_history(r.info.run_id, "throughput_img_s")
-        samples = [round(t.value * v.value) for t, v in zip(sorted(times, key=lambda m: m.step),
-                                                             sorted(rates, key=lambda m: m.step))]
+        samples = [
+            round(t.value * v.value)
+            for t, v in zip(sorted(times, key=lambda m: m.step), sorted(rates, key=lambda m: m.step))
+        ]
         assert samples == [36, 36, 36], (fmt, samples)  # every epoch, persistent workers included
         assert r.data.tags["wif.n_test"] == "12" and r.data.tags["wif.n_val"] == "12"
 
@@ -100,10 +116,21 @@ def test_a_pack_killed_half_way_is_rebuilt_not_used(tmp_path: Path, store: str) 
     root = jpeg_folder(tmp_path / "images")
     cache = tmp_path / "cache"
     args = [*SMALL, f"data.root={root}", "data.fraction=1.0", "data.format=lmdb", "trainer.epochs=2"]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1",
-           THROTTLE_ENV: "0.1"}  # 60 records: six seconds of packing to kill it in
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store,
+        "WIF_CACHE_DIR": str(cache),
+        "PYTHONUNBUFFERED": "1",
+        THROTTLE_ENV: "0.1",
+    }  # 60 records: six seconds of packing to kill it in
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while not list((cache / "packs").glob("lmdb-*.tmp-*/data.mdb")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -144,14 +171,28 @@ def _truncate_tar_member(shard: Path) -> str:
 
 @needs("lmdb")
 @pytest.mark.slow
-def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(tmp_path: Path, store: str,
-                                                                            cache_dir: Path) -> None:
+def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     root = jpeg_folder(tmp_path / "images")
     made = {}
     for fmt in ("lmdb", "shards"):
         made[fmt] = tmp_path / f"pack-{fmt}"
-        assert wif_pack(["data=folder", f"data.root={root}", "data.shard_mb=0.02", f"data.cache_dir={cache_dir}",
-                         "--to", fmt, "--out", str(made[fmt])]) == 0
+        assert (
+            wif_pack(
+                [
+                    "data=folder",
+                    f"data.root={root}",
+                    "data.shard_mb=0.02",
+                    f"data.cache_dir={cache_dir}",
+                    "--to",
+                    fmt,
+                    "--out",
+                    str(made[fmt]),
+                ]
+            )
+            == 0
+        )
     corrupt = tmp_path / "corrupt-lmdb"
     shutil.copytree(made["lmdb"], corrupt)
     with open(corrupt / "data.mdb", "r+b") as f:
@@ -159,11 +200,12 @@ def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(tmp_
     cut_shards = tmp_path / "cut-shards"
     shutil.copytree(made["shards"], cut_shards)
     member = _truncate_tar_member(cut_shards / "train-000000.tar")
-    cases = [(corrupt, "lmdb", "data.mdb cannot be read by LMDB"),
-             (cut_shards, "shards", f"record train/{member.split('.')[0]} is")]  # lmdb's: the test below
+    cases = [
+        (corrupt, "lmdb", "data.mdb cannot be read by LMDB"),
+        (cut_shards, "shards", f"record train/{member.split('.')[0]} is"),
+    ]  # lmdb's: the test below
     for pack, fmt, says in cases:
-        proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.format={fmt}", f"data.path={pack}",
-                         multirun=False)
+        proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.format={fmt}", f"data.path={pack}", multirun=False)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 2, out[-3000:]
         lines = [line for line in out.splitlines() if "Bad setting" in line]
@@ -175,8 +217,20 @@ def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(tmp_
 def _small_lmdb_pack(tmp_path: Path) -> Path:
     root = jpeg_folder(tmp_path / "images", per_class=2, test_per_class=1)
     out = tmp_path / "pack"
-    assert wif_pack(["data=folder", f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}", "--to", "lmdb",
-                     "--out", str(out)]) == 0
+    assert (
+        wif_pack(
+            [
+                "data=folder",
+                f"data.root={root}",
+                f"data.cache_dir={tmp_path / 'cache'}",
+                "--to",
+                "lmdb",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -201,7 +255,11 @@ def test_a_record_that_does_not_decode_is_named(tmp_path: Path) -> None:
     garbage = b"this is no image"
     _lmdb_put(out, b"train/00000003", (0).to_bytes(4, "little") + garbage)  # a well-formed record ...
     index = json.loads((out / "index.json").read_text())
-    index["train"]["lengths"][3], index["train"]["crc32"][3], index["train"]["labels"][3] = len(garbage), crc(garbage), 0
+    index["train"]["lengths"][3], index["train"]["crc32"][3], index["train"]["labels"][3] = (
+        len(garbage),
+        crc(garbage),
+        0,
+    )
     raw = json.dumps(index).encode()
     (out / "index.json").write_bytes(raw)
     meta = json.loads((out / "pack.json").read_text())
@@ -215,8 +273,14 @@ def test_a_record_that_does_not_decode_is_named(tmp_path: Path) -> None:
 
 @needs("lmdb")
 def test_data_encoded_is_written_as_files_and_packed_with_the_bytes_it_decodes(tmp_path: Path) -> None:
-    common = ("data=encoded", "data.num_train=50", "data.num_test=10", "data.fraction=0.4", "data.augment=none",
-              "data.shard_mb=0.01")
+    common = (
+        "data=encoded",
+        "data.num_train=50",
+        "data.num_test=10",
+        "data.fraction=0.4",
+        "data.augment=none",
+        "data.shard_mb=0.01",
+    )
     plain = load_datasets(_data_cfg(tmp_path / "cache", *common))  # the JPEG bytes held in memory
     expected = _train_images(plain.train)
     for fmt in FORMATS:
@@ -226,16 +290,25 @@ def test_data_encoded_is_written_as_files_and_packed_with_the_bytes_it_decodes(t
     assert len(written) == 50
 
 
-@pytest.mark.parametrize("overrides, says", [
-    (("data=synthetic", "data.format=lmdb"), "data.format=lmdb stores images decoded per sample; data=synthetic"),
-    pytest.param(("data=encoded", "data.format=shards", "engine=spdl", "loader.num_workers=2"),
-                 "data.format=shards streams its shards through a DataLoader; engine=spdl", marks=needs("spdl")),
-    pytest.param(("data=encoded", "data.format=lmdb", "engine=dali", "loader.num_workers=2"),
-                 "data.format=lmdb with engine=dali", marks=needs("nvidia.dali")),
-    (("data=encoded", "data.path=/somewhere"), "data.path=/somewhere names a pack, but data.format=null"),
-    (("data=encoded", "data.page_cache=cold"), "data=encoded without data.format reads no files"),
-    (("data=encoded", "data.format=shards", "data.shard_mb=0"), "data.shard_mb=0.0 must be above 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (("data=synthetic", "data.format=lmdb"), "data.format=lmdb stores images decoded per sample; data=synthetic"),
+        pytest.param(
+            ("data=encoded", "data.format=shards", "engine=spdl", "loader.num_workers=2"),
+            "data.format=shards streams its shards through a DataLoader; engine=spdl",
+            marks=needs("spdl"),
+        ),
+        pytest.param(
+            ("data=encoded", "data.format=lmdb", "engine=dali", "loader.num_workers=2"),
+            "data.format=lmdb with engine=dali",
+            marks=needs("nvidia.dali"),
+        ),
+        (("data=encoded", "data.path=/somewhere"), "data.path=/somewhere names a pack, but data.format=null"),
+        (("data=encoded", "data.page_cache=cold"), "data=encoded without data.format reads no files"),
+        (("data=encoded", "data.format=shards", "data.shard_mb=0"), "data.shard_mb=0.0 must be above 0"),
+    ],
+)
 def test_formats_that_cannot_run_are_refused_in_one_line(overrides, says) -> None:
     from omegaconf import OmegaConf
 

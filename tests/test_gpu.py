@@ -15,8 +15,15 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_vram_and_gpu_idle_figures(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "device=cuda",
-                     "loader=baseline,pin_nb,gpu_resident", "data.fraction=0.7")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "device=cuda",
+        "loader=baseline,pin_nb,gpu_resident",
+        "data.fraction=0.7",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = {r.data.tags["wif.loader"]: r.data.metrics for r in train_runs(store, status="FINISHED")}
     for m in runs.values():
@@ -38,8 +45,9 @@ def test_the_timed_loop_never_synchronizes(cache_dir: Path) -> None:
     from wif.run.loop import train_epoch
     from wif.run.model import build_model
 
-    conf = OmegaConf.to_object(compose_cfg("preset=smoke", "loader=pin_nb", "data.fraction=0.7",
-                                           f"data.cache_dir={cache_dir}"))
+    conf = OmegaConf.to_object(
+        compose_cfg("preset=smoke", "loader=pin_nb", "data.fraction=0.7", f"data.cache_dir={cache_dir}")
+    )
     device = torch.device("cuda", 0)
     data = load_datasets(conf.data)
     batches = build_batches(data.train, conf.loader, 32, train=True, seed=0, pin=True, resident=False)

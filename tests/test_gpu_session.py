@@ -15,18 +15,26 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_session.sh"
 
 
 def session(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *argv], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OUT": str(tmp_path / "out")})
+    return subprocess.run(
+        [str(SCRIPT), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OUT": str(tmp_path / "out")},
+    )
 
 
-@pytest.mark.parametrize("argv, said", [
-    (["train"], "unknown stage train"),
-    (["study", "--minutes", "12"], "--minutes 12: a number of minutes above 0 and at most 9"),
-    (["study", "--minutes", "0"], "--minutes 0"),
-    (["study", "--fast"], "unknown argument --fast"),
-    (["check,study,train"], "unknown stage train"),
-    (["check,,report"], "unknown stage ''"),
-])
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["train"], "unknown stage train"),
+        (["study", "--minutes", "12"], "--minutes 12: a number of minutes above 0 and at most 9"),
+        (["study", "--minutes", "0"], "--minutes 0"),
+        (["study", "--fast"], "unknown argument --fast"),
+        (["check,study,train"], "unknown stage train"),
+        (["check,,report"], "unknown stage ''"),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, argv: List[str], said: str) -> None:
     run = session(tmp_path, *argv)
     assert run.returncode == 2 and said in run.stderr and run.stderr.count("\n") == 1, run.stderr

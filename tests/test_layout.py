@@ -19,7 +19,8 @@ PACKAGE = ROOT / "wif"
 MAX_LINES = 320
 
 # Which wif packages each package may import (its own always). Bottom to top: config <- measure <- data <- run
-# <- sweep; tools beside sweep, advisor above tools; the report reads the store (measure.tracking alone: see REPORT_MAY_IMPORT).
+# <- sweep; tools beside sweep, advisor above tools; the report reads the store (measure.tracking alone: see
+# REPORT_MAY_IMPORT).
 MAY_IMPORT: Mapping[str, Set[str]] = {
     "config": set(),
     "measure": {"config"},
@@ -171,9 +172,18 @@ def test_the_report_never_imports_torch_or_the_training_code(graph) -> None:
     _, external = graph
     heavy = {m: sorted(libs & HEAVY) for m, libs in external.items() if package_of(m) == "report" and libs & HEAVY}
     assert heavy == {}
-    done = subprocess.run([sys.executable, "-c", "import sys, wif.report.cli, wif.report.race; "
-                           "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % sorted(HEAVY)],
-                          capture_output=True, text=True, check=True, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, wif.report.cli, wif.report.race; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % sorted(HEAVY),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     assert done.stdout.strip() == "[]"
 
 
@@ -184,5 +194,7 @@ def test_each_package_says_what_lives_there() -> None:
 
 
 def test_no_file_is_long() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}

@@ -48,8 +48,9 @@ def most_at_once(runs: List[Run]) -> int:
 
 def one_finished_run_per_job(runs: List[Run]) -> None:
     finished = [r for r in runs if r.info.status == "FINISHED"]
-    assert sorted(r.data.tags["wif.loader"] for r in finished) == ["baseline", "bg", "bg_pin", "pin"], \
-        [(r.info.run_name, r.info.status) for r in runs]
+    assert sorted(r.data.tags["wif.loader"] for r in finished) == ["baseline", "bg", "bg_pin", "pin"], [
+        (r.info.run_name, r.info.status) for r in runs
+    ]
     assert len({r.data.tags["wif.config_hash"] for r in finished}) == N  # no duplicate
     assert not [r for r in runs if r.info.status == "RUNNING"]
     for run in finished:  # whole: every epoch's metrics, the summary, its config
@@ -70,9 +71,12 @@ def test_four_jobs_at_once_write_one_sqlite_store(tmp_path: Path, store: str, ca
     assert "database is locked" not in job_logs(tmp_path) + out
 
 
-def test_four_jobs_at_once_write_one_server_restarted_mid_sweep(tmp_path: Path, cache_dir: Path,
-                                                                server: MlflowServer,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_four_jobs_at_once_write_one_server_restarted_mid_sweep(
+    tmp_path: Path,
+    cache_dir: Path,
+    server: MlflowServer,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The server goes down while the four runs are RUNNING and comes back on its port and store. MLflow's
     client retries what it could not send; a run that failed on it all the same says so, and the same command
     again completes it (resume): in the end one FINISHED run per job, and none RUNNING."""

@@ -39,8 +39,16 @@ def test_a_runs_ram_peak_is_its_own(tmp_path: Path, cache_dir: Path) -> None:
 
 def test_worker_start_up_shows_in_first_batch_time(tmp_path: Path, store: str, cache_dir: Path) -> None:
     """Without persistent workers every epoch starts its workers again; with them, it does not."""
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb", "loader.num_workers=2",
-                     "loader.persistent_workers=false,true", "trainer.epochs=4")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "loader=pin_nb",
+        "loader.num_workers=2",
+        "loader.persistent_workers=false,true",
+        "trainer.epochs=4",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     from mlflow.tracking import MlflowClient
 
@@ -60,11 +68,20 @@ def test_ram_figures_are_ordered_and_grow_with_workers(tmp_path: Path, store: st
     epochs of a fraction of a second may fall between two PSS reads (each read keeps only a still tree).
     """
     for persistent, workers in (("false", "0,2,4"), ("true", "2,4")):
-        proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=pin_nb",
-                         f"loader.num_workers={workers}", f"loader.persistent_workers={persistent}")
+        proc = run_train(
+            tmp_path,
+            store,
+            cache_dir,
+            "preset=smoke",
+            "loader=pin_nb",
+            f"loader.num_workers={workers}",
+            f"loader.persistent_workers={persistent}",
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
-    m = {(r.data.params["loader.num_workers"], r.data.params["loader.persistent_workers"]): r.data.metrics
-         for r in train_runs(store, status="FINISHED")}
+    m = {
+        (r.data.params["loader.num_workers"], r.data.params["loader.persistent_workers"]): r.data.metrics
+        for r in train_runs(store, status="FINISHED")
+    }
     assert len(m) == 5
     for run in m.values():
         assert run["ram_peak_uss_mb"] <= run["ram_peak_pss_mb"] <= run["ram_peak_rss_mb"]
@@ -75,6 +92,8 @@ def test_ram_figures_are_ordered_and_grow_with_workers(tmp_path: Path, store: st
     pss = [plain[0]["ram_peak_pss_mb"]] + [m[(w, "True")]["ram_peak_pss_mb"] for w in ("2", "4")]
     busy = max(run["host_other_cpu_pct"] for run in m.values())
     if busy > 25 and not pss[0] < pss[1] < pss[2]:  # a loaded machine delays the sampler's PSS reads
-        pytest.skip(f"PSS peaks {[round(x) for x in pss]} MB out of order beside other work ({busy:.0f}% of a "
-                    "core): a worker's few private MB need a quiet machine's samples")
+        pytest.skip(
+            f"PSS peaks {[round(x) for x in pss]} MB out of order beside other work ({busy:.0f}% of a "
+            "core): a worker's few private MB need a quiet machine's samples"
+        )
     assert pss[0] < pss[1] < pss[2], pss

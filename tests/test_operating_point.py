@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 import torch
 from omegaconf import OmegaConf
-
-import pandas as pd
 
 from tests.conftest import compose_cfg, run_train, train_runs
 from wif.config import ConfigError, validate
@@ -51,12 +50,15 @@ def test_decoding_happens_in_the_workers(tmp_path: Path) -> None:
     assert n == len(data.train) and workers > 2 * own, (workers, own)
 
 
-@pytest.mark.parametrize("overrides,named", [
-    (("loader.in_order=false",), "loader.in_order"),
-    (("loader.multiprocessing_context=spawn",), "loader.multiprocessing_context"),
-    (("data.augment=flip",), "data.augment"),
-    (("data=encoded", "data.jpeg_quality=0"), "data.jpeg_quality"),
-])
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        (("loader.in_order=false",), "loader.in_order"),
+        (("loader.multiprocessing_context=spawn",), "loader.multiprocessing_context"),
+        (("data.augment=flip",), "data.augment"),
+        (("data=encoded", "data.jpeg_quality=0"), "data.jpeg_quality"),
+    ],
+)
 def test_bad_knob_combinations_are_refused(overrides: tuple, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         validate(OmegaConf.to_object(compose_cfg("preset=smoke", *overrides)))
@@ -72,8 +74,15 @@ def test_an_unknown_start_method_is_named() -> None:
 
 @pytest.mark.slow
 def test_encoded_runs_train_and_resident_says_it_decoded(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=encoded", "data.fraction=0.7",
-                     "loader=pin_nb_w4_pf2,gpu_resident")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data=encoded",
+        "data.fraction=0.7",
+        "loader=pin_nb_w4_pf2,gpu_resident",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = {r.data.tags["wif.loader"]: r for r in train_runs(store, status="FINISHED")}
     assert runs["gpu_resident"].data.tags["wif.resident_decoded"] == "True"
@@ -84,12 +93,23 @@ def test_encoded_runs_train_and_resident_says_it_decoded(tmp_path: Path, store: 
 @pytest.mark.slow
 def test_knobs_study_lands_its_cells(tmp_path: Path, store: str, cache_dir: Path) -> None:
     """A slice of `+study=knobs` (one loader, the fork start method) on the smoke preset."""
-    proc = run_train(tmp_path, store, cache_dir, "+study=knobs", "preset=smoke", "loader=pin_nb_w4_pf2",
-                     "loader.multiprocessing_context=fork")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "+study=knobs",
+        "preset=smoke",
+        "loader=pin_nb_w4_pf2",
+        "loader.multiprocessing_context=fork",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = {r.data.tags["wif.cell"] for r in train_runs(store, status="FINISHED")}
-    assert cells == {"pin_nb_w4_pf2+fork@0.4", "pin_nb_w4_pf2+persistent+fork@0.4",
-                     "pin_nb_w4_pf2+out_of_order+fork@0.4", "pin_nb_w4_pf2+persistent+out_of_order+fork@0.4"}
+    assert cells == {
+        "pin_nb_w4_pf2+fork@0.4",
+        "pin_nb_w4_pf2+persistent+fork@0.4",
+        "pin_nb_w4_pf2+out_of_order+fork@0.4",
+        "pin_nb_w4_pf2+persistent+out_of_order+fork@0.4",
+    }
     out = tmp_path / "report"  # speedups against the study's reference, PyTorch's defaults (tracking.baseline)
     assert report(["--tracking-uri", store, "--out", str(out), "--no-log", "--keep-contended"]) == 0
     assert "speedup vs pin_nb_w4_pf2+fork" in (out / "summary.md").read_text()

@@ -11,14 +11,19 @@ from tests.conftest import run_train, sigkill_and_expect_gone, start_train, trai
 
 pytestmark = pytest.mark.slow
 
-JOB = ("preset=smoke", "loader=pin_nb", "loader.num_workers=2", "loader.persistent_workers=true",
-       "data.fraction=1.0", "trainer.epochs=4")
-
-
+JOB = (
+    "preset=smoke",
+    "loader=pin_nb",
+    "loader.num_workers=2",
+    "loader.persistent_workers=true",
+    "data.fraction=1.0",
+    "trainer.epochs=4",
+)
 
 
 def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_job(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     proc = start_train(tmp_path, store, cache_dir, *JOB)
     run_process = wait_for_workers(proc, 2)
     tree = [run_process, *run_process.children()]
@@ -36,8 +41,17 @@ def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_j
 
 def test_nodes_procs_workers_end_with_a_killed_supervisor(tmp_path: Path, store: str, cache_dir: Path) -> None:
     """torchdata.nodes starts its worker processes itself (no worker_init_fn): they die with the run all the same."""
-    proc = start_train(tmp_path, store, cache_dir, "preset=smoke", "engine=nodes_procs", "loader=pin_nb_w4_pf2",
-                       "loader.num_workers=2", "data.fraction=1.0", "trainer.epochs=4")
+    proc = start_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "engine=nodes_procs",
+        "loader=pin_nb_w4_pf2",
+        "loader.num_workers=2",
+        "data.fraction=1.0",
+        "trainer.epochs=4",
+    )
     run_process = wait_for_workers(proc, 2)
     tree = [run_process, *run_process.children()]
     assert len(tree) >= 3

@@ -16,18 +16,20 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
-import tomllib
 import zipfile
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
+import tomllib
 
 from tests.conftest import ROOT
 
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-MY_LOADER = "# a user's own loader option (the keys of `loader`): two workers, pinned\n" \
-            "name: mine\nnum_workers: 2\npin_memory: true\n"
+MY_LOADER = (
+    "# a user's own loader option (the keys of `loader`): two workers, pinned\n"
+    "name: mine\nnum_workers: 2\npin_memory: true\n"
+)
 
 
 def user_conf(where: Path) -> Path:
@@ -62,8 +64,14 @@ def test_a_users_folder_composes_with_wifs_and_a_name_in_neither_is_refused(tmp_
         load_config(["loader=mine"])  # without the folder, wif alone does not know it
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     for cmd in (["wif.sweep.study", "--config-dir", str(mine)], ["wif.sweep.plan", "--config-dir", str(mine)]):
-        proc = subprocess.run([sys.executable, "-m", *cmd, "loader=nosuch"], capture_output=True, text=True,
-                              cwd=tmp_path, env=env, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", *cmd, "loader=nosuch"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and "Could not find 'loader/nosuch'" in lines[0], proc.stderr
         assert "mine" in lines[0]  # the options listed are wif's and the folder's
@@ -74,9 +82,12 @@ def test_the_examples_import_each_other_as_the_package_they_ship_in() -> None:
     """examples/ ships as wif.examples: an example importing `examples.x` works only in the checkout."""
     import ast
 
-    absolute = [f"{path.name}: {node.module}" for path in sorted((ROOT / "examples").glob("*.py"))
-                for node in ast.walk(ast.parse(path.read_text()))
-                if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("examples")]
+    absolute = [
+        f"{path.name}: {node.module}"
+        for path in sorted((ROOT / "examples").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("examples")
+    ]
     assert absolute == [], "import them relatively (from .models import ...)"
     assert (ROOT / "wif" / "examples").resolve() == (ROOT / "examples").resolve()
     assert (ROOT / "wif" / "conf").resolve() == (ROOT / "conf").resolve()
@@ -99,8 +110,12 @@ def build(kind: str, source: Path, out: Path) -> Path:
 
 def checkout_copy(dest: Path) -> Path:
     """The checkout's files (tracked, and new ones git does not ignore), links kept as links."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if listed.returncode != 0:
         pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
     for name in filter(None, listed.stdout.split("\0")):
@@ -119,13 +134,21 @@ def fresh_venv(where: Path, wheel: Path) -> Path:
     """A venv with the wheel installed (not editable), its dependencies seen through a .pth line."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     py = where / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     import site
 
     (Path(purelib) / "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    done = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
-                          capture_output=True, text=True, env=clean_env(where))
+    done = subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        env=clean_env(where),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return where / "bin"
 
@@ -145,8 +168,13 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
         tar.extractall(tmp_path / "unpacked", filter="data")
     wheel = build("wheel", tmp_path / "unpacked" / sdist.name[: -len(".tar.gz")], tmp_path / "from_sdist")
     shipped = files_of(wheel)
-    assert {"wif/conf/config.yaml", "wif/conf/loader/baseline.yaml", "hydra_plugins/wif_sweeper/race_sweeper.py",
-            "wif/examples/models.py", "wif-0.1.0.dist-info/licenses/LICENSE"} <= set(shipped)
+    assert {
+        "wif/conf/config.yaml",
+        "wif/conf/loader/baseline.yaml",
+        "hydra_plugins/wif_sweeper/race_sweeper.py",
+        "wif/examples/models.py",
+        "wif-0.1.0.dist-info/licenses/LICENSE",
+    } <= set(shipped)
     assert shipped == files_of(build("wheel", src, tmp_path / "from_tree")), "the sdist builds another wheel"
 
     bin_ = fresh_venv(tmp_path / "venv", wheel)
@@ -156,28 +184,60 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
     env = clean_env(tmp_path / "venv", WIF_CACHE_DIR=str(cache_dir))
 
     def run(*argv: str, status: int = 0, timeout: float = 600) -> str:
-        proc = subprocess.run([str(bin_ / argv[0]), *argv[1:]], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            [str(bin_ / argv[0]), *argv[1:]], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+        )
         out = proc.stdout + proc.stderr
         assert proc.returncode == status, f"{' '.join(argv)}: exit {proc.returncode}\n{out[-4000:]}"
         return out
 
-    where = run("python", "-c", "import wif, hydra_plugins.wif_sweeper as s; print(wif.__file__, s.__file__); "
-                "import importlib.util as u; print(u.find_spec('examples'))")
-    assert where.split() == [str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/wif/__init__.py")] + \
-        [str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/hydra_plugins/wif_sweeper/__init__.py")] \
-        + ["None"], f"the checkout is importable: {where}"
+    where = run(
+        "python",
+        "-c",
+        "import wif, hydra_plugins.wif_sweeper as s; print(wif.__file__, s.__file__); "
+        "import importlib.util as u; print(u.find_spec('examples'))",
+    )
+    assert where.split() == [str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/wif/__init__.py")] + [
+        str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/hydra_plugins/wif_sweeper/__init__.py")
+    ] + ["None"], f"the checkout is importable: {where}"
     assert "No broken requirements" in run("python", "-m", "pip", "check")
     assert "wif-advise" in run("wif")
     smoke = ("preset=smoke", "data.fraction=0.05")
     run("wif-study", "--config-dir", "myconf", *smoke, "loader=mine")  # the smoke job, with the user's loader
-    out = run("wif-study", "--config-dir", "myconf", "-m", "hydra/sweeper=race", "loader=baseline,mine", *smoke,
-              "race.min_blocks=2", "race.max_blocks=2")
+    out = run(
+        "wif-study",
+        "--config-dir",
+        "myconf",
+        "-m",
+        "hydra/sweeper=race",
+        "loader=baseline,mine",
+        *smoke,
+        "race.min_blocks=2",
+        "race.max_blocks=2",
+    )
     assert "Race done" in out
-    assert "fixed grid: 4 runs" in run("wif-plan", "--config-dir", "myconf", "loader=baseline,mine", *smoke,
-                                       "repeat=0,1")
-    run("wif-advise", "--config-dir", "myconf", *smoke, "loader=mine", "--epochs", "2", "--batches", "2",
-        "--race-candidates", "1", "--min-blocks", "2", "--max-blocks", "2", "--max-epochs", "2")
+    assert "fixed grid: 4 runs" in run(
+        "wif-plan", "--config-dir", "myconf", "loader=baseline,mine", *smoke, "repeat=0,1"
+    )
+    run(
+        "wif-advise",
+        "--config-dir",
+        "myconf",
+        *smoke,
+        "loader=mine",
+        "--epochs",
+        "2",
+        "--batches",
+        "2",
+        "--race-candidates",
+        "1",
+        "--min-blocks",
+        "2",
+        "--max-blocks",
+        "2",
+        "--max-epochs",
+        "2",
+    )
     run("wif-report", "--keep-contended", "--out", "report")  # on a busy machine every run may be contended
     assert (work / "report" / "summary.md").is_file()
     refused = run("wif-study", "--config-dir", "myconf", "loader=nosuch", status=2)
@@ -185,8 +245,9 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
 
     assert list(tmp_path.rglob("mlflow.db")) == [work / "mlflow.db"], "every command writes where it is started"
     with sqlite3.connect(work / "mlflow.db") as db:
-        kinds: List[tuple] = db.execute("select value, count(*) from tags where key = 'wif.kind' group by value"
-                                        ).fetchall()
+        kinds: List[tuple] = db.execute(
+            "select value, count(*) from tags where key = 'wif.kind' group by value"
+        ).fetchall()
         loaders = {v for (v,) in db.execute("select value from params where key = 'loader.name'")}
     kinds_seen = dict(kinds)
     assert kinds_seen.get("train", 0) == 4 and kinds_seen.get("advise", 0) >= 5 and kinds_seen.get("report") == 1, kinds

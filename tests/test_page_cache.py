@@ -56,9 +56,21 @@ def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: 
     refused = eviction_refused(_files(root))
     if refused:
         pytest.skip(refused)
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={root}",
-                     "data.fraction=1.0", "data.val_split=0.25", "loader=baseline", "loader.num_workers=2",
-                     "trainer.epochs=2", "data.page_cache=warm,cold", "sweep.shuffle=false")  # warm first
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data=folder",
+        f"data.root={root}",
+        "data.fraction=1.0",
+        "data.val_split=0.25",
+        "loader=baseline",
+        "loader.num_workers=2",
+        "trainer.epochs=2",
+        "data.page_cache=warm,cold",
+        "sweep.shuffle=false",
+    )  # warm first
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     # the files the training split reads, picked as every run picks them
     cfg = _data_cfg(tmp_path / "c", "data=folder", f"data.root={root}", "data.fraction=1.0", "data.val_split=0.25")
@@ -67,9 +79,13 @@ def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: 
     train_bytes = sum(os.path.getsize(files["train_paths"][i]) for i in train_idx)
     client = MlflowClient(store)
     runs = {r.data.params["data.page_cache"]: r for r in train_runs(store, status="FINISHED")}
-    history = {mode: {key: [m.value for m in sorted(client.get_metric_history(r.info.run_id, key),
-                                                      key=lambda m: m.step)]
-                      for key in ("storage_read_bytes", "page_cache_resident_frac")} for mode, r in runs.items()}
+    history = {
+        mode: {
+            key: [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step)]
+            for key in ("storage_read_bytes", "page_cache_resident_frac")
+        }
+        for mode, r in runs.items()
+    }
     cold, warm = history["cold"], history["warm"]
     assert len(cold["storage_read_bytes"]) == 2 and max(cold["page_cache_resident_frac"]) < 0.10, cold
     assert min(cold["storage_read_bytes"]) >= 0.8 * train_bytes, (cold, train_bytes)  # read by the 2 workers
@@ -97,23 +113,36 @@ def shm_folder():
 
 
 @needs("lmdb")
-def test_a_job_refuses_cold_on_tmpfs_for_the_folder_and_for_a_pack_in_the_cache(shm_folder: Path,
-                                                                                  tmp_path: Path) -> None:
+def test_a_job_refuses_cold_on_tmpfs_for_the_folder_and_for_a_pack_in_the_cache(
+    shm_folder: Path, tmp_path: Path
+) -> None:
     folder = _data_cfg(tmp_path / "c", "data=folder", f"data.root={shm_folder}", "data.page_cache=cold")
     with pytest.raises(ConfigError) as err:
         prepare_storage(folder)
     assert "data.page_cache=cold" in str(err.value) and "tmpfs" in str(err.value) and str(shm_folder) in str(err.value)
-    in_shm = _data_cfg(shm_folder / "cache", "data=folder", f"data.root={shm_folder}", "data.format=lmdb",
-                       "data.page_cache=cold")  # the pack goes to a cache on tmpfs
+    in_shm = _data_cfg(
+        shm_folder / "cache", "data=folder", f"data.root={shm_folder}", "data.format=lmdb", "data.page_cache=cold"
+    )  # the pack goes to a cache on tmpfs
     with pytest.raises(ConfigError, match="tmpfs"):
         prepare_storage(in_shm)
 
 
 @pytest.mark.slow
-def test_a_sweep_with_cold_on_tmpfs_is_refused_before_its_first_job(shm_folder: Path, tmp_path: Path, store: str,
-                                                                     cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data=folder", f"data.root={shm_folder}",
-                     "data.fraction=1.0", "data.val_split=0.25", "data.page_cache=cold", "loader=baseline,pin")
+def test_a_sweep_with_cold_on_tmpfs_is_refused_before_its_first_job(
+    shm_folder: Path, tmp_path: Path, store: str, cache_dir: Path
+) -> None:
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "data=folder",
+        f"data.root={shm_folder}",
+        "data.fraction=1.0",
+        "data.val_split=0.25",
+        "data.page_cache=cold",
+        "loader=baseline,pin",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
     reasons = [line for line in out.splitlines() if "data.page_cache=cold:" in line]
@@ -134,8 +163,17 @@ def test_cold_epochs_read_storage_or_the_run_says_it_was_not_cold(tmp_path: Path
     refused = eviction_refused(_files(root))
     if refused:
         pytest.skip(refused)
-    common = ("preset=smoke", "data=folder", f"data.root={root}", "data.fraction=1.0", "data.val_split=0.25",
-              "data.page_cache=cold", "loader=baseline", "data.format=folder,lmdb", "trainer.epochs=3")
+    common = (
+        "preset=smoke",
+        "data=folder",
+        f"data.root={root}",
+        "data.fraction=1.0",
+        "data.val_split=0.25",
+        "data.page_cache=cold",
+        "loader=baseline",
+        "data.format=folder,lmdb",
+        "trainer.epochs=3",
+    )
     for workers in (("loader.num_workers=0",), ("loader.num_workers=2", "loader.persistent_workers=true")):
         proc = run_train(tmp_path, store, cache_dir, *common, *workers)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
@@ -144,11 +182,14 @@ def test_cold_epochs_read_storage_or_the_run_says_it_was_not_cold(tmp_path: Path
     assert len(runs) == 4
     verdicts = {}
     for r in runs:
-        h = {key: [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step)]
-             for key in ("storage_read_bytes", "page_cache_resident_frac", "page_cache_cold")}
+        h = {
+            key: [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step)]
+            for key in ("storage_read_bytes", "page_cache_resident_frac", "page_cache_cold")
+        }
         measured = {key: values[1:] for key, values in h.items()}  # after the warm-up epoch
-        cold = all(b > 0 for b in measured["storage_read_bytes"]) and \
-            all(f <= COLD_RESIDENT_LIMIT for f in measured["page_cache_resident_frac"])
+        cold = all(b > 0 for b in measured["storage_read_bytes"]) and all(
+            f <= COLD_RESIDENT_LIMIT for f in measured["page_cache_resident_frac"]
+        )
         tag = r.data.tags["wif.page_cache_cold"]
         assert tag == str(cold).lower() and measured["page_cache_cold"] == [float(cold)] * 2, (r.info.run_name, h)
         verdicts[(r.data.params["data.format"], r.data.params["loader.num_workers"])] = cold
@@ -177,8 +218,12 @@ def test_the_report_warns_of_a_run_whose_cold_epochs_were_not_cold(tmp_path: Pat
             warm = loader == "pin_nb_w4_pf2" and block == 1
             client.set_tag(run_id, "wif.page_cache_cold", str(not warm).lower())
             if warm:
-                client.set_tag(run_id, "wif.page_cache_note", "2 of 2 measured epochs were not cold: up to 10% of "
-                               "the data's pages stayed resident after eviction")
+                client.set_tag(
+                    run_id,
+                    "wif.page_cache_note",
+                    "2 of 2 measured epochs were not cold: up to 10% of "
+                    "the data's pages stayed resident after eviction",
+                )
     out = tmp_path / "report"
     assert report_main(["--tracking-uri", uri, "--out", str(out), "--no-log"]) == 0
     text = (out / "summary.md").read_text()
@@ -196,8 +241,14 @@ def test_under_a_cold_cache_each_batch_lets_go_of_the_lmdb_map_host_or_device_de
 
     root = jpeg_folder(tmp_path / "images", per_class=6, test_per_class=2, size=32)
     for cache, held in (("cold", False), ("warm", True)):
-        cfg = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}", "data.fraction=1.0",
-                        "data.format=lmdb", f"data.page_cache={cache}")
+        cfg = _data_cfg(
+            tmp_path / "cache",
+            "data=folder",
+            f"data.root={root}",
+            "data.fraction=1.0",
+            "data.format=lmdb",
+            f"data.page_cache={cache}",
+        )
         train = format_datasets(cfg).train
         for split in (train, encoded_split(train, cfg, train=True)):
             lmdb_format.close_all()

@@ -9,13 +9,20 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.conftest import new_store
 from wif.sweep.plan import RunCost, main, price
 
-from tests.conftest import new_store
 
-
-def _fake_run(client: MlflowClient, exp: str, cell: str, epochs: str, run_s: float, overhead_s: float,
-              epochs_run: int | None = None, race_id: str | None = None) -> None:
+def _fake_run(
+    client: MlflowClient,
+    exp: str,
+    cell: str,
+    epochs: str,
+    run_s: float,
+    overhead_s: float,
+    epochs_run: int | None = None,
+    race_id: str | None = None,
+) -> None:
     tags = {"wif.kind": "train", "wif.device": "cpu", "wif.model": "tiny", "wif.cell": cell}
     if race_id:
         tags["wif.race_id"] = race_id
@@ -47,10 +54,22 @@ def test_a_probe_prices_each_cell_at_its_own_fraction_and_batches() -> None:
     from wif.sweep.budget import ProbeCost
     from wif.sweep.plan import probe_price
 
-    probe = ProbeCost(wall_s=0.3 + 0.1 + 2 * (0.05 + 0.02), run_s=0.1 + 2 * (0.05 + 0.02), epoch_s=0.05,
-                      first_batch_s=0.01, val_s=0.02, batches=4, fraction=0.7, loop_s=0.05)
-    got = probe_price({"baseline@0.7": 2, "baseline@0.1": 1}, {"baseline@0.7": (0.7, 18), "baseline@0.1": (0.1, 3)},
-                      {"baseline": probe}, epochs=3)
+    probe = ProbeCost(
+        wall_s=0.3 + 0.1 + 2 * (0.05 + 0.02),
+        run_s=0.1 + 2 * (0.05 + 0.02),
+        epoch_s=0.05,
+        first_batch_s=0.01,
+        val_s=0.02,
+        batches=4,
+        fraction=0.7,
+        loop_s=0.05,
+    )
+    got = probe_price(
+        {"baseline@0.7": 2, "baseline@0.1": 1},
+        {"baseline@0.7": (0.7, 18), "baseline@0.1": (0.1, 3)},
+        {"baseline": probe},
+        epochs=3,
+    )
     full = 0.3 + 0.1 + 3 * (0.19 + 0.02)
     small = 0.3 + 0.1 + 3 * (0.04 + 0.01 + 0.01 * 0.1 / 0.7)
     assert got is not None and (got.runs, got.epochs) == (3, 9)
@@ -72,8 +91,20 @@ def test_wif_plan_prices_a_grid_from_the_store(tmp_path: Path, capsys: pytest.Ca
     _fake_run(client, exp, "baseline@0.1", "3", run_s=300.0, overhead_s=1.0)
     client.set_tag(client.search_runs([exp], "metrics.time_total_s = 300")[0].info.run_id, "wif.model", "googlenet")
 
-    assert main(["loader=baseline,pin", "repeat=range(0,4)", "preset=smoke", "device=cpu", "trainer.epochs=20",
-                 "--tracking-uri", store]) == 0
+    assert (
+        main(
+            [
+                "loader=baseline,pin",
+                "repeat=range(0,4)",
+                "preset=smoke",
+                "device=cpu",
+                "trainer.epochs=20",
+                "--tracking-uri",
+                store,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     # per epoch: baseline median(1, 1, 1) s, pin 2 s; overhead 1 s; the googlenet run is another testbed
     assert "2 cells x 4 repeats, 20 epochs a run" in out and "from 5 earlier runs" in out
@@ -84,15 +115,27 @@ def test_wif_plan_prices_a_grid_from_the_store(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_wif_plan_without_history_says_how_to_get_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["loader=baseline,pin", "preset=smoke", "device=cpu", "--no-probe", "--tracking-uri",
-                 f"sqlite:///{tmp_path / 'm.db'}"]) == 0
+    assert (
+        main(
+            [
+                "loader=baseline,pin",
+                "preset=smoke",
+                "device=cpu",
+                "--no-probe",
+                "--tracking-uri",
+                f"sqlite:///{tmp_path / 'm.db'}",
+            ]
+        )
+        == 0
+    )
     assert "no earlier finished run of this testbed" in capsys.readouterr().out
     assert main(["trainer.epochs=abc", "device=cpu", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 2
 
 
 @pytest.mark.slow
 def test_wif_plan_on_an_empty_store_probes_each_setting_and_prices_from_it(
-        tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)  # the probe is a train.py sweep: its Hydra folders land here
     monkeypatch.setenv("WIF_CACHE_DIR", str(cache_dir))
     store = new_store(tmp_path)
@@ -106,7 +149,8 @@ def test_wif_plan_on_an_empty_store_probes_each_setting_and_prices_from_it(
     probes = client.search_runs([client.get_experiment_by_name("who_is_faster-probe").experiment_id])
     assert len(probes) == 2 and {r.data.tags["wif.kind"] for r in probes} == {"probe"}
     assert client.get_experiment_by_name("who_is_faster") is None or not client.search_runs(
-        [client.get_experiment_by_name("who_is_faster").experiment_id], "tags.`wif.kind` = 'train'")
+        [client.get_experiment_by_name("who_is_faster").experiment_id], "tags.`wif.kind` = 'train'"
+    )
 
     assert main([*grid, "--tracking-uri", store]) == 0  # the probe is kept: asked again, nothing runs
     again = capsys.readouterr().out

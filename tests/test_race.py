@@ -32,15 +32,18 @@ def race(rng: np.random.Generator, effects: np.ndarray, rules: RaceRules) -> tup
     return state, len(rows)
 
 
-@pytest.mark.parametrize("rules,n", [(RaceRules(), 50), (RaceRules(min_blocks=2, max_blocks=3), 100)],
-                         ids=["default", "look-at-2"])  # 50 races of up to 10 looks: about 50 s on a laptop core
+@pytest.mark.parametrize(
+    "rules,n", [(RaceRules(), 50), (RaceRules(min_blocks=2, max_blocks=3), 100)], ids=["default", "look-at-2"]
+)  # 50 races of up to 10 looks: about 50 s on a laptop core
 def test_identical_settings_are_never_declared_fastest(rules: RaceRules, n: int) -> None:
     rng = np.random.default_rng(11)
     ends = [race(rng, np.ones(len(NAMES)), rules)[0] for _ in range(n)]
     single = sum(len(s.alive) == 1 for s in ends)
     tied = sum("tied" in s.settled for s in ends)
-    print(f"\n{n} races of 11 identical settings: {single} declared one fastest, {tied} ended tied, "
-          f"{n - single - tied} ran to max_blocks")
+    print(
+        f"\n{n} races of 11 identical settings: {single} declared one fastest, {tied} ended tied, "
+        f"{n - single - tied} ran to max_blocks"
+    )
     assert single == 0
     assert all(s.settled for s in ends)
 
@@ -63,13 +66,16 @@ def test_rules_refuse_what_cannot_race() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bad, says", [
-    ("loader=baseline,pin race.min_blocks=1", "race.min_blocks=1: the model needs at least 2 blocks"),
-    ("loader=baseline,pin race.max_blocks=2", "race.max_blocks=2 is below race.min_blocks=3"),
-    ("loader=baseline,pin race.margin=-0.5", "race.margin=-0.5"),
-    ("loader=baseline", "has one setting (baseline): a race needs at least two"),
-    ("loader=baseline,pin_nb device=cpu", "once the options that run the same code on this CPU race as one"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("loader=baseline,pin race.min_blocks=1", "race.min_blocks=1: the model needs at least 2 blocks"),
+        ("loader=baseline,pin race.max_blocks=2", "race.max_blocks=2 is below race.min_blocks=3"),
+        ("loader=baseline,pin race.margin=-0.5", "race.margin=-0.5"),
+        ("loader=baseline", "has one setting (baseline): a race needs at least two"),
+        ("loader=baseline,pin_nb device=cpu", "once the options that run the same code on this CPU race as one"),
+    ],
+)
 def test_bad_race_settings_stop_before_any_job(tmp_path: Path, store: str, cache_dir: Path, bad: str, says: str):
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "hydra/sweeper=race", *bad.split())
     out = proc.stdout + proc.stderr
@@ -82,8 +88,14 @@ def test_bad_race_settings_stop_before_any_job(tmp_path: Path, store: str, cache
 def test_a_real_race_logs_its_looks_and_resumes_without_rerunning(tmp_path: Path, store: str, cache_dir: Path):
     # Contention is measured but not acted on here: the race's mechanics must not depend on a quiet CI machine.
     # On a CPU, pin runs baseline's code (pin_memory does nothing there): it races as baseline.
-    args = ["preset=smoke", "hydra/sweeper=race", "loader=baseline,pin,pin_nb_w4_pf2,bg", "race.max_blocks=3",
-            "measure.contended_pct=10000", "device=cpu"]
+    args = [
+        "preset=smoke",
+        "hydra/sweeper=race",
+        "loader=baseline,pin,pin_nb_w4_pf2,bg",
+        "race.max_blocks=3",
+        "measure.contended_pct=10000",
+        "device=cpu",
+    ]
     first = run_train(tmp_path, store, cache_dir, *args)
     assert first.returncode == 0, first.stderr[-3000:]
     out = first.stdout + first.stderr
@@ -118,8 +130,13 @@ def test_a_real_race_logs_its_looks_and_resumes_without_rerunning(tmp_path: Path
 
 @pytest.mark.slow
 def test_an_interrupted_race_marks_its_running_job_killed_and_resumes(tmp_path: Path, store: str, cache_dir: Path):
-    args = ["preset=smoke", "hydra/sweeper=race", "loader=pin_nb_w4_pf2,pin_nb_w4_pf8", "race.max_blocks=3",
-            "measure.contended_pct=10000"]
+    args = [
+        "preset=smoke",
+        "hydra/sweeper=race",
+        "loader=pin_nb_w4_pf2,pin_nb_w4_pf8",
+        "race.max_blocks=3",
+        "measure.contended_pct=10000",
+    ]
     proc = start_train(tmp_path, store, cache_dir, *args)
     deadline = time.monotonic() + 300
     while len(train_runs(store, status="FINISHED")) < 2 and time.monotonic() < deadline:

@@ -36,30 +36,67 @@ NOISY_04 = np.array([30.0, 45.0, 38.0, 50.0, 34.0])
 ONE_04 = np.array([45.0])
 
 
-def log_run(client: MlflowClient, exp_id: str, loader: str, fraction: float, block: int, time: float, *,
-            device: str = "cuda", status: str = "FINISHED", sweep_pos: int = 0, error: str | None = None,
-            ram: float = 2000.0, vram: float | None = 1500.0, source: str = "synthetic", other_cpu: float = 3.0,
-            median: float | None = None) -> str:
+def log_run(
+    client: MlflowClient,
+    exp_id: str,
+    loader: str,
+    fraction: float,
+    block: int,
+    time: float,
+    *,
+    device: str = "cuda",
+    status: str = "FINISHED",
+    sweep_pos: int = 0,
+    error: str | None = None,
+    ram: float = 2000.0,
+    vram: float | None = 1500.0,
+    source: str = "synthetic",
+    other_cpu: float = 3.0,
+    median: float | None = None,
+) -> str:
     """One training run as train.py logs it (the MLflow contract), with a known epoch time (median and mean
     alike unless `median` is given); a run with `other_cpu` above 25 is tagged contended, as train.py does."""
-    tags = {"wif.kind": "train", "wif.loader": loader, "wif.fraction": str(fraction),
-            "wif.cell": f"{loader}@{fraction}", "wif.device": device, "wif.gpu": GPU if device == "cuda" else "none",
-            "wif.model": "googlenet", "wif.block": str(block), "wif.sweep_pos": str(sweep_pos), "wif.sweep_id": "s1"}
+    tags = {
+        "wif.kind": "train",
+        "wif.loader": loader,
+        "wif.fraction": str(fraction),
+        "wif.cell": f"{loader}@{fraction}",
+        "wif.device": device,
+        "wif.gpu": GPU if device == "cuda" else "none",
+        "wif.model": "googlenet",
+        "wif.block": str(block),
+        "wif.sweep_pos": str(sweep_pos),
+        "wif.sweep_id": "s1",
+    }
     if error:
         tags["wif.error"] = error
     tags["wif.contended"] = str(other_cpu > 25).lower()
     run_id = client.create_run(exp_id, run_name=f"{loader}@{fraction}#{block}", tags=tags).info.run_id
-    final = {"epoch_time_mean_s": time, "epoch_time_median_s": time if median is None else median,
-             "host_other_cpu_pct": other_cpu, "throughput_mean_img_s": 1000.0 / time, "time_total_s": 4 * time,
-             "data_wait_share_mean": 0.2, "ram_peak_rss_mb": ram * 1.5, "ram_peak_uss_mb": ram * 0.5,
-             "ram_peak_pss_mb": ram, "test_acc": 0.7}
+    final = {
+        "epoch_time_mean_s": time,
+        "epoch_time_median_s": time if median is None else median,
+        "host_other_cpu_pct": other_cpu,
+        "throughput_mean_img_s": 1000.0 / time,
+        "time_total_s": 4 * time,
+        "data_wait_share_mean": 0.2,
+        "ram_peak_rss_mb": ram * 1.5,
+        "ram_peak_uss_mb": ram * 0.5,
+        "ram_peak_pss_mb": ram,
+        "test_acc": 0.7,
+    }
     if vram is not None:
         final.update(vram_peak_allocated_mb=vram * 0.5, vram_peak_reserved_mb=vram * 0.8, vram_peak_device_mb=vram)
     metrics = [Metric(k, v, 0, 0) for k, v in final.items()]
     metrics += [Metric("epoch_time_s", time * (2.0 if e == 0 else 1.0), 0, e) for e in range(4)]
     metrics += [Metric("val_acc", 0.5 + 0.05 * e, 0, e) for e in range(4)]
-    params = [Param("data.batch_size", "64"), Param("data.fraction", str(fraction)), Param("data.source", source),
-              Param("loader.name", loader), Param("trainer.epochs", "4"), Param("measure.contended_pct", "25.0")]
+    params = [
+        Param("data.batch_size", "64"),
+        Param("data.fraction", str(fraction)),
+        Param("data.source", source),
+        Param("loader.name", loader),
+        Param("trainer.epochs", "4"),
+        Param("measure.contended_pct", "25.0"),
+    ]
     client.log_batch(run_id, metrics=metrics, params=params)
     if status != "RUNNING":
         client.set_terminated(run_id, status)
@@ -80,8 +117,17 @@ def study(tmp_path_factory):
     pos = iter(range(1000))
     for block in range(5):
         for name, times in (("baseline", BASE_01), ("pin_nb", FAST_01), ("bg", NOISY_01), ("pin", NEAR_01)):
-            log_run(client, exp_id, name, 0.1, block, times[block], sweep_pos=next(pos),
-                    ram=1000.0 if name == "pin" else 2000.0, vram=3000.0 if name == "pin_nb" else 1500.0)
+            log_run(
+                client,
+                exp_id,
+                name,
+                0.1,
+                block,
+                times[block],
+                sweep_pos=next(pos),
+                ram=1000.0 if name == "pin" else 2000.0,
+                vram=3000.0 if name == "pin_nb" else 1500.0,
+            )
         for name, times in (("baseline", BASE_04), ("pin_nb", FAST_04), ("bg", NOISY_04), ("pin", ONE_04)):
             if block < len(times):
                 log_run(client, exp_id, name, 0.4, block, times[block], sweep_pos=next(pos))
@@ -124,8 +170,13 @@ def _statsmodels_contrasts(times: dict[str, np.ndarray], blocks: dict[str, list[
     rows = [(name, b, t) for name, values in times.items() for b, t in zip(blocks[name], values)]
     frame = pd.DataFrame(rows, columns=["loader", "block", "t"])
     res = smf.ols("np.log(t) ~ C(loader, Treatment(reference='baseline')) + C(block)", frame).fit()
-    return pd.Series({name: -res.params[f"C(loader, Treatment(reference='baseline'))[T.{name}]"]
-                      for name in times if name != "baseline"}), res
+    return pd.Series(
+        {
+            name: -res.params[f"C(loader, Treatment(reference='baseline'))[T.{name}]"]
+            for name in times
+            if name != "baseline"
+        }
+    ), res
 
 
 def test_complete_blocks_one_model_simultaneous_intervals(study):
@@ -139,8 +190,9 @@ def test_complete_blocks_one_model_simultaneous_intervals(study):
     assert s.loc["pin_nb", "speedup"] == pytest.approx(np.exp(np.log(BASE_01 / FAST_01).mean()))
     # Simultaneous: wider than the one-at-a-time t interval of the same model (each setting's own noise),
     # narrower than Bonferroni over 3; and never narrower than the pooled model's one-at-a-time interval.
-    runs = pd.DataFrame([(name, b, t) for name, ts in times.items() for b, t in enumerate(ts)],
-                        columns=["loader", "block", "t"])
+    runs = pd.DataFrame(
+        [(name, b, t) for name, ts in times.items() for b, t in enumerate(ts)], columns=["loader", "block", "t"]
+    )
     f = model.fit(runs, "t", "baseline")
     se = f.se(f.index("baseline"), f.index("pin_nb"))
     half = np.log(s.loc["pin_nb", "speedup_ci_high"] / s.loc["pin_nb", "speedup"])
@@ -173,7 +225,9 @@ def test_verdicts_name_the_possibly_fastest_the_cheapest_and_the_clearly_slower(
     # pin is the leanest in RAM and VRAM of the two; pin_nb holds the most VRAM.
     assert "the cheapest in memory among them is **pin** (peak RAM PSS 1,000 MB, peak VRAM device 1,500 MB)" in v01
     # each judged by its own noise: both shown slower than the fastest, by a bound above 1 (not "1.00x")
-    slower = re.search(r"Clearly slower: baseline \(at least ([\d.]+)x slower\), bg \(at least ([\d.]+)x slower\)\.", v01)
+    slower = re.search(
+        r"Clearly slower: baseline \(at least ([\d.]+)x slower\), bg \(at least ([\d.]+)x slower\)\.", v01
+    )
     assert slower and all(float(x) > 1.1 for x in slower.groups()), v01
     assert "Against baseline: 2 faster, 0 slower, 1 not significantly different" in v01
     v04 = next(line for line in md.splitlines() if line.startswith("**Verdict.** At fraction 0.4,"))
@@ -212,11 +266,22 @@ def test_median_is_the_default_and_mean_is_a_choice(tmp_path):
     for block in range(3):
         for name, t in (("baseline", 10.0), ("a", 5.0)):
             hiccup = 3.0 if (name, block) == ("a", 1) else 1.0  # one slow epoch raised this run's mean only
-            log_run(client, exp_id, name, 0.1, block, t * hiccup * (1 + 0.01 * block), median=t * (1 + 0.01 * block),
-                    device="cpu", vram=None)
+            log_run(
+                client,
+                exp_id,
+                name,
+                0.1,
+                block,
+                t * hiccup * (1 + 0.01 * block),
+                median=t * (1 + 0.01 * block),
+                device="cpu",
+                vram=None,
+            )
     for statistic, expected in (("median", 2.0), ("mean", None)):
         out = tmp_path / statistic
-        args = ["--tracking-uri", uri, "--out", str(out), "--no-log"] + (["--statistic", "mean"] if expected is None else [])
+        args = ["--tracking-uri", uri, "--out", str(out), "--no-log"] + (
+            ["--statistic", "mean"] if expected is None else []
+        )
         assert main(args) == 0
         row = pd.read_csv(out / "summary.csv").set_index("loader").loc["a"]
         if expected:
@@ -313,10 +378,13 @@ def test_python_dash_m_runs_the_cli():
     assert "--tracking-uri" in done.stdout and "--no-log" in done.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--margin", "-0.1"], "--margin '-0.1': must lie in [0, 1)"),
-    (["--statistic", "p90"], "argument --statistic: invalid choice: 'p90'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--margin", "-0.1"], "--margin '-0.1': must lie in [0, 1)"),
+        (["--statistic", "p90"], "argument --statistic: invalid choice: 'p90'"),
+    ],
+)
 def test_bad_options_stop_in_one_line(args, message):
     done = subprocess.run([sys.executable, "-m", "wif.report", *args], capture_output=True, text=True)
     assert done.returncode == 2

@@ -21,8 +21,12 @@ from wif.config.exits import EXIT_FAILED
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SCRIPT = ROOT / "scripts" / "slurm_local.sh"
 # CPU jobs on a 2-core node: no GPU, one core and 1 GB each, so that two jobs run side by side
-ON_THE_NODE = ("hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
-               "hydra.launcher.timeout_min=10")
+ON_THE_NODE = (
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.timeout_min=10",
+)
 SMOKE = ("preset=smoke", "device=cpu", "repeat=0", "data.fraction=0.1")
 
 
@@ -51,8 +55,10 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, str]]:
     try:
         why = accounting_fails({**env, "SLURM_CONF": str(state / "slurm.conf")})
         if why:  # submitit learns a job's end from sacct: without it a sweep waits out its timeout
-            pytest.skip(f"SLURM's accounting does not answer ({why}): the slurm tests need slurmdbd "
-                        "(apt-get install slurmdbd mariadb-server)")
+            pytest.skip(
+                f"SLURM's accounting does not answer ({why}): the slurm tests need slurmdbd "
+                "(apt-get install slurmdbd mariadb-server)"
+            )
         yield {"SLURM_CONF": str(state / "slurm.conf"), "state": str(state)}
     finally:
         subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
@@ -73,9 +79,22 @@ def sacct(slurm: Dict[str, str], *job_ids: str) -> Dict[str, str]:
     ended (slurmctld reports to slurmdbd a moment after a job ends); printed for the record."""
     deadline = time.monotonic() + 60
     while True:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,AllocCPUS,Elapsed",
-                              *[a for j in job_ids for a in ("-j", j)]], env={**os.environ, **slurm},
-                             capture_output=True, text=True, timeout=60, check=True).stdout
+        out = subprocess.run(
+            [
+                "sacct",
+                "-X",
+                "-n",
+                "-P",
+                "-o",
+                "JobID,State,AllocCPUS,Elapsed",
+                *[a for j in job_ids for a in ("-j", j)],
+            ],
+            env={**os.environ, **slurm},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
         states = {line.split("|")[0]: line.split("|")[1] for line in out.splitlines() if line}
         if states and not {"PENDING", "RUNNING", "COMPLETING"} & set(states.values()) or time.monotonic() > deadline:
             print(out)
@@ -102,13 +121,23 @@ def _running_run(uri: str, timeout: float = 180) -> Dict[str, str]:
 
 
 def test_a_slurm_sweep_into_a_server_a_cancelled_job_and_the_resume(
-        tmp_path: Path, cache_dir: Path, slurm: Dict[str, str], server: MlflowServer,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path,
+    cache_dir: Path,
+    slurm: Dict[str, str],
+    server: MlflowServer,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two jobs of a SLURM array into a real server; one is scancel-ed while its run is RUNNING: its run is
     KILLED, the tally says 1 killed and the command fails; the same command again runs only that one."""
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
-    sweep = ("hydra/launcher=slurm", *ON_THE_NODE, "loader=baseline,pin", *SMOKE, "trainer.epochs=15",
-             f"tracking.uri={server.uri}")
+    sweep = (
+        "hydra/launcher=slurm",
+        *ON_THE_NODE,
+        "loader=baseline,pin",
+        *SMOKE,
+        "trainer.epochs=15",
+        f"tracking.uri={server.uri}",
+    )
     proc = start_train(tmp_path, server.uri, cache_dir, *sweep)
     try:
         victim = _running_run(server.uri)
@@ -144,14 +173,30 @@ def test_a_slurm_sweep_into_a_server_a_cancelled_job_and_the_resume(
     assert "CANCELLED" in log.read_text()  # each job's log, under the sweep's .submitit/<job id>/
 
 
-def test_slurm_ddp_runs_one_two_rank_job_on_the_node(tmp_path: Path, cache_dir: Path, slurm: Dict[str, str],
-                                                      server: MlflowServer,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_ddp_runs_one_two_rank_job_on_the_node(
+    tmp_path: Path,
+    cache_dir: Path,
+    slurm: Dict[str, str],
+    server: MlflowServer,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
-    proc = run_train(tmp_path, server.uri, cache_dir, "hydra/launcher=slurm_ddp", "trainer.nproc=2",
-                     "hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=2", "hydra.launcher.mem_gb=2",
-                     "hydra.launcher.timeout_min=10", "loader=baseline", *SMOKE, f"tracking.uri={server.uri}",
-                     "tracking.experiment=ddp", timeout=400)
+    proc = run_train(
+        tmp_path,
+        server.uri,
+        cache_dir,
+        "hydra/launcher=slurm_ddp",
+        "trainer.nproc=2",
+        "hydra.launcher.gpus_per_node=0",
+        "hydra.launcher.cpus_per_task=2",
+        "hydra.launcher.mem_gb=2",
+        "hydra.launcher.timeout_min=10",
+        "loader=baseline",
+        *SMOKE,
+        f"tracking.uri={server.uri}",
+        "tracking.experiment=ddp",
+        timeout=400,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run,) = train_runs(server.uri, experiment="ddp")
     tags = run.data.tags

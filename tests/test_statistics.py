@@ -45,8 +45,10 @@ def test_no_true_difference_keeps_the_error_rates() -> None:
         best = model.mcb(f, CONF, 0.02)
         included += [best[name].possibly_fastest for name in NAMES]
     rate, kept = any_called / n, included / n
-    print(f"\n{n} null grids: any setting called faster/slower than baseline in {rate:.3f}; each setting in the "
-          f"possibly-fastest set {kept.min():.3f}-{kept.max():.3f} of the time")
+    print(
+        f"\n{n} null grids: any setting called faster/slower than baseline in {rate:.3f}; each setting in the "
+        f"possibly-fastest set {kept.min():.3f}-{kept.max():.3f} of the time"
+    )
     assert rate <= 0.06
     assert kept.min() >= 0.94
 
@@ -77,8 +79,10 @@ def test_one_disturbed_run_is_set_apart_and_the_difference_stays() -> None:
         c = model.dunnett(f, "baseline", CONF)["s3"]
         found_without += c.p_adj < 1 - CONF and c.speedup < 1
         found_with += model.dunnett(model.fit(runs, "t", "baseline"), "baseline", CONF)["s3"].p_adj < 1 - CONF
-    print(f"\nbaseline run x3: flagged in {flagged / n:.3f}; 1.5x found with it kept {found_with / n:.3f}, "
-          f"once the outlier rule sets it apart {found_without / n:.3f}")
+    print(
+        f"\nbaseline run x3: flagged in {flagged / n:.3f}; 1.5x found with it kept {found_with / n:.3f}, "
+        f"once the outlier rule sets it apart {found_without / n:.3f}"
+    )
     assert flagged / n >= 0.95
     assert found_without / n >= 0.90
 
@@ -88,8 +92,11 @@ def test_ten_times_slower_is_decided_with_three_blocks_among_48_settings() -> No
     rng = np.random.default_rng(4)
     names = ["base"] + [f"c{i}" for i in range(47)]
     effects = np.where(np.arange(48) % 6 == 5, 10.0, 1.0)
-    rows = [(name, b, effects[i] * np.exp(rng.normal(0, 0.1) + rng.normal(0, 0.2)))
-            for b in range(3) for i, name in enumerate(names)]
+    rows = [
+        (name, b, effects[i] * np.exp(rng.normal(0, 0.1) + rng.normal(0, 0.2)))
+        for b in range(3)
+        for i, name in enumerate(names)
+    ]
     f = model.fit(pd.DataFrame(rows, columns=["loader", "block", "t"]), "t", "base")
     assert f.blocked and f.df == 47 * 2
     vs = model.dunnett(f, "base", CONF)
@@ -122,8 +129,9 @@ def test_without_blocks_it_agrees_with_scipy_dunnett(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(noise, "OWN_QUANTILE", 0.0)
     rng = np.random.default_rng(7)
     logs = {name: rng.normal(0.1 * i, 0.05, 4) for i, name in enumerate(["baseline", "a", "b", "c"])}
-    runs = pd.DataFrame([(n, None, np.exp(v)) for n, values in logs.items() for v in values],
-                        columns=["loader", "block", "t"])
+    runs = pd.DataFrame(
+        [(n, None, np.exp(v)) for n, values in logs.items() for v in values], columns=["loader", "block", "t"]
+    )
     f = model.fit(runs, "t")
     assert not f.blocked and f.df == 12
     ours = model.dunnett(f, "baseline", CONF)
@@ -138,8 +146,11 @@ def test_without_blocks_it_agrees_with_scipy_dunnett(monkeypatch: pytest.MonkeyP
 def test_blocks_cancel_a_drift_shared_by_each_pass() -> None:
     """A 10% difference under block effects of 2x: found with the block term, not without it."""
     drift = np.array([1.0, 2.0, 0.7, 1.6])
-    rows = [(n, b, d * (0.9 if n == "fast" else 1.0) * (1 + 0.005 * ((b + i) % 3 - 1)))
-            for b, d in enumerate(drift) for i, n in enumerate(["baseline", "fast", "other"])]
+    rows = [
+        (n, b, d * (0.9 if n == "fast" else 1.0) * (1 + 0.005 * ((b + i) % 3 - 1)))
+        for b, d in enumerate(drift)
+        for i, n in enumerate(["baseline", "fast", "other"])
+    ]
     runs = pd.DataFrame(rows, columns=["loader", "block", "t"])
     blocked = model.dunnett(model.fit(runs, "t", "baseline"), "baseline", CONF)["fast"]
     unblocked = model.dunnett(model.fit(runs.assign(block=None), "t"), "baseline", CONF)["fast"]

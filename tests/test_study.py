@@ -12,13 +12,45 @@ from wif.measure.sysinfo import usable_cores
 
 pytestmark = pytest.mark.slow
 
-EPOCH_METRICS = {"epoch_time_s", "throughput_img_s", "train_loss", "val_loss", "val_acc", "val_time_s",
-                 "data_wait_s", "compute_s", "data_wait_share", "compute_share", "first_batch_s", "cpu_util_pct",
-                 "minor_faults", "tree_cpu_s"}
-RUN_METRICS = {"time_total_s", "epoch_time_mean_s", "epoch_time_median_s", "host_other_cpu_pct", "test_acc", "setup_s", "ram_peak_rss_mb", "ram_peak_uss_mb",
-               "ram_peak_pss_mb", "workers_peak", "shm_peak_mb", "sampler_cpu_pct", "job_overhead_s"}
-GPU_ONLY = {"vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb", "gpu_idle_s", "gpu_util_pct",
-            "gpu_blocked_s"}
+EPOCH_METRICS = {
+    "epoch_time_s",
+    "throughput_img_s",
+    "train_loss",
+    "val_loss",
+    "val_acc",
+    "val_time_s",
+    "data_wait_s",
+    "compute_s",
+    "data_wait_share",
+    "compute_share",
+    "first_batch_s",
+    "cpu_util_pct",
+    "minor_faults",
+    "tree_cpu_s",
+}
+RUN_METRICS = {
+    "time_total_s",
+    "epoch_time_mean_s",
+    "epoch_time_median_s",
+    "host_other_cpu_pct",
+    "test_acc",
+    "setup_s",
+    "ram_peak_rss_mb",
+    "ram_peak_uss_mb",
+    "ram_peak_pss_mb",
+    "workers_peak",
+    "shm_peak_mb",
+    "sampler_cpu_pct",
+    "job_overhead_s",
+}
+GPU_ONLY = {
+    "vram_peak_allocated_mb",
+    "vram_peak_reserved_mb",
+    "vram_peak_device_mb",
+    "gpu_idle_s",
+    "gpu_util_pct",
+    "gpu_blocked_s",
+}
 GRID = ("loader=glob(*)", "data.fraction=0.1,0.4,0.7", "preset=smoke", "repeat=0")
 
 
@@ -38,7 +70,9 @@ def test_smoke_grid_leaves_33_finished_runs(grid) -> None:
     assert len(runs) == 33
     assert {r.data.tags["wif.loader"] for r in runs} == set(STUDY_LOADERS)
     assert {r.data.tags["wif.fraction"] for r in runs} == {"0.1", "0.4", "0.7"}
-    assert {r.data.tags["wif.cell"] for r in runs} == {f"{lo}@{f}" for lo in STUDY_LOADERS for f in ("0.1", "0.4", "0.7")}
+    assert {r.data.tags["wif.cell"] for r in runs} == {
+        f"{lo}@{f}" for lo in STUDY_LOADERS for f in ("0.1", "0.4", "0.7")
+    }
     assert sorted(int(r.data.tags["wif.sweep_pos"]) for r in runs) == list(range(33))
     ran = [r.data.tags["wif.cell"] for r in sorted(runs, key=lambda r: int(r.data.tags["wif.sweep_pos"]))]
     grid_order = [f"{lo}@{f}" for lo in sorted(STUDY_LOADERS) for f in ("0.1", "0.4", "0.7")]
@@ -65,8 +99,15 @@ def test_every_run_carries_its_figures_and_context(grid) -> None:
         assert not GPU_ONLY & m.keys(), "a CPU run must not report GPU figures (never a false 0)"
         assert tags["wif.device"] == "cpu" and tags["wif.gpu"] == "none"
         assert tags["wif.contended"] in ("true", "false")
-        for key in ("wif.cpu", "wif.cpu_logical_cores", "wif.ram_total_gb", "wif.host", "wif.git_commit",
-                    "wif.version.torch", "wif.config_hash"):
+        for key in (
+            "wif.cpu",
+            "wif.cpu_logical_cores",
+            "wif.ram_total_gb",
+            "wif.host",
+            "wif.git_commit",
+            "wif.version.torch",
+            "wif.config_hash",
+        ):
             assert tags[key], key
         assert params["loader.name"] == tags["wif.loader"] and params["data.fraction"] == tags["wif.fraction"]
         assert int(params["trainer.epochs"]) == 3
@@ -101,13 +142,20 @@ def test_rerunning_the_same_command_resumes(grid, cache_dir: Path) -> None:
     assert "33 skipped" in proc.stdout + proc.stderr
 
 
-TRANSFER_CELLS = {"pin_w4_pf2": "float", "pin_nb_w4_pf2": "float", "pin_nb_w4_pf2+stream": "float",
-                  "pin_nb_w4_pf2+uint8": "uint8", "pin_nb_w4_pf2+stream+uint8": "uint8",
-                  "pin_nb_w4_pf2+device_decode": "encoded", "pin_nb_w4_pf2+stream+device_decode": "encoded"}
+TRANSFER_CELLS = {
+    "pin_w4_pf2": "float",
+    "pin_nb_w4_pf2": "float",
+    "pin_nb_w4_pf2+stream": "float",
+    "pin_nb_w4_pf2+uint8": "uint8",
+    "pin_nb_w4_pf2+stream+uint8": "uint8",
+    "pin_nb_w4_pf2+device_decode": "encoded",
+    "pin_nb_w4_pf2+stream+device_decode": "encoded",
+}
 
 
 def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer_with_its_bytes(
-        tmp_path: Path, cache_dir: Path) -> None:
+    tmp_path: Path, cache_dir: Path
+) -> None:
     """+study=transfers on data=encoded (every cell), then on data=folder (a host and a device decode): each sweep's
     report has a row per transfer with the bytes it copied an epoch, data=fixed as the bound, and the caveat
     that device decoding on a CPU says nothing of its speed."""
@@ -125,21 +173,48 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     runs = train_runs(store, status="FINISHED")
     assert {r.data.tags["wif.cell"] for r in runs} == {f"{c}@0.1" for c in TRANSFER_CELLS} | {"fixed@0.1"}
     folder = encoded_files(_conf(cache_dir, "data=encoded").data).where  # data=encoded's JPEGs as files
-    proc = run_train(tmp_path, store, cache_dir, "+study=transfers", "data=folder", f"data.root={folder}",
-                     "+transfers=non_blocking,device_decode,bound", *small)
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "+study=transfers",
+        "data=folder",
+        f"data.root={folder}",
+        "+transfers=non_blocking,device_decode,bound",
+        *small,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sweeps = {r.data.params["data.source"]: r.data.tags["wif.sweep_id"] for r in train_runs(store, status="FINISHED")
-              if r.data.params["data.source"] != "fixed"}
+    sweeps = {
+        r.data.params["data.source"]: r.data.tags["wif.sweep_id"]
+        for r in train_runs(store, status="FINISHED")
+        if r.data.params["data.source"] != "fixed"
+    }
     assert len(set(sweeps.values())) == 2  # one sweep each
 
     for source, cells in (("encoded", TRANSFER_CELLS), ("folder", ("pin_nb_w4_pf2", "pin_nb_w4_pf2+device_decode"))):
         train = load_datasets(_conf(cache_dir, f"data={source}", f"data.root={folder}", "data.fraction=0.1").data).train
         n = len(train)
-        want = {"float": n * (4 * 3 * 64 * 64 + 8), "uint8": n * (3 * 64 * 64 + 8),
-                "encoded": sum(len(train.decoder.encoded(int(j))) for j in train.indices) + 8 * n}
+        want = {
+            "float": n * (4 * 3 * 64 * 64 + 8),
+            "uint8": n * (3 * 64 * 64 + 8),
+            "encoded": sum(len(train.decoder.encoded(int(j))) for j in train.indices) + 8 * n,
+        }
         out = tmp_path / f"report-{source}"
-        assert report(["--tracking-uri", store, "--out", str(out), "--no-log", "--keep-contended",
-                       "--sweep-id", sweeps[source]]) == 0
+        assert (
+            report(
+                [
+                    "--tracking-uri",
+                    store,
+                    "--out",
+                    str(out),
+                    "--no-log",
+                    "--keep-contended",
+                    "--sweep-id",
+                    sweeps[source],
+                ]
+            )
+            == 0
+        )
         rows = pd.read_csv(out / "summary.csv").set_index("loader")
         assert set(rows.index) == set(cells), source
         for cell in cells:

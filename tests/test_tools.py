@@ -24,9 +24,20 @@ from wif.tools.batch_size import find_largest, out_of_memory
 from wif.tools.tune import pick_best, search_workers
 
 # cpu_util_pct and workers_peak come from the sampler's 0.5 s tree samples: a smoke loader-only run is shorter.
-LOADER_FIGURES = {"epoch_time_s", "throughput_img_s", "data_wait_s", "first_batch_s", "data_wait_share",
-                  "epoch_time_mean_s", "throughput_mean_img_s", "first_batch_mean_s",
-                  "ram_peak_rss_mb", "ram_peak_uss_mb", "ram_peak_pss_mb", "setup_s"}
+LOADER_FIGURES = {
+    "epoch_time_s",
+    "throughput_img_s",
+    "data_wait_s",
+    "first_batch_s",
+    "data_wait_share",
+    "epoch_time_mean_s",
+    "throughput_mean_img_s",
+    "first_batch_mean_s",
+    "ram_peak_rss_mb",
+    "ram_peak_uss_mb",
+    "ram_peak_pss_mb",
+    "setup_s",
+}
 
 
 def gpu_only(test: Callable) -> Callable:
@@ -39,11 +50,13 @@ def _runs(store: str, kind: str) -> list:
     return [] if exp is None else client.search_runs([exp.experiment_id], f"tags.`wif.kind` = '{kind}'")
 
 
-def _tool(tmp_path: Path, store: str, cache_dir: Path, module: str, *args: str,
-          env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+def _tool(
+    tmp_path: Path, store: str, cache_dir: Path, module: str, *args: str, env: Optional[Dict[str, str]] = None
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=full_env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=600
+    )
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -141,8 +154,16 @@ def test_worker_search_prefers_fewer_workers_and_survives_failures() -> None:
 # ----------------------------------------------------------------------------- the real commands
 def test_loader_only_mode_logs_the_loader_figures(tmp_path: Path, store: str, cache_dir: Path) -> None:
     # Ten epochs: a smoke loader-only epoch takes milliseconds, and the sampler reads RSS every 0.1 s.
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "trainer.mode=loader_only", "loader=pin_nb",
-                     "transfer=non_blocking,stream", "trainer.epochs=10")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "trainer.mode=loader_only",
+        "loader=pin_nb",
+        "transfer=non_blocking,stream",
+        "trainer.epochs=10",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "falls back to a plain copy" in proc.stdout + proc.stderr
     assert train_runs(store) == []  # never counted as study runs
@@ -168,8 +189,22 @@ def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache
     assert fixed.data.tags["wif.n_train"] == real.data.tags["wif.n_train"]  # as many images per epoch
     assert fixed.data.metrics["throughput_mean_img_s"] > 0
 
-    report = subprocess.run([sys.executable, "-m", "wif.report", "--tracking-uri", store, "--out",
-                             str(tmp_path / "report"), "--no-log", "--keep-contended"], capture_output=True, text=True, timeout=300)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wif.report",
+            "--tracking-uri",
+            store,
+            "--out",
+            str(tmp_path / "report"),
+            "--no-log",
+            "--keep-contended",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     assert "1 as the on-device upper bound" in report.stdout
     row = next(line for line in report.stdout.splitlines() if line.startswith("| baseline |"))
@@ -179,8 +214,24 @@ def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache
 
 
 def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.tools.tune", "preset=smoke", "data.fraction=0.4", "--batches", "3",
-                 "--epochs", "2", "--max-workers", "2", "--step", "2", "--radius", "1")
+    proc = _tool(
+        tmp_path,
+        store,
+        cache_dir,
+        "wif.tools.tune",
+        "preset=smoke",
+        "data.fraction=0.4",
+        "--batches",
+        "3",
+        "--epochs",
+        "2",
+        "--max-workers",
+        "2",
+        "--step",
+        "2",
+        "--radius",
+        "1",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     trials = [line for line in proc.stdout.splitlines() if re.match(r"^(False|True)\s+\d+\s", line)]
@@ -212,8 +263,15 @@ def test_wif_batch_size_probes_data_custom_with_its_own_first_sample() -> None:
     from wif.config.targets import typed
     from wif.tools.batch_size import first_sample, sample_batches
 
-    conf = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=examples.datasets.noisy_squares",
-                             "+data.kwargs.size=20", "+data.kwargs.num_classes=6"))
+    conf = typed(
+        compose_cfg(
+            "preset=smoke",
+            "data=custom",
+            "data._target_=examples.datasets.noisy_squares",
+            "+data.kwargs.size=20",
+            "+data.kwargs.num_classes=6",
+        )
+    )
     sample = first_sample(conf)
     assert tuple(sample.x.shape) == (3, 20, 20) and sample.num_classes == 6
     batches = sample_batches(sample, 24, 3, torch.device("cpu"))
@@ -251,37 +309,61 @@ def test_every_way_cuda_says_out_of_memory_is_a_batch_too_big() -> None:
     """Issue 47 item 10: the search bisects down on each of these instead of stopping; any other error stops it.
     The messages are torch's and CUDA's libraries' own (torch's caching allocator, the CUDA runtime through
     AcceleratorError, cuBLAS, cuDNN 8 and 9, cuSOLVER, cuFFT)."""
-    said = [torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-                                        "of 79.19 GiB of which 1.06 GiB is free."),
-            torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
-            RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
-            RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
-            RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"),
-            RuntimeError("cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`"),
-            RuntimeError("cuFFT error: CUFFT_ALLOC_FAILED"),
-            RuntimeError("CUDA ran out of memory outside PyTorch's allocator. If this workload uses many dynamic "
-                         "shapes, cuDNN may need additional device memory")]
+    said = [
+        torch.cuda.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+            "of 79.19 GiB of which 1.06 GiB is free."
+        ),
+        torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+        RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+        RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"),
+        RuntimeError("cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`"),
+        RuntimeError("cuFFT error: CUFFT_ALLOC_FAILED"),
+        RuntimeError(
+            "CUDA ran out of memory outside PyTorch's allocator. If this workload uses many dynamic "
+            "shapes, cuDNN may need additional device memory"
+        ),
+    ]
     assert [out_of_memory(e) for e in said] == [True] * len(said)
     raised = []  # raised by torch here, on the CPU: none is the device's memory
-    for fails in (lambda: torch.empty(1 << 62, dtype=torch.uint8),  # the host's allocator: "not enough memory"
-                  lambda: torch.ones(2, 3) @ torch.ones(2, 3), lambda: torch.ones(2).view(3)):
+    for fails in (
+        lambda: torch.empty(1 << 62, dtype=torch.uint8),  # the host's allocator: "not enough memory"
+        lambda: torch.ones(2, 3) @ torch.ones(2, 3),
+        lambda: torch.ones(2).view(3),
+    ):
         with pytest.raises(RuntimeError) as caught:
             fails()
         raised.append(caught.value)
-    others = [*raised, torch.AcceleratorError("CUDA error: device-side assert triggered"),
-              ValueError("out of memory, said by something that is not CUDA")]
+    others = [
+        *raised,
+        torch.AcceleratorError("CUDA error: device-side assert triggered"),
+        ValueError("out of memory, said by something that is not CUDA"),
+    ]
     assert [out_of_memory(e) for e in others] == [False] * len(others), [str(e)[:80] for e in others]
 
 
 # ----------------------------------------------------------------------------- GPU
 @gpu_only
-def test_wif_batch_size_finds_a_batch_for_a_custom_model_on_custom_data(tmp_path: Path, store: str,
-                                                                       cache_dir: Path) -> None:
+def test_wif_batch_size_finds_a_batch_for_a_custom_model_on_custom_data(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     # wif.examples, not the checkout's examples/: the tool runs in an empty folder, where a GPU node may have wif
     # from its wheel (as scripts/gpu_session.sh installs it; the H200 run of 2026-11-26 failed on examples.models)
-    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "model=custom",
-                 "model._target_=wif.examples.models.small_cnn", "data=custom",
-                 "data._target_=wif.examples.datasets.noisy_squares", "+data.kwargs.size=48", "--max-batch", "256")
+    proc = _tool(
+        tmp_path,
+        store,
+        cache_dir,
+        "wif.tools.batch_size",
+        "preset=smoke",
+        "model=custom",
+        "model._target_=wif.examples.models.small_cnn",
+        "data=custom",
+        "data._target_=wif.examples.datasets.noisy_squares",
+        "+data.kwargs.size=48",
+        "--max-batch",
+        "256",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "inputs (3, 48, 48) from data._target_=wif.examples.datasets.noisy_squares" in proc.stdout
     assert "Largest batch size: 256" in proc.stdout and "data.batch_size=256" in proc.stdout
@@ -295,8 +377,9 @@ def test_stream_prefetcher_never_uses_a_batch_before_its_copy(behind_cycles: int
     landed. Compute far behind (a GPU sleep after each read) exposes a missing record_stream: a freed batch's
     memory refilled by a later copy before the compute stream read it."""
     device = torch.device("cuda", 0)
-    host = [(torch.full((64, 3, 256, 256), float(i)).pin_memory(), torch.full((64,), i).pin_memory())
-            for i in range(12)]
+    host = [
+        (torch.full((64, 3, 256, 256), float(i)).pin_memory(), torch.full((64,), i).pin_memory()) for i in range(12)
+    ]
     seen = []
     for x, y in StreamPrefetcher(host, device):
         seen.append((x.clone(), y.clone(), x.sum()))  # on the compute stream, right after the handoff
@@ -315,12 +398,20 @@ def test_stream_prefetcher_trains_like_the_plain_copy(cache_dir: Path) -> None:
 
     losses = {}
     for transfer in ("non_blocking", "stream"):
-        conf = OmegaConf.to_object(compose_cfg("preset=smoke", "loader=pin_nb", f"transfer={transfer}",
-                                               "data.fraction=0.7", f"data.cache_dir={cache_dir}"))
+        conf = OmegaConf.to_object(
+            compose_cfg(
+                "preset=smoke",
+                "loader=pin_nb",
+                f"transfer={transfer}",
+                "data.fraction=0.7",
+                f"data.cache_dir={cache_dir}",
+            )
+        )
         epochs: List[dict] = []
         torch.backends.cudnn.deterministic = True  # the two runs differ only in how batches arrive
         try:
-            train(conf, torch.device("cuda", 0), lambda kind, p: epochs.append(p) if kind == "epoch" else None)
+            on = lambda kind, p: epochs.append(p) if kind == "epoch" else None  # noqa: E731, B023 - called here
+            train(conf, torch.device("cuda", 0), on)
         finally:
             torch.backends.cudnn.deterministic = False
         losses[transfer] = [(e["train_loss"], e["val_loss"]) for e in epochs]
@@ -335,7 +426,6 @@ def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) ->
     assert "Largest batch size: 512" in proc.stdout and "Use it: wif-study data.batch_size=512" in proc.stdout
     proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--fill", "0.0001")
     assert proc.returncode == 1 and "not even a batch" in proc.stderr and "Traceback" not in proc.stderr
-
 
 
 @gpu_only

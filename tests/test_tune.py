@@ -13,14 +13,34 @@ from tests.test_tools import _runs, _tool
 
 
 @pytest.mark.slow
-def test_wif_tune_takes_persistent_workers_for_the_trials_with_workers(tmp_path: Path, store: str,
-                                                                         cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.tools.tune", "preset=smoke", "data.fraction=0.1",
-                 "loader.persistent_workers=true", "--batches", "2", "--epochs", "2", "--max-workers", "1",
-                 "--step", "1", "--radius", "0", "--min-gain", "10")
+def test_wif_tune_takes_persistent_workers_for_the_trials_with_workers(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
+    proc = _tool(
+        tmp_path,
+        store,
+        cache_dir,
+        "wif.tools.tune",
+        "preset=smoke",
+        "data.fraction=0.1",
+        "loader.persistent_workers=true",
+        "--batches",
+        "2",
+        "--epochs",
+        "2",
+        "--max-workers",
+        "1",
+        "--step",
+        "1",
+        "--radius",
+        "0",
+        "--min-gain",
+        "10",
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    persistent = {int(r.data.tags["wif.num_workers"]): r.data.params["loader.persistent_workers"]
-                  for r in _runs(store, "tune")}
+    persistent = {
+        int(r.data.tags["wif.num_workers"]): r.data.params["loader.persistent_workers"] for r in _runs(store, "tune")
+    }
     assert persistent == {0: "False", 1: "True"}  # off without workers, on with them
     line = next(x for x in proc.stdout.splitlines() if x.startswith("Use it: "))
     assert "loader.num_workers=0" in line and "loader.persistent_workers=false" in line  # the pick, 0 workers

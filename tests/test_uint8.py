@@ -42,13 +42,22 @@ def _seeded(batches, transfer) -> List[Batch]:
 
 @pytest.mark.parametrize("data", ["synthetic", "encoded", "folder"])
 def test_uint8_batches_converted_on_the_device_equal_the_host_float_batches(
-        cache_dir: Path, tmp_path: Path, data: str) -> None:
+    cache_dir: Path, tmp_path: Path, data: str
+) -> None:
     """data=encoded keeps its random resized crops and flips (data=folder: from each image at its own size):
     they run on the host before the float conversion in both paths, so with the same seed they draw the
     same crops."""
-    where = ["data.fraction=0.2"] if data != "folder" else [
-        f"data.root={_image_folder(tmp_path / 'images')}", "data.augment=standard", "data.fraction=1.0",
-        "data.val_split=0.5", "data.batch_size=2"]
+    where = (
+        ["data.fraction=0.2"]
+        if data != "folder"
+        else [
+            f"data.root={_image_folder(tmp_path / 'images')}",
+            "data.augment=standard",
+            "data.fraction=1.0",
+            "data.val_split=0.5",
+            "data.batch_size=2",
+        ]
+    )
     conf = _conf(cache_dir, f"data={data}", *where, "transfer.uint8=true")
     wire, plain = load_datasets(conf.data, uint8=True), load_datasets(conf.data)
     to_device, copy = make_transfer(conf.transfer, CPU), make_transfer(TransferConfig(), CPU)
@@ -59,7 +68,7 @@ def test_uint8_batches_converted_on_the_device_equal_the_host_float_batches(
         got = _seeded(_batches(conf, getattr(wire, name), train), to_device)
         want = _seeded(_batches(conf, getattr(plain, name), train), copy)
         assert len(got) == len(want) == len(host) > 1
-        for (x, y), (fx, fy), (hx, _) in zip(got, want, host):
+        for (x, y), (fx, fy), (_hx, _) in zip(got, want, host):
             assert x.dtype == fx.dtype == torch.float32 and x.shape == fx.shape
             torch.testing.assert_close(x, fx, rtol=0, atol=1e-5)
             assert torch.equal(y, fy)
@@ -89,12 +98,15 @@ def test_the_loop_counts_the_uint8_bytes_with_a_copy_and_with_the_prefetcher(cac
 
 @pytest.mark.slow
 def test_a_uint8_run_learns_as_the_float_run_does_and_copies_a_quarter_of_its_image_bytes(
-        tmp_path: Path, store: str, cache_dir: Path) -> None:
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     from mlflow.tracking import MlflowClient
 
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "data.fraction=0.7", "transfer.uint8=false,true")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"\] \w+\+uint8 fraction=0.7 repeat=0  finished", proc.stdout + proc.stderr)  # progress names the cell
+    assert re.search(
+        r"\] \w+\+uint8 fraction=0.7 repeat=0  finished", proc.stdout + proc.stderr
+    )  # progress names the cell
     runs = {r.data.params["transfer.uint8"]: r for r in train_runs(store, status="FINISHED")}
     assert set(runs) == {"False", "True"}
     wire, plain = runs["True"], runs["False"]
@@ -111,10 +123,14 @@ def test_a_uint8_run_learns_as_the_float_run_does_and_copies_a_quarter_of_its_im
 REFUSED = [
     (("loader=gpu_resident",), "transfer.uint8=true with loader=gpu_resident (transfer=resident): the dataset is"),
     (("data=fixed",), "transfer.uint8=true with data=fixed: its batch is made on the device"),
-    (("data=custom", "data._target_=examples.datasets.noisy_squares"),
-     "transfer.uint8=true with data=custom: your Dataset decides its own dtype"),
-    (("data=encoded", "engine=dali", "loader.num_workers=2"),
-     "transfer.uint8=true with engine=dali: DALI normalizes in its own pipeline"),
+    (
+        ("data=custom", "data._target_=examples.datasets.noisy_squares"),
+        "transfer.uint8=true with data=custom: your Dataset decides its own dtype",
+    ),
+    (
+        ("data=encoded", "engine=dali", "loader.num_workers=2"),
+        "transfer.uint8=true with engine=dali: DALI normalizes in its own pipeline",
+    ),
 ]
 
 
@@ -125,8 +141,9 @@ def test_combinations_where_uint8_means_nothing_are_refused_in_one_line(override
 
 @pytest.mark.slow
 def test_a_refused_run_exits_2_with_its_one_line(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=gpu_resident", "transfer.uint8=true",
-                     multirun=False)
+    proc = run_train(
+        tmp_path, store, cache_dir, "preset=smoke", "loader=gpu_resident", "transfer.uint8=true", multirun=False
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
     assert "Bad setting: transfer.uint8=true with loader=gpu_resident" in out and "Traceback" not in out
@@ -193,9 +210,12 @@ def test_uint8_and_the_stream_prefetcher_are_cells_of_their_own_and_old_runs_kee
     assert cell_name(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer.uint8=true"))) == "pin_nb+uint8@0.1"
     assert cell_name(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer=stream"))) == "pin_nb+stream@0.1"
     assert "uint8" not in run_identity(plain, "cpu")["transfer"]
-    assert run_identity(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer.uint8=true")),
-                        "cpu")["transfer"]["uint8"] is True
-
+    assert (
+        run_identity(typed(compose_cfg("preset=smoke", "loader=pin_nb", "transfer.uint8=true")), "cpu")["transfer"][
+            "uint8"
+        ]
+        is True
+    )
 
 
 @pytest.mark.parametrize("fmt", [pytest.param("lmdb", marks=needs("lmdb")), "shards"])
@@ -207,8 +227,15 @@ def test_packed_formats_hand_out_uint8_that_converts_to_the_float_path(tmp_path:
     from wif.data.transfer import to_float
 
     root = jpeg_folder(tmp_path / "images", per_class=4, test_per_class=2, size=32)
-    cfg = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}", f"data.format={fmt}",
-                    "data.augment=none", "data.image_size=32", "data.fraction=1.0")
+    cfg = _data_cfg(
+        tmp_path / "cache",
+        "data=folder",
+        f"data.root={root}",
+        f"data.format={fmt}",
+        "data.augment=none",
+        "data.image_size=32",
+        "data.fraction=1.0",
+    )
     plain, wire = format_datasets(cfg), format_datasets(cfg, uint8=True)
     for p, w in zip(list(plain.test)[:4], list(wire.test)[:4]):
         assert w[0].dtype == torch.uint8 and p[0].dtype == torch.float32 and int(w[1]) == int(p[1])

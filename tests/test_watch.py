@@ -19,15 +19,16 @@ from wif.tools.watch import find_dataloader, samples_in
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_script(tmp_path: Path, store: str, script: str, *args: str, env: Dict[str, str] | None = None,
-               timeout: float = 300) -> subprocess.CompletedProcess:
+def run_script(
+    tmp_path: Path, store: str, script: str, *args: str, env: Dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """A script as a user runs it: its own process, its working directory, the store in the environment."""
-    full = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT),
-            **(env or {})}
+    full = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), **(env or {})}
     full.pop("WIF_WATCH_ORDERS", None)
     argv = [script] if os.path.isabs(script) else ["-m", f"examples.{script}"]
-    return subprocess.run([sys.executable, *argv, *args], cwd=tmp_path, env=full, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *argv, *args], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def watch_runs(store: str) -> list:
@@ -90,8 +91,7 @@ def test_short_epochs_reach_mlflow_batched_and_all_of_them(store: str) -> None:
 
 def test_a_data_bound_loop_is_timed_logged_and_said(tmp_path: Path, store: str) -> None:
     """4 ms of sleep an item at 0 workers: the step waits most of each epoch, and the lines say so."""
-    done = run_script(tmp_path, store, "train_slow_reads", "--epochs", "3", "--n-train", "128",
-                      "--batch-size", "32")
+    done = run_script(tmp_path, store, "train_slow_reads", "--epochs", "3", "--n-train", "128", "--batch-size", "32")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("wif.watch: epoch")]
     assert len(lines) == 3 and all("waited for data" in line for line in lines), done.stderr[-2000:]
@@ -126,10 +126,12 @@ def test_workers_dict_batches_and_a_timm_wrapper(tmp_path: Path, store: str) -> 
 
 def test_a_loop_that_raises_ends_its_run_failed_and_watch_0_turns_it_off(tmp_path: Path, store: str) -> None:
     script = tmp_path / "fails.py"
-    script.write_text("import torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-                      "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
-                      "for epoch in range(3):\n    for (x,) in wif.watch(loader):\n        pass\n"
-                      "    if epoch == 1:\n        raise ValueError('diverged')\n")
+    script.write_text(
+        "import torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
+        "for epoch in range(3):\n    for (x,) in wif.watch(loader):\n        pass\n"
+        "    if epoch == 1:\n        raise ValueError('diverged')\n"
+    )
     done = run_script(tmp_path, store, str(script))
     assert done.returncode == 1 and "ValueError: diverged" in done.stderr
     (run,) = watch_runs(store)
@@ -143,8 +145,15 @@ def _seeded_loader() -> DataLoader:
     """A loader whose batches depend on everything a rebuild must keep: its sampler's generator, its collate_fn
     and worker_init_fn (which tags each batch with the worker count it saw)."""
     data = TensorDataset(torch.arange(40))
-    return DataLoader(data, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7),
-                      collate_fn=_collate, worker_init_fn=_init_worker, drop_last=True)
+    return DataLoader(
+        data,
+        batch_size=4,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(7),
+        collate_fn=_collate,
+        worker_init_fn=_init_worker,
+        drop_last=True,
+    )
 
 
 def _collate(items: list) -> dict:

@@ -56,32 +56,61 @@ def test_have_filtering_on_a_real_resolution(tmp_path: Path) -> None:
     make_wheel(index, "nvidia-cublas", "1.0")
     make_wheel(index, "kept-by-name", "5.0")
     have = tmp_path / "have.txt"
-    have.write_text("\n".join([
-        "# a comment",
-        "lib-a==1.0",  # app needs lib-a>=2: no constraint, a newer one is written
-        "lib_B==1.0",  # the node's, though the index has 2.0
-        "torch @ file:///opt/wheels/torch-9.0%2Bcu1-cp311-cp311-manylinux_2_28_x86_64.whl",  # no index has it
-        "kept-by-name @ file:///croot/kept_1/work",  # no version: kept as the node has it
-        "-e git+https://example.org/x.git@abc#egg=editable_thing",
-        "-e /somewhere/without/egg",
-        "--index-url https://example.org/simple",
-        "unrelated==0.1",
-    ]) + "\n")
+    have.write_text(
+        "\n".join(
+            [
+                "# a comment",
+                "lib-a==1.0",  # app needs lib-a>=2: no constraint, a newer one is written
+                "lib_B==1.0",  # the node's, though the index has 2.0
+                "torch @ file:///opt/wheels/torch-9.0%2Bcu1-cp311-cp311-manylinux_2_28_x86_64.whl",  # no index has it
+                "kept-by-name @ file:///croot/kept_1/work",  # no version: kept as the node has it
+                "-e git+https://example.org/x.git@abc#egg=editable_thing",
+                "-e /somewhere/without/egg",
+                "--index-url https://example.org/simple",
+                "unrelated==0.1",
+            ]
+        )
+        + "\n"
+    )
 
     made = helper("constraints", have, app, "", "3.11", stubs)
     assert made.returncode == 0, made.stderr
     assert sorted(made.stdout.split()) == ["lib-b==1.0", "torch==9.0+cu1", "unrelated==0.1"]
-    for said in ("lib-a 1.0 is not what wif needs", ":7: -e /somewhere/without/egg: an editable install with no",
-                 ":8: --index-url https://example.org/simple: a pip option, skipped",
-                 "the node's kept-by-name is kept as it is", "the node's editable_thing is kept as it is"):
+    for said in (
+        "lib-a 1.0 is not what wif needs",
+        ":7: -e /somewhere/without/egg: an editable install with no",
+        ":8: --index-url https://example.org/simple: a pip option, skipped",
+        "the node's kept-by-name is kept as it is",
+        "the node's editable_thing is kept as it is",
+    ):
         assert said in made.stderr, (said, made.stderr)
     (tmp_path / "c.txt").write_text(made.stdout)
 
     report = tmp_path / "report.json"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                          "--no-index", "--find-links", str(index), "--find-links", str(stubs), "-c",
-                          str(tmp_path / "c.txt"), "--report", str(report), str(app)],
-                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"})
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(index),
+            "--find-links",
+            str(stubs),
+            "-c",
+            str(tmp_path / "c.txt"),
+            "--report",
+            str(report),
+            str(app),
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"},
+    )
     assert pip.returncode == 0, pip.stderr
     chosen = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
     assert chosen["torch"] == "9.0+cu1" and chosen["lib-b"] == "1.0"  # the node's stand-ins, not the index's
@@ -97,12 +126,32 @@ def test_have_filtering_on_a_real_resolution(tmp_path: Path) -> None:
 
     # Without --have: everything but the torch stack, which --with-torch adds.
     plain = make_wheel(tmp_path, "plain", "1.0", ["lib-c", "torch"])
-    subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                    "--no-index", "--find-links", str(index), "--report", str(report), str(plain)],
-                   check=True, env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(index),
+            "--report",
+            str(report),
+            str(plain),
+        ],
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"},
+    )
     assert sorted(helper("select", report, "0").stdout.split()) == ["lib-c==1.0", "plain==1.0"]
     assert sorted(helper("select", report, "1").stdout.split()) == [
-        "lib-c==1.0", "nvidia-cublas==1.0", "plain==1.0", "torch==9.0"]
+        "lib-c==1.0",
+        "nvidia-cublas==1.0",
+        "plain==1.0",
+        "torch==9.0",
+    ]
 
 
 def test_manylinux_platforms_include_the_older_ones() -> None:
@@ -112,7 +161,8 @@ def test_manylinux_platforms_include_the_older_ones() -> None:
 
 
 def test_the_node_build_takes_mlflows_client_and_store_without_its_ui_unless_the_node_has_mlflow(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """mlflow's UI and server pull pyarrow, scikit-learn, Flask, docker...: 50-100 MB a node does not need."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -136,7 +186,8 @@ def test_the_node_build_takes_mlflows_client_and_store_without_its_ui_unless_the
 
 
 def test_a_list_of_names_known_beforehand_is_the_nodes_packages_said_in_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """A node's packages known by name alone (as a workplace's notes list them): each is the node's, kept as it
     is; the missing versions are said once, not 190 times. scripts/lent_gpu_have.txt is a node's real freeze."""
     spec = importlib.util.spec_from_file_location("wheelhouse_have", HELPER)
@@ -156,12 +207,15 @@ def test_a_list_of_names_known_beforehand_is_the_nodes_packages_said_in_one_line
     assert "not constraints; the node's are kept as they are" in said[0]
 
 
-@pytest.mark.parametrize("argv, said", [
-    (["--have"], "--have needs a file"),
-    (["--have", "/nonexistent/freeze.txt"], "--have /nonexistent/freeze.txt: no such file"),
-    (["--python-version", "312"], "--python-version 312: expected MAJOR.MINOR"),
-    (["--bogus"], "unknown argument --bogus"),
-])
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--have"], "--have needs a file"),
+        (["--have", "/nonexistent/freeze.txt"], "--have /nonexistent/freeze.txt: no such file"),
+        (["--python-version", "312"], "--python-version 312: expected MAJOR.MINOR"),
+        (["--bogus"], "unknown argument --bogus"),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, argv: List[str], said: str) -> None:
     run = subprocess.run([str(SCRIPT), str(tmp_path / "wh"), *argv], capture_output=True, text=True)
     assert run.returncode == 2 and said in run.stderr and run.stderr.count("\n") == 1, run.stderr
@@ -175,14 +229,22 @@ def test_script_writes_only_what_the_node_lacks(tmp_path: Path) -> None:
     has, and no mlflow: the node build needs only mlflow-skinny and the store's packages, which the node has."""
     freeze = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True, check=True)
     lacking = {"hydra-core", "omegaconf", "antlr4-python3-runtime", "prefetch-generator", "mlflow"}
-    kept = [line for line in freeze.stdout.splitlines()
-            if re.sub(r"[-_.]+", "-", re.split(r"[=@ ]", line)[0]).lower() not in lacking]
+    kept = [
+        line
+        for line in freeze.stdout.splitlines()
+        if re.sub(r"[-_.]+", "-", re.split(r"[=@ ]", line)[0]).lower() not in lacking
+    ]
     assert len(kept) == len(freeze.stdout.splitlines()) - 5, "this interpreter lacks part of wif's closure"
     have = tmp_path / "have.txt"
     have.write_text("\n".join(kept) + "\n")
     out = tmp_path / "wh"
-    run = subprocess.run([str(SCRIPT), str(out), "--have", str(have)], capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHON": sys.executable}, timeout=900)
+    run = subprocess.run(
+        [str(SCRIPT), str(out), "--have", str(have)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "PYTHON": sys.executable},
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert wheel_names(out) == sorted(lacking - {"mlflow"} | {"wif"}), run.stderr[-3000:]
     wif_wheel = next(out.glob("wif-*.whl"))

@@ -21,15 +21,21 @@ from wif.measure.tracking import config_hash
 from wif.report.runs import RunFilter, load_runs
 from wif.sweep.job import run_identity
 
-TINY = ("preset=smoke", "data.num_train=100", "data.num_test=20", "data.image_size=32", "trainer.epochs=2",
-        "data.fraction=0.5", "data.batch_size=16")
+TINY = (
+    "preset=smoke",
+    "data.num_train=100",
+    "data.num_test=20",
+    "data.image_size=32",
+    "trainer.epochs=2",
+    "data.fraction=0.5",
+    "data.batch_size=16",
+)
 HAS_COMPILER = any(shutil.which(cc) for cc in ("c++", "g++", "clang++"))
 
 
 @pytest.mark.slow
 def test_two_torchvision_models_finish_in_separate_testbeds(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, *TINY, "model=torchvision",
-                     "model.arch=resnet18,mobilenet_v3_small")
+    proc = run_train(tmp_path, store, cache_dir, *TINY, "model=torchvision", "model.arch=resnet18,mobilenet_v3_small")
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = train_runs(store, status="FINISHED")
     assert sorted(r.data.params["model.arch"] for r in runs) == ["mobilenet_v3_small", "resnet18"]
@@ -45,12 +51,27 @@ def custom_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
     lets torch.compile work on the CPU."""
     work = tmp_path_factory.mktemp("custom")
     store = new_store(work)
-    proc = run_train(work, store, cache_dir, "preset=smoke", "trainer.epochs=2", "data.batch_size=32",
-                     "model=custom", "model._target_=examples.models.small_cnn", "+model.kwargs.width=8",
-                     "data=custom", "data._target_=examples.datasets.noisy_squares", "+data.kwargs.size=16",
-                     "+data.kwargs.n_train=200", "+data.kwargs.n_test=40", "data.fraction=0.5",
-                     "trainer.precision=bf16", "trainer.channels_last=true",
-                     f"trainer.compile={str(HAS_COMPILER).lower()}", multirun=False)
+    proc = run_train(
+        work,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "trainer.epochs=2",
+        "data.batch_size=32",
+        "model=custom",
+        "model._target_=examples.models.small_cnn",
+        "+model.kwargs.width=8",
+        "data=custom",
+        "data._target_=examples.datasets.noisy_squares",
+        "+data.kwargs.size=16",
+        "+data.kwargs.n_train=200",
+        "+data.kwargs.n_test=40",
+        "data.fraction=0.5",
+        "trainer.precision=bf16",
+        "trainer.channels_last=true",
+        f"trainer.compile={str(HAS_COMPILER).lower()}",
+        multirun=False,
+    )
     return store, proc
 
 
@@ -60,7 +81,9 @@ def test_custom_model_and_dataset_finish_in_bf16_channels_last(custom_run) -> No
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = train_runs(store, status="FINISHED")
     p = run.data.params
-    assert p["model._target_"] == "examples.models.small_cnn" and p["data._target_"] == "examples.datasets.noisy_squares"
+    assert (
+        p["model._target_"] == "examples.models.small_cnn" and p["data._target_"] == "examples.datasets.noisy_squares"
+    )
     assert p["trainer.precision"] == "bf16" and p["trainer.channels_last"] == "True"
     assert run.data.tags["wif.model"] == "custom:examples.models.small_cnn width=8"
     assert run.data.tags["wif.step"].startswith("bf16+channels_last")
@@ -84,18 +107,31 @@ def test_compile_time_is_logged_apart_from_the_epochs(custom_run) -> None:
 
 
 @pytest.mark.slow
-def test_compile_leaves_the_persistent_workers_start_up_in_the_first_epoch(tmp_path: Path, store: str,
-                                                                           cache_dir: Path) -> None:
+def test_compile_leaves_the_persistent_workers_start_up_in_the_first_epoch(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
     """The compile warm-up's batch does not come from the loader: its persistent workers start in the first timed
     epoch, whose first_batch_s shows their start-up (the later epochs' first batch comes from live workers)."""
     if not HAS_COMPILER:
         pytest.skip("no C++ compiler: torch.compile cannot build CPU kernels here")
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "trainer.epochs=3", "trainer.compile=true",
-                     "loader=baseline", "loader.num_workers=2", "loader.persistent_workers=true", multirun=False)
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "trainer.epochs=3",
+        "trainer.compile=true",
+        "loader=baseline",
+        "loader.num_workers=2",
+        "loader.persistent_workers=true",
+        multirun=False,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run,) = train_runs(store, status="FINISHED")
-    first = [m.value for m in sorted(MlflowClient(store).get_metric_history(run.info.run_id, "first_batch_s"),
-                                     key=lambda m: m.step)]
+    first = [
+        m.value
+        for m in sorted(MlflowClient(store).get_metric_history(run.info.run_id, "first_batch_s"), key=lambda m: m.step)
+    ]
     assert run.data.metrics["compile_s"] > 0 and len(first) == 3
     assert first[0] > 2 * max(first[1:]), first  # forking two workers, against a batch from workers alive
 
@@ -111,8 +147,9 @@ BAD = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD)[:4])
-def test_a_bad_target_or_key_exits_2_in_one_line_before_any_run(tmp_path: Path, store: str, cache_dir: Path,
-                                                                 case: str) -> None:
+def test_a_bad_target_or_key_exits_2_in_one_line_before_any_run(
+    tmp_path: Path, store: str, cache_dir: Path, case: str
+) -> None:
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", *BAD[case], multirun=False)
     out = proc.stdout + proc.stderr
     lines = [line for line in out.splitlines() if "Bad setting" in line]
@@ -124,9 +161,14 @@ def test_a_bad_target_or_key_exits_2_in_one_line_before_any_run(tmp_path: Path, 
 
 @pytest.mark.slow
 def test_a_sweep_with_a_bad_target_refuses_before_its_first_job(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "model=custom",
-                     "model._target_=examples.models.small_cnn,tests.user_factories.a_tensor,"
-                     "tests.user_factories.NOT_CALLABLE")
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "model=custom",
+        "model._target_=examples.models.small_cnn,tests.user_factories.a_tensor,tests.user_factories.NOT_CALLABLE",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "2 of 2 jobs" not in out and "2 of 3 jobs" in out, out[-3000:]
     assert "returned a Tensor, not a torch.nn.Module" in out and "is a int, not a callable" in out
@@ -147,10 +189,28 @@ def test_the_step_is_part_of_the_identity_and_old_runs_keep_theirs() -> None:
 @pytest.mark.slow
 def test_the_example_script_tunes_times_and_logs(tmp_path: Path) -> None:
     store = new_store(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "examples.user_script", "--epochs", "2", "--max-workers", "1",
-                           "--batches", "2", "--n-train", "128", "--mlflow-experiment", "mine"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": store})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.user_script",
+            "--epochs",
+            "2",
+            "--max-workers",
+            "1",
+            "--batches",
+            "2",
+            "--n-train",
+            "128",
+            "--mlflow-experiment",
+            "mine",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MLFLOW_TRACKING_URI": store},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pick: num_workers=" in proc.stdout and "median epoch" in proc.stdout
     client = MlflowClient(store)
@@ -189,8 +249,16 @@ def test_folder_standard_augment_crops_as_the_imagenet_example(tmp_path: Path) -
             d.mkdir(parents=True)
             for i in range(4):
                 write_png(torch.randint(0, 255, (3, 40 + 10 * i, 50), dtype=torch.uint8), str(d / f"{i}.png"))
-    cfg = OmegaConf.to_object(compose_cfg("preset=smoke", "data=folder", f"data.root={tmp_path}",
-                                          "data.image_size=24", "data.augment=standard", "data.fraction=1")).data
+    cfg = OmegaConf.to_object(
+        compose_cfg(
+            "preset=smoke",
+            "data=folder",
+            f"data.root={tmp_path}",
+            "data.image_size=24",
+            "data.augment=standard",
+            "data.fraction=1",
+        )
+    ).data
     sets = load_datasets(cfg)
     assert sets.train[0][0].shape == sets.val[0][0].shape == sets.test[0][0].shape == (3, 24, 24)
     assert sets.train.decoder.native  # cropped from the full image, not from a 24 px copy

@@ -19,8 +19,12 @@ class FailsOnRank(torch.nn.Module):
     def __init__(self, rank: int = 1, step: int = 2, num_classes: int = 10) -> None:
         super().__init__()
         self.rank, self.step, self.calls = str(rank), step, 0
-        self.net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.AdaptiveAvgPool2d(1),
-                                       torch.nn.Flatten(), torch.nn.Linear(8, num_classes))
+        self.net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, stride=2),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, num_classes),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         import os

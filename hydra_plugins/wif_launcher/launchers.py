@@ -18,10 +18,10 @@ from typing import Any, List, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher import submitit_launcher as plugin
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf
 
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher as plugin
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from wif.sweep import callback
 
 log = logging.getLogger("wif")
@@ -49,8 +49,10 @@ class _AwaitsEveryJob(plugin.BaseSubmititLauncher):
             log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
             job_params.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
         jobs = executor.map_array(self, *zip(*job_params))
-        return [self._outcome(job, idx, overrides)
-                for idx, (job, overrides) in enumerate(zip(jobs, job_overrides), start=initial_job_idx)]
+        return [
+            self._outcome(job, idx, overrides)
+            for idx, (job, overrides) in enumerate(zip(jobs, job_overrides), start=initial_job_idx)
+        ]
 
     @staticmethod
     def _outcome(job: Any, idx: int, overrides: Sequence[str]) -> JobReturn:

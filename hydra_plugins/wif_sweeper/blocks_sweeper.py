@@ -53,8 +53,10 @@ class BlocksSweeper(BasicSweeper):
             return []
         order = [budget.job(job) for job in jobs]
         budget.log_plan(order, "the grid")
-        returns = [budget.launch(job, lambda j, i=i: self.launcher.launch([j], initial_job_idx=i))
-                   for i, job in enumerate(jobs)]
+        returns = [
+            budget.launch(job, lambda j, i=i: self.launcher.launch([j], initial_job_idx=i))
+            for i, job in enumerate(jobs)
+        ]
         callback.TALLY.budget = budget.outcome(budget.refused, blocks_line([budget.job(job) for job in jobs]))
         return [r for r in returns if r is not None]
 

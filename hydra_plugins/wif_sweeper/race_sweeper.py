@@ -61,9 +61,12 @@ class RaceSweeper(BasicSweeper):
         names = {cell: names[cell] for cell in cells}
         if same_as and _single_settings(names):
             for problem in _single_settings(names):
-                log.error("Bad setting: %s, once the options that run the same code on this CPU race as one (%s; "
-                          "race.merge_identical=false races them apart)", problem,
-                          "; ".join(f"{', '.join(m)} as {s}" for s, m in twins.items()))
+                log.error(
+                    "Bad setting: %s, once the options that run the same code on this CPU race as one (%s; "
+                    "race.merge_identical=false races them apart)",
+                    problem,
+                    "; ".join(f"{', '.join(m)} as {s}" for s, m in twins.items()),
+                )
             raise SystemExit(EXIT_BAD_SETTING)
         key = [sorted(cells), [rules.min_blocks, rules.max_blocks, rules.margin, rules.confidence]]
         key += [sorted(same_as)] if same_as else []  # merging or not is another race
@@ -96,15 +99,26 @@ class RaceSweeper(BasicSweeper):
         """sweep.budget_min: every job the race may run priced (a probe first where the store has no price)."""
         from wif.sweep.probe import SweepBudget
 
-        jobs = [list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"] for block in range(rules.max_blocks)
-                for cell in cells]
+        jobs = [
+            list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"]
+            for block in range(rules.max_blocks)
+            for cell in cells
+        ]
         budget = SweepBudget(self.config, jobs)
         budget.price_with_probe(lambda batch: self.launcher.launch(batch, initial_job_idx=0))
         return budget
 
-    def _race_in_budget(self, cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]],
-                        states: "Dict[float, FractionState]", rules: "RaceRules", race_id: str, shuffle: bool,
-                        record: Any, budget: Any) -> "Tuple[Dict[float, FractionState], List[Any]]":
+    def _race_in_budget(
+        self,
+        cells: Sequence[Cell],
+        names: Dict[Cell, Tuple[str, float]],
+        states: "Dict[float, FractionState]",
+        rules: "RaceRules",
+        race_id: str,
+        shuffle: bool,
+        record: Any,
+        budget: Any,
+    ) -> "Tuple[Dict[float, FractionState], List[Any]]":
         """The fractions whose first look fits go first, cheapest first (wif.sweep.budget.choose_fractions),
         each raced to its end, a job started only if it can finish in time; then the next fractions."""
         from wif.sweep.budget import choose_fractions, minutes
@@ -117,28 +131,48 @@ class RaceSweeper(BasicSweeper):
                 break
             first_look = {fr: budget.undone_s(_race_jobs(budget, states, fr, rules.min_blocks)) for fr in waiting}
             focus = choose_fractions(first_look, budget.left_s())
-            log.info("Budget plan: fractions %s now (to their first look, after block %d: %s); %s", ", ".join(
-                f"{fr:g}" for fr in focus), rules.min_blocks, ", ".join(minutes(first_look[fr]) for fr in focus),
-                "; ".join(f"{fr:g} waits ({minutes(first_look[fr])} to its first look)"
-                          for fr in waiting if fr not in focus) or "none waits")
-            budget.log_plan([j for fr in focus for j in _race_jobs(budget, states, fr, rules.max_blocks)],
-                            f"the race at {', '.join(f'{fr:g}' for fr in focus)} (no setting dropped: at most)")
+            log.info(
+                "Budget plan: fractions %s now (to their first look, after block %d: %s); %s",
+                ", ".join(f"{fr:g}" for fr in focus),
+                rules.min_blocks,
+                ", ".join(minutes(first_look[fr]) for fr in focus),
+                "; ".join(
+                    f"{fr:g} waits ({minutes(first_look[fr])} to its first look)" for fr in waiting if fr not in focus
+                )
+                or "none waits",
+            )
+            budget.log_plan(
+                [j for fr in focus for j in _race_jobs(budget, states, fr, rules.max_blocks)],
+                f"the race at {', '.join(f'{fr:g}' for fr in focus)} (no setting dropped: at most)",
+            )
             states, more = self._run_blocks(cells, names, states, rules, race_id, shuffle, record, budget, set(focus))
             returns += more
             tried.update(focus)
-        undone = [j for fr, st in states.items() if not st.settled for j in _race_jobs(budget, states, fr,
-                                                                                        rules.max_blocks)]
+        undone = [
+            j for fr, st in states.items() if not st.settled for j in _race_jobs(budget, states, fr, rules.max_blocks)
+        ]
         undone += [j for j in budget.refused if j not in undone]  # in a settled fraction too: its last blocks
         self._undone = [j for j in undone if not budget.jobs[j.key].done]
-        decided = "; ".join(f"f{fr:g} {f'decided ({st.settled})' if st.settled else 'not decided'}: possibly "
-                            f"fastest {', '.join(st.alive)}" for fr, st in sorted(states.items()))
+        decided = "; ".join(
+            f"f{fr:g} {f'decided ({st.settled})' if st.settled else 'not decided'}: possibly "
+            f"fastest {', '.join(st.alive)}"
+            for fr, st in sorted(states.items())
+        )
         callback.TALLY.budget = budget.outcome(self._undone, decided)
         return states, returns
 
-    def _run_blocks(self, cells: Sequence[Tuple[str, ...]], names: Dict[Tuple[str, ...], Tuple[str, float]],
-                    states: "Dict[float, FractionState]", rules: "RaceRules", race_id: str, shuffle: bool,
-                    record: Any, budget: Any = None,
-                    only: Any = None) -> "Tuple[Dict[float, FractionState], List[Any]]":
+    def _run_blocks(
+        self,
+        cells: Sequence[Tuple[str, ...]],
+        names: Dict[Tuple[str, ...], Tuple[str, float]],
+        states: "Dict[float, FractionState]",
+        rules: "RaceRules",
+        race_id: str,
+        shuffle: bool,
+        record: Any,
+        budget: Any = None,
+        only: Any = None,
+    ) -> "Tuple[Dict[float, FractionState], List[Any]]":
         """Block after block of the cells still in the race (of the fractions `only`, if given), a look after
         each from race.min_blocks on; under a budget each job starts only if it can finish in time."""
         from wif.report import race
@@ -148,8 +182,11 @@ class RaceSweeper(BasicSweeper):
             alive = {fr: set(st.alive) for fr, st in states.items() if not st.settled and (not only or fr in only)}
             if not alive:
                 break
-            jobs = [list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"] for cell in cells
-                    if names[cell][0] in alive.get(names[cell][1], set())]
+            jobs = [
+                list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"]
+                for cell in cells
+                if names[cell][0] in alive.get(names[cell][1], set())
+            ]
             jobs = shuffle_within_blocks(jobs) if shuffle else jobs
             self.validate_batch_is_legal(jobs)
             if budget is None:
@@ -166,12 +203,18 @@ class RaceSweeper(BasicSweeper):
             if block + 1 >= rules.min_blocks:
                 record.look(block + 1, states, runs, time.monotonic() - t0)
             else:
-                log.info("Race: block %d of at least %d done, %d runs; the first look comes after block %d",
-                         block + 1, rules.min_blocks, len(runs), rules.min_blocks)
+                log.info(
+                    "Race: block %d of at least %d done, %d runs; the first look comes after block %d",
+                    block + 1,
+                    rules.min_blocks,
+                    len(runs),
+                    rules.min_blocks,
+                )
         return states, returns
 
     def _launch_in_budget(self, jobs: List[List[str]], budget: Any) -> List[Any]:
         """One job at a time, each only if it can finish in what is left; finished ones skipped unlaunched."""
+
         def launch(job: List[str]) -> Any:
             self._launched += 1
             return self.launcher.launch([job], initial_job_idx=self._launched - 1)
@@ -199,15 +242,21 @@ class RaceSweeper(BasicSweeper):
 def _race_jobs(budget: Any, states: "Dict[float, FractionState]", fraction: float, blocks: int) -> List[Any]:
     """The budget's jobs of a fraction's settings still in the race, blocks 0..blocks-1, block-major."""
     alive = set(states[fraction].alive)
-    return sorted((j for j in budget.jobs.values() if j.fraction == fraction and j.setting in alive
-                   and j.block < blocks), key=lambda j: j.block)
+    return sorted(
+        (j for j in budget.jobs.values() if j.fraction == fraction and j.setting in alive and j.block < blocks),
+        key=lambda j: j.block,
+    )
 
 
 def budget_tags(budget: Any, undone: List[Any]) -> Dict[str, str]:
     """The budget's outcome on the race's record: what ended it, and what finishing would cost."""
-    return {"wif.budget.min": f"{budget.budget_s / 60:g}", "wif.budget.probe_s": f"{budget.probe_s:.1f}",
-            "wif.budget.ended": callback.TALLY.budget, "wif.budget.undone_min": f"{budget.undone_s(undone) / 60:.2f}",
-            "wif.budget.by_budget": str(bool(budget.refused)).lower()}
+    return {
+        "wif.budget.min": f"{budget.budget_s / 60:g}",
+        "wif.budget.probe_s": f"{budget.probe_s:.1f}",
+        "wif.budget.ended": callback.TALLY.budget,
+        "wif.budget.undone_min": f"{budget.undone_s(undone) / 60:.2f}",
+        "wif.budget.by_budget": str(bool(budget.refused)).lower(),
+    }
 
 
 def _same_names(names: Dict[Cell, Tuple[str, float]]) -> List[str]:
@@ -217,9 +266,11 @@ def _same_names(names: Dict[Cell, Tuple[str, float]]) -> List[str]:
     for cell, name in names.items():
         if name in seen:
             differ = sorted(set(cell) ^ set(seen[name]))
-            return [f"a race compares loader settings of one workload, but {' / '.join(differ)} would race as the "
-                    f"same setting {name[0]} at fraction {name[1]:g}. Race each of them separately "
-                    "(hydra/sweeper=blocks sweeps them all, and the report keeps each model in its own testbed)."]
+            return [
+                f"a race compares loader settings of one workload, but {' / '.join(differ)} would race as the "
+                f"same setting {name[0]} at fraction {name[1]:g}. Race each of them separately "
+                "(hydra/sweeper=blocks sweeps them all, and the report keeps each model in its own testbed)."
+            ]
         seen[name] = cell
     return []
 
@@ -251,8 +302,7 @@ def _cpu_only(cfg: Any) -> bool:
     return not cuda_present()
 
 
-def _same_as(cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]],
-             on_cpu: Dict[Cell, str]) -> Dict[Cell, Cell]:
+def _same_as(cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]], on_cpu: Dict[Cell, str]) -> Dict[Cell, Cell]:
     """Cell -> the earlier cell of its fraction whose run would be the same on a CPU; only cells that have one."""
     first: Dict[Tuple[float, str], Cell] = {}
     out = {}
@@ -283,6 +333,8 @@ def _single_settings(names: Dict[Any, Tuple[str, float]]) -> List[str]:
     for fr in _fractions(names):
         settings = {s for s, f in names.values() if f == fr}
         if len(settings) < 2:
-            out.append(f"hydra/sweeper=race at data.fraction={fr:g} has one setting ({settings.pop()}): a race needs "
-                       "at least two; sweep more loader options, or use the default sweeper")
+            out.append(
+                f"hydra/sweeper=race at data.fraction={fr:g} has one setting ({settings.pop()}): a race needs "
+                "at least two; sweep more loader options, or use the default sweeper"
+            )
     return out

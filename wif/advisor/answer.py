@@ -13,12 +13,18 @@ from wif.advisor.verify import BASELINE, RaceResult
 from wif.config.compose import STUDY_COMMAND
 
 # gpu_blocked_s (CUDA only): a blocking copy's wait behind the GPU's queued work, kept out of data wait and copy
-PHASES = (("data_wait_s", "data wait"), ("copy_s", "copy"), ("gpu_blocked_s", "GPU blocked"), ("compute_s", "compute"),
-          ("gpu_idle_s", "GPU idle"))
+PHASES = (
+    ("data_wait_s", "data wait"),
+    ("copy_s", "copy"),
+    ("gpu_blocked_s", "GPU blocked"),
+    ("compute_s", "compute"),
+    ("gpu_idle_s", "GPU idle"),
+)
 
 
-def where_time_goes(now: Measured, bound_s: float, bound_source: str, items: int, loader_img_s: float,
-                    margin: float) -> tuple[bool, str]:
+def where_time_goes(
+    now: Measured, bound_s: float, bound_source: str, items: int, loader_img_s: float, margin: float
+) -> tuple[bool, str]:
     """(data-bound?, the sentence): the configured epoch against the bound and the loader's ceiling."""
     epoch = now.median()
     gap = epoch / bound_s - 1 if bound_s > 0 else math.nan
@@ -28,23 +34,30 @@ def where_time_goes(now: Measured, bound_s: float, bound_source: str, items: int
     if gap <= margin:
         return False, (f"{head}\nNot data-bound: within {max(gap, 0):.0%} of the bound; loader settings cannot help.")
     if wait <= margin:  # slower than the bound, but not waiting: the step itself was slower (e.g. a busy CPU)
-        return False, (f"{head}\nNot data-bound: the step waits {wait:.0%} of the epoch for data; the epoch is "
-                       f"{gap:.0%} above the bound in the step itself, which loader settings cannot help.")
+        return False, (
+            f"{head}\nNot data-bound: the step waits {wait:.0%} of the epoch for data; the epoch is "
+            f"{gap:.0%} above the bound in the step itself, which loader settings cannot help."
+        )
     model_img_s = items / bound_s if bound_s > 0 else math.nan
-    return True, (f"{head}\nData-bound: the loader gives {loader_img_s:,.0f} img/s, "
-                  f"the model takes {model_img_s:,.0f}; "
-                  f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%}).")
+    return True, (
+        f"{head}\nData-bound: the loader gives {loader_img_s:,.0f} img/s, "
+        f"the model takes {model_img_s:,.0f}; "
+        f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%})."
+    )
 
 
 def _zero(x: float) -> float:
     return 0.0 if math.isnan(x) else x
 
 
-def candidate_table(names: Sequence[str], ceilings: Dict[str, float], predicted: Dict[str, Prediction],
-                    race: Optional[RaceResult]) -> str:
+def candidate_table(
+    names: Sequence[str], ceilings: Dict[str, float], predicted: Dict[str, Prediction], race: Optional[RaceResult]
+) -> str:
     """One row a candidate: loader-only ceiling, predicted epoch, and for raced ones measured and error."""
-    rows = [f"{'setting':<16}{'loader img/s':>13}{'predicted s':>12}{'limit':>9}{'measured s':>11}{'error':>8}"
-            f"{'speedup (95% CI)':>26}"]
+    rows = [
+        f"{'setting':<16}{'loader img/s':>13}{'predicted s':>12}{'limit':>9}{'measured s':>11}{'error':>8}"
+        f"{'speedup (95% CI)':>26}"
+    ]
     for name in names:
         p = predicted.get(name)
         measured = race.measured_s(name) if race is not None else math.nan
@@ -53,10 +66,12 @@ def candidate_table(names: Sequence[str], ceilings: Dict[str, float], predicted:
         if race is not None and race.table is not None and name in race.table.index and name != BASELINE:
             r = race.table.loc[name]
             speed = f"{r['speedup']:.2f} ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
-        rows.append(f"{name:<16}{ceilings.get(name, math.nan):>13,.0f}"
-                    f"{(p.epoch_s if p else math.nan):>12.3f}{(p.bound if p else ''):>9}"
-                    + (f"{measured:>11.3f}{err:>+8.0%}" if not math.isnan(measured) else f"{'not raced':>11}{'':>8}")
-                    + f"{speed:>26}")
+        rows.append(
+            f"{name:<16}{ceilings.get(name, math.nan):>13,.0f}"
+            f"{(p.epoch_s if p else math.nan):>12.3f}{(p.bound if p else ''):>9}"
+            + (f"{measured:>11.3f}{err:>+8.0%}" if not math.isnan(measured) else f"{'not raced':>11}{'':>8}")
+            + f"{speed:>26}"
+        )
     return "\n".join(rows)
 
 
@@ -72,31 +87,43 @@ def memory_cost(race: RaceResult, name: str) -> str:
     return "; ".join(parts) or "no memory figure (runs too short for the sampler)"
 
 
-def why_keep(race: Optional[RaceResult], raced: Sequence[str], predicted: Dict[str, Prediction],
-             data_bound: bool, on_cpu: bool, margin: float) -> str:
+def why_keep(
+    race: Optional[RaceResult],
+    raced: Sequence[str],
+    predicted: Dict[str, Prediction],
+    data_bound: bool,
+    on_cpu: bool,
+    margin: float,
+) -> str:
     """Why no candidate is recommended, from what was measured (or, with no race, predicted)."""
     if not data_bound:
         return "the step hardly waits for data: no loader setting can make the epoch shorter."
     if race is None or not raced:
         worst = max((p.slowdown for p in predicted.values()), default=1.0)
         if on_cpu and worst > 1.2:
-            return (f"no candidate is predicted faster by more than {margin:.0%}: on this CPU the workers' fetches "
-                    f"would take turns with the step on the cores its threads fill (its compute stretched up to "
-                    f"{worst:.1f}x); a step on fewer threads (trainer.threads) would leave them a core, which "
-                    "wif-advise does not try (docs/advise.md shows how to race it).")
+            return (
+                f"no candidate is predicted faster by more than {margin:.0%}: on this CPU the workers' fetches "
+                f"would take turns with the step on the cores its threads fill (its compute stretched up to "
+                f"{worst:.1f}x); a step on fewer threads (trainer.threads) would leave them a core, which "
+                "wif-advise does not try (docs/advise.md shows how to race it)."
+            )
         return f"no candidate is predicted faster than the current setting by more than {margin:.0%}."
     reasons = []
     for name in raced:
         said = "its race did not show it faster"
         if race.table is not None and name in race.table.index:
             r = race.table.loc[name]
-            said = f"its race did not show it faster (speedup {r['speedup']:.2f}, 95% interval " \
-                   f"{r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+            said = (
+                f"its race did not show it faster (speedup {r['speedup']:.2f}, 95% interval "
+                f"{r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+            )
         mine = [m.mean("compute_s") for m in race.runs.get(name, [])]
         theirs = [m.mean("compute_s") for m in race.runs.get(BASELINE, [])]
         if on_cpu and mine and theirs and sum(mine) / len(mine) > 1.1 * sum(theirs) / len(theirs):
-            said += (f"; the step's compute took {sum(mine) / len(mine):.3f} s an epoch against "
-                     f"{sum(theirs) / len(theirs):.3f} s: the workers take the cores the step uses")
+            said += (
+                f"; the step's compute took {sum(mine) / len(mine):.3f} s an epoch against "
+                f"{sum(theirs) / len(theirs):.3f} s: the workers take the cores the step uses"
+            )
         reasons.append(f"{name}: {said}")
     return "; ".join(reasons) + "."
 

@@ -21,8 +21,14 @@ from wif.config import Config, ConfigError, DataSource, TransferKind, validate
 def current(base: Config, cuda: bool) -> Candidate:
     """The configured setting, as it is."""
     lo = base.loader
-    return Candidate("current", {}, lo.num_workers, lo.persistent_workers,
-                     lo.prefetch_factor or base.engine.prefetch_factor, _hidden(base, cuda, lo.pin_memory))
+    return Candidate(
+        "current",
+        {},
+        lo.num_workers,
+        lo.persistent_workers,
+        lo.prefetch_factor or base.engine.prefetch_factor,
+        _hidden(base, cuda, lo.pin_memory),
+    )
 
 
 def _hidden(base: Config, cuda: bool, pin: bool) -> bool:
@@ -35,8 +41,14 @@ def workers(base: Config, count: int, cuda: bool) -> Candidate:
     if count == 0:
         return Candidate("w0", {"loader.num_workers": 0}, 0, False, 2, _hidden(base, cuda, base.loader.pin_memory))
     keys = {"loader.num_workers": count, "loader.persistent_workers": True}
-    return Candidate(f"w{count}", keys, count, True, base.loader.prefetch_factor or base.engine.prefetch_factor,
-                     _hidden(base, cuda, base.loader.pin_memory))
+    return Candidate(
+        f"w{count}",
+        keys,
+        count,
+        True,
+        base.loader.prefetch_factor or base.engine.prefetch_factor,
+        _hidden(base, cuda, base.loader.pin_memory),
+    )
 
 
 def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int) -> List[Candidate]:
@@ -48,19 +60,19 @@ def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[f
         if importlib.util.find_spec("torchdata") is not None and base.engine.name.value == "dataloader":
             out.append(_more(best, "threads", {"engine.name": "nodes_threads"}))
     if cuda and not (base.loader.pin_memory and base.transfer.non_blocking):
-        out.append(_more(best, "pin_nb", {"loader.pin_memory": True, "transfer.non_blocking": True},
-                         copy_hidden=True))
+        out.append(_more(best, "pin_nb", {"loader.pin_memory": True, "transfer.non_blocking": True}, copy_hidden=True))
     d = base.data
     if d.source is DataSource.folder and not d.preload and d.format is None and ram_free_bytes:
-        need = items * 3 * d.image_size ** 2  # uint8 decoded images at image_size
+        need = items * 3 * d.image_size**2  # uint8 decoded images at image_size
         if need < 0.5 * ram_free_bytes:
             out.append(_more(best, "preload", {"data.preload": True}))
     return [c for c in out if _accepted(base, c)]
 
 
 def _more(best: Candidate, suffix: str, keys: dict, **changes) -> Candidate:
-    fields = dict(workers=best.workers, persistent=best.persistent, prefetch=best.prefetch,
-                  copy_hidden=best.copy_hidden)
+    fields = dict(
+        workers=best.workers, persistent=best.persistent, prefetch=best.prefetch, copy_hidden=best.copy_hidden
+    )
     fields.update(changes)
     return Candidate(f"{best.name}-{suffix}", {**best.keys, **keys}, **fields)
 
@@ -95,8 +107,7 @@ def loader_rates(trial: Measured, cand: Candidate, batch_size: int, batches: int
 
 def in_process_rates(run: Measured, cand: Candidate, batch_size: int) -> Loader:
     """A 0-worker setting's rates from its training run: its data wait is its fetch."""
-    return Loader(0, run.mean("data_wait_s") / max(run.n_train, 1), 0.0, cand.prefetch, False, 0.0,
-                  cand.copy_hidden)
+    return Loader(0, run.mean("data_wait_s") / max(run.n_train, 1), 0.0, cand.prefetch, False, 0.0, cand.copy_hidden)
 
 
 def step_rates(run: Measured, bound: Optional[Measured], batch_size: int, cores: int, on_cpu: bool) -> Step:

@@ -35,8 +35,10 @@ def report(a: Advice, say: Callable[[str], None] = print) -> None:
     say(a.table)
     if a.pick:
         low, high = a.speedup[1], a.speedup[2]
-        say(f"Pick: {a.pick}, {a.speedup[0]:.2f}x faster than the current setting (95% interval {low:.2f}-{high:.2f}); "
-            f"memory: {a.why}.")
+        say(
+            f"Pick: {a.pick}, {a.speedup[0]:.2f}x faster than the current setting (95% interval {low:.2f}-{high:.2f}); "
+            f"memory: {a.why}."
+        )
         say(f"Use it: {a.train_line}")
         say(f"In your script: {a.dataloader}")
     else:
@@ -47,8 +49,9 @@ def report(a: Advice, say: Callable[[str], None] = print) -> None:
     say(f"{a.runs} runs in {a.seconds:.0f} s, nested under MLflow run {a.parent_run_id} (tag wif.kind=advise).")
 
 
-def advise_overrides(overrides: Sequence[str] = (), config_dir: Optional[Path] = None, quiet: bool = False,
-                     **options: object) -> Advice:
+def advise_overrides(
+    overrides: Sequence[str] = (), config_dir: Optional[Path] = None, quiet: bool = False, **options: object
+) -> Advice:
     """`wif.advise(...)`: the command from a script or notebook; a bad override raises ConfigError before
     anything runs. `options` are Options' fields (epochs, race_candidates, max_blocks, ...)."""
     opts = Options(**options)  # an unknown option is a TypeError naming it
@@ -67,21 +70,30 @@ def advise_overrides(overrides: Sequence[str] = (), config_dir: Optional[Path] =
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = tool_parser(PROG, "Find where an epoch's time goes, predict which loader setting helps, race the best "
-                          "against the configured one, and print the pick or why to keep the current setting.")
+    p = tool_parser(
+        PROG,
+        "Find where an epoch's time goes, predict which loader setting helps, race the best "
+        "against the configured one, and print the pick or why to keep the current setting.",
+    )
     d = Options()
-    for name, kind, text in (("epochs", int, "epochs of each measuring run, the first left out"),
-                             ("batches", int, "batches an epoch of each loader-only trial, at most"),
-                             ("race-candidates", int, "best predicted candidates raced"),
-                             ("min-blocks", int, "race: the first look after this many blocks"),
-                             ("max-blocks", int, "race: at most this many blocks"),
-                             ("max-epochs", int, "race: trainer.epochs=auto up to this many epochs a run"),
-                             ("margin", float, "race: tie margin; a candidate is raced if predicted this much faster"),
-                             ("bound-margin", float, "within this share of the bound: not data-bound"),
-                             ("minutes", float, "the whole advice within about this many minutes: the race takes "
-                                                "what the measuring steps leave")):
-        p.add_argument(f"--{name}", type=kind, default=getattr(d, name.replace("-", "_")),
-                       help=f"{text} (default: %(default)s)")
+    for name, kind, text in (
+        ("epochs", int, "epochs of each measuring run, the first left out"),
+        ("batches", int, "batches an epoch of each loader-only trial, at most"),
+        ("race-candidates", int, "best predicted candidates raced"),
+        ("min-blocks", int, "race: the first look after this many blocks"),
+        ("max-blocks", int, "race: at most this many blocks"),
+        ("max-epochs", int, "race: trainer.epochs=auto up to this many epochs a run"),
+        ("margin", float, "race: tie margin; a candidate is raced if predicted this much faster"),
+        ("bound-margin", float, "within this share of the bound: not data-bound"),
+        (
+            "minutes",
+            float,
+            "the whole advice within about this many minutes: the race takes what the measuring steps leave",
+        ),
+    ):
+        p.add_argument(
+            f"--{name}", type=kind, default=getattr(d, name.replace("-", "_")), help=f"{text} (default: %(default)s)"
+        )
     return p
 
 

@@ -42,13 +42,22 @@ class SlowReads(Dataset):
         image = 0.5 * torch.randn(3, self.size, self.size, generator=g)
         side = max(self.size // 4, 1)
         offset = (label * side) % (self.size - side + 1)
-        image[:, offset:offset + side, offset:offset + side] += 2.0
+        image[:, offset : offset + side, offset : offset + side] += 2.0
         return image, label
 
 
-def slow_reads(n_train: int = 7680, n_val: int = 64, n_test: int = 64, size: int = 32, num_classes: int = 4,
-               delay_ms: float = 4.0, burn: bool = False) -> Dict[str, Dataset]:
+def slow_reads(
+    n_train: int = 7680,
+    n_val: int = 64,
+    n_test: int = 64,
+    size: int = 32,
+    num_classes: int = 4,
+    delay_ms: float = 4.0,
+    burn: bool = False,
+) -> Dict[str, Dataset]:
     """Train (7,680 items: 768 at data.fraction=0.1), and small val and test sets that wait as long."""
-    return {"train": SlowReads(n_train, size, num_classes, delay_ms, seed=0, burn=burn),
-            "val": SlowReads(n_val, size, num_classes, delay_ms, seed=1, burn=burn),
-            "test": SlowReads(n_test, size, num_classes, delay_ms, seed=2, burn=burn)}
+    return {
+        "train": SlowReads(n_train, size, num_classes, delay_ms, seed=0, burn=burn),
+        "val": SlowReads(n_val, size, num_classes, delay_ms, seed=1, burn=burn),
+        "test": SlowReads(n_test, size, num_classes, delay_ms, seed=2, burn=burn),
+    }

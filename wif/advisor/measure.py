@@ -28,8 +28,17 @@ from wif.run.model import model_label
 from wif.tools.recorded import run_recorded
 from wif.tools.tune import WORKER_ONLY
 
-EPOCH_KEYS = ("epoch_time_s", "data_wait_s", "copy_s", "gpu_blocked_s", "compute_s", "gpu_idle_s", "first_batch_s",
-              "cpu_util_pct", "tree_cpu_s")
+EPOCH_KEYS = (
+    "epoch_time_s",
+    "data_wait_s",
+    "copy_s",
+    "gpu_blocked_s",
+    "compute_s",
+    "gpu_idle_s",
+    "first_batch_s",
+    "cpu_util_pct",
+    "tree_cpu_s",
+)
 
 
 @dataclass
@@ -63,8 +72,9 @@ def apply(base: Config, cand: Candidate) -> Config:
         group, name = key.split(".", 1)
         node = getattr(conf, group)
         old = getattr(node, name)
-        setattr(node, name, type(old)(value) if old is not None and value is not None and hasattr(old, "value")
-                else value)
+        setattr(
+            node, name, type(old)(value) if old is not None and value is not None and hasattr(old, "value") else value
+        )
     if conf.loader.num_workers == 0:
         for key, neutral in WORKER_ONLY:
             setattr(conf.loader, key, neutral)
@@ -99,7 +109,7 @@ class Measured:
 
     @property
     def steady(self) -> List[Dict[str, float]]:
-        return self.epochs[self.warmup:] or self.epochs
+        return self.epochs[self.warmup :] or self.epochs
 
     def mean(self, key: str) -> float:
         """The steady epochs' mean of `key`; NaN where no epoch has it."""
@@ -119,8 +129,15 @@ class Runner:
     """Runs configurations as runs nested under one parent, each contended one again while there is time
     before `deadline` (time.monotonic())."""
 
-    def __init__(self, tracker: Tracker, device: str, parent_id: str, advise_id: str,
-                 deadline: float = math.inf, say: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        tracker: Tracker,
+        device: str,
+        parent_id: str,
+        advise_id: str,
+        deadline: float = math.inf,
+        say: Callable[[str], None] = print,
+    ) -> None:
         self.tracker, self.device, self.parent_id, self.advise_id = tracker, device, parent_id, advise_id
         self.deadline, self.say = deadline, say
         self.runs: List[Measured] = []
@@ -130,15 +147,18 @@ class Runner:
         """Seconds left before the advice's deadline."""
         return self.deadline - time.monotonic()
 
-    def run(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None,
-            reruns: int = 1) -> Measured:
+    def run(
+        self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None, reruns: int = 1
+    ) -> Measured:
         """The run; a contended one is run again, up to `reruns` times, while another fits before the deadline."""
         m = self._once(conf, role, name, extra)
         while m.contended and reruns > 0 and m.wall_s < self.left_s():
             reruns -= 1
             self.reruns += 1
-            self.say(f"  {role} {name}: other processes used {m.other_pct:.0f}% of a core during its measured "
-                     f"epochs (contended): run again")
+            self.say(
+                f"  {role} {name}: other processes used {m.other_pct:.0f}% of a core during its measured "
+                f"epochs (contended): run again"
+            )
             m.replaced = True
             m = self._once(conf, role, name, extra)
         return m
@@ -147,24 +167,59 @@ class Runner:
         t0 = time.monotonic()
         conf.progress = False
         validate(conf)
-        run_id, outcome, text = run_recorded(self.tracker, conf, self.device, f"advise-{role}-{name}",
-                                             self.tags(conf, role, name, extra), f"{role} {name}")
-        return self.measured(run_id, role, name, outcome.status, outcome.summary, text, conf.trainer.warmup_epochs,
-                             t0)
+        run_id, outcome, text = run_recorded(
+            self.tracker,
+            conf,
+            self.device,
+            f"advise-{role}-{name}",
+            self.tags(conf, role, name, extra),
+            f"{role} {name}",
+        )
+        return self.measured(run_id, role, name, outcome.status, outcome.summary, text, conf.trainer.warmup_epochs, t0)
 
     def tags(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
         """A nested run's tags: the advice it belongs to, its role and setting."""
-        return {**host_tags(), "wif.kind": "advise", "wif.advise_id": self.advise_id, "wif.advise_role": role,
-                "mlflow.parentRunId": self.parent_id, "wif.loader": name, "wif.device": self.device,
-                "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.fraction": f"{conf.data.fraction:g}",
-                "wif.cell": f"advise-{self.advise_id}-{name}", **(extra or {})}
+        return {
+            **host_tags(),
+            "wif.kind": "advise",
+            "wif.advise_id": self.advise_id,
+            "wif.advise_role": role,
+            "mlflow.parentRunId": self.parent_id,
+            "wif.loader": name,
+            "wif.device": self.device,
+            "wif.gpu": "none",
+            "wif.model": model_label(conf.model),
+            "wif.fraction": f"{conf.data.fraction:g}",
+            "wif.cell": f"advise-{self.advise_id}-{name}",
+            **(extra or {}),
+        }
 
-    def measured(self, run_id: str, role: str, name: str, status: str, summary: Dict[str, float], text: str,
-                 warmup: int, t0: float) -> Measured:
+    def measured(
+        self,
+        run_id: str,
+        role: str,
+        name: str,
+        status: str,
+        summary: Dict[str, float],
+        text: str,
+        warmup: int,
+        t0: float,
+    ) -> Measured:
         """The ended run read back: its epochs, tags and outcome (Ctrl-C's KILLED raised again, once kept)."""
         record = self.tracker.client.get_run(run_id)
-        m = Measured(role, name, run_id, status, summary, self._epochs(run_id), dict(record.data.tags), text, warmup,
-                     time.monotonic() - t0, record.data.tags.get("wif.contended") == "true")
+        m = Measured(
+            role,
+            name,
+            run_id,
+            status,
+            summary,
+            self._epochs(run_id),
+            dict(record.data.tags),
+            text,
+            warmup,
+            time.monotonic() - t0,
+            record.data.tags.get("wif.contended") == "true",
+        )
         self.runs.append(m)
         if status == KILLED:
             raise KeyboardInterrupt

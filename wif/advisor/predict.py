@@ -69,8 +69,16 @@ def batch_sizes(items: int, batch_size: int, batches: int | None = None) -> List
     return sizes if batches is None else sizes[:batches]
 
 
-def simulate(sizes: Sequence[int], workers: int, item_s: float, compute_s: float, copy_s: float = 0.0,
-             prefetch: int = 2, startup_s: float = 0.0, copy_hidden: bool = False) -> float:
+def simulate(
+    sizes: Sequence[int],
+    workers: int,
+    item_s: float,
+    compute_s: float,
+    copy_s: float = 0.0,
+    prefetch: int = 2,
+    startup_s: float = 0.0,
+    copy_hidden: bool = False,
+) -> float:
     """One epoch, batch by batch: when the step ends its last batch."""
     copy = 0.0 if copy_hidden else copy_s
     if workers == 0:  # the main process fetches, copies and computes in turn
@@ -102,13 +110,15 @@ def predict(sizes: Sequence[int], step: Step, loader: Loader, cores: float) -> P
         turns = max(work - beside, 0.0) / min(loader.workers, cores)  # the rest: its workers, in turn with the step
         slowdown += turns / compute_total
     compute = step.compute_s * slowdown
-    epoch = simulate(sizes, loader.workers, loader.item_s, compute, step.copy_s, loader.prefetch, startup,
-                     loader.copy_hidden)
+    epoch = simulate(
+        sizes, loader.workers, loader.item_s, compute, step.copy_s, loader.prefetch, startup, loader.copy_hidden
+    )
     return Prediction(epoch, alone, compute * len(sizes), startup, slowdown)
 
 
-def item_time(sizes: Sequence[int], workers: int, epoch_s: float, prefetch: int = 2, startup_s: float = 0.0,
-              copy_s: float = 0.0) -> float:
+def item_time(
+    sizes: Sequence[int], workers: int, epoch_s: float, prefetch: int = 2, startup_s: float = 0.0, copy_s: float = 0.0
+) -> float:
     """A loader-only epoch's time turned back into seconds per item per worker: the inverse of `simulate`
     with no compute (linear in item_s), so a trial of a few batches prices an epoch of many."""
     unit = simulate(sizes, workers, 1.0, 0.0, prefetch=prefetch)

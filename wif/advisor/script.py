@@ -41,7 +41,7 @@ def split(argv: Sequence[str]) -> Tuple[List[str], Optional[List[str]]]:
     if "--" not in argv:
         return argv, None
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 def your_script() -> None:
@@ -52,8 +52,9 @@ def your_script() -> None:
 def check_command(command: Sequence[str]) -> None:
     """A command that cannot start is refused before anything runs."""
     if not command:
-        raise ConfigError("nothing after `--`: give the command that trains, e.g. "
-                          "`wif-advise -- python my_train.py ARGS`")
+        raise ConfigError(
+            "nothing after `--`: give the command that trains, e.g. `wif-advise -- python my_train.py ARGS`"
+        )
     if shutil.which(command[0]) is None and not os.path.isfile(command[0]):
         raise ConfigError(f"{command[0]}: no such program")
     script = command[1] if len(command) > 1 and os.path.basename(command[0]) in PYTHONS else None
@@ -65,18 +66,27 @@ def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str,
     """The DataLoader the command watches, from its run up to its `wif.watch` call; ConfigError otherwise."""
     where = tempfile.mkdtemp(prefix="wif-advise-probe-")
     out = os.path.join(where, "loader.json")
-    rc, last = execute(command, {"uri": "", "run_id": None, "mode": "probe", "out": out},
-                       os.path.join(where, "output.log"), timeout, warm_start=False)  # while the server warms up
+    rc, last = execute(
+        command,
+        {"uri": "", "run_id": None, "mode": "probe", "out": out},
+        os.path.join(where, "output.log"),
+        timeout,
+        warm_start=False,
+    )  # while the server warms up
     shown = " ".join(command)
     if not os.path.exists(out):
         if rc == 0:
-            raise ConfigError(f"`{shown}` ended without calling wif.watch: write `for batch in wif.watch(loader):` "
-                              "in its training loop (docs/your-workload.md)")
+            raise ConfigError(
+                f"`{shown}` ended without calling wif.watch: write `for batch in wif.watch(loader):` "
+                "in its training loop (docs/your-workload.md)"
+            )
         raise ConfigError(f"`{shown}` failed before wif.watch (exit {rc}): {last or 'no output'}")
     found = json.load(open(out))
     if not found.pop("has_dataloader"):
-        raise ConfigError(f"`{shown}` watches a {found['loader']} with no DataLoader inside: wif-advise changes a "
-                          "DataLoader's settings (wif.watch(loader) of a DataLoader, or of a wrapper holding one)")
+        raise ConfigError(
+            f"`{shown}` watches a {found['loader']} with no DataLoader inside: wif-advise changes a "
+            "DataLoader's settings (wif.watch(loader) of a DataLoader, or of a wrapper holding one)"
+        )
     return found
 
 
@@ -89,17 +99,21 @@ class ScriptAdvice:
     base: Any
 
     def advise(self, opts: Options, say: Callable[[str], None]) -> Advice:
-        say(f"{PROG}: your command: {' '.join(self.command)}; it watches a {self.probed['loader']} "
-            f"(batch {self.probed['batch_size']}, " + ", ".join(f"{k}={self.probed[k]}" for k in LOADER_KEYS)
-            + f"); every epoch capped at {opts.batches} batches (--batches)")
+        say(
+            f"{PROG}: your command: {' '.join(self.command)}; it watches a {self.probed['loader']} "
+            f"(batch {self.probed['batch_size']}, "
+            + ", ".join(f"{k}={self.probed[k]}" for k in LOADER_KEYS)
+            + f"); every epoch capped at {opts.batches} batches (--batches)"
+        )
         make = functools.partial(ScriptRunner, command=self.command, probed=self.probed, cap=opts.batches)
         try:
             out = advise(self.base, [], opts, say, make)
         except RuntimeError as err:  # the script as it is failed: the command's fault, said as a bad input is
             raise ConfigError(f"`{' '.join(self.command)}` under wif.watch: {err}") from None
         if out.pick is not None:
-            line = out.dataloader.replace("DataLoader(dataset, batch_size=..., shuffle=True, ",
-                                          "DataLoader(<your dataset and other arguments>, ")
+            line = out.dataloader.replace(
+                "DataLoader(dataset, batch_size=..., shuffle=True, ", "DataLoader(<your dataset and other arguments>, "
+            )
             if out.pick.endswith("-unordered"):
                 line = line.replace(")", ", in_order=False)", 1)
             out.dataloader = line

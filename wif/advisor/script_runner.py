@@ -36,8 +36,13 @@ LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memo
 HAS_IN_ORDER = "in_order" in DataLoader.__init__.__code__.co_varnames  # torch >= 2.6
 
 
-def execute(command: Sequence[str], orders: Mapping[str, Any], log_path: str,
-            timeout: Optional[float] = None, warm_start: bool = True) -> Tuple[int, str]:
+def execute(
+    command: Sequence[str],
+    orders: Mapping[str, Any],
+    log_path: str,
+    timeout: Optional[float] = None,
+    warm_start: bool = True,
+) -> Tuple[int, str]:
     """Run the command with `orders` (started warm where it can be and `warm_start`); (its exit code, its last
     line of output that is not the watch's). Ctrl-C or SIGTERM here stops it too (it gets its grace to end its
     own way), and is raised again."""
@@ -45,8 +50,11 @@ def execute(command: Sequence[str], orders: Mapping[str, Any], log_path: str,
     target = warm.warm_target(command) if warm_start else None
     with open(log_path, "w") as log:
         try:
-            proc: Any = (Warm(warm.start(target, env, log_path)) if target is not None else
-                         subprocess.Popen(list(command), env=env, stdout=log, stderr=subprocess.STDOUT))
+            proc: Any = (
+                Warm(warm.start(target, env, log_path))
+                if target is not None
+                else subprocess.Popen(list(command), env=env, stdout=log, stderr=subprocess.STDOUT)
+            )
         except OSError as err:
             return 127, f"{command[0]}: {err.strerror}"
         try:
@@ -93,9 +101,19 @@ class ScriptRunner(Runner):
 
     bound_label = "the first batches replayed"
 
-    def __init__(self, tracker: Any, device: str, parent_id: str, advise_id: str, deadline: float = math.inf,
-                 say: Any = print, *, command: Sequence[str] = (), probed: Optional[Dict[str, Any]] = None,
-                 cap: int = 50) -> None:
+    def __init__(
+        self,
+        tracker: Any,
+        device: str,
+        parent_id: str,
+        advise_id: str,
+        deadline: float = math.inf,
+        say: Any = print,
+        *,
+        command: Sequence[str] = (),
+        probed: Optional[Dict[str, Any]] = None,
+        cap: int = 50,
+    ) -> None:
         super().__init__(tracker, device, parent_id, advise_id, deadline, say)
         self.command, self.probed, self.cap = list(command), dict(probed or {}), cap
         self.logs = tempfile.mkdtemp(prefix="wif-advise-script-")
@@ -104,8 +122,9 @@ class ScriptRunner(Runner):
         """The script as it is, its first batches replayed from its second epoch on (the orders' `bound`)."""
         return training(base, Candidate("bound", {}), epochs)
 
-    def knobs(self, base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float],
-              items: int) -> List[Candidate]:
+    def knobs(
+        self, base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int
+    ) -> List[Candidate]:
         """The other DataLoader knobs at the best count: a deeper prefetch, batches out of order where torch
         has it, pinned memory on a GPU (the script's own copy stays as it is)."""
         out = []
@@ -121,8 +140,13 @@ class ScriptRunner(Runner):
         """What the watch in the script is to do for this run."""
         tr = conf.trainer
         mode = "bound" if role == "bound" else "loader_only" if tr.mode is TrainerMode.loader_only else "train"
-        spec: Dict[str, Any] = {"uri": self.tracker.uri, "experiment": conf.tracking.experiment, "run_id": run_id,
-                                "mode": mode, "batches": tr.max_batches if mode == "loader_only" else self.cap}
+        spec: Dict[str, Any] = {
+            "uri": self.tracker.uri,
+            "experiment": conf.tracking.experiment,
+            "run_id": run_id,
+            "mode": mode,
+            "batches": tr.max_batches if mode == "loader_only" else self.cap,
+        }
         if tr.auto:
             spec["auto"] = asdict(stop_rule(tr))
         else:
@@ -143,12 +167,24 @@ class ScriptRunner(Runner):
             rc, last = execute(self.command, self.orders(conf, role, run_id), log)
             summary = dict(self.tracker.client.get_run(run_id).data.metrics)
             status = FINISHED if rc == 0 and summary.get("epochs_run") else FAILED
-            text = "" if status == FINISHED else (f"the command exited {rc}: {last}" if rc else
-                                                  "the command ended without an epoch under wif.watch")
+            text = (
+                ""
+                if status == FINISHED
+                else (
+                    f"the command exited {rc}: {last}" if rc else "the command ended without an epoch under wif.watch"
+                )
+            )
         finally:
-            contended = status == FINISHED and is_contended(summary.get("host_other_cpu_pct"),
-                                                            conf.measure.contended_pct)
-            self.tracker.set_tags(run_id, {"wif.contended": str(contended).lower(), "wif.script_log": log,
-                                           **({"wif.error": text[:4000]} if text else {})})
+            contended = status == FINISHED and is_contended(
+                summary.get("host_other_cpu_pct"), conf.measure.contended_pct
+            )
+            self.tracker.set_tags(
+                run_id,
+                {
+                    "wif.contended": str(contended).lower(),
+                    "wif.script_log": log,
+                    **({"wif.error": text[:4000]} if text else {}),
+                },
+            )
             self.tracker.end_run(run_id, status)
         return self.measured(run_id, role, name, status, summary, text, conf.trainer.warmup_epochs, t0)

@@ -75,8 +75,13 @@ class Advice:
     contention: str = ""  # whether other processes disturbed the runs, with the figure
 
 
-def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[[str], None] = print,
-           make_runner: Callable[..., Runner] = Runner) -> Advice:
+def advise(
+    base: Config,
+    overrides: Sequence[str],
+    opts: Options,
+    say: Callable[[str], None] = print,
+    make_runner: Callable[..., Runner] = Runner,
+) -> Advice:
     """Measure, predict, race and answer for the configuration `base` (composed from `overrides`); `make_runner`:
     what runs the measurements (wif.advisor.script's runs a user's script under wif.watch)."""
     t0 = time.monotonic() if opts.started is None else opts.started
@@ -84,27 +89,48 @@ def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[
     cuda, cores = device == "cuda", usable_cores()
     overrides = list(overrides) + workload.whole_folder(base, overrides)
     say(f"{PROG}: {workload.data_line(base, workload.training_items(base))}")
-    say(f"{PROG}: within {opts.minutes:g} minutes (--minutes): the race stops once its answer is settled, or "
-        "before a block that would end later")
+    say(
+        f"{PROG}: within {opts.minutes:g} minutes (--minutes): the race stops once its answer is settled, or "
+        "before a block that would end later"
+    )
     tracker = Tracker(base.tracking.uri, base.tracking.experiment)
     advise_id = time.strftime("%Y%m%d-%H%M%S") + f"-{id(base) % 100000}"
     with signals_held():  # a Ctrl-C while the record is made: the record exists, and is ended below
-        parent = tracker.start_run("advise", as_plain(base), {"wif.kind": "advise", "wif.advise_id": advise_id,
-                                                              "wif.advise_role": "parent"}, as_plain(base))
+        parent = tracker.start_run(
+            "advise",
+            as_plain(base),
+            {"wif.kind": "advise", "wif.advise_id": advise_id, "wif.advise_role": "parent"},
+            as_plain(base),
+        )
     deadline = t0 + 60 * opts.minutes - min(ANSWER_S, 6 * opts.minutes)  # its answer too within the minutes
     runner = make_runner(tracker, device, parent, advise_id, deadline, say)
     try:
         out = _advise(base, overrides, opts, runner, cuda, cores, say)
         out.seconds, out.runs = time.monotonic() - t0, len(runner.runs)
         out.contention = workload.contention_line(runner.runs, base.measure.contended_pct, runner.reruns)
-        tracker.log_metrics(parent, {"advise_seconds": out.seconds, "advise_runs": out.runs,
-                                     "data_bound": out.data_bound, "contended_runs": sum(m.contended
-                                                                                         for m in runner.runs),
-                                     **({"speedup": out.speedup[0], "speedup_ci_low": out.speedup[1],
-                                         "speedup_ci_high": out.speedup[2]} if out.speedup else {})})
-        tracker.set_tags(parent, {"wif.advise.pick": out.pick or "keep", "wif.advise.sentence": out.sentence[:4000],
-                                  "wif.advise.train_line": out.train_line or "",
-                                  "wif.advise.contention": out.contention[:4000]})
+        tracker.log_metrics(
+            parent,
+            {
+                "advise_seconds": out.seconds,
+                "advise_runs": out.runs,
+                "data_bound": out.data_bound,
+                "contended_runs": sum(m.contended for m in runner.runs),
+                **(
+                    {"speedup": out.speedup[0], "speedup_ci_low": out.speedup[1], "speedup_ci_high": out.speedup[2]}
+                    if out.speedup
+                    else {}
+                ),
+            },
+        )
+        tracker.set_tags(
+            parent,
+            {
+                "wif.advise.pick": out.pick or "keep",
+                "wif.advise.sentence": out.sentence[:4000],
+                "wif.advise.train_line": out.train_line or "",
+                "wif.advise.contention": out.contention[:4000],
+            },
+        )
         tracker.client.log_text(parent, out.table, "candidates.txt")
         if out.picture:
             tracker.client.log_artifact(parent, out.picture)
@@ -118,14 +144,24 @@ def advise(base: Config, overrides: Sequence[str], opts: Options, say: Callable[
 
 def end_open_runs(tracker: Tracker, advise_id: str, status: str) -> None:
     """End every run of this advice still RUNNING, the parent and the nested ones, with `status`."""
-    found = tracker.client.search_runs([tracker.experiment_id], f"tags.`wif.advise_id` = '{advise_id}' and "
-                                       "attributes.status = 'RUNNING'", max_results=1000)
+    found = tracker.client.search_runs(
+        [tracker.experiment_id],
+        f"tags.`wif.advise_id` = '{advise_id}' and attributes.status = 'RUNNING'",
+        max_results=1000,
+    )
     for run in found:
         tracker.end_run(run.info.run_id, status)
 
 
-def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runner, cuda: bool, cores: int,
-            say: Callable[[str], None]) -> Advice:
+def _advise(
+    base: Config,
+    overrides: Sequence[str],
+    opts: Options,
+    runner: Runner,
+    cuda: bool,
+    cores: int,
+    say: Callable[[str], None],
+) -> Advice:
     bs = base.data.batch_size
     cur = candidates.current(base, cuda)
     say(f"{PROG}: 1/4 where the time goes: the configured setting, {opts.epochs} epochs (the first left out)")
@@ -144,8 +180,10 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         bound_s, source = fixed.median(), runner.bound_label
     elif fixed is not None and fixed.ok and fixed.median() > now.median() * (1 + opts.bound_margin):
         # e.g. a model that meets denormals on the same random batch (below that, it stays in the picture)
-        say(f"  {runner.bound_label} took {fixed.median():.3f} s an epoch, more than the configured setting's "
-            f"{now.median():.3f} s: not a bound here, so {source} stands for it")
+        say(
+            f"  {runner.bound_label} took {fixed.median():.3f} s an epoch, more than the configured setting's "
+            f"{now.median():.3f} s: not a bound here, so {source} stands for it"
+        )
         fixed = None
     ceilings: Dict[str, float] = {}
     trials: Dict[str, Measured] = {}
@@ -159,8 +197,10 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         m = runner.run(loader_only(base, cand, n_trial, opts.epochs), "loader", cand.name)
         if m.ok:
             ceilings[cand.name] = min(m.n_train, n_trial * bs) / m.median()
-        say(f"  loader only {cand.name:<16} " + (f"{ceilings[cand.name]:>9,.0f} img/s" if m.ok
-                                                 else f"{m.status}: {m.error}"))
+        say(
+            f"  loader only {cand.name:<16} "
+            + (f"{ceilings[cand.name]:>9,.0f} img/s" if m.ok else f"{m.status}: {m.error}")
+        )
         if not m.ok:
             return None
         trials[cand.name] = m
@@ -170,8 +210,9 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         trial(cur)
     else:
         trial(candidates.workers(base, 0, cuda))
-    data_bound, sentence = answer.where_time_goes(now, bound_s, source, items, ceilings.get(
-        "current", ceilings.get("w0", math.nan)), opts.bound_margin)
+    data_bound, sentence = answer.where_time_goes(
+        now, bound_s, source, items, ceilings.get("current", ceilings.get("w0", math.nan)), opts.bound_margin
+    )
     say(sentence)
 
     made: Dict[str, Candidate] = {"current": cur}
@@ -182,8 +223,10 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         return trial(cand)
 
     if data_bound:
-        say(f"{PROG}: 2/4 candidates: loader-only trials of up to {n_trial} batches, num_workers searched as "
-            f"wif-tune does (0..{2 * cores}, persistent workers)")
+        say(
+            f"{PROG}: 2/4 candidates: loader-only trials of up to {n_trial} batches, num_workers searched as "
+            f"wif-tune does (0..{2 * cores}, persistent workers)"
+        )
         best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05)
         best = candidates.workers(base, best_w or 0, cuda)
         for extra in (runner.knobs or candidates.extras)(base, best, cuda, psutil.virtual_memory().available, items):
@@ -206,11 +249,16 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
         predicted["current"] = predicted["w0"]
     ceilings.setdefault("current", ceilings.get("w0", math.nan))
     current_pred = predicted["current"].epoch_s
-    ranked = rank([(n, p.epoch_s) for n, p in predicted.items() if n not in ("current", "w0" if cur.workers == 0
-                                                                               else "")], current_pred, opts.margin)
-    raced = [n for n, _ in ranked[:opts.race_candidates]] if data_bound else []
-    order = ["current"] + sorted((n for n in predicted if n != "current" and not (n == "w0" and cur.workers == 0)),
-                                 key=lambda n: predicted[n].epoch_s)
+    ranked = rank(
+        [(n, p.epoch_s) for n, p in predicted.items() if n not in ("current", "w0" if cur.workers == 0 else "")],
+        current_pred,
+        opts.margin,
+    )
+    raced = [n for n, _ in ranked[: opts.race_candidates]] if data_bound else []
+    order = ["current"] + sorted(
+        (n for n in predicted if n != "current" and not (n == "w0" and cur.workers == 0)),
+        key=lambda n: predicted[n].epoch_s,
+    )
     say(answer.candidate_table(order, ceilings, predicted, None))
 
     race: Optional[RaceResult] = None
@@ -218,29 +266,56 @@ def _advise(base: Config, overrides: Sequence[str], opts: Options, runner: Runne
     epochs = race_epochs(runner.left_s(), now, [predicted[n].epoch_s for n in raced], opts)
     if raced and epochs >= MIN_RACE_EPOCHS:
         rules = RaceRules(opts.min_blocks, opts.max_blocks, opts.margin)
-        say(f"{PROG}: 3/4 the race: current against {', '.join(raced)} (trainer.epochs=auto up to {epochs}, "
-            f"blocks {opts.min_blocks}..{opts.max_blocks}, {runner.left_s():.0f} s left)")
+        say(
+            f"{PROG}: 3/4 the race: current against {', '.join(raced)} (trainer.epochs=auto up to {epochs}, "
+            f"blocks {opts.min_blocks}..{opts.max_blocks}, {runner.left_s():.0f} s left)"
+        )
         race = run_race(runner, base, [cur] + [made[n] for n in raced], rules, epochs, say)
     elif raced:
-        unverified = (f"the race had no time left within --minutes {opts.minutes:g} ({opts.min_blocks} blocks of "
-                      f"{len(raced) + 1} runs need more than the {max(runner.left_s(), 0):.0f} s left), so "
-                      f"{raced[0]}, predicted {current_pred / predicted[raced[0]].epoch_s:.2f}x faster, is not "
-                      "verified: give it more --minutes.")
+        unverified = (
+            f"the race had no time left within --minutes {opts.minutes:g} ({opts.min_blocks} blocks of "
+            f"{len(raced) + 1} runs need more than the {max(runner.left_s(), 0):.0f} s left), so "
+            f"{raced[0]}, predicted {current_pred / predicted[raced[0]].epoch_s:.2f}x faster, is not "
+            "verified: give it more --minutes."
+        )
         say(f"{PROG}: 3/4 the race: not run: {unverified}")
         raced = []
     else:
-        say(f"{PROG}: 3/4 the race: nothing to race (" + ("not data-bound" if not data_bound else
-            f"no candidate is predicted faster than the current setting by more than {opts.margin:.0%}") + ")")
+        say(
+            f"{PROG}: 3/4 the race: nothing to race ("
+            + (
+                "not data-bound"
+                if not data_bound
+                else f"no candidate is predicted faster than the current setting by more than {opts.margin:.0%}"
+            )
+            + ")"
+        )
     table = answer.candidate_table(order, ceilings, predicted, race)
     faster = race.faster() if race is not None else []
     pick = faster[0] if faster else None
     png = Path(tempfile.mkdtemp(prefix="wif-advise-")) / "epoch_split.png"
-    shown = [now] + ([m for n in ["current"] + raced for m in race.runs.get(n, [])[:1]] if race else []) \
+    shown = (
+        [now]
+        + ([m for n in ["current"] + raced for m in race.runs.get(n, [])[:1]] if race else [])
         + ([fixed] if fixed is not None else [])
+    )
     pic = answer.picture(shown, bound_s, source, png)
-    out = Advice(data_bound, sentence, pick, None, None, None, "", table, runner.parent_id, 0, 0.0,
-                 str(pic) if pic else None, {n: p.epoch_s for n, p in predicted.items()},
-                 {n: race.measured_s(n) for n in ["current"] + raced} if race else {})
+    out = Advice(
+        data_bound,
+        sentence,
+        pick,
+        None,
+        None,
+        None,
+        "",
+        table,
+        runner.parent_id,
+        0,
+        0.0,
+        str(pic) if pic else None,
+        {n: p.epoch_s for n, p in predicted.items()},
+        {n: race.measured_s(n) for n in ["current"] + raced} if race else {},
+    )
     if pick is not None:
         r = race.table.loc[pick]
         out.speedup = (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))

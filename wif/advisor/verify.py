@@ -70,8 +70,14 @@ def keep_settled(runs: pd.DataFrame, rules: RaceRules, alive: Sequence[str]) -> 
     return f"keep: no candidate can be faster than the current setting by more than {rules.margin:.0%}"
 
 
-def run_race(runner: Runner, base: Config, contenders: Sequence[Candidate], rules: RaceRules, max_epochs: int,
-             say: Callable[[str], None]) -> RaceResult:
+def run_race(
+    runner: Runner,
+    base: Config,
+    contenders: Sequence[Candidate],
+    rules: RaceRules,
+    max_epochs: int,
+    say: Callable[[str], None],
+) -> RaceResult:
     """Race `contenders` (the current setting first) in blocks until settled, rules.max_blocks undisturbed
     blocks, or the runner's deadline."""
     fraction = float(base.data.fraction)
@@ -85,8 +91,7 @@ def run_race(runner: Runner, base: Config, contenders: Sequence[Candidate], rule
         need = sum(walls.get(c.name, math.nan) for c in order)
         if block and not need < runner.left_s():
             state.settled = state.settled or f"its time is spent (the next block takes about {need:.0f} s)"
-            say(f"  the race stops after {block} block(s): the next would end after the advice's deadline "
-                "(--minutes)")
+            say(f"  the race stops after {block} block(s): the next would end after the advice's deadline (--minutes)")
             break
         random.Random(block).shuffle(order)
         clean = True
@@ -98,10 +103,15 @@ def run_race(runner: Runner, base: Config, contenders: Sequence[Candidate], rule
             if used:
                 runs[cand.name].append(m)
                 rows.append({"loader": cand.name, "block": block, "fraction": fraction, VALUE: m.summary[VALUE]})
-            say(f"  block {block + 1} {cand.name:<14} " + (f"{m.summary[VALUE]:.3f} s/epoch over "
-                f"{int(m.summary.get('epochs_run', 0))} epochs" if m.ok else f"{m.status}: {m.error}")
-                + (f"; CONTENDED (others used {m.other_pct:.0f}% of a core): left out" if m.ok and m.contended
-                   else ""))
+            say(
+                f"  block {block + 1} {cand.name:<14} "
+                + (
+                    f"{m.summary[VALUE]:.3f} s/epoch over {int(m.summary.get('epochs_run', 0))} epochs"
+                    if m.ok
+                    else f"{m.status}: {m.error}"
+                )
+                + (f"; CONTENDED (others used {m.other_pct:.0f}% of a core): left out" if m.ok and m.contended else "")
+            )
         block += 1
         blocks += clean
         if rows and clean:
@@ -110,9 +120,11 @@ def run_race(runner: Runner, base: Config, contenders: Sequence[Candidate], rule
                 state.settled = keep_settled(pd.DataFrame(rows), rules, state.alive)
         if clean and blocks >= rules.min_blocks:
             dropped = ", ".join(f"{n} (>= {s:.2f}x slower)" for n, s in state.dropped.items())
-            say(f"  look after block {blocks}: in the race {', '.join(state.alive)}"
+            say(
+                f"  look after block {blocks}: in the race {', '.join(state.alive)}"
                 + (f"; dropped {dropped}" if dropped else "")
-                + (f"; settled: {state.settled}" if state.settled else ""))
+                + (f"; settled: {state.settled}" if state.settled else "")
+            )
         if state.settled:
             break
         if BASELINE in state.dropped:  # the question asked is answered: some candidate is clearly faster

@@ -65,8 +65,9 @@ def warm_up() -> None:
 
 def start(target: Target, env: Dict[str, str], log_path: str) -> multiprocessing.process.BaseProcess:
     """The script started in a child of the server; its output goes to `log_path`."""
-    proc = _context().Process(target=_run, args=(target, dict(env), os.getcwd(), log_path), daemon=False,
-                              name="wif-advise-script")
+    proc = _context().Process(
+        target=_run, args=(target, dict(env), os.getcwd(), log_path), daemon=False, name="wif-advise-script"
+    )
     proc.start()
     return proc
 

@@ -57,16 +57,20 @@ def data_line(base: Config, items: Optional[int]) -> str:
     d = base.data
     if d.source is DataSource.folder and d.path is None:
         files, _ = folder_files(d)
-        where = (f"data=folder {Path(str(d.root)).expanduser()}: {len(files['train_paths']):,} images in train/, "
-                 f"data.fraction={d.fraction:g}, data.val_split={d.val_split:g}; held out: "
-                 f"{files['held_out']}/ ({len(files['test_paths']):,})")
+        where = (
+            f"data=folder {Path(str(d.root)).expanduser()}: {len(files['train_paths']):,} images in train/, "
+            f"data.fraction={d.fraction:g}, data.val_split={d.val_split:g}; held out: "
+            f"{files['held_out']}/ ({len(files['test_paths']):,})"
+        )
     else:
         where = f"data={d.source.value}, data.fraction={d.fraction:g}, data.val_split={d.val_split:g}"
     size = f"{d.image_size} px" if d.source is not DataSource.custom else "the size your Dataset makes"
     if items is None:
         return f"data: counted by the first run ({where}), batches of {d.batch_size}, {size}"
-    return (f"data: {items:,} training images an epoch, {len(batch_sizes(items, d.batch_size))} batches of "
-            f"{d.batch_size}, {size} ({where})")
+    return (
+        f"data: {items:,} training images an epoch, {len(batch_sizes(items, d.batch_size))} batches of "
+        f"{d.batch_size}, {size} ({where})"
+    )
 
 
 def contention_line(runs: Sequence[Measured], threshold_pct: float, reruns: int) -> str:
@@ -78,12 +82,15 @@ def contention_line(runs: Sequence[Measured], threshold_pct: float, reruns: int)
     if not hit:
         used = [m.other_pct for m in runs if not m.replaced and m.other_pct is not None and not math.isnan(m.other_pct)]
         again = sum(m.replaced for m in runs)
-        return (f"Other processes: at most {max(used or figures):.0f}% of a core during the measured epochs of "
-                f"{len(used)} runs (contended above {threshold_pct:g}%, measure.contended_pct): not disturbed"
-                + (f"; {again} contended run(s) were run again, undisturbed, and only those are used." if again
-                   else "."))
-    return (f"Other processes: DISTURBED: they used {min(m.other_pct for m in hit):.0f}-"
-            f"{max(m.other_pct for m in hit):.0f}% of a core during the measured epochs of {len(hit)} of "
-            f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct); {reruns} contended "
-            "run(s) run again where the time allowed, and a race looks at undisturbed blocks only. The epoch "
-            "times of the disturbed runs are slower than this machine alone gives.")
+        return (
+            f"Other processes: at most {max(used or figures):.0f}% of a core during the measured epochs of "
+            f"{len(used)} runs (contended above {threshold_pct:g}%, measure.contended_pct): not disturbed"
+            + (f"; {again} contended run(s) were run again, undisturbed, and only those are used." if again else ".")
+        )
+    return (
+        f"Other processes: DISTURBED: they used {min(m.other_pct for m in hit):.0f}-"
+        f"{max(m.other_pct for m in hit):.0f}% of a core during the measured epochs of {len(hit)} of "
+        f"{len(figures)} runs (contended above {threshold_pct:g}%, measure.contended_pct); {reruns} contended "
+        "run(s) run again where the time allowed, and a race looks at undisturbed blocks only. The epoch "
+        "times of the disturbed runs are slower than this machine alone gives."
+    )

@@ -36,8 +36,10 @@ def user_config_dir(config_dir: Optional[Path]) -> Optional[Path]:
         return None
     folder = Path(config_dir).expanduser().resolve()
     if not folder.is_dir():
-        raise ConfigError(f"--config-dir {config_dir}: no such folder (a folder of your own YAML, e.g. "
-                          "myconf/loader/mine.yaml, searched after wif's conf/).")
+        raise ConfigError(
+            f"--config-dir {config_dir}: no such folder (a folder of your own YAML, e.g. "
+            "myconf/loader/mine.yaml, searched after wif's conf/)."
+        )
     return folder
 
 
@@ -85,5 +87,9 @@ def tool_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def add_config_args(p: argparse.ArgumentParser, overrides_help: str) -> None:
     """The overrides, and --config-dir: a folder of the user's own YAML composed with wif's conf/."""
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=overrides_help)
-    p.add_argument("--config-dir", type=Path, help="a folder of your own YAML (e.g. myconf/loader/mine.yaml: "
-                   "loader=mine), searched after wif's conf/ as wif-study --config-dir searches it")
+    p.add_argument(
+        "--config-dir",
+        type=Path,
+        help="a folder of your own YAML (e.g. myconf/loader/mine.yaml: "
+        "loader=mine), searched after wif's conf/ as wif-study --config-dir searches it",
+    )

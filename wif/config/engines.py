@@ -11,8 +11,12 @@ from typing import Optional, Tuple
 from wif.config.schema import Config, DataSource, EngineName, TransferKind, require
 
 # The module each engine other than DataLoader imports: found or not, without importing it
-ENGINE_MODULES = {EngineName.spdl: "spdl.pipeline", EngineName.nodes_threads: "torchdata.nodes",
-                  EngineName.nodes_procs: "torchdata.nodes", EngineName.dali: "nvidia.dali"}
+ENGINE_MODULES = {
+    EngineName.spdl: "spdl.pipeline",
+    EngineName.nodes_threads: "torchdata.nodes",
+    EngineName.nodes_procs: "torchdata.nodes",
+    EngineName.dali: "nvidia.dali",
+}
 # The extra that installs each engine's package
 ENGINE_EXTRAS = {EngineName.dali: "dali"}
 # The oldest NVIDIA driver each DALI wheel's CUDA runs on (DALI's installation guide: its CUDA 12.0 and 13.0 builds
@@ -34,36 +38,55 @@ def validate_engine(cfg: Config) -> None:
     if engine is EngineName.dataloader:
         return
     name = f"engine={engine.value}"
-    require(cfg.data.source is not DataSource.fixed and cfg.transfer.kind is not TransferKind.resident,
-            f"{name} builds batches on the host, but data=fixed and loader=gpu_resident make none there. "
-            "Use engine=dataloader with them.")
-    require(not lo.background, f"{name} prefetches itself; loader.background=true (BackgroundGenerator) on top of "
-            "it is not supported. Use a loader option without bg, or engine=dataloader.")
-    require(not lo.persistent_workers, f"{name} has no persistent workers (torchdata.nodes 0.11 starts its workers "
-            "at every epoch; SPDL and DALI build their pipeline, threads and all, at every epoch). "
-            "Set loader.persistent_workers=false.")
-    require(lo.num_workers > 0 or engine is EngineName.nodes_threads,
-            f"{name} needs at least one worker: loader.num_workers=0 has no meaning for it "
-            "(engine=nodes_threads runs inline at 0 workers). Set loader.num_workers>=1.")
-    require(lo.multiprocessing_context is None or engine is EngineName.nodes_procs,
-            f"{name} runs its workers on threads; loader.multiprocessing_context starts processes. "
-            "Set loader.multiprocessing_context=null, or use engine=nodes_procs.")
+    require(
+        cfg.data.source is not DataSource.fixed and cfg.transfer.kind is not TransferKind.resident,
+        f"{name} builds batches on the host, but data=fixed and loader=gpu_resident make none there. "
+        "Use engine=dataloader with them.",
+    )
+    require(
+        not lo.background,
+        f"{name} prefetches itself; loader.background=true (BackgroundGenerator) on top of "
+        "it is not supported. Use a loader option without bg, or engine=dataloader.",
+    )
+    require(
+        not lo.persistent_workers,
+        f"{name} has no persistent workers (torchdata.nodes 0.11 starts its workers "
+        "at every epoch; SPDL and DALI build their pipeline, threads and all, at every epoch). "
+        "Set loader.persistent_workers=false.",
+    )
+    require(
+        lo.num_workers > 0 or engine is EngineName.nodes_threads,
+        f"{name} needs at least one worker: loader.num_workers=0 has no meaning for it "
+        "(engine=nodes_threads runs inline at 0 workers). Set loader.num_workers>=1.",
+    )
+    require(
+        lo.multiprocessing_context is None or engine is EngineName.nodes_procs,
+        f"{name} runs its workers on threads; loader.multiprocessing_context starts processes. "
+        "Set loader.multiprocessing_context=null, or use engine=nodes_procs.",
+    )
     if engine is EngineName.dali:
         _validate_dali(cfg)
     module, extra = ENGINE_MODULES[engine], ENGINE_EXTRAS.get(engine, "pipelines")
-    require(installed(module), f"{name} needs the {module.split('.')[0]} package, which is not installed: "
-            f'pip install -e ".[{extra}]"')
+    require(
+        installed(module),
+        f'{name} needs the {module.split(".")[0]} package, which is not installed: pip install -e ".[{extra}]"',
+    )
 
 
 def _validate_dali(cfg: Config) -> None:
     """DALI decodes encoded images itself, on threads of its own, and hands batches over in order."""
     d = cfg.data
-    require(d.source is DataSource.encoded or (d.source is DataSource.folder and not d.preload),
-            f"engine=dali decodes the images itself, but data.source={d.source.value}"
-            f"{' with data.preload=true' if d.preload else ''} holds decoded tensors. "
-            "Use data=encoded or data=folder (data.preload=false), or another engine.")
-    require(cfg.loader.in_order, "engine=dali hands batches over in order; loader.in_order=false has no meaning "
-            "for it. Set loader.in_order=true.")
+    require(
+        d.source is DataSource.encoded or (d.source is DataSource.folder and not d.preload),
+        f"engine=dali decodes the images itself, but data.source={d.source.value}"
+        f"{' with data.preload=true' if d.preload else ''} holds decoded tensors. "
+        "Use data=encoded or data=folder (data.preload=false), or another engine.",
+    )
+    require(
+        cfg.loader.in_order,
+        "engine=dali hands batches over in order; loader.in_order=false has no meaning "
+        "for it. Set loader.in_order=true.",
+    )
 
 
 def validate_dali_driver(cfg: Config, device: str) -> None:
@@ -80,9 +103,11 @@ def dali_driver_refusal(wheel: Optional[str], driver: Optional[str]) -> Optional
     need = DALI_DRIVERS.get(wheel or "")
     if need is None or driver is None or _version(driver) >= need:
         return None
-    return (f"engine=dali on the GPU: {wheel} needs NVIDIA driver {'.'.join(map(str, need))} or newer, and this "
-            f"machine's is {driver}. Update the driver, install the DALI wheel of an older CUDA (e.g. "
-            "nvidia-dali-cuda120 on drivers from 525.60), or run engine=dali with device=cpu.")
+    return (
+        f"engine=dali on the GPU: {wheel} needs NVIDIA driver {'.'.join(map(str, need))} or newer, and this "
+        f"machine's is {driver}. Update the driver, install the DALI wheel of an older CUDA (e.g. "
+        "nvidia-dali-cuda120 on drivers from 525.60), or run engine=dali with device=cpu."
+    )
 
 
 def _version(text: str) -> Tuple[int, ...]:

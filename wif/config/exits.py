@@ -61,8 +61,9 @@ def describe(err: BaseException, num_workers: int) -> Tuple[str, str]:
     if in_worker is not None:
         return in_worker
     if isinstance(err, (ConnectionError, EOFError)) and num_workers > 0:
-        return type(err).__name__, (f"{err} (a DataLoader worker process died while handing over a batch: "
-                                    "killed, or out of memory?)")
+        return type(err).__name__, (
+            f"{err} (a DataLoader worker process died while handing over a batch: killed, or out of memory?)"
+        )
     return type(err).__name__, str(err)
 
 
@@ -90,7 +91,7 @@ def one_line(err: BaseException) -> str:
         return unknown_key_message(str(full_key))
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     if len(lines) > 1 and lines[1].startswith("Available options"):  # an option that does not exist
-        options = lines[2:lines.index("Config search path:")] if "Config search path:" in lines else lines[2:]
+        options = lines[2 : lines.index("Config search path:")] if "Config search path:" in lines else lines[2:]
         return f"{lines[0]}; options: {', '.join(options)}."
     return " ".join(lines[:2]) or type(err).__name__
 

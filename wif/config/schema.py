@@ -224,5 +224,6 @@ def register_configs() -> None:
 
 def as_plain(cfg: Any) -> dict:
     """A resolved, JSON-friendly dict of a config (enums as their names)."""
-    return OmegaConf.to_container(OmegaConf.structured(cfg) if not OmegaConf.is_config(cfg) else cfg,
-                                  resolve=True, enum_to_str=True)
+    return OmegaConf.to_container(
+        OmegaConf.structured(cfg) if not OmegaConf.is_config(cfg) else cfg, resolve=True, enum_to_str=True
+    )

@@ -66,9 +66,12 @@ def unknown_key_message(dotted: str) -> str:
         return f"{dotted} is a new argument of {group}: add it with +{dotted}=VALUE."
     schema = _schema_of(group)
     known = ", ".join(f.name for f in dataclasses.fields(schema)) if schema else ""
-    return (f"{dotted} is not a setting {f'of {group}' if group else 'at the top level'}" +
-            (f" (its keys: {known})" if known else "") + ". Check the spelling; a factory's own arguments go "
-            "under model.kwargs / data.kwargs / trainer.optimizer.kwargs, e.g. +model.kwargs.width=64.")
+    return (
+        f"{dotted} is not a setting {f'of {group}' if group else 'at the top level'}"
+        + (f" (its keys: {known})" if known else "")
+        + ". Check the spelling; a factory's own arguments go "
+        "under model.kwargs / data.kwargs / trainer.optimizer.kwargs, e.g. +model.kwargs.width=64."
+    )
 
 
 def _schema_of(group: str) -> Any:
@@ -84,8 +87,10 @@ def _schema_of(group: str) -> Any:
 
 
 def _defaults(schema: type) -> Dict[str, Any]:
-    return {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-            for f in dataclasses.fields(schema)}
+    return {
+        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(schema)
+    }
 
 
 def validate_options(cfg: Config) -> None:
@@ -94,29 +99,39 @@ def validate_options(cfg: Config) -> None:
     reads = MODEL_KEYS[m.name]
     for key, default in _defaults(ModelConfig).items():
         if key not in ("name", "aux_weight") and key not in reads and getattr(m, key) != default:
-            raise ConfigError(f"model.{key}={getattr(m, key)} is not read by model={m.name.value} (it reads: "
-                              f"{', '.join(reads)}). Drop it, or choose the model option that takes it"
-                              f"{' (model=custom model._target_=pkg.module.factory)' if key == '_target_' else ''}.")
+            raise ConfigError(
+                f"model.{key}={getattr(m, key)} is not read by model={m.name.value} (it reads: "
+                f"{', '.join(reads)}). Drop it, or choose the model option that takes it"
+                f"{' (model=custom model._target_=pkg.module.factory)' if key == '_target_' else ''}."
+            )
     if m.name in (ModelName.torchvision, ModelName.timm):
         require(bool(m.arch), f"model={m.name.value} needs model.arch=NAME, e.g. model.arch=resnet18.")
         _known_arch(m)
     if m.name is ModelName.custom:
-        require(bool(m._target_), "model=custom needs model._target_=pkg.module.factory: a callable returning an "
-                                  "nn.Module.")
+        require(
+            bool(m._target_), "model=custom needs model._target_=pkg.module.factory: a callable returning an nn.Module."
+        )
         importable("model._target_", m._target_)
     data_defaults = _defaults(DataConfig)
     for key, sources in DATA_ONLY.items():
-        require(d.source in sources or getattr(d, key) == data_defaults[key],
-                f"data.{key} is read only by data={'|'.join(s.value for s in sources)}, not data={d.source.value}. "
-                f"Drop it, or use data=custom data._target_=pkg.module.factory.")
+        require(
+            d.source in sources or getattr(d, key) == data_defaults[key],
+            f"data.{key} is read only by data={'|'.join(s.value for s in sources)}, not data={d.source.value}. "
+            f"Drop it, or use data=custom data._target_=pkg.module.factory.",
+        )
     if d.source is DataSource.custom:
-        require(bool(d._target_), "data=custom needs data._target_=pkg.module.factory: a callable returning a "
-                                  "map-style Dataset of (input, label).")
+        require(
+            bool(d._target_),
+            "data=custom needs data._target_=pkg.module.factory: a callable returning a "
+            "map-style Dataset of (input, label).",
+        )
         importable("data._target_", d._target_)
         for key in NOT_FOR_CUSTOM_DATA:
-            require(getattr(d, key) == data_defaults[key],
-                    f"data.{key}={getattr(d, key)} is not read by data=custom: your Dataset makes its own samples. "
-                    f"Drop data.{key}.")
+            require(
+                getattr(d, key) == data_defaults[key],
+                f"data.{key}={getattr(d, key)} is not read by data=custom: your Dataset makes its own samples. "
+                f"Drop data.{key}.",
+            )
     importable("trainer.optimizer._target_", cfg.trainer.optimizer._target_)
 
 
@@ -125,24 +140,33 @@ def _known_arch(m: ModelConfig) -> None:
         try:
             import timm
         except ImportError:
-            raise ConfigError("model=timm needs the optional extra timm: pip install -e \".[timm]\" "
-                              "(or pip install timm).") from None
-        require(bool(timm.list_models(m.arch)), f"model.arch={m.arch} is not a timm model (timm.list_models() "
-                                                "lists them).")
-        require(m.weights in (None, "pretrained"), f"model.weights={m.weights}: model=timm takes "
-                                                   "model.weights=pretrained (timm's default weights) or null.")
+            raise ConfigError(
+                'model=timm needs the optional extra timm: pip install -e ".[timm]" (or pip install timm).'
+            ) from None
+        require(
+            bool(timm.list_models(m.arch)), f"model.arch={m.arch} is not a timm model (timm.list_models() lists them)."
+        )
+        require(
+            m.weights in (None, "pretrained"),
+            f"model.weights={m.weights}: model=timm takes model.weights=pretrained (timm's default weights) or null.",
+        )
         return
     import torchvision.models as tvm
 
     names = tvm.list_models(module=tvm)  # the classification models only
-    require(m.arch in names, f"model.arch={m.arch} is not a torchvision classification model (e.g. "
-                             "resnet18, resnet50, mobilenet_v3_small, efficientnet_b0, vit_b_16).")
+    require(
+        m.arch in names,
+        f"model.arch={m.arch} is not a torchvision classification model (e.g. "
+        "resnet18, resnet50, mobilenet_v3_small, efficientnet_b0, vit_b_16).",
+    )
     if m.weights is not None:
         try:
             tvm.get_model_weights(m.arch)[str(m.weights)]
         except KeyError:
-            raise ConfigError(f"model.weights={m.weights} is not a weight of {m.arch}: one of "
-                              f"{', '.join(w.name for w in tvm.get_model_weights(m.arch))}, or DEFAULT.") from None
+            raise ConfigError(
+                f"model.weights={m.weights} is not a weight of {m.arch}: one of "
+                f"{', '.join(w.name for w in tvm.get_model_weights(m.arch))}, or DEFAULT."
+            ) from None
 
 
 def factory_failure(key: str, target: object, err: BaseException) -> str:
@@ -161,12 +185,17 @@ def importable(key: str, path: str) -> Callable[..., Any]:
     try:
         found = getattr(importlib.import_module(module), name)
     except ModuleNotFoundError as err:
-        raise ConfigError(f"{key}={path}: cannot import module {err.name!r} (expected an importable "
-                          "pkg.module.callable; is its folder on PYTHONPATH?).") from None
+        raise ConfigError(
+            f"{key}={path}: cannot import module {err.name!r} (expected an importable "
+            "pkg.module.callable; is its folder on PYTHONPATH?)."
+        ) from None
     except AttributeError:
         raise ConfigError(f"{key}={path}: module {module!r} has no attribute {name!r}.") from None
     except Exception as err:  # noqa: BLE001 - the user's module failed while importing: say so in one line
         raise ConfigError(f"{key}={path}: importing {module!r} raised {type(err).__name__}: {err}") from None
-    require(callable(found), f"{key}={path} is a {type(found).__name__}, not a callable: expected a class or "
-                             "function that builds the object.")
+    require(
+        callable(found),
+        f"{key}={path} is a {type(found).__name__}, not a callable: expected a class or "
+        "function that builds the object.",
+    )
     return found

@@ -34,21 +34,26 @@ def custom_sets(cfg: DataConfig) -> Dict[str, Optional[Dataset]]:
     sets: Dict[str, Any] = dict(made) if isinstance(made, dict) else {"train": made}
     extra = set(sets) - set(PARTS)
     if extra or "train" not in sets:
-        raise UserCodeError(f"data._target_={cfg._target_} returned a dict with keys {sorted(sets)}: expected "
-                            "'train' and optionally 'val' and 'test'.")
+        raise UserCodeError(
+            f"data._target_={cfg._target_} returned a dict with keys {sorted(sets)}: expected "
+            "'train' and optionally 'val' and 'test'."
+        )
     for part in PARTS:
         ds = sets.get(part)
         if ds is None:
             continue
         if not _is_map_style(ds):
-            raise UserCodeError(f"data._target_={cfg._target_} returned a {type(ds).__name__} for {part}, not a "
-                                "map-style Dataset (one with __getitem__ and __len__) of (input, label).")
+            raise UserCodeError(
+                f"data._target_={cfg._target_} returned a {type(ds).__name__} for {part}, not a "
+                "map-style Dataset (one with __getitem__ and __len__) of (input, label)."
+            )
         if len(ds) == 0:
             raise UserCodeError(f"data._target_={cfg._target_}: its {part} Dataset is empty.")
         sample = ds[0]
         if not (isinstance(sample, (tuple, list)) and len(sample) == 2):
-            raise UserCodeError(f"data._target_={cfg._target_}: {part}[0] is a {type(sample).__name__}, not an "
-                                "(input, label) pair.")
+            raise UserCodeError(
+                f"data._target_={cfg._target_}: {part}[0] is a {type(sample).__name__}, not an (input, label) pair."
+            )
     return {part: sets.get(part) for part in PARTS}
 
 
@@ -66,11 +71,16 @@ def custom_datasets(cfg: DataConfig) -> Datasets:
     """The factory's sets cut as the study cuts its own: a seeded `fraction` of train, then its validation."""
     sets = custom_sets(cfg)
     train = sets["train"]
-    train_idx, val_idx = split_indices(len(train), cfg.fraction, 0.0 if sets["val"] is not None else cfg.val_split,
-                                       cfg.seed)
+    train_idx, val_idx = split_indices(
+        len(train), cfg.fraction, 0.0 if sets["val"] is not None else cfg.val_split, cfg.seed
+    )
     if len(train_idx) == 0:
-        raise ConfigError(f"data.fraction={cfg.fraction} of the {len(train)} samples of data._target_="
-                          f"{cfg._target_} leaves an empty training split. Raise data.fraction.")
+        raise ConfigError(
+            f"data.fraction={cfg.fraction} of the {len(train)} samples of data._target_="
+            f"{cfg._target_} leaves an empty training split. Raise data.fraction."
+        )
     val = sets["val"] if sets["val"] is not None else subset(train, val_idx)
     test = sets["test"] if sets["test"] is not None else val
-    return Datasets(train=subset(train, train_idx), val=val, test=test, num_classes=num_classes_of(train, cfg.num_classes))
+    return Datasets(
+        train=subset(train, train_idx), val=val, test=test, num_classes=num_classes_of(train, cfg.num_classes)
+    )

@@ -64,7 +64,7 @@ class JpegBlob:
         return decode_jpeg(self.encoded(i))
 
     def encoded(self, i: int) -> torch.Tensor:
-        return self.blob[self.offsets[i]:self.offsets[i + 1]]
+        return self.blob[self.offsets[i] : self.offsets[i + 1]]
 
 
 class ImageFiles:
@@ -194,10 +194,12 @@ def _to_split(images_u8: np.ndarray, labels: np.ndarray, uint8: bool = False) ->
     return Split(x, torch.from_numpy(np.ascontiguousarray(labels)))
 
 
-def _decoded(decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool,
-             uint8: bool = False) -> DecodedSplit:
-    transform = make_transform(cfg.augment, cfg.image_size, train, native=getattr(decoder, "native", False),
-                               uint8=uint8)
+def _decoded(
+    decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool, uint8: bool = False
+) -> DecodedSplit:
+    transform = make_transform(
+        cfg.augment, cfg.image_size, train, native=getattr(decoder, "native", False), uint8=uint8
+    )
     return DecodedSplit(decoder, torch.from_numpy(labels), idx, transform)
 
 
@@ -206,8 +208,10 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
     (transfer.uint8=true): their images stay uint8, for the device to convert and normalize."""
     if cfg.source is DataSource.encoded:
         arrays, num_classes = encoded_arrays(cfg), cfg.num_classes
-        decoders = {p: JpegBlob(torch.from_numpy(arrays[f"{p}_blob"]), torch.from_numpy(arrays[f"{p}_offsets"]))
-                    for p in ("train", "test")}
+        decoders = {
+            p: JpegBlob(torch.from_numpy(arrays[f"{p}_blob"]), torch.from_numpy(arrays[f"{p}_offsets"]))
+            for p in ("train", "test")
+        }
     elif cfg.source is DataSource.folder and not cfg.preload:
         arrays, num_classes = _usable_files(cfg)
         size = None if cfg.augment is Augment.standard else cfg.image_size  # standard: crops from the full image
@@ -217,31 +221,48 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
             arrays, num_classes = synthetic_arrays(cfg), cfg.num_classes
         else:
             arrays, num_classes = folder_arrays(cfg)
-        decoders = None if cfg.augment is Augment.none else {
-            p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
+        decoders = (
+            None
+            if cfg.augment is Augment.none
+            else {p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
+        )
     y, test_y = arrays["train_y"], arrays["test_y"]
     if decoders is not None:
         return decoded_datasets(decoders, y, test_y, num_classes, cfg, uint8)
     train_idx, val_idx = checked_split(len(y), cfg)
     x = arrays["train_x"]
-    return Datasets(train=_to_split(x[train_idx], y[train_idx], uint8), val=_to_split(x[val_idx], y[val_idx], uint8),
-                    test=_to_split(arrays["test_x"], test_y, uint8), num_classes=num_classes)
+    return Datasets(
+        train=_to_split(x[train_idx], y[train_idx], uint8),
+        val=_to_split(x[val_idx], y[val_idx], uint8),
+        test=_to_split(arrays["test_x"], test_y, uint8),
+        num_classes=num_classes,
+    )
 
 
 def checked_split(n_total: int, cfg: DataConfig) -> Tuple[np.ndarray, np.ndarray]:
     """split_indices, refusing a fraction that leaves no training image: every format splits this way."""
     train_idx, val_idx = split_indices(n_total, cfg.fraction, cfg.val_split, cfg.seed)
     if len(train_idx) == 0:
-        raise ConfigError(f"data.fraction={cfg.fraction} of {n_total} training images leaves an "
-                          "empty training split. Raise data.fraction.")
+        raise ConfigError(
+            f"data.fraction={cfg.fraction} of {n_total} training images leaves an "
+            "empty training split. Raise data.fraction."
+        )
     return train_idx, val_idx
 
 
-def decoded_datasets(decoders: Dict[str, Decoder], y: np.ndarray, test_y: np.ndarray, num_classes: int,
-                     cfg: DataConfig, uint8: bool = False) -> Datasets:
+def decoded_datasets(
+    decoders: Dict[str, Decoder],
+    y: np.ndarray,
+    test_y: np.ndarray,
+    num_classes: int,
+    cfg: DataConfig,
+    uint8: bool = False,
+) -> Datasets:
     """The three splits of a set decoded per sample, from each part's decoder and labels."""
     train_idx, val_idx = checked_split(len(y), cfg)
-    return Datasets(train=_decoded(decoders["train"], y, train_idx, cfg, True, uint8),
-                    val=_decoded(decoders["train"], y, val_idx, cfg, False, uint8),
-                    test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, False, uint8),
-                    num_classes=num_classes)
+    return Datasets(
+        train=_decoded(decoders["train"], y, train_idx, cfg, True, uint8),
+        val=_decoded(decoders["train"], y, val_idx, cfg, False, uint8),
+        test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, False, uint8),
+        num_classes=num_classes,
+    )

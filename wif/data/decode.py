@@ -89,8 +89,7 @@ class Collate:
         data = [s[0] for s in samples]
         offsets = torch.zeros(len(data) + 1, dtype=torch.int64)
         offsets[1:] = torch.tensor([len(d) for d in data], dtype=torch.int64).cumsum(0)
-        return EncodedBatch(torch.cat(data), offsets, torch.stack([torch.as_tensor(s[1]) for s in samples]),
-                            self.plan)
+        return EncodedBatch(torch.cat(data), offsets, torch.stack([torch.as_tensor(s[1]) for s in samples]), self.plan)
 
 
 class EncodedSplit(PerSample):
@@ -123,8 +122,12 @@ def encoded_split(split: AnySplit, cfg: DataConfig, train: bool) -> Dataset:
 
 def encoded_datasets(data: Datasets, cfg: DataConfig) -> Datasets:
     """Every split handing out encoded bytes (data.decode=device); the training split with its augmentation."""
-    return replace(data, train=encoded_split(data.train, cfg, True), val=encoded_split(data.val, cfg, False),
-                   test=encoded_split(data.test, cfg, False))
+    return replace(
+        data,
+        train=encoded_split(data.train, cfg, True),
+        val=encoded_split(data.val, cfg, False),
+        test=encoded_split(data.test, cfg, False),
+    )
 
 
 def jpeg_kind(data: torch.Tensor) -> str:
@@ -176,8 +179,9 @@ class DeviceDecode:
     writes ahead of work queued on its stream (pytorch/vision#9606, meta-pytorch/torchcodec#1634), so a block
     the caller's stream freed while its queued kernels still read it could be handed out and overwritten."""
 
-    def __init__(self, device: torch.device, backend: DecodeBackend = DecodeBackend.auto,
-                 non_blocking: bool = False) -> None:
+    def __init__(
+        self, device: torch.device, backend: DecodeBackend = DecodeBackend.auto, non_blocking: bool = False
+    ) -> None:
         self.device, self.non_blocking = device, non_blocking
         self.backend, self.decode_jpegs = jpeg_decoder(backend)
         self.slow_path = 0
@@ -220,8 +224,9 @@ class DeviceDecode:
                     images[i] = image.to(self.device, non_blocking=self.non_blocking)
         plan = batch.plan
         steps = self._steps.setdefault(plan, plan.steps())
-        out = [steps(img if plan.size is None else resize(img, [plan.size, plan.size], antialias=True))
-               for img in images]
+        out = [
+            steps(img if plan.size is None else resize(img, [plan.size, plan.size], antialias=True)) for img in images
+        ]
         with blocking():  # behind the step's kernels, and the resizes just queued: their part is the wait's
             labels = batch.labels.to(self.device, non_blocking=self.non_blocking)
         return Sent(to_float(torch.stack(out)), labels, batch.nbytes)
@@ -234,8 +239,10 @@ class DeviceDecode:
     def tags(self) -> Dict[str, str]:
         tags = {"wif.decode": "device", "wif.decode_backend": self.backend}
         if self.device.type != "cuda":
-            tags["wif.decode_note"] = ("data.decode=device on a CPU: each batch was decoded on the CPU in the main "
-                                       "process; its figures mean nothing for the speed of decoding on a GPU")
+            tags["wif.decode_note"] = (
+                "data.decode=device on a CPU: each batch was decoded on the CPU in the main "
+                "process; its figures mean nothing for the speed of decoding on a GPU"
+            )
         return tags
 
 

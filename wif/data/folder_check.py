@@ -58,9 +58,11 @@ class Verdict:
     def message(self) -> str:
         names = sorted(self.bad)
         more = f" and {len(names) - LIST_LIMIT} more" if len(names) > LIST_LIMIT else ""
-        return (f"data=folder: {len(names)} of {self.total} image files under {self.root} cannot be read: "
-                f"{', '.join(names[:LIST_LIMIT])}{more} (first error: {self.bad[names[0]]}). Remove or replace "
-                f"them, or set data.skip_bad=true to train without them (all of them are listed in {self.cache}).")
+        return (
+            f"data=folder: {len(names)} of {self.total} image files under {self.root} cannot be read: "
+            f"{', '.join(names[:LIST_LIMIT])}{more} (first error: {self.bad[names[0]]}). Remove or replace "
+            f"them, or set data.skip_bad=true to train without them (all of them are listed in {self.cache})."
+        )
 
 
 def check_folder(cfg: DataConfig) -> Verdict:
@@ -75,28 +77,36 @@ def check_folder(cfg: DataConfig) -> Verdict:
     for path in paths:
         try:
             st = os.stat(path)
-            listing[path[len(prefix):]] = (st.st_size, st.st_mtime_ns)
+            listing[path[len(prefix) :]] = (st.st_size, st.st_mtime_ns)
         except OSError:  # a dangling link, or gone since it was listed: never cached, its decode says why
-            listing[path[len(prefix):]] = (-1, time.time_ns())
+            listing[path[len(prefix) :]] = (-1, time.time_ns())
     cache = _cache_file(cfg, root)
     stamp = _fingerprint(listing)
     bad = _read_json(cache).get(stamp)  # the whole folder as it was last checked: nothing to decode
     todo: List[str] = []
     if bad is None:
         known = _read_json(_entries_file(cache))  # file -> [size, mtime, why or None] of the last check
-        bad = {rel: known[rel][2] for rel, entry in listing.items() if known.get(rel, [])[:2] == list(entry)
-               and known[rel][2] is not None}
+        bad = {
+            rel: known[rel][2]
+            for rel, entry in listing.items()
+            if known.get(rel, [])[:2] == list(entry) and known[rel][2] is not None
+        }
         todo = [rel for rel, entry in listing.items() if known.get(rel, [])[:2] != list(entry)]
         if todo:
-            log.info("data=folder: checking %d image file(s) under %s on %d process(es), once: the verdict is "
-                     "cached", len(todo), root, _processes(len(todo)))
+            log.info(
+                "data=folder: checking %d image file(s) under %s on %d process(es), once: the verdict is cached",
+                len(todo),
+                root,
+                _processes(len(todo)),
+            )
             bad.update(_decode_all(todo, prefix, cfg.image_size))
         _write_json(_entries_file(cache), {rel: [*entry, bad.get(rel)] for rel, entry in listing.items()})
         _write_json(cache, {stamp: bad})
     verdict = Verdict(root, len(listing), bad, len(todo), time.perf_counter() - t0, cache)
     if todo:
-        log.info("data=folder: checked in %.1f s; %d of %d files cannot be read", verdict.seconds, len(bad),
-                 verdict.total)
+        log.info(
+            "data=folder: checked in %.1f s; %d of %d files cannot be read", verdict.seconds, len(bad), verdict.total
+        )
     return verdict
 
 
@@ -106,8 +116,11 @@ def require_readable(cfg: DataConfig) -> Verdict:
     if verdict.bad and not cfg.skip_bad:
         raise ConfigError(verdict.message())
     if verdict.bad:
-        log.warning("data=folder: leaving out %d unreadable image files of %d (data.skip_bad=true)",
-                    len(verdict.bad), verdict.total)
+        log.warning(
+            "data=folder: leaving out %d unreadable image files of %d (data.skip_bad=true)",
+            len(verdict.bad),
+            verdict.total,
+        )
     return verdict
 
 
@@ -150,8 +163,9 @@ def _write_json(path: Path, body: Dict[str, Any]) -> None:
             json.dump({"version": CACHE_VERSION, **body}, handle, separators=(",", ":"))
         os.replace(tmp, path)
     except OSError as err:
-        log.warning("data=folder: could not cache the check's verdict in %s (%s); the next run checks again.",
-                    path, err)
+        log.warning(
+            "data=folder: could not cache the check's verdict in %s (%s); the next run checks again.", path, err
+        )
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -186,7 +200,7 @@ def _decode_chunk(task: Tuple[str, Sequence[str], int]) -> Tuple[int, List[Tuple
 def _decode_all(rels: List[str], prefix: str, size: int) -> Dict[str, str]:
     import torchvision.io  # noqa: F401 - imported once here, not again in every checking process
 
-    tasks = [(prefix, rels[i:i + CHUNK], size) for i in range(0, len(rels), CHUNK)]
+    tasks = [(prefix, rels[i : i + CHUNK], size) for i in range(0, len(rels), CHUNK)]
     bad: Dict[str, str] = {}
     progress = _Progress(len(rels))
     # fork: the checking processes start at once and need nothing re-imported; they end with the check
@@ -217,8 +231,10 @@ class _Progress:
         if self.tty:
             width = 30
             filled = width * self.done // self.total
-            sys.stderr.write(f"\r  checking images [{'#' * filled}{'.' * (width - filled)}] "
-                             f"{self.done}/{self.total}  {self.done / (now - self.t0):.0f} files/s")
+            sys.stderr.write(
+                f"\r  checking images [{'#' * filled}{'.' * (width - filled)}] "
+                f"{self.done}/{self.total}  {self.done / (now - self.t0):.0f} files/s"
+            )
             sys.stderr.flush()
         else:
             log.info("data=folder: checked %d of %d files", self.done, self.total)

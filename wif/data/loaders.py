@@ -53,8 +53,11 @@ class ResidentBatches:
 
     def __iter__(self) -> Iterator[Batch]:
         n, device = len(self.labels), self.images.device
-        order = (torch.randperm(n, device=device, generator=self.generator) if self.shuffle
-                 else torch.arange(n, device=device))
+        order = (
+            torch.randperm(n, device=device, generator=self.generator)
+            if self.shuffle
+            else torch.arange(n, device=device)
+        )
         for idx in order.split(self.batch_size):
             yield self.images[idx], self.labels[idx]
 
@@ -62,8 +65,17 @@ class ResidentBatches:
         return -(-len(self.labels) // self.batch_size)
 
 
-def build_batches(split: AnySplit, cfg: LoaderConfig, batch_size: int, *, train: bool, seed: int,
-                  pin: bool, resident: bool, sampler: Optional[SamplerFor] = None) -> Batches:
+def build_batches(
+    split: AnySplit,
+    cfg: LoaderConfig,
+    batch_size: int,
+    *,
+    train: bool,
+    seed: int,
+    pin: bool,
+    resident: bool,
+    sampler: Optional[SamplerFor] = None,
+) -> Batches:
     """The one place where a loader option becomes an iterable of batches.
 
     `pin` is `cfg.pin_memory` already checked against the device (pinning needs CUDA). Keys newer than
@@ -101,8 +113,9 @@ class FixedBatches:
     many batches, and the last one as few images, as the real split of `samples` images would have.
     """
 
-    def __init__(self, samples: int, batch_size: int, image_size: int, num_classes: int,
-                 device: torch.device, seed: int) -> None:
+    def __init__(
+        self, samples: int, batch_size: int, image_size: int, num_classes: int, device: torch.device, seed: int
+    ) -> None:
         g = torch.Generator().manual_seed(seed)
         n = min(samples, batch_size)
         self.images = torch.randn(n, 3, image_size, image_size, generator=g).to(device)

@@ -21,8 +21,15 @@ log = logging.getLogger(__name__)
 
 
 def _synthetic_key(cfg: DataConfig) -> Dict[str, float]:
-    return {"num_train": cfg.num_train, "num_test": cfg.num_test, "image_size": cfg.image_size,
-            "num_classes": cfg.num_classes, "seed": cfg.synthetic_seed, "noise": cfg.noise, "version": 2}
+    return {
+        "num_train": cfg.num_train,
+        "num_test": cfg.num_test,
+        "image_size": cfg.image_size,
+        "num_classes": cfg.num_classes,
+        "seed": cfg.synthetic_seed,
+        "noise": cfg.noise,
+        "version": 2,
+    }
 
 
 def generate_synthetic(cfg: DataConfig) -> Dict[str, np.ndarray]:
@@ -37,10 +44,10 @@ def generate_synthetic(cfg: DataConfig) -> Dict[str, np.ndarray]:
         labels = torch.randint(0, n_cls, (n,), generator=g)
         images = np.empty((n, 3, size, size), dtype=np.uint8)
         for lo in range(0, n, 4096):  # in chunks: never a float copy of the whole set
-            y = labels[lo:lo + 4096]
+            y = labels[lo : lo + 4096]
             contrast = 0.6 + 0.8 * torch.rand(len(y), 1, 1, 1, generator=g)
             x = 0.5 + (patterns[y] - 0.5) * contrast + cfg.noise * torch.randn(len(y), 3, size, size, generator=g)
-            images[lo:lo + len(y)] = x.clamp_(0, 1).mul_(255).round_().to(torch.uint8).numpy()
+            images[lo : lo + len(y)] = x.clamp_(0, 1).mul_(255).round_().to(torch.uint8).numpy()
         out[f"{part}_x"], out[f"{part}_y"] = images, labels.numpy().astype(np.int64)
     return out
 

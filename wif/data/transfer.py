@@ -105,8 +105,14 @@ class StreamPrefetcher:
     conversion overlaps the compute as the copy does; so is a batch decoded there (`decode`, data.decode=device).
     """
 
-    def __init__(self, batches: Batches, device: torch.device, non_blocking: bool = True, uint8: bool = False,
-                 decode: Optional[Transfer] = None) -> None:
+    def __init__(
+        self,
+        batches: Batches,
+        device: torch.device,
+        non_blocking: bool = True,
+        uint8: bool = False,
+        decode: Optional[Transfer] = None,
+    ) -> None:
         self.batches, self.device, self.non_blocking = batches, device, non_blocking  # CPU: `warnings_for` says so
         self.copy = decode or copy_to(device, non_blocking, uint8)
         self.stream: Optional[torch.cuda.Stream] = None  # one for the run, made in the run's process on first use

@@ -21,7 +21,7 @@ import signal
 import socket
 import time
 import traceback
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 import psutil
 
@@ -50,8 +50,9 @@ def signals_held() -> Iterator[None]:
     then opens. Python's handlers are swapped, not the signal mask: a mask holds one thread, and the kernel
     hands a process's signal to any thread that does not block it (the sampler's)."""
     caught: list = []
-    old = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-           for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {
+        sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:

@@ -71,8 +71,9 @@ def _mig_devices(pynvml: Any, handle: Any) -> List[Any]:
     return migs
 
 
-def vram_reading(listed: Sequence[Tuple[int, Optional[int]]], pids: set, used: int, baseline: int,
-                 exists: Callable[[int], bool]) -> Tuple[float, str]:
+def vram_reading(
+    listed: Sequence[Tuple[int, Optional[int]]], pids: set, used: int, baseline: int, exists: Callable[[int], bool]
+) -> Tuple[float, str]:
     """(bytes the run's tree holds, how they were read): the listed processes' own figures where the tree's
     are listed, else the device's used bytes over the baseline and the reason (one of the reasons above).
     `exists(pid)`: whether a PID is a process of this machine's view (in a container, host PIDs are not)."""

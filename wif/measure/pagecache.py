@@ -71,8 +71,9 @@ def resident_fraction(paths: Sequence[str]) -> float:
     return resident / total if total else 0.0
 
 
-def eviction_refused(paths: Sequence[str], probe: int = 4, limit: float = 0.5,
-                     where: Optional[str] = None) -> Optional[str]:
+def eviction_refused(
+    paths: Sequence[str], probe: int = 4, limit: float = 0.5, where: Optional[str] = None
+) -> Optional[str]:
     """Why data.page_cache=cold cannot work on these files, or None: the first few are read, evicted and
     checked (a few only: a sweep probes before its first job, and a warm run after it should find the rest
     as it was). tmpfs (and a filesystem that ignores the advice) keeps them resident."""
@@ -86,9 +87,11 @@ def eviction_refused(paths: Sequence[str], probe: int = 4, limit: float = 0.5,
     if left <= limit:
         return None
     where = where or os.path.dirname(sample[0])
-    return (f"data.page_cache=cold: {100 * left:.0f}% of the files probed under {where} stayed in the page cache "
-            f"after posix_fadvise(DONTNEED) on its {_filesystem(sample[0])} filesystem, so no epoch would read "
-            "storage. Put the data (and WIF_CACHE_DIR for packs) on a disk, or use data.page_cache=warm.")
+    return (
+        f"data.page_cache=cold: {100 * left:.0f}% of the files probed under {where} stayed in the page cache "
+        f"after posix_fadvise(DONTNEED) on its {_filesystem(sample[0])} filesystem, so no epoch would read "
+        "storage. Put the data (and WIF_CACHE_DIR for packs) on a disk, or use data.page_cache=warm."
+    )
 
 
 def eviction_refused_in(folder: str) -> Optional[str]:
@@ -111,8 +114,11 @@ def _filesystem(path: str) -> str:
         with open("/proc/self/mounts") as mounts:
             for line in mounts:
                 parts = line.split()
-                if len(parts) > 2 and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/")) \
-                        and len(parts[1]) >= len(best):
+                if (
+                    len(parts) > 2
+                    and (real == parts[1] or real.startswith(parts[1].rstrip("/") + "/"))
+                    and len(parts[1]) >= len(best)
+                ):
                     best, kind = parts[1], parts[2]
     except OSError:
         pass

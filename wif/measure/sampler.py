@@ -34,8 +34,13 @@ MB = 1024 * 1024
 
 
 class TreeSampler(threading.Thread):
-    def __init__(self, pid: int, cfg: MeasureConfig, gpu_baselines: Optional[Dict[str, int]] = None,
-                 forked_from: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        cfg: MeasureConfig,
+        gpu_baselines: Optional[Dict[str, int]] = None,
+        forked_from: Optional[int] = None,
+    ) -> None:
         """`gpu_baselines`: each device's used memory before the run started (wif.measure.nvml); `forked_from`:
         the process the run was forked from, where that is not this one (its shared pages count in full)."""
         super().__init__(name="wif-sampler", daemon=True)
@@ -43,8 +48,9 @@ class TreeSampler(threading.Thread):
         self.gpu_note: Optional[str] = None  # why the run's GPU has no NVML figures
         self.root = psutil.Process(pid)
         me = psutil.Process()
-        self.forked_from: Optional[psutil.Process] = (psutil.Process(forked_from) if forked_from is not None else
-                                                      me if self.root.ppid() == me.pid else None)
+        self.forked_from: Optional[psutil.Process] = (
+            psutil.Process(forked_from) if forked_from is not None else me if self.root.ppid() == me.pid else None
+        )
         self.cfg = cfg
         self.fast = Series()  # (rss_mb, gpu_mem_mb)
         self.mid = Series()  # (workers, cpu_pct, shm_mb, gpu_util)
@@ -167,7 +173,7 @@ class TreeSampler(threading.Thread):
         workers = max(len(procs) - 1, 0)
         if self.ranks:  # the ranks' workers only: the ranks and the launcher's helpers are not workers
             last = self.per_rank.rows[-1] if self.per_rank.rows else ()
-            workers = int(sum(last[:len(self.ranks)])) if last else 0
+            workers = int(sum(last[: len(self.ranks)])) if last else 0
         self.mid.add(now, workers, cpu_pct, shm_mb, gpu_util)
 
     def _sample_slow(self, now: float) -> Optional[set]:
@@ -271,9 +277,14 @@ class TreeSampler(threading.Thread):
     def peaks(self, t0: float, t1: float) -> Dict[str, float]:
         """High-water marks over [t0, t1]; a figure with no sample is left out rather than reported as 0."""
         out: Dict[str, float] = {}
-        for key, series, column in (("ram_peak_rss_mb", self.fast, 0), ("vram_peak_device_mb", self.fast, 1),
-                                    ("workers_peak", self.mid, 0), ("shm_peak_mb", self.mid, 2),
-                                    ("ram_peak_uss_mb", self.slow, 0), ("ram_peak_pss_mb", self.slow, 1)):
+        for key, series, column in (
+            ("ram_peak_rss_mb", self.fast, 0),
+            ("vram_peak_device_mb", self.fast, 1),
+            ("workers_peak", self.mid, 0),
+            ("shm_peak_mb", self.mid, 2),
+            ("ram_peak_uss_mb", self.slow, 0),
+            ("ram_peak_pss_mb", self.slow, 1),
+        ):
             values = series.between(t0, t1, column)
             if values:
                 out[key] = float(max(values))
@@ -284,4 +295,3 @@ class TreeSampler(threading.Thread):
         """The sampler thread's CPU time as a share of one core over its lifetime, leaving out the reads
         taken while the run waited between epochs: what it could have taken from the run."""
         return 100.0 * (self.own_cpu_s - self.paused_cpu_s) / self.wall_s if self.wall_s else 0.0
-

@@ -23,7 +23,7 @@ class Series:
         """Values sampled in [t0, t1]; if none fell inside (a window shorter than the cadence), the last
         value sampled before t1, which held during the window."""
         lo, hi = bisect.bisect_left(self.t, t0), bisect.bisect_right(self.t, t1)
-        rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0):hi]
+        rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0) : hi]
         return [r[column] for r in rows if r[column] is not None]
 
 
@@ -40,9 +40,9 @@ def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, fl
         if vram:
             out[f"rank{rank}_vram_peak_device_mb"] = float(max(vram))
     lo, hi = bisect.bisect_left(series.t, t0), bisect.bisect_right(series.t, t1)
-    for row in series.rows[lo:hi] or series.rows[max(hi - 1, 0):hi]:
-        if ranks and all(v is not None for v in row[ranks:2 * ranks]):
-            vram_sum.append(sum(row[ranks:2 * ranks]))
+    for row in series.rows[lo:hi] or series.rows[max(hi - 1, 0) : hi]:
+        if ranks and all(v is not None for v in row[ranks : 2 * ranks]):
+            vram_sum.append(sum(row[ranks : 2 * ranks]))
     if vram_sum:
         out["vram_peak_device_mb"] = max(out[f"rank{r}_vram_peak_device_mb"] for r in range(ranks))
         out["vram_peak_device_sum_mb"] = max(vram_sum)

@@ -13,8 +13,17 @@ from typing import Dict
 
 import psutil
 
-PACKAGES = ("torch", "torchvision", "numpy", "hydra-core", "omegaconf", "mlflow", "prefetch_generator",
-            "psutil", "nvidia-ml-py")
+PACKAGES = (
+    "torch",
+    "torchvision",
+    "numpy",
+    "hydra-core",
+    "omegaconf",
+    "mlflow",
+    "prefetch_generator",
+    "psutil",
+    "nvidia-ml-py",
+)
 
 
 def usable_cores() -> int:
@@ -46,10 +55,16 @@ def git_commit() -> str:
     """The commit of the code that ran, with '+dirty' when the tree had local changes."""
     here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (sha + ("+dirty" if dirty else "")) if sha else "unknown"

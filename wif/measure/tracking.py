@@ -51,7 +51,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
 def _sqlite_path(uri: str) -> Optional[Path]:
     if urlparse(uri).scheme != "sqlite" or ":memory:" in uri:
         return None
-    return Path(uri[len("sqlite:///"):]).expanduser().resolve()
+    return Path(uri[len("sqlite:///") :]).expanduser().resolve()
 
 
 def _artifact_root(uri: str) -> Optional[str]:
@@ -93,15 +93,16 @@ class Tracker:
             except Exception:  # noqa: BLE001 - e.g. a tracking server still starting, a busy database
                 if attempt == attempts - 1:
                     raise
-                time.sleep(0.5 * 2 ** attempt + random.random())
+                time.sleep(0.5 * 2**attempt + random.random())
 
     def _experiment(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
             return exp.experiment_id
         try:
-            return self.client.create_experiment(name, artifact_location=_artifact_root(self.uri),
-                                                 tags={EXPERIMENT_KIND_TAG: "custom_model_development"})
+            return self.client.create_experiment(
+                name, artifact_location=_artifact_root(self.uri), tags={EXPERIMENT_KIND_TAG: "custom_model_development"}
+            )
         except MlflowException:  # another process created it first
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
@@ -120,16 +121,18 @@ class Tracker:
     def _runs(self, config_hash: str, status: str) -> Dict[str, Dict[str, str]]:
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = '{status}'")
+            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = '{status}'",
+        )
         return {r.info.run_id: r.data.tags for r in runs}
 
-    def start_run(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str],
-                  config: Mapping[str, Any]) -> str:
+    def start_run(
+        self, name: str, params: Mapping[str, Any], tags: Mapping[str, str], config: Mapping[str, Any]
+    ) -> str:
         run = self.client.create_run(self.experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()})
         run_id = run.info.run_id
         items = [Param(k, str(v)) for k, v in flatten(params).items()]
         for i in range(0, len(items), BATCH_LIMIT):
-            self.client.log_batch(run_id, params=items[i:i + BATCH_LIMIT])
+            self.client.log_batch(run_id, params=items[i : i + BATCH_LIMIT])
         self.client.log_dict(run_id, dict(config), "config.yaml")
         return run_id
 
@@ -137,21 +140,23 @@ class Tracker:
         if tags:
             self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0,
-                    tags: Optional[Mapping[str, Any]] = None) -> None:
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: int = 0, tags: Optional[Mapping[str, Any]] = None
+    ) -> None:
         """One batched call: per-epoch figures cost one round trip, outside any timed region."""
         self.log_steps(run_id, [(step, metrics, tags or {})])
 
     def log_steps(self, run_id: str, rows: Sequence[Tuple[int, Mapping[str, float], Mapping[str, Any]]]) -> None:
         """Several epochs' (step, metrics, tags) in as few calls as MLflow allows (1000 metrics, 100 tags each)."""
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for step, metrics, _ in rows for k, v in metrics.items()
-                 if v is not None]
+        items = [
+            Metric(k, float(v), now, step) for step, metrics, _ in rows for k, v in metrics.items() if v is not None
+        ]
         tags = {k: str(v) for _, _, marks in rows for k, v in marks.items()}  # a later epoch's value wins
         marks = [RunTag(k, v) for k, v in tags.items()]
         for i in range(0, max(len(items), 1), METRIC_LIMIT):
-            if items[i:i + METRIC_LIMIT] or (marks and i == 0):
-                self.client.log_batch(run_id, metrics=items[i:i + METRIC_LIMIT], tags=marks if i == 0 else [])
+            if items[i : i + METRIC_LIMIT] or (marks and i == 0):
+                self.client.log_batch(run_id, metrics=items[i : i + METRIC_LIMIT], tags=marks if i == 0 else [])
 
     def end_run(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status=status)
@@ -170,8 +175,12 @@ def close_stale_runs(tracker: Tracker, digest: str, label: str) -> None:
     again; a RUNNING run whose owner lives (another sweep running it now) is left alone."""
     for run_id, tags in tracker.running_runs(digest).items():
         if owner_gone(tags):
-            tracker.set_tags(run_id, {"wif.error": f"Orphaned: its process (pid {tags['wif.pid']} on "
-                                      f"{tags['wif.host']}) ended without closing the run"})
+            tracker.set_tags(
+                run_id,
+                {
+                    "wif.error": f"Orphaned: its process (pid {tags['wif.pid']} on "
+                    f"{tags['wif.host']}) ended without closing the run"
+                },
+            )
             tracker.end_run(run_id, KILLED)
-            log.warning("%s  run %s was left RUNNING by a process that no longer exists: marked KILLED",
-                        label, run_id)
+            log.warning("%s  run %s was left RUNNING by a process that no longer exists: marked KILLED", label, run_id)

@@ -45,40 +45,77 @@ def _margin(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="wif-report", description="Who is faster, with confidence: tables, verdicts "
-                "and plots from the study's training runs in MLflow, logged back as a 'report' run. Per fraction "
-                "and testbed one model, log(epoch time) = setting + block, decides: speedups against the baseline "
-                "with simultaneous intervals (Dunnett) and the set of settings that may be fastest (Hsu's MCB).")
-    p.add_argument("--tracking-uri", default=default_tracking_uri(),
-                   help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db, as train.py)")
+    p = _Parser(
+        prog="wif-report",
+        description="Who is faster, with confidence: tables, verdicts "
+        "and plots from the study's training runs in MLflow, logged back as a 'report' run. Per fraction "
+        "and testbed one model, log(epoch time) = setting + block, decides: speedups against the baseline "
+        "with simultaneous intervals (Dunnett) and the set of settings that may be fastest (Hsu's MCB).",
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=default_tracking_uri(),
+        help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db, as train.py)",
+    )
     p.add_argument("--experiment", default=runs_io.DEFAULT_EXPERIMENT, help="experiment name (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("report"), help="output folder (default: ./report)")
     p.add_argument("--sweep-id", help="only runs of this sweep (tag wif.sweep_id)")
-    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
-                   help="only runs with this tag; repeatable")
+    p.add_argument(
+        "--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag; repeatable"
+    )
     p.add_argument("--since", metavar="YYYY-MM-DD", help="only runs started on or after this day (local time)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="only runs on this device")
-    p.add_argument("--baseline", help="the setting speedups are measured against (default: the one the runs name in "
-                   "tracking.baseline: a study's own, else baseline)")
+    p.add_argument(
+        "--baseline",
+        help="the setting speedups are measured against (default: the one the runs name in "
+        "tracking.baseline: a study's own, else baseline)",
+    )
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of intervals (default: 0.95)")
-    p.add_argument("--alpha", type=float, default=0.05,
-                   help="significance level of the simultaneous tests against the baseline (default: 0.05)")
-    p.add_argument("--margin", type=_margin, default=0.02, metavar="SHARE",
-                   help="practical tie: settings whose interval against the fastest stays within this share "
-                        "(0.02 or 2%%) are 'tied with the fastest' (default: 2%%)")
-    p.add_argument("--statistic", choices=sorted(runs_io.STATISTICS), default="median",
-                   help="each run's figure: the median of its measured epochs, which one slow epoch cannot move, "
-                        "or their mean (default: median)")
-    p.add_argument("--keep-contended", action="store_true",
-                   help="keep runs tagged wif.contended=true (other processes took CPU during their measured "
-                        "epochs) in the fit; by default they are left out and listed at the end")
-    p.add_argument("--ram", choices=sorted(RAM_COLUMNS), default="pss",
-                   help="peak RAM figure for 'cheapest' and the trade-off plot (default: pss, shared pages once)")
-    p.add_argument("--vram", choices=sorted(VRAM_COLUMNS), default="device",
-                   help="peak VRAM figure for 'cheapest' and the trade-off plot (default: device, as nvidia-smi)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level of the simultaneous tests against the baseline (default: 0.05)",
+    )
+    p.add_argument(
+        "--margin",
+        type=_margin,
+        default=0.02,
+        metavar="SHARE",
+        help="practical tie: settings whose interval against the fastest stays within this share "
+        "(0.02 or 2%%) are 'tied with the fastest' (default: 2%%)",
+    )
+    p.add_argument(
+        "--statistic",
+        choices=sorted(runs_io.STATISTICS),
+        default="median",
+        help="each run's figure: the median of its measured epochs, which one slow epoch cannot move, "
+        "or their mean (default: median)",
+    )
+    p.add_argument(
+        "--keep-contended",
+        action="store_true",
+        help="keep runs tagged wif.contended=true (other processes took CPU during their measured "
+        "epochs) in the fit; by default they are left out and listed at the end",
+    )
+    p.add_argument(
+        "--ram",
+        choices=sorted(RAM_COLUMNS),
+        default="pss",
+        help="peak RAM figure for 'cheapest' and the trade-off plot (default: pss, shared pages once)",
+    )
+    p.add_argument(
+        "--vram",
+        choices=sorted(VRAM_COLUMNS),
+        default="device",
+        help="peak VRAM figure for 'cheapest' and the trade-off plot (default: device, as nvidia-smi)",
+    )
     p.add_argument("--curves-fraction", type=float, help="fraction of the epoch-time curves (default: the largest)")
-    p.add_argument("--bound-source", default="fixed",
-                   help="data.source of the synthetic on-device upper-bound runs (default: %(default)s)")
+    p.add_argument(
+        "--bound-source",
+        default="fixed",
+        help="data.source of the synthetic on-device upper-bound runs (default: %(default)s)",
+    )
     p.add_argument("--no-log", action="store_true", help="do not log the report as a run in the experiment")
     return p
 
@@ -105,8 +142,10 @@ def _report(args: argparse.Namespace) -> int:
         raise runs_io.ReportInputError(f"cannot read {args.tracking_uri}: {error.message}") from None
     value = runs_io.STATISTICS[args.statistic]
     if value == runs_io.MEDIAN and every[value].isna().all():
-        print("wif-report: these runs predate epoch_time_median_s; comparing run means (--statistic mean).",
-              file=sys.stderr)
+        print(
+            "wif-report: these runs predate epoch_time_median_s; comparing run means (--statistic mean).",
+            file=sys.stderr,
+        )
         value = runs_io.MEAN
     every = copycost.add_copy_cost(every, bandwidth)  # a column only where wif-bandwidth measured the GPU
     every["excluded"] = runs_io.exclusion_reasons(every, value)
@@ -118,22 +157,44 @@ def _report(args: argparse.Namespace) -> int:
     if not args.keep_contended:
         used = used[~used["contended"]]
     if used.empty:
-        left_out = "" if args.keep_contended else (f", {len(contended)} contended left out: --keep-contended "
-                                                   "keeps them" if len(contended) else "")
-        raise runs_io.ReportInputError(f"none of the {len(every)} training runs is a finished study run "
-                                       f"({len(excluded)} excluded, {len(bound)} upper-bound runs{left_out})")
+        left_out = (
+            ""
+            if args.keep_contended
+            else (f", {len(contended)} contended left out: --keep-contended keeps them" if len(contended) else "")
+        )
+        raise runs_io.ReportInputError(
+            f"none of the {len(every)} training runs is a finished study run "
+            f"({len(excluded)} excluded, {len(bound)} upper-bound runs{left_out})"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
 
     testbeds = sorted(used["testbed"].unique())
-    sections = [_section(client, args, value, used[used["testbed"] == testbed], bound, bandwidth,
-                         "" if len(testbeds) == 1 else "_" + re.sub(r"[^a-z0-9]+", "-", testbed.lower()).strip("-"))
-                for testbed in testbeds]
+    sections = [
+        _section(
+            client,
+            args,
+            value,
+            used[used["testbed"] == testbed],
+            bound,
+            bandwidth,
+            "" if len(testbeds) == 1 else "_" + re.sub(r"[^a-z0-9]+", "-", testbed.lower()).strip("-"),
+        )
+        for testbed in testbeds
+    ]
     rows = [tables.csv_rows(s, section.runs) for section in sections for s in section.summaries]
     rules = Verdicts(args.alpha, args.ram, args.vram)
     thresholds = sorted(set(every["contended_pct"].dropna()))
-    header = tables.Header(args.experiment, args.tracking_uri, run_filter.to_mlflow(), len(every), len(bound),
-                           datetime.now().strftime("%Y-%m-%d %H:%M"), value, args.keep_contended,
-                           f"{thresholds[0]}%" if len(thresholds) == 1 else "the threshold")
+    header = tables.Header(
+        args.experiment,
+        args.tracking_uri,
+        run_filter.to_mlflow(),
+        len(every),
+        len(bound),
+        datetime.now().strftime("%Y-%m-%d %H:%M"),
+        value,
+        args.keep_contended,
+        f"{thresholds[0]}%" if len(thresholds) == 1 else "the threshold",
+    )
     pd.concat(rows, ignore_index=True).to_csv(args.out / "summary.csv", index=False)
     markdown = tables.render(header, sections, excluded, contended, rules, args.confidence, images=True)
     (args.out / "summary.md").write_text(markdown)
@@ -150,36 +211,69 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _section(client: MlflowClient, args: argparse.Namespace, value: str, runs: pd.DataFrame, bound: pd.DataFrame,
-             bandwidth: pd.DataFrame, suffix: str) -> tables.Section:
+def _section(
+    client: MlflowClient,
+    args: argparse.Namespace,
+    value: str,
+    runs: pd.DataFrame,
+    bound: pd.DataFrame,
+    bandwidth: pd.DataFrame,
+    suffix: str,
+) -> tables.Section:
     """One testbed: summaries per fraction and every plot, files named with `suffix`."""
     testbed = runs["testbed"].iloc[0]
     at_bw = copycost.COLUMN in runs and runs[copycost.COLUMN].notna().any()
-    summaries = [_as_raced(client, args.experiment, value, group,
-                           stats.summarize_fraction(group, args.baseline or runs_io.baseline_of(group), value,
-                                                    SUMMARY_METRICS + ([copycost.COLUMN] if at_bw else []),
-                                                    args.confidence, args.alpha, args.margin,
-                                                    _bound_img_s(bound, testbed, group)))
-                 for _, group in runs.groupby("fraction")]
+    summaries = [
+        _as_raced(
+            client,
+            args.experiment,
+            value,
+            group,
+            stats.summarize_fraction(
+                group,
+                args.baseline or runs_io.baseline_of(group),
+                value,
+                SUMMARY_METRICS + ([copycost.COLUMN] if at_bw else []),
+                args.confidence,
+                args.alpha,
+                args.margin,
+                _bound_img_s(bound, testbed, group),
+            ),
+        )
+        for _, group in runs.groupby("fraction")
+    ]
     for s in summaries if at_bw else []:
         s.notes.append(copycost.note(runs[runs["fraction"] == s.fraction], bandwidth))
     curve_fraction = args.curves_fraction or max(s.fraction for s in summaries)
     curves = _curves(client, runs[runs["fraction"] == curve_fraction])
-    pngs = figures.write_plots(args.out, suffix, testbed, summaries, runs, curves, curve_fraction,
-                             (RAM_COLUMNS[args.ram], VRAM_COLUMNS[args.vram]), args.confidence, args.alpha)
+    pngs = figures.write_plots(
+        args.out,
+        suffix,
+        testbed,
+        summaries,
+        runs,
+        curves,
+        curve_fraction,
+        (RAM_COLUMNS[args.ram], VRAM_COLUMNS[args.vram]),
+        args.confidence,
+        args.alpha,
+    )
     return tables.Section(testbed, runs, summaries, [p.name for p in pngs])
 
 
-def _as_raced(client: MlflowClient, experiment: str, value: str, runs: pd.DataFrame,
-              s: stats.FractionSummary) -> stats.FractionSummary:
+def _as_raced(
+    client: MlflowClient, experiment: str, value: str, runs: pd.DataFrame, s: stats.FractionSummary
+) -> stats.FractionSummary:
     """A fraction whose runs are one race's gets the race's answer (wif.report.raced); any other is as is."""
     race_id = raced.race_of(runs)
     if race_id is None:
         return s
     record = raced.record_of(client, runs_io.experiment_id(client, experiment), race_id)
     if record is None:
-        s.notes.append(f"These runs come from race {race_id[:8]}, whose own run (wif.kind=race) is gone: they are "
-                       "compared as a fixed grid, which ignores that the race looked after every block.")
+        s.notes.append(
+            f"These runs come from race {race_id[:8]}, whose own run (wif.kind=race) is gone: they are "
+            "compared as a fixed grid, which ignores that the race looked after every block."
+        )
         return s
     rules, same_as, budget = record
     if budget:  # sweep.budget_min: what the budget let the race decide, and what finishing would cost
@@ -203,8 +297,11 @@ def _curves(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
 
 def _log_report(client: MlflowClient, experiment: str, out: Path, run_filter: runs_io.RunFilter) -> str:
     """A `report` run holding the output folder, so the answer is one click away in the MLflow UI."""
-    run = client.create_run(runs_io.experiment_id(client, experiment), run_name="report",
-                            tags={runs_io.KIND_TAG: "report", "wif.report.filter": run_filter.to_mlflow()})
+    run = client.create_run(
+        runs_io.experiment_id(client, experiment),
+        run_name="report",
+        tags={runs_io.KIND_TAG: "report", "wif.report.filter": run_filter.to_mlflow()},
+    )
     try:
         client.log_artifacts(run.info.run_id, str(out))
     except (MlflowException, OSError):

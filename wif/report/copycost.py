@@ -23,9 +23,16 @@ BANDWIDTH_COLUMNS = ["bw_run_id", "start_time", "gpu", "gpu_uuid", *RATE.values(
 def read_bandwidth(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
     """The experiment's finished `wif.kind=bandwidth` runs: their GPU (name, uuid) and best h2d rates."""
     found = client.search_runs([experiment_id], "tags.`wif.kind` = 'bandwidth' and attributes.status = 'FINISHED'")
-    rows = [{"bw_run_id": r.info.run_id, "start_time": r.info.start_time, "gpu": r.data.tags.get("wif.gpu"),
-             "gpu_uuid": r.data.tags.get("wif.gpu_uuid"), **{m: r.data.metrics.get(m) for m in RATE.values()}}
-            for r in found]
+    rows = [
+        {
+            "bw_run_id": r.info.run_id,
+            "start_time": r.info.start_time,
+            "gpu": r.data.tags.get("wif.gpu"),
+            "gpu_uuid": r.data.tags.get("wif.gpu_uuid"),
+            **{m: r.data.metrics.get(m) for m in RATE.values()},
+        }
+        for r in found
+    ]
     return pd.DataFrame(rows, columns=BANDWIDTH_COLUMNS)
 
 
@@ -74,11 +81,15 @@ def add_copy_cost(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.DataFrame:
 def note(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> str:
     """The footnote of a table with the column: which rates it divides by, and how to read it beside copy_s."""
     used = {m["bw_run_id"]: m for m in (match(r, bandwidth) for _, r in runs.iterrows()) if m is not None}
-    rates = "; ".join(f"`{k[:8]}` on {m['gpu']}: pinned {m[RATE[True]]:.1f}, pageable {m[RATE[False]]:.1f} GB/s"
-                      for k, m in used.items())
-    return ("'copy ms/epoch': measured is the host's time in the transfer call, its wait behind the GPU's queued "
-            "work left out (copy_s, the last epoch's; a non_blocking copy from pinned memory returns at once, so it "
-            "can be near 0); at bandwidth is the epoch's "
-            "bytes (copy_bytes_per_epoch) over the best host-to-device rate wif-bandwidth measured on this GPU, "
-            "pinned for pin_memory settings and pageable otherwise: the least time the copies themselves take "
-            f"(bandwidth run {rates}; GB = 10^9 bytes).")
+    rates = "; ".join(
+        f"`{k[:8]}` on {m['gpu']}: pinned {m[RATE[True]]:.1f}, pageable {m[RATE[False]]:.1f} GB/s"
+        for k, m in used.items()
+    )
+    return (
+        "'copy ms/epoch': measured is the host's time in the transfer call, its wait behind the GPU's queued "
+        "work left out (copy_s, the last epoch's; a non_blocking copy from pinned memory returns at once, so it "
+        "can be near 0); at bandwidth is the epoch's "
+        "bytes (copy_bytes_per_epoch) over the best host-to-device rate wif-bandwidth measured on this GPU, "
+        "pinned for pin_memory settings and pageable otherwise: the least time the copies themselves take "
+        f"(bandwidth run {rates}; GB = 10^9 bytes)."
+    )

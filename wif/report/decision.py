@@ -21,14 +21,33 @@ import pandas as pd
 
 from wif.report import model
 
-COLUMNS = ["time_s", "speedup", "speedup_ci_low", "speedup_ci_high", "p_adj", "significant", "possibly_fastest",
-           "slower_at_least", "slower_at_most", "tied", "clearly_slower", "slower_in_practice", "undecided",
-           "more_blocks", "noise"]
+COLUMNS = [
+    "time_s",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "p_adj",
+    "significant",
+    "possibly_fastest",
+    "slower_at_least",
+    "slower_at_most",
+    "tied",
+    "clearly_slower",
+    "slower_in_practice",
+    "undecided",
+    "more_blocks",
+    "noise",
+]
 MAX_BLOCKS_SAID = 100  # beyond this, "about N more blocks" is no advice
 
 
-def decide(runs: pd.DataFrame, value: str = "epoch_time_median_s", baseline: str = "baseline",
-           confidence: float = 0.95, margin: float = 0.02) -> pd.DataFrame:
+def decide(
+    runs: pd.DataFrame,
+    value: str = "epoch_time_median_s",
+    baseline: str = "baseline",
+    confidence: float = 0.95,
+    margin: float = 0.02,
+) -> pd.DataFrame:
     """Who is faster among the settings of `runs` (columns `loader`, `block`, `value`; one fraction and
     testbed), with simultaneous `confidence`: one row per setting, indexed by setting, fastest first."""
     missing = [c for c in ("loader", "block", value) if c not in runs]
@@ -44,13 +63,20 @@ def decide(runs: pd.DataFrame, value: str = "epoch_time_median_s", baseline: str
 def columns(f: model.Fit, baseline: str, confidence: float, margin: float, alpha: float | None = None) -> pd.DataFrame:
     """The fit's answers as columns indexed by setting; `alpha` (default 1 - confidence) marks significance."""
     alpha = 1.0 - confidence if alpha is None else alpha
-    rows: dict[str, dict] = {name: {"time_s": float(np.exp(f.estimate[i])), "noise": float(np.expm1(f.noise[i]))}
-                             for i, name in enumerate(f.settings)}
+    rows: dict[str, dict] = {
+        name: {"time_s": float(np.exp(f.estimate[i])), "noise": float(np.expm1(f.noise[i]))}
+        for i, name in enumerate(f.settings)
+    }
     if baseline in f.settings:
         rows[baseline].update(speedup=1.0)
         for name, c in model.dunnett(f, baseline, confidence).items():
-            rows[name].update(speedup=c.speedup, speedup_ci_low=c.low, speedup_ci_high=c.high, p_adj=c.p_adj,
-                              significant=bool(c.p_adj < alpha) if not np.isnan(c.p_adj) else None)
+            rows[name].update(
+                speedup=c.speedup,
+                speedup_ci_low=c.low,
+                speedup_ci_high=c.high,
+                p_adj=c.p_adj,
+                significant=bool(c.p_adj < alpha) if not np.isnan(c.p_adj) else None,
+            )
     for name, b in model.mcb(f, confidence, margin).items():
         rows[name].update(_vs_best(f, name, b, margin))
     return pd.DataFrame.from_dict(rows, orient="index").reindex(columns=COLUMNS)
@@ -59,9 +85,16 @@ def columns(f: model.Fit, baseline: str, confidence: float, margin: float, alpha
 def _vs_best(f: model.Fit, name: str, b: model.VsBest, margin: float) -> dict:
     clearly = b.at_least > 1.0
     undecided = f.df > 0 and not b.tied and not clearly
-    return dict(possibly_fastest=b.possibly_fastest, slower_at_least=b.at_least, slower_at_most=b.at_most,
-                tied=b.tied, clearly_slower=clearly, slower_in_practice=b.at_least > 1.0 + margin,
-                undecided=undecided, more_blocks=_more_blocks(f, name, b, margin) if undecided else np.nan)
+    return dict(
+        possibly_fastest=b.possibly_fastest,
+        slower_at_least=b.at_least,
+        slower_at_most=b.at_most,
+        tied=b.tied,
+        clearly_slower=clearly,
+        slower_in_practice=b.at_least > 1.0 + margin,
+        undecided=undecided,
+        more_blocks=_more_blocks(f, name, b, margin) if undecided else np.nan,
+    )
 
 
 def _more_blocks(f: model.Fit, name: str, b: model.VsBest, margin: float) -> float:

@@ -38,8 +38,16 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 
 def write_plots(
-    out: Path, suffix: str, testbed: str, summaries: Sequence[FractionSummary], runs: pd.DataFrame,
-    curves: pd.DataFrame, curve_fraction: float, memory: tuple[str, str], confidence: float, alpha: float,
+    out: Path,
+    suffix: str,
+    testbed: str,
+    summaries: Sequence[FractionSummary],
+    runs: pd.DataFrame,
+    curves: pd.DataFrame,
+    curve_fraction: float,
+    memory: tuple[str, str],
+    confidence: float,
+    alpha: float,
 ) -> list[Path]:
     """Every PNG of one testbed; `memory` names the RAM and VRAM columns used for the trade-off."""
     ram_column, vram_column = memory
@@ -48,7 +56,8 @@ def write_plots(
     bars_h, row_h = bar_chart_height(loaders, n), bar_chart_height(loaders, 1)  # row_h: one slot per loader
     curve_names = label_inches(curves_shown(curves, loaders, widest.baseline)[0])
     trade_columns = [(ram_column, "peak RAM")] + (
-        [(vram_column, "peak VRAM")] if runs[vram_column].notna().any() else [])
+        [(vram_column, "peak VRAM")] if runs[vram_column].notna().any() else []
+    )
 
     def single(name: str, title: str, size: tuple[float, float], draw: Callable[[plt.Figure], list | None]) -> Path:
         """One figure; `draw` may return label placements, done once the figure is laid out."""
@@ -66,18 +75,40 @@ def write_plots(
 
     paths = [
         single("epoch_time", "", (8 + names, bars_h), lambda f: draw_epoch_times(f.subplots(), summaries, confidence)),
-        single("speedup_heatmap", "", (3 + 1.5 * n + names, row_h),
-               lambda f: draw_speedup_heatmap(f.subplots(), summaries, alpha)),
-        single("vram", "Peak VRAM per loader", (names + 4 * n, row_h),
-               lambda f: draw_memory(grid(1, n, f)[0], summaries, "VRAM")),
-        single("ram", "Peak RAM per loader, worker processes included", (names + 4 * n, row_h),
-               lambda f: draw_memory(grid(1, n, f)[0], summaries, "RAM")),
-        single("time_vs_memory", "Speed against memory", (6 * n, 5 * len(trade_columns)), lambda f: [
-            draw_tradeoff(ax, s, column, label)
-            for row, (column, label) in zip(grid(len(trade_columns), n, f), trade_columns)
-            for ax, s in zip(row, sorted(summaries, key=lambda s: s.fraction))]),
-        single("epoch_curves", "", (10 + curve_names, 5),
-               lambda f: draw_curves(f.subplots(), curves, curve_fraction, loaders, widest.baseline)),
+        single(
+            "speedup_heatmap",
+            "",
+            (3 + 1.5 * n + names, row_h),
+            lambda f: draw_speedup_heatmap(f.subplots(), summaries, alpha),
+        ),
+        single(
+            "vram",
+            "Peak VRAM per loader",
+            (names + 4 * n, row_h),
+            lambda f: draw_memory(grid(1, n, f)[0], summaries, "VRAM"),
+        ),
+        single(
+            "ram",
+            "Peak RAM per loader, worker processes included",
+            (names + 4 * n, row_h),
+            lambda f: draw_memory(grid(1, n, f)[0], summaries, "RAM"),
+        ),
+        single(
+            "time_vs_memory",
+            "Speed against memory",
+            (6 * n, 5 * len(trade_columns)),
+            lambda f: [
+                draw_tradeoff(ax, s, column, label)
+                for row, (column, label) in zip(grid(len(trade_columns), n, f), trade_columns)
+                for ax, s in zip(row, sorted(summaries, key=lambda s: s.fraction))
+            ],
+        ),
+        single(
+            "epoch_curves",
+            "",
+            (10 + curve_names, 5),
+            lambda f: draw_curves(f.subplots(), curves, curve_fraction, loaders, widest.baseline),
+        ),
         single("drift", "", (10, 5), lambda f: draw_drift(f.subplots(), runs, widest.baseline, summaries)),
     ]
 

@@ -95,8 +95,18 @@ def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
         cov = (bread[:k] * spread.used[who]) @ bread[:k].T
     else:  # one run per setting: estimates without any spread to judge them by
         cov = np.full((k, k), np.nan)
-    return Fit(settings, params[:k], cov, df, float(np.sqrt(spread.pooled)), np.sqrt(spread.own), spread.used,
-               len(blocks) > 1, len(blocks), n)
+    return Fit(
+        settings,
+        params[:k],
+        cov,
+        df,
+        float(np.sqrt(spread.pooled)),
+        np.sqrt(spread.own),
+        spread.used,
+        len(blocks) > 1,
+        len(blocks),
+        n,
+    )
 
 
 # ----------------------------------------------------------------------------- critical values
@@ -177,8 +187,13 @@ def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
         diff, se = f.estimate[b] - f.estimate[j], f.se(b, j)
         t = abs(diff) / se if se > 0 else np.inf
         p = float(np.count_nonzero(draws >= t) / len(draws))
-        out[name] = VsBaseline(float(np.exp(diff)), float(np.exp(diff - c * se)), float(np.exp(diff + c * se)),
-                               max(p, 1.0 / len(draws)) if np.isfinite(t) else 0.0, c)
+        out[name] = VsBaseline(
+            float(np.exp(diff)),
+            float(np.exp(diff - c * se)),
+            float(np.exp(diff + c * se)),
+            max(p, 1.0 / len(draws)) if np.isfinite(t) else 0.0,
+            c,
+        )
     return out
 
 

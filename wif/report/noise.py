@@ -43,8 +43,9 @@ class Noise:
     used: np.ndarray  # what every interval uses (used_variance)
 
 
-def estimate(x: np.ndarray, resid: np.ndarray, setting_of_run: np.ndarray, k: int, df: int,
-             shared: int | None = None) -> Noise:
+def estimate(
+    x: np.ndarray, resid: np.ndarray, setting_of_run: np.ndarray, k: int, df: int, shared: int | None = None
+) -> Noise:
     """Per-setting variances from the design `x` (runs x parameters), the residuals and each run's setting;
     `shared` is the index of the setting every comparison is made against (the baseline), if any."""
     n = len(resid)

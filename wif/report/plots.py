@@ -1,7 +1,8 @@
 """The report's pictures: each `draw_*` function draws one question on a given Axes, so that the same
-picture serves both its own PNG and the overview (`figures` lays them out and writes the files). Loaders keep one order everywhere: fastest first (at the top) at the largest fraction. Loader
-names run along the vertical axis and figures grow with the number of loaders, so a study of 48 cells
-(`+study=knobs`) stays as readable as the 11 of the main one.
+picture serves both its own PNG and the overview (`figures` lays them out and writes the files). Loaders keep
+one order everywhere: fastest first (at the top) at the largest fraction. Loader names run along the vertical
+axis and figures grow with the number of loaders, so a study of 48 cells (`+study=knobs`) stays as readable as
+the 11 of the main one.
 """
 
 from __future__ import annotations
@@ -80,8 +81,15 @@ def draw_epoch_times(ax: Axes, summaries: Sequence[FractionSummary], confidence:
         t = s.table.reindex(loaders)
         y = np.arange(len(loaders)) + (i - (len(summaries) - 1) / 2) * width
         err = (t["time_ci_high_s"] - t["time_ci_low_s"]).to_numpy() / 2
-        ax.barh(y, t["time_s"], width, xerr=np.nan_to_num(err), capsize=2,
-                color=colors[s.fraction], label=f"fraction {s.fraction:g}")
+        ax.barh(
+            y,
+            t["time_s"],
+            width,
+            xerr=np.nan_to_num(err),
+            capsize=2,
+            color=colors[s.fraction],
+            label=f"fraction {s.fraction:g}",
+        )
     _loader_axis(ax, loaders)
     ax.set_xlabel(f"epoch time (s): mean of the runs' {_statistic(summaries)}")
     ax.set_title(f"Epoch time per loader (warm-up excluded, {confidence:.0%} CI)")
@@ -112,8 +120,10 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
     ax.set_xlabel("data fraction")
     ax.set_title(f"Speedup vs {summaries[0].baseline} (* significant, simultaneous, alpha={alpha:g})")
     bar = ax.figure.colorbar(image, ax=ax, label=f"{summaries[0].baseline} time / loader time")
-    bar.set_ticks([1 / spread, spread ** -0.5, 1.0, spread**0.5, spread], labels=[
-        f"{v:.3g}x" for v in (1 / spread, spread ** -0.5, 1.0, spread**0.5, spread)])
+    bar.set_ticks(
+        [1 / spread, spread**-0.5, 1.0, spread**0.5, spread],
+        labels=[f"{v:.3g}x" for v in (1 / spread, spread**-0.5, 1.0, spread**0.5, spread)],
+    )
     bar.ax.yaxis.set_minor_formatter(NullFormatter())
 
 
@@ -122,8 +132,13 @@ def draw_nested_bars(ax: Axes, s: FractionSummary, loaders: Sequence[str], serie
     t = s.table.reindex(loaders)
     present = {label: column for label, column in series.items() if column in t and t[column].notna().any()}
     for i, (label, column) in enumerate(present.items()):
-        ax.barh(range(len(loaders)), t[column].fillna(0), 0.8 * (1 - 0.3 * i), label=label,
-                color=plt.get_cmap("Blues")(0.35 + 0.25 * i))
+        ax.barh(
+            range(len(loaders)),
+            t[column].fillna(0),
+            0.8 * (1 - 0.3 * i),
+            label=label,
+            color=plt.get_cmap("Blues")(0.35 + 0.25 * i),
+        )
     return bool(present)
 
 
@@ -185,8 +200,15 @@ def label_points(ax: Axes, names: Sequence[str], x: np.ndarray, y: np.ndarray, f
             if not any(b[0] < box[2] and box[0] < b[2] and b[1] < box[3] and box[1] < b[3] for b in placed):
                 break
         placed.append(box)
-        ax.annotate(names[i], (x[i], y[i]), xytext=(4, box[1] - py), textcoords="offset points", fontsize=fontsize,
-                    va="bottom", arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5} if box[1] != py else None)
+        ax.annotate(
+            names[i],
+            (x[i], y[i]),
+            xytext=(4, box[1] - py),
+            textcoords="offset points",
+            fontsize=fontsize,
+            va="bottom",
+            arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5} if box[1] != py else None,
+        )
 
 
 def curves_shown(curves: pd.DataFrame, loaders: Sequence[str], baseline: str) -> tuple[list[str], int]:
@@ -213,8 +235,14 @@ def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequen
     cmap = plt.get_cmap("tab10")
     for i, name in enumerate(shown):
         mean = curves[curves["loader"] == name].groupby("step")["value"].mean()
-        ax.plot(mean.index, mean.to_numpy(), marker=".", color=cmap(i % 10), linestyle=("-", "--", ":")[i // 10 % 3],
-                label=name)
+        ax.plot(
+            mean.index,
+            mean.to_numpy(),
+            marker=".",
+            color=cmap(i % 10),
+            linestyle=("-", "--", ":")[i // 10 % 3],
+            label=name,
+        )
     ax.axvspan(-0.5, 0.5, color="0.9", label="warm-up")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
@@ -237,13 +265,26 @@ def draw_drift(ax: Axes, runs: pd.DataFrame, baseline: str, summaries: Sequence[
     spans = runs.dropna(subset=["sweep_pos", "block"]).groupby("block")["sweep_pos"].agg(["min", "max"])
     for i, (block, span) in enumerate(spans.sort_values("min").iterrows()):
         ax.axvspan(span["min"] - 0.5, span["max"] + 0.5, color="0.93" if i % 2 == 0 else "white", zorder=0)
-        ax.text((span["min"] + span["max"]) / 2, 1.0, f"block {block}", transform=ax.get_xaxis_transform(),
-                ha="center", va="bottom", fontsize=8, color="0.4")
+        ax.text(
+            (span["min"] + span["max"]) / 2,
+            1.0,
+            f"block {block}",
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="0.4",
+        )
     colors, value = _fraction_colors(summaries), summaries[0].value
     for fraction, group in base.sort_values("sweep_pos").groupby("fraction"):
         relative = group[value] / group[value].mean()
-        ax.plot(group["sweep_pos"], relative, marker="o", color=colors.get(fraction, "0.5"),
-                label=f"fraction {fraction:g} (mean {group[value].mean():.3g} s)")
+        ax.plot(
+            group["sweep_pos"],
+            relative,
+            marker="o",
+            color=colors.get(fraction, "0.5"),
+            label=f"fraction {fraction:g} (mean {group[value].mean():.3g} s)",
+        )
     ax.axhline(1.0, color="0.3", lw=0.8)
     ax.set_xlabel("position in the sweep (wif.sweep_pos)")
     ax.set_ylabel(f"{baseline} epoch time / its cell mean")

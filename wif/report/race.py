@@ -88,8 +88,9 @@ def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules,
     return FractionState(state.fraction, alive, dropped, settled)
 
 
-def replay(runs: pd.DataFrame, value: str, rules: RaceRules, settings: Dict[float, Sequence[str]],
-           blocks_done: int) -> Dict[float, FractionState]:
+def replay(
+    runs: pd.DataFrame, value: str, rules: RaceRules, settings: Dict[float, Sequence[str]], blocks_done: int
+) -> Dict[float, FractionState]:
     """The race's state after `blocks_done` blocks, recomputed from the runs alone (how a resume finds it):
     each look sees only the blocks before it, as it did when the race ran."""
     states = {fr: FractionState(fr, list(names)) for fr, names in settings.items()}

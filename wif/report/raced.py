@@ -30,10 +30,12 @@ class RaceAnswer:
         r = self.rules
         ended = self.state.settled or "not finished: the same command resumes it"
         merged = f"; these ran as another, the same code on a CPU: {self.same_as.replace('=', ' as ')}"
-        return (f"the race's (race {self.race_id[:8]}: Hsu's MCB at {100 * r.look_confidence:.2f}% at each look, "
-                f"blocks {r.min_blocks} to {r.max_blocks}, so {100 * r.confidence:.0f}% over all {r.looks} looks; "
-                f"ties within {r.margin:.0%}; {self.blocks} blocks run, {ended}; a dropped setting keeps the bound "
-                f"of the look that dropped it{merged if self.same_as else ''})")
+        return (
+            f"the race's (race {self.race_id[:8]}: Hsu's MCB at {100 * r.look_confidence:.2f}% at each look, "
+            f"blocks {r.min_blocks} to {r.max_blocks}, so {100 * r.confidence:.0f}% over all {r.looks} looks; "
+            f"ties within {r.margin:.0%}; {self.blocks} blocks run, {ended}; a dropped setting keeps the bound "
+            f"of the look that dropped it{merged if self.same_as else ''})"
+        )
 
 
 def race_of(runs: pd.DataFrame) -> str | None:
@@ -45,14 +47,22 @@ def race_of(runs: pd.DataFrame) -> str | None:
 def record_of(client: MlflowClient, experiment_id: str, race_id: str) -> tuple[RaceRules, str, str] | None:
     """The rules a race ran with, who ran as whom ('pin=baseline ...') and how its time budget ended (tag
     wif.budget.ended, '' without a budget), from its own MLflow run (wif.kind=race); None when that run is gone."""
-    found = client.search_runs([experiment_id], f"tags.`wif.kind` = 'race' and tags.`wif.race_id` = '{race_id}'",
-                               order_by=["attributes.start_time DESC"], max_results=1)
+    found = client.search_runs(
+        [experiment_id],
+        f"tags.`wif.kind` = 'race' and tags.`wif.race_id` = '{race_id}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not found:
         return None
     p = found[0].data.params
-    return (RaceRules(int(p["race.min_blocks"]), int(p["race.max_blocks"]), float(p["race.margin"]),
-                      float(p["race.confidence"])), found[0].data.tags.get("wif.race.same_as", ""),
-            found[0].data.tags.get("wif.budget.ended", ""))
+    return (
+        RaceRules(
+            int(p["race.min_blocks"]), int(p["race.max_blocks"]), float(p["race.margin"]), float(p["race.confidence"])
+        ),
+        found[0].data.tags.get("wif.race.same_as", ""),
+        found[0].data.tags.get("wif.budget.ended", ""),
+    )
 
 
 def answer(runs: pd.DataFrame, value: str, rules: RaceRules, race_id: str, same_as: str = "") -> RaceAnswer:
@@ -68,13 +78,23 @@ def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame
     the race, and the bound each dropped setting was dropped with."""
     out = table.copy()
     final = decision.columns(fit, "", race.rules.look_confidence, race.rules.margin)
-    vs_best = ["possibly_fastest", "slower_at_least", "slower_at_most", "tied", "clearly_slower",
-               "slower_in_practice", "undecided", "more_blocks"]
+    vs_best = [
+        "possibly_fastest",
+        "slower_at_least",
+        "slower_at_most",
+        "tied",
+        "clearly_slower",
+        "slower_in_practice",
+        "undecided",
+        "more_blocks",
+    ]
     for name in out.index:
         if name in race.state.dropped:
             at_least = race.state.dropped[name]
-            out.loc[name, ["possibly_fastest", "slower_at_least", "tied", "clearly_slower", "slower_in_practice",
-                           "undecided"]] = [False, at_least, False, True, at_least > 1 + race.rules.margin, False]
+            out.loc[
+                name,
+                ["possibly_fastest", "slower_at_least", "tied", "clearly_slower", "slower_in_practice", "undecided"],
+            ] = [False, at_least, False, True, at_least > 1 + race.rules.margin, False]
         elif name in final.index:
             out.loc[name, vs_best] = final.loc[name, vs_best].to_numpy()
             out.loc[name, "possibly_fastest"] = name in race.state.alive  # the race keeps all not shown slower

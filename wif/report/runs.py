@@ -23,21 +23,52 @@ STATISTICS = {"median": MEDIAN, "mean": MEAN}
 OTHER_CPU = "host_other_cpu_pct"
 
 FINAL_METRICS = (
-    MEDIAN, MEAN, OTHER_CPU, "throughput_mean_img_s", "time_total_s", "setup_s", "data_wait_share_mean",
-    "vram_peak_allocated_mb", "vram_peak_reserved_mb", "vram_peak_device_mb",
-    "ram_peak_rss_mb", "ram_peak_uss_mb", "ram_peak_pss_mb", "workers_peak", "val_acc", "test_acc",
-    "copy_s", "copy_bytes_per_epoch",  # the last epoch's (per-epoch metrics): wif.report.copycost
+    MEDIAN,
+    MEAN,
+    OTHER_CPU,
+    "throughput_mean_img_s",
+    "time_total_s",
+    "setup_s",
+    "data_wait_share_mean",
+    "vram_peak_allocated_mb",
+    "vram_peak_reserved_mb",
+    "vram_peak_device_mb",
+    "ram_peak_rss_mb",
+    "ram_peak_uss_mb",
+    "ram_peak_pss_mb",
+    "workers_peak",
+    "val_acc",
+    "test_acc",
+    "copy_s",
+    "copy_bytes_per_epoch",  # the last epoch's (per-epoch metrics): wif.report.copycost
 )
 TAGS = {  # column: tag
-    "loader": "wif.loader", "fraction": "wif.fraction", "cell": "wif.cell", "device": "wif.device",
-    "gpu": "wif.gpu", "model": "wif.model", "block": "wif.block", "sweep_pos": "wif.sweep_pos",
-    "sweep_id": "wif.sweep_id", "error": "wif.error", "contended": "wif.contended", "race_id": "wif.race_id",
+    "loader": "wif.loader",
+    "fraction": "wif.fraction",
+    "cell": "wif.cell",
+    "device": "wif.device",
+    "gpu": "wif.gpu",
+    "model": "wif.model",
+    "block": "wif.block",
+    "sweep_pos": "wif.sweep_pos",
+    "sweep_id": "wif.sweep_id",
+    "error": "wif.error",
+    "contended": "wif.contended",
+    "race_id": "wif.race_id",
     "gpu_uuid": "wif.gpu_uuid",  # the very device: wif.report.copycost matches wif-bandwidth's runs on it
-    "step": "wif.step", "page_cache_cold": "wif.page_cache_cold", "page_cache_note": "wif.page_cache_note",
+    "step": "wif.step",
+    "page_cache_cold": "wif.page_cache_cold",
+    "page_cache_note": "wif.page_cache_note",
     "decode_note": "wif.decode_note",  # data.decode=device on a CPU: wif.report.tables.decode_note
 }
-PARAMS = {"baseline": "tracking.baseline", "batch_size": "data.batch_size", "data_source": "data.source",
-          "epochs": "trainer.epochs", "contended_pct": "measure.contended_pct", "pin_memory": "loader.pin_memory"}
+PARAMS = {
+    "baseline": "tracking.baseline",
+    "batch_size": "data.batch_size",
+    "data_source": "data.source",
+    "epochs": "trainer.epochs",
+    "contended_pct": "measure.contended_pct",
+    "pin_memory": "loader.pin_memory",
+}
 PAGE_SIZE = 1000
 
 
@@ -77,7 +108,7 @@ class RunFilter:
 def open_store(uri: str) -> MlflowClient:
     """A client on an existing store: MLflow would silently create an empty SQLite file where none is."""
     if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):]).expanduser()
+        path = Path(uri[len("sqlite:///") :]).expanduser()
         if not path.is_file():
             raise ReportInputError(f"no MLflow store at {path.resolve()}: run wif-study first, or pass --tracking-uri")
     return MlflowClient(uri)
@@ -95,8 +126,9 @@ def load_runs(client: MlflowClient, experiment: str, run_filter: RunFilter) -> p
     exp_id = experiment_id(client, experiment)
     rows = [_row(run) for run in _search(client, exp_id, run_filter.to_mlflow())]
     if not rows:
-        raise ReportInputError(f"no training runs in experiment {experiment!r} at {client.tracking_uri} "
-                               f"matching {run_filter.to_mlflow()}")
+        raise ReportInputError(
+            f"no training runs in experiment {experiment!r} at {client.tracking_uri} matching {run_filter.to_mlflow()}"
+        )
     frame = pd.DataFrame(rows).sort_values("start_time", ignore_index=True)
     frame["fraction"] = pd.to_numeric(frame["fraction"], errors="coerce")
     frame["sweep_pos"] = pd.to_numeric(frame["sweep_pos"], errors="coerce")
@@ -108,8 +140,11 @@ def load_runs(client: MlflowClient, experiment: str, run_filter: RunFilter) -> p
 
 def metric_histories(client: MlflowClient, run_ids: Iterable[str], key: str) -> pd.DataFrame:
     """Per-step values of `key` for the given runs, as rows (run_id, step, value)."""
-    rows = [{"run_id": run_id, "step": m.step, "value": m.value}
-            for run_id in run_ids for m in client.get_metric_history(run_id, key)]
+    rows = [
+        {"run_id": run_id, "step": m.step, "value": m.value}
+        for run_id in run_ids
+        for m in client.get_metric_history(run_id, key)
+    ]
     return pd.DataFrame(rows, columns=["run_id", "step", "value"])
 
 
@@ -117,8 +152,9 @@ def exclusion_reasons(runs: pd.DataFrame, value: str) -> pd.Series:
     """Why each run stays out of the statistics; '' for the runs that enter them."""
     reasons = pd.Series("", index=runs.index)
     reasons[runs["fraction"].isna()] = "no wif.fraction tag"
-    missing = f"no {value}" + (" (logged before wif recorded it: --statistic mean reads these runs)"
-                               if value == MEDIAN else "")
+    missing = f"no {value}" + (
+        " (logged before wif recorded it: --statistic mean reads these runs)" if value == MEDIAN else ""
+    )
     reasons[runs[value].isna()] = missing
     unfinished = runs["status"] != FINISHED
     reasons[unfinished] = runs.loc[unfinished, "error"].fillna("").replace("", "not finished")
@@ -137,8 +173,12 @@ def _search(client: MlflowClient, exp_id: str, filter_string: str) -> Iterable[R
 
 def _row(run: Run) -> dict:
     tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
-    row = {"run_id": run.info.run_id, "run_name": run.info.run_name, "status": run.info.status,
-           "start_time": pd.to_datetime(run.info.start_time, unit="ms")}
+    row = {
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name,
+        "status": run.info.status,
+        "start_time": pd.to_datetime(run.info.start_time, unit="ms"),
+    }
     row.update({column: tags.get(tag) for column, tag in TAGS.items()})
     row.update({column: params.get(param) for column, param in PARAMS.items()})
     row.update({name: metrics.get(name) for name in FINAL_METRICS})

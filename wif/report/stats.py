@@ -66,15 +66,19 @@ def summarize_cells(runs: pd.DataFrame, value: str, metrics: Sequence[str], conf
     rows = []
     for loader, group in runs.groupby("loader", sort=False):
         time = mean_ci(group[value], confidence)
-        row = {"loader": loader, "n": len(group), "time_s": time.estimate, "time_ci_low_s": time.low,
-               "time_ci_high_s": time.high}
+        row = {
+            "loader": loader,
+            "n": len(group),
+            "time_s": time.estimate,
+            "time_ci_low_s": time.low,
+            "time_ci_high_s": time.high,
+        }
         row.update({m: float(group[m].mean()) if m in group and group[m].notna().any() else np.nan for m in metrics})
         rows.append(row)
     return pd.DataFrame(rows).set_index("loader")
 
 
-def comparison_columns(f: model.Fit, baseline: str, confidence: float, alpha: float,
-                       margin: float) -> pd.DataFrame:
+def comparison_columns(f: model.Fit, baseline: str, confidence: float, alpha: float, margin: float) -> pd.DataFrame:
     """The verdict's columns (`wif.report.decide`), the model's estimate named as the table names it."""
     return decision.columns(f, baseline, confidence, margin, alpha).rename(columns={"time_s": "model_time_s"})
 
@@ -111,8 +115,14 @@ class FractionSummary:
 
 
 def summarize_fraction(
-    runs: pd.DataFrame, baseline: str, value: str, metrics: Sequence[str], confidence: float, alpha: float,
-    margin: float, bound_img_s: float | None = None,
+    runs: pd.DataFrame,
+    baseline: str,
+    value: str,
+    metrics: Sequence[str],
+    confidence: float,
+    alpha: float,
+    margin: float,
+    bound_img_s: float | None = None,
 ) -> FractionSummary:
     """The table, the model's comparisons and the outlier check of one fraction."""
     f = model.fit(runs, value, baseline)
@@ -120,17 +130,34 @@ def summarize_fraction(
     table = table.join(comparison_columns(f, baseline, confidence, alpha, margin)).sort_values("model_time_s")
     if bound_img_s:
         table["bound_share"] = table["throughput_mean_img_s"] / bound_img_s
-    summary = FractionSummary(float(runs["fraction"].iloc[0]), table, f, baseline, value, margin,
-                              missing_in_blocks(runs, value), confidence=confidence)
+    summary = FractionSummary(
+        float(runs["fraction"].iloc[0]),
+        table,
+        f,
+        baseline,
+        value,
+        margin,
+        missing_in_blocks(runs, value),
+        confidence=confidence,
+    )
     flagged = model.outliers(runs, value)
     if not flagged.empty:
-        summary.sensitivity = _without(runs.drop(flagged.index), runs.loc[flagged.index], flagged, baseline, value,
-                                       confidence, alpha, margin)
+        summary.sensitivity = _without(
+            runs.drop(flagged.index), runs.loc[flagged.index], flagged, baseline, value, confidence, alpha, margin
+        )
     return summary
 
 
-def _without(kept: pd.DataFrame, dropped: pd.DataFrame, z: pd.Series, baseline: str, value: str,
-             confidence: float, alpha: float, margin: float) -> Sensitivity:
+def _without(
+    kept: pd.DataFrame,
+    dropped: pd.DataFrame,
+    z: pd.Series,
+    baseline: str,
+    value: str,
+    confidence: float,
+    alpha: float,
+    margin: float,
+) -> Sensitivity:
     left_out = dropped[["run_id", "loader", "block", value]].assign(z=z)
     f = model.fit(kept, value, baseline)
     columns = comparison_columns(f, baseline, confidence, alpha, margin)

@@ -17,8 +17,11 @@ from wif.report.stats import FractionSummary, significance
 
 VERDICT_NAMES = 5  # clearly slower settings named in the verdict; the table lists them all
 RAM_COLUMNS = {"rss": "ram_peak_rss_mb", "uss": "ram_peak_uss_mb", "pss": "ram_peak_pss_mb"}
-VRAM_COLUMNS = {"allocated": "vram_peak_allocated_mb", "reserved": "vram_peak_reserved_mb",
-                "device": "vram_peak_device_mb"}
+VRAM_COLUMNS = {
+    "allocated": "vram_peak_allocated_mb",
+    "reserved": "vram_peak_reserved_mb",
+    "device": "vram_peak_device_mb",
+}
 
 
 @dataclass(frozen=True)
@@ -50,21 +53,35 @@ def method_note(s: FractionSummary, confidence: float) -> str:
     """How the comparisons were made, in words a practitioner can check."""
     f = s.fit
     what = "run medians of epoch time" if s.value == "epoch_time_median_s" else "run means of epoch time"
-    design = (f"setting + block ({f.n_blocks} blocks)" if f.blocked else "setting (no usable blocks: "
-              + ("; ".join(f"block {b} lacks {', '.join(n)}" for b, n in sorted(s.missing.items()))
-                 or "no wif.block tags or a single block") + ")")
+    design = (
+        f"setting + block ({f.n_blocks} blocks)"
+        if f.blocked
+        else "setting (no usable blocks: "
+        + (
+            "; ".join(f"block {b} lacks {', '.join(n)}" for b, n in sorted(s.missing.items()))
+            or "no wif.block tags or a single block"
+        )
+        + ")"
+    )
     if f.df <= 0:
-        return (f"One model over {f.n_runs} runs: log({what}) = {design}; no residual degrees of freedom "
-                "(one run per setting), so nothing can be tested: run more repeats.")
+        return (
+            f"One model over {f.n_runs} runs: log({what}) = {design}; no residual degrees of freedom "
+            "(one run per setting), so nothing can be tested: run more repeats."
+        )
     own = f.noise[~pd.isna(f.noise)]
-    spread = (f", each setting's own {math.expm1(own.min()):.1%} to {math.expm1(own.max()):.1%}" if own.size else "")
-    return (f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
-            f"of freedom, pooled run-to-run noise {math.expm1(f.sigma):.1%}{spread}; each setting is judged by its "
-            f"own noise, never below the pooled ({s.baseline}'s, which every comparison with it shares, read with "
-            f"the pooled added: docs/statistics.md). Speedups vs {s.baseline} carry "
-            f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is "
-            + (s.race.describe() + "." if s.race is not None else
-               f"Hsu's multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}."))
+    spread = f", each setting's own {math.expm1(own.min()):.1%} to {math.expm1(own.max()):.1%}" if own.size else ""
+    return (
+        f"One model over {f.n_runs} runs: log({what}) = {design}, least squares, {f.df} residual degrees "
+        f"of freedom, pooled run-to-run noise {math.expm1(f.sigma):.1%}{spread}; each setting is judged by its "
+        f"own noise, never below the pooled ({s.baseline}'s, which every comparison with it shares, read with "
+        f"the pooled added: docs/statistics.md). Speedups vs {s.baseline} carry "
+        f"simultaneous {confidence:.0%} intervals (Dunnett) and adjusted p-values; 'vs fastest' is "
+        + (
+            s.race.describe() + "."
+            if s.race is not None
+            else f"Hsu's multiple comparison with the best at {confidence:.0%}, ties within {s.margin:.0%}."
+        )
+    )
 
 
 def sensitivity_note(s: FractionSummary) -> str:
@@ -72,15 +89,23 @@ def sensitivity_note(s: FractionSummary) -> str:
     sens = s.sensitivity
     runs = ", ".join(f"{r['loader']} block {r['block']} ({r['z']:+.1f} SD)" for _, r in sens.left_out.iterrows())
     before = s.possibly_fastest
-    fastest = ("the same possibly-fastest set" if set(sens.possibly_fastest) == set(before) or s.race is not None
-               else f"possibly fastest {', '.join(sens.possibly_fastest)} (was {', '.join(before)})")
+    fastest = (
+        "the same possibly-fastest set"
+        if set(sens.possibly_fastest) == set(before) or s.race is not None
+        else f"possibly fastest {', '.join(sens.possibly_fastest)} (was {', '.join(before)})"
+    )
     now = significance(s.table)
-    flips = [f"{n} {'becomes' if sens.significant[n] else 'is no longer'} significant"
-             for n in sorted(now) if n in sens.significant and sens.significant[n] != now[n]]
+    flips = [
+        f"{n} {'becomes' if sens.significant[n] else 'is no longer'} significant"
+        for n in sorted(now)
+        if n in sens.significant and sens.significant[n] != now[n]
+    ]
     change = "; ".join([fastest] + flips) if flips or fastest != "the same possibly-fastest set" else None
-    return (f"Outliers (residual beyond {model.OUTLIER_SDS:g} robust SDs, kept in the table above): {runs}. "
-            + (f"Without them: {change}." if change else
-               f"Without them the answer is unchanged ({fastest}, same significant differences vs {s.baseline})."))
+    return f"Outliers (residual beyond {model.OUTLIER_SDS:g} robust SDs, kept in the table above): {runs}. " + (
+        f"Without them: {change}."
+        if change
+        else f"Without them the answer is unchanged ({fastest}, same significant differences vs {s.baseline})."
+    )
 
 
 def verdict(s: FractionSummary, rules: Verdicts) -> str:
@@ -89,8 +114,10 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
     if len(t) == 1:
         return f"At fraction {s.fraction:g}, {t.index[0]} is the only setting that ran."
     if s.fit.df <= 0:
-        return (f"At fraction {s.fraction:g}, {t.index[0]} has the lowest epoch time, but with one run per setting "
-                "nothing can be decided: run more repeats.")
+        return (
+            f"At fraction {s.fraction:g}, {t.index[0]} has the lowest epoch time, but with one run per setting "
+            "nothing can be decided: run more repeats."
+        )
     best = s.possibly_fastest
     flag = lambda column: t[column].fillna(False).astype(bool) if column in t else pd.Series(False, t.index)  # noqa: E731
     tied, clearly, undecided = flag("tied"), flag("clearly_slower"), flag("undecided")
@@ -115,12 +142,17 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
     text += _undecided(t[undecided])
     slower = t[clearly & ~tied].sort_values("slower_at_least", ascending=False)
     if not slower.empty:
-        named = [f"{n} (at least {slower_by(r['slower_at_least'])} slower)"
-                 for n, r in slower.head(VERDICT_NAMES).iterrows()]
+        named = [
+            f"{n} (at least {slower_by(r['slower_at_least'])} slower)" for n, r in slower.head(VERDICT_NAMES).iterrows()
+        ]
         rest = len(slower) - len(named)
         least = slower_by(slower["slower_at_least"].min())
-        text += (" Clearly slower: " + ", ".join(named)
-                 + (f", and {rest} more, each at least {least} slower" if rest else "") + ".")
+        text += (
+            " Clearly slower: "
+            + ", ".join(named)
+            + (f", and {rest} more, each at least {least} slower" if rest else "")
+            + "."
+        )
     return text + _against_baseline(s, rules.alpha)
 
 
@@ -142,8 +174,10 @@ def _against_baseline(s: FractionSummary, alpha: float) -> str:
     others = t.drop(index=s.baseline)
     sig = others["significant"].fillna(False).astype(bool)
     faster, slower = int((sig & (others["speedup"] > 1)).sum()), int((sig & (others["speedup"] < 1)).sum())
-    return (f" Against {s.baseline}: {faster} faster, {slower} slower, {len(others) - faster - slower} "
-            f"not significantly different (simultaneous, alpha={alpha:g}).")
+    return (
+        f" Against {s.baseline}: {faster} faster, {slower} slower, {len(others) - faster - slower} "
+        f"not significantly different (simultaneous, alpha={alpha:g})."
+    )
 
 
 def _cheapest(pool: pd.DataFrame, rules: Verdicts) -> str:
@@ -159,8 +193,9 @@ def _cheapest(pool: pd.DataFrame, rules: Verdicts) -> str:
     if len(names) == 1:
         figures = ", ".join(f"peak {label} {what}" for label, (_, what) in picks.items())
         return f"; the cheapest in memory among them is **{names.pop()}** ({figures})"
-    return "; the cheapest among them " + " and ".join(f"in {label} is **{name}** (peak {what})"
-                                                        for label, (name, what) in picks.items())
+    return "; the cheapest among them " + " and ".join(
+        f"in {label} is **{name}** (peak {what})" for label, (name, what) in picks.items()
+    )
 
 
 def _present(frame: pd.DataFrame, columns: Sequence[str]) -> str | None:

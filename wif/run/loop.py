@@ -55,9 +55,14 @@ class TimedFeed:
     `data_wait`, `copy` and `gpu_blocked` (read after the epoch's synchronization) keep it apart from the
     loader's part."""
 
-    def __init__(self, batches: Iterable[Any], transfer: Callable[[Any], Any],
-                 count: Callable[[Any], int] = _labels, copies: bool = False,
-                 device: Optional[torch.device] = None) -> None:
+    def __init__(
+        self,
+        batches: Iterable[Any],
+        transfer: Callable[[Any], Any],
+        count: Callable[[Any], int] = _labels,
+        copies: bool = False,
+        device: Optional[torch.device] = None,
+    ) -> None:
         """`count`: the samples in a batch as `transfer` returns it (wif's own: its labels; a user's batch
         of any structure: wif.tools.api counts it its own way). `copies`: the batches crossed from the host
         (`wif.data.transfer.copies_from_host`), so their bytes are what the epoch copied. `device`: where the
@@ -112,18 +117,37 @@ class TimedFeed:
         """The host's time in the transfer call, less its wait behind the GPU."""
         return self.host_copy - (self.gpu_blocked() or 0.0)
 
-    def stats(self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float,
-              gpu_idle_s: Optional[float]) -> EpochStats:
+    def stats(
+        self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float, gpu_idle_s: Optional[float]
+    ) -> EpochStats:
         t_end = time.perf_counter()  # the figures below read the copy events: after the epoch's clock stops
-        return EpochStats(epoch_time_s=t_end - t0, samples=self.samples, train_loss=train_loss,
-                          data_wait_s=self.data_wait, copy_s=self.copy, gpu_blocked_s=self.gpu_blocked(),
-                          copy_bytes_per_epoch=self.copy_bytes, compute_s=compute_s,
-                          first_batch_s=self.first_batch, gpu_idle_s=gpu_idle_s,
-                          compute_threads=torch.get_num_threads(), t_start=t_start, t_end=time.monotonic())
+        return EpochStats(
+            epoch_time_s=t_end - t0,
+            samples=self.samples,
+            train_loss=train_loss,
+            data_wait_s=self.data_wait,
+            copy_s=self.copy,
+            gpu_blocked_s=self.gpu_blocked(),
+            copy_bytes_per_epoch=self.copy_bytes,
+            compute_s=compute_s,
+            first_batch_s=self.first_batch,
+            gpu_idle_s=gpu_idle_s,
+            compute_threads=torch.get_num_threads(),
+            t_start=t_start,
+            t_end=time.monotonic(),
+        )
 
 
-def train_epoch(model: nn.Module, batches: Batches, transfer: Transfer, optimizer: torch.optim.Optimizer,
-                loss_fn: nn.Module, aux_weight: float, device: torch.device, step: Optional[Step] = None) -> EpochStats:
+def train_epoch(
+    model: nn.Module,
+    batches: Batches,
+    transfer: Transfer,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: nn.Module,
+    aux_weight: float,
+    device: torch.device,
+    step: Optional[Step] = None,
+) -> EpochStats:
     """`step` carries the configured precision and memory format; without it, the study's fp32 step."""
     step = step or Step(model, optimizer, loss_fn, aux_weight, device)
     model.train()
@@ -156,8 +180,14 @@ def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> 
 
 
 @torch.inference_mode()
-def evaluate(model: nn.Module, batches: Batches, transfer: Transfer, loss_fn: nn.Module,
-             device: torch.device, step: Optional[Step] = None) -> Tuple[float, float, float]:
+def evaluate(
+    model: nn.Module,
+    batches: Batches,
+    transfer: Transfer,
+    loss_fn: nn.Module,
+    device: torch.device,
+    step: Optional[Step] = None,
+) -> Tuple[float, float, float]:
     """(mean loss, accuracy, seconds) over a split, in the step's precision and memory format; one
     synchronization at the end."""
     model.eval()

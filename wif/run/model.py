@@ -21,8 +21,11 @@ class TinyNet(nn.Module):
         layers: List[nn.Module] = []
         c_in = 3
         for c_out in channels:
-            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out),
-                       nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(inplace=True),
+            ]
             c_in = c_out
         self.features = nn.Sequential(*layers)
         self.head = nn.Linear(c_in, num_classes)
@@ -44,19 +47,27 @@ def build_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
     if cfg.name is ModelName.timm:
         import timm
 
-        return timm.create_model(str(cfg.arch), pretrained=cfg.weights == "pretrained",
-                                 **{"num_classes": num_classes, **cfg.kwargs})
+        return timm.create_model(
+            str(cfg.arch), pretrained=cfg.weights == "pretrained", **{"num_classes": num_classes, **cfg.kwargs}
+        )
     if cfg.name is ModelName.custom:
         factory = importable("model._target_", str(cfg._target_))
         model = factory(**_with_classes(factory, num_classes, cfg.kwargs))
         if not isinstance(model, nn.Module):
-            raise ConfigError(f"model._target_={cfg._target_} returned a {type(model).__name__}, not a "
-                              "torch.nn.Module: the factory must build and return the model.")
+            raise ConfigError(
+                f"model._target_={cfg._target_} returned a {type(model).__name__}, not a "
+                "torch.nn.Module: the factory must build and return the model."
+            )
         return model
     from torchvision.models import googlenet
 
-    return googlenet(weights=None, num_classes=num_classes, aux_logits=cfg.aux_logits,
-                     init_weights=cfg.init_weights, transform_input=False)
+    return googlenet(
+        weights=None,
+        num_classes=num_classes,
+        aux_logits=cfg.aux_logits,
+        init_weights=cfg.init_weights,
+        transform_input=False,
+    )
 
 
 def _with_classes(factory: Callable[..., Any], num_classes: int, kwargs: Dict[str, Any]) -> Dict[str, Any]:

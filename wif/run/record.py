@@ -27,8 +27,16 @@ MEMORY_PEAKS = ("ram_peak_rss_mb", "vram_peak_device_mb", "vram_peak_allocated_m
 def stop_rule(tr: TrainerConfig, between: Optional[Between] = None) -> StopRule:
     """The run's stopping rule; `between`: its cell's between-run noise, for auto_target=auto."""
     target = None if tr.auto_target == "auto" else float(tr.auto_target)
-    return StopRule(tr.warmup_epochs, tr.min_epochs, tr.max_epochs, target, tr.auto_confidence,
-                    tr.memory_window, tr.memory_tolerance, between)
+    return StopRule(
+        tr.warmup_epochs,
+        tr.min_epochs,
+        tr.max_epochs,
+        target,
+        tr.auto_confidence,
+        tr.memory_window,
+        tr.memory_tolerance,
+        between,
+    )
 
 
 @dataclass
@@ -71,8 +79,14 @@ class RunRecord:
             tags = {"wif.gpu": p["name"]}
             if p["type"] == "cuda":
                 self.sampler.attach_gpu(p["uuid"])
-                tags.update({"wif.gpu_uuid": p["uuid"], "wif.cuda": p["cuda"], "wif.gpu_capability": p["capability"],
-                             "wif.gpu_driver": self.sampler.gpu.driver if self.sampler.gpu else "unknown"})
+                tags.update(
+                    {
+                        "wif.gpu_uuid": p["uuid"],
+                        "wif.cuda": p["cuda"],
+                        "wif.gpu_capability": p["capability"],
+                        "wif.gpu_driver": self.sampler.gpu.driver if self.sampler.gpu else "unknown",
+                    }
+                )
             self.tracker.set_tags(self.run_id, tags)
         elif kind == "data":
             self.final["data_load_s"] = p["data_load_s"]
@@ -96,16 +110,38 @@ class RunRecord:
     def _on_epoch(self, p: Dict[str, Any]) -> None:
         self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
         t = p["epoch_time_s"]
-        m = {"epoch_time_s": t, "throughput_img_s": p["samples"] / t, "train_loss": p["train_loss"],
-             "val_loss": p.get("val_loss"), "val_acc": p.get("val_acc"), "val_time_s": p.get("val_time_s"),
-             "data_wait_s": p["data_wait_s"], "copy_s": p["copy_s"], "gpu_blocked_s": p.get("gpu_blocked_s"),
-             "compute_s": p["compute_s"],
-             "data_wait_share": p["data_wait_s"] / t, "compute_share": p["compute_s"] / t,
-             "first_batch_s": p["first_batch_s"], "gpu_idle_s": p["gpu_idle_s"],
-             "compute_threads": p["compute_threads"],
-             "host_other_cpu_pct": self.meter.other_pct(-2, -1), "tree_cpu_s": self.meter.tree_s(-2, -1)}
-        m.update({k: p[k] for k in ("storage_read_bytes", "page_cache_resident_frac", "page_cache_cold", "minor_faults",
-                                    "decode_slow_path_images") if k in p})  # docs/formats.md, docs/transfers.md
+        m = {
+            "epoch_time_s": t,
+            "throughput_img_s": p["samples"] / t,
+            "train_loss": p["train_loss"],
+            "val_loss": p.get("val_loss"),
+            "val_acc": p.get("val_acc"),
+            "val_time_s": p.get("val_time_s"),
+            "data_wait_s": p["data_wait_s"],
+            "copy_s": p["copy_s"],
+            "gpu_blocked_s": p.get("gpu_blocked_s"),
+            "compute_s": p["compute_s"],
+            "data_wait_share": p["data_wait_s"] / t,
+            "compute_share": p["compute_s"] / t,
+            "first_batch_s": p["first_batch_s"],
+            "gpu_idle_s": p["gpu_idle_s"],
+            "compute_threads": p["compute_threads"],
+            "host_other_cpu_pct": self.meter.other_pct(-2, -1),
+            "tree_cpu_s": self.meter.tree_s(-2, -1),
+        }
+        m.update(
+            {
+                k: p[k]
+                for k in (
+                    "storage_read_bytes",
+                    "page_cache_resident_frac",
+                    "page_cache_cold",
+                    "minor_faults",
+                    "decode_slow_path_images",
+                )
+                if k in p
+            }
+        )  # docs/formats.md, docs/transfers.md
         m["copy_bytes_per_epoch"] = p.get("copy_bytes_per_epoch")  # host-to-device bytes (None is not logged)
         m.update({k: v for k, v in p.items() if k.startswith("rank") or k == "slowest_rank"})  # trainer.nproc>1
         m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
@@ -116,25 +152,37 @@ class RunRecord:
         self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
         tr = self.conf.trainer
         if tr.auto:
-            self.decision = decide([e["epoch_time_s"] for e in self.epochs],
-                                   {k: [e["memory"].get(k, 0.0) for e in self.epochs] for k in memory},
-                                   self.rule or stop_rule(tr), self.start_cost())
+            self.decision = decide(
+                [e["epoch_time_s"] for e in self.epochs],
+                {k: [e["memory"].get(k, 0.0) for e in self.epochs] for k in memory},
+                self.rule or stop_rule(tr),
+                self.start_cost(),
+            )
         if self.conf.progress:
             val = f"  val_acc {m['val_acc']:.3f}" if m["val_acc"] is not None else ""  # none in loader-only mode
             d = self.decision
             pin = "" if d is None or d.half_width is None else f"  median +/- {100 * d.half_width:.1f}%"
             pin += f" (target {100 * d.target:.1f}%)" if pin and d.target is not None else ""
             pin += f"  memory rising: {', '.join(d.growing)}" if d is not None and d.growing else ""
-            log.info("%s  epoch %d/%s  %.2f s  %.0f img/s  data wait %.0f%%%s%s%s", self.label, p["epoch"] + 1,
-                     f"auto<={tr.max_epochs}" if tr.auto else tr.epochs, t, m["throughput_img_s"],
-                     100 * m["data_wait_share"], val, pin, self.contention_note(m["host_other_cpu_pct"]))
+            log.info(
+                "%s  epoch %d/%s  %.2f s  %.0f img/s  data wait %.0f%%%s%s%s",
+                self.label,
+                p["epoch"] + 1,
+                f"auto<={tr.max_epochs}" if tr.auto else tr.epochs,
+                t,
+                m["throughput_img_s"],
+                100 * m["data_wait_share"],
+                val,
+                pin,
+                self.contention_note(m["host_other_cpu_pct"]),
+            )
         if self.decision is not None and self.decision.stop:
             log.info("%s  stops: %s", self.label, self.decision.reason)
 
     def start_cost(self) -> Optional[float]:
         """The run's start (fork, data, model, warm-up epochs) in steady epochs, each counted start to start
         (validation and logging included): Kalibera and Jones' cost of a run against an epoch's."""
-        starts = [e["t_start"] for e in self.epochs[self.conf.trainer.warmup_epochs:]]
+        starts = [e["t_start"] for e in self.epochs[self.conf.trainer.warmup_epochs :]]
         per_epoch = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else 0.0
         return (starts[0] - self.t_spawn) / per_epoch if per_epoch > 0 and self.t_spawn else None
 
@@ -165,13 +213,19 @@ class RunRecord:
         mean = lambda key: sum(e[key] for e in measured) / len(measured)  # noqa: E731
         t0 = self.epochs[0]["t_start"]
         out = dict(self.final)
-        out.update({"epoch_time_mean_s": mean("epoch_time_s"),
-                    "epoch_time_median_s": statistics.median(e["epoch_time_s"] for e in measured),
-                    "throughput_mean_img_s": mean("throughput_img_s"),
-                    "data_wait_share_mean": mean("data_wait_share"), "first_batch_mean_s": mean("first_batch_s"),
-                    "time_total_s": sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
-                    + self.final.get("test_time_s", 0.0),
-                    "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"], "epochs_run": len(self.epochs)})
+        out.update(
+            {
+                "epoch_time_mean_s": mean("epoch_time_s"),
+                "epoch_time_median_s": statistics.median(e["epoch_time_s"] for e in measured),
+                "throughput_mean_img_s": mean("throughput_img_s"),
+                "data_wait_share_mean": mean("data_wait_share"),
+                "first_batch_mean_s": mean("first_batch_s"),
+                "time_total_s": sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
+                + self.final.get("test_time_s", 0.0),
+                "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"],
+                "epochs_run": len(self.epochs),
+            }
+        )
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         if measured[0]["gpu_idle_s"] is not None:

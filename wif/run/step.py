@@ -21,8 +21,9 @@ from wif.run.model import training_loss
 DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
 
 
-def build_optimizer(tr: TrainerConfig, params: Iterable[nn.Parameter],
-                    device: Optional[torch.device] = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    tr: TrainerConfig, params: Iterable[nn.Parameter], device: Optional[torch.device] = None
+) -> torch.optim.Optimizer:
     """trainer.optimizer._target_ with trainer.lr, momentum and weight_decay where it takes them (SGD with
     the study's settings by default); trainer.optimizer.kwargs adds or overrides arguments.
 
@@ -38,23 +39,32 @@ def build_optimizer(tr: TrainerConfig, params: Iterable[nn.Parameter],
     study: Dict[str, Any] = {"lr": tr.lr, "momentum": tr.momentum, "weight_decay": tr.weight_decay}
     kwargs = {k: v for k, v in study.items() if k in accepted}
     kwargs.update(tr.optimizer.kwargs)
-    if (tr.precision is Precision.fp16 and device is not None and device.type == "cuda" and "fused" in accepted
-            and not {"fused", "foreach", "differentiable"} & kwargs.keys()):
+    if (
+        tr.precision is Precision.fp16
+        and device is not None
+        and device.type == "cuda"
+        and "fused" in accepted
+        and not {"fused", "foreach", "differentiable"} & kwargs.keys()
+    ):
         kwargs["fused"] = True
     optimizer = cls(params, **kwargs)
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ConfigError(f"trainer.optimizer._target_={target} built a {type(optimizer).__name__}, not a "
-                          "torch.optim.Optimizer.")
+        raise ConfigError(
+            f"trainer.optimizer._target_={target} built a {type(optimizer).__name__}, not a torch.optim.Optimizer."
+        )
     return optimizer
 
 
 def step_label(tr: TrainerConfig) -> str:
     """The step as the report names a testbed: precision, then what is set away from the study's step."""
-    parts = [tr.precision.value] + [name for name, on in (("channels_last", tr.channels_last),
-                                                          ("compile", tr.compile)) if on]
+    parts = [tr.precision.value] + [
+        name for name, on in (("channels_last", tr.channels_last), ("compile", tr.compile)) if on
+    ]
     if tr.optimizer._target_ != "torch.optim.SGD" or tr.optimizer.kwargs:
-        parts.append(tr.optimizer._target_.rsplit(".", 1)[-1] +
-                     "".join(f" {k}={v}" for k, v in sorted(tr.optimizer.kwargs.items())))
+        parts.append(
+            tr.optimizer._target_.rsplit(".", 1)[-1]
+            + "".join(f" {k}={v}" for k, v in sorted(tr.optimizer.kwargs.items()))
+        )
     return "+".join(parts)
 
 
@@ -62,8 +72,16 @@ class Step:
     """Forward, loss, backward and optimizer step on one batch already on the device; returns the detached
     loss (left on the device: reading it would synchronize)."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module, aux_weight: float,
-                 device: torch.device, precision: Precision = Precision.fp32, channels_last: bool = False) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: nn.Module,
+        aux_weight: float,
+        device: torch.device,
+        precision: Precision = Precision.fp32,
+        channels_last: bool = False,
+    ) -> None:
         self.model, self.optimizer, self.loss_fn, self.aux_weight = model, optimizer, loss_fn, aux_weight
         self.device, self.dtype, self.channels_last = device, DTYPES.get(precision), channels_last
         self.scaler = torch.amp.GradScaler(device.type) if precision is Precision.fp16 else None
@@ -117,7 +135,7 @@ def compile_now(step: Step, batch: Optional[tuple], device: torch.device) -> flo
     x, y = batch
     # A second, smaller batch makes torch.compile mark the batch size dynamic, so an epoch's last, partial
     # batch does not recompile inside a timed epoch.
-    shapes = [(x, y)] + ([(x[:len(x) // 2], y[:len(y) // 2])] if len(x) > 1 else [])
+    shapes = [(x, y)] + ([(x[: len(x) // 2], y[: len(y) // 2])] if len(x) > 1 else [])
     synchronize(device)
     t0 = time.perf_counter()
     for xs, ys in shapes:

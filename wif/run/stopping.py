@@ -87,7 +87,7 @@ def median_interval(values: Sequence[float], confidence: float) -> Optional[Tupl
     n, xs = len(values), sorted(values)
     alpha_half, tail, k = (1.0 - confidence) / 2.0, 0.0, 0
     for j in range(n // 2):  # tail = P(B < j + 1); x_(j+1) may bound the interval while it stays within alpha/2
-        tail += math.comb(n, j) / 2.0 ** n
+        tail += math.comb(n, j) / 2.0**n
         if tail > alpha_half:
             break
         k = j + 1
@@ -152,7 +152,7 @@ def drift(steady: Sequence[float]) -> Optional[float]:
     n = len(steady)
     if n < 3:
         return None
-    s = sum((b > a) - (b < a) for i, a in enumerate(steady) for b in steady[i + 1:])
+    s = sum((b > a) - (b < a) for i, a in enumerate(steady) for b in steady[i + 1 :])
     if (abs(s) - 1) / math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0) <= DRIFT_Z:
         return None
     slope = statistics.median((steady[j] - steady[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
@@ -164,7 +164,7 @@ def material_drift(steady: Sequence[float], target: float) -> Optional[float]:
     more than `target` across them: over many epochs Mann-Kendall finds any slope, however small (a run of 60
     epochs was held by a drift worth 0.9% in all, under a 1.4% target), and a drift that small is no reason
     to run on."""
-    recent = list(steady[-max(6, len(steady) // 2):])
+    recent = list(steady[-max(6, len(steady) // 2) :])
     trend = drift(recent)
     return trend if trend is not None and abs(trend) * len(recent) > target else None
 
@@ -177,8 +177,9 @@ def allocated_epochs(start_cost: float, within: float, between: Optional[float])
     return math.sqrt(max(start_cost, 0.0)) * ratio
 
 
-def decide(epoch_times: Sequence[float], memory: Dict[str, Sequence[float]], rule: StopRule,
-           start_cost: Optional[float] = None) -> Decision:
+def decide(
+    epoch_times: Sequence[float], memory: Dict[str, Sequence[float]], rule: StopRule, start_cost: Optional[float] = None
+) -> Decision:
     """Whether a run that has finished `len(epoch_times)` epochs stops now, and why.
 
     `memory`: per series (ram_peak_rss_mb, vram_peak_device_mb, ...) the peak of each epoch so far.
@@ -186,12 +187,13 @@ def decide(epoch_times: Sequence[float], memory: Dict[str, Sequence[float]], rul
     under auto; None: its warm-up epochs alone.
     """
     done = len(epoch_times)
-    steady = list(epoch_times[rule.warmup:])
+    steady = list(epoch_times[rule.warmup :])
     median = statistics.median(steady) if steady else None
     interval = median_interval(steady, rule.confidence) if steady else None
     half = None if interval is None or not median else (interval[1] - interval[0]) / 2.0 / median
-    growing = {name: still_growing(peaks, rule.memory_window, rule.memory_tolerance)
-               for name, peaks in memory.items() if peaks}
+    growing = {
+        name: still_growing(peaks, rule.memory_window, rule.memory_tolerance) for name, peaks in memory.items() if peaks
+    }
     growing = {name: rise for name, rise in growing.items() if rise is not None}
     auto = rule.target is None
     target, why = auto_target(rule.between, rule.margin) if auto else (rule.target, "")
@@ -201,31 +203,52 @@ def decide(epoch_times: Sequence[float], memory: Dict[str, Sequence[float]], rul
     trend = material_drift(steady, target) if auto and half is not None else None
     if auto and half is not None and trend is None:
         need = allocated_epochs(start, within_sd(steady), rule.between.sd if rule.between else None)
-    memory_held = (f"; no memory peak above +{100 * rule.memory_tolerance:g}% in the last {rule.memory_window} "
-                   "epochs")
+    memory_held = f"; no memory peak above +{100 * rule.memory_tolerance:g}% in the last {rule.memory_window} epochs"
     if done >= rule.min_epochs and not growing and (pinned or len(steady) >= need):
-        figure = (f"median {median:.4g} s +/- {100 * half:.2f}% ({100 * rule.confidence:g}%) over {len(steady)} "
-                  "steady epochs")
+        figure = (
+            f"median {median:.4g} s +/- {100 * half:.2f}% ({100 * rule.confidence:g}%) over {len(steady)} steady epochs"
+        )
         if pinned:
-            return Decision(True, f"pinned after {done} epochs: {figure}, within {named}{memory_held}", median,
-                            half, target=target)
-        return Decision(True, f"enough epochs after {done}: {figure}, past Kalibera and Jones' allocation of "
-                        f"{need:.1f} ({_allocation(start, steady, rule)}), so more epochs buy less than another run; "
-                        f"not within {named}{memory_held}", median, half, target=target)
+            return Decision(
+                True, f"pinned after {done} epochs: {figure}, within {named}{memory_held}", median, half, target=target
+            )
+        return Decision(
+            True,
+            f"enough epochs after {done}: {figure}, past Kalibera and Jones' allocation of "
+            f"{need:.1f} ({_allocation(start, steady, rule)}), so more epochs buy less than another run; "
+            f"not within {named}{memory_held}",
+            median,
+            half,
+            target=target,
+        )
     if done < rule.max_epochs:
         return Decision(False, "", median, half, tuple(sorted(growing)), target)
     why_not: List[str] = []
     if growing:
-        why_not.append("memory still growing (" + ", ".join(
-            f"{name} +{100 * rise:.1f}%" if math.isfinite(rise) else f"{name}: too few epochs to tell"
-            for name, rise in sorted(growing.items())) + f" over the last {rule.memory_window} epochs)")
+        why_not.append(
+            "memory still growing ("
+            + ", ".join(
+                f"{name} +{100 * rise:.1f}%" if math.isfinite(rise) else f"{name}: too few epochs to tell"
+                for name, rise in sorted(growing.items())
+            )
+            + f" over the last {rule.memory_window} epochs)"
+        )
     if not pinned and len(steady) < need:
-        why_not.append("median epoch time not pinned (" + (f"+/- {100 * half:.2f}%" if half is not None else
-                       "too few steady epochs for an interval") + f" > {named})")
+        why_not.append(
+            "median epoch time not pinned ("
+            + (f"+/- {100 * half:.2f}%" if half is not None else "too few steady epochs for an interval")
+            + f" > {named})"
+        )
     if not pinned and trend is not None:
         why_not.append(f"epoch time still drifting ({100 * trend:+.2f}% an epoch, Mann-Kendall 5%)")
-    return Decision(True, f"max_epochs={rule.max_epochs} reached: " + "; ".join(why_not or ["min_epochs"]), median,
-                    half, tuple(sorted(growing)), target)
+    return Decision(
+        True,
+        f"max_epochs={rule.max_epochs} reached: " + "; ".join(why_not or ["min_epochs"]),
+        median,
+        half,
+        tuple(sorted(growing)),
+        target,
+    )
 
 
 def _allocation(start: float, steady: Sequence[float], rule: StopRule) -> str:
@@ -235,10 +258,11 @@ def _allocation(start: float, steady: Sequence[float], rule: StopRule) -> str:
 
 
 def read_between(client: Any, experiment_id: str, tags: Dict[str, str]) -> Optional[Between]:
-    """The between-run noise of the cell a run with these `tags` measures, from the store's earlier finished, uncontended runs of the
-    same kind and testbed (a study's runs; a wif-advise race's, whose cells are its own), read once before the run starts: the cell's own runs (one small query) and, while they are
-    too few, the runs of the same sweep's earlier blocks (a second). A store that cannot answer costs the
-    run its between-run evidence (the target falls back to the tie margin), never the run."""
+    """The between-run noise of the cell a run with these `tags` measures, from the store's earlier finished,
+    uncontended runs of the same kind and testbed (a study's runs; a wif-advise race's, whose cells are its
+    own), read once before the run starts: the cell's own runs (one small query) and, while they are too few,
+    the runs of the same sweep's earlier blocks (a second). A store that cannot answer costs the run its
+    between-run evidence (the target falls back to the tie margin), never the run."""
     figures: Dict[str, Dict[str, float]] = {}  # cell -> run id -> figure
     try:
         same = [f"tags.`{k}` = '{tags[k]}'" for k in TESTBED_TAGS if k in tags and "'" not in tags[k]]
@@ -246,10 +270,17 @@ def read_between(client: Any, experiment_id: str, tags: Dict[str, str]) -> Optio
             if key == "wif.sweep_id" and len(figures.get(tags.get("wif.cell", ""), {})) > MIN_BETWEEN_DF:
                 break
             kind = tags.get("wif.kind", "train").replace("'", "")  # a study's runs, or one wif-advise race's
-            where = " and ".join([f"tags.`wif.kind` = '{kind}'", "attributes.status = 'FINISHED'", *same,
-                                  f"tags.`{key}` = '{tags.get(key, '').replace(chr(39), '')}'"])
-            for run in client.search_runs([experiment_id], where, max_results=HISTORY_RUNS,
-                                          order_by=["attributes.start_time DESC"]):
+            where = " and ".join(
+                [
+                    f"tags.`wif.kind` = '{kind}'",
+                    "attributes.status = 'FINISHED'",
+                    *same,
+                    f"tags.`{key}` = '{tags.get(key, '').replace(chr(39), '')}'",
+                ]
+            )
+            for run in client.search_runs(
+                [experiment_id], where, max_results=HISTORY_RUNS, order_by=["attributes.start_time DESC"]
+            ):
                 figure = run.data.metrics.get("epoch_time_median_s")
                 if figure and run.data.tags.get("wif.contended") != "true":
                     figures.setdefault(run.data.tags.get("wif.cell", "?"), {})[run.info.run_id] = figure

@@ -47,8 +47,10 @@ def cuda_present() -> bool:
 def resolve_device(requested: Device) -> str:
     cuda = cuda_present()
     if requested is Device.cuda and not cuda:
-        raise ConfigError("device=cuda, but this machine has no usable CUDA device (or this torch build has no "
-                          "CUDA). Use device=auto or device=cpu.")
+        raise ConfigError(
+            "device=cuda, but this machine has no usable CUDA device (or this torch build has no "
+            "CUDA). Use device=auto or device=cpu."
+        )
     return "cuda" if requested is not Device.cpu and cuda else "cpu"
 
 
@@ -92,9 +94,19 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
             signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
         name, message = describe(err, conf.loader.num_workers)
-        conn.send(("error", {"type": name, "message": message, "traceback": traceback.format_exc(),
-                             "bad_setting": isinstance(err, ConfigError), "user_code": isinstance(err, UserCodeError)}))
-        raise SystemExit(1)
+        conn.send(
+            (
+                "error",
+                {
+                    "type": name,
+                    "message": message,
+                    "traceback": traceback.format_exc(),
+                    "bad_setting": isinstance(err, ConfigError),
+                    "user_code": isinstance(err, UserCodeError),
+                },
+            )
+        )
+        raise SystemExit(1) from None
 
 
 # ----------------------------------------------------------------------------- the supervisor
@@ -106,9 +118,9 @@ class Outcome:
     run_id: Optional[str] = None  # the MLflow run, once opened
 
 
-
-def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[], str], label: str,
-              tags: Dict[str, str]) -> Outcome:
+def supervise(
+    conf: Config, device: str, tracker: Tracker, open_run: Callable[[], str], label: str, tags: Dict[str, str]
+) -> Outcome:
     """Fork the run and watch it. Its MLflow record (`open_run`) is created once its process has built the
     data: a dataset factory that fails or returns the wrong thing is REFUSED with no record, and called once."""
     tr = conf.trainer  # auto_target=auto: the cell's earlier runs, read once before the fork, never in an epoch
@@ -121,8 +133,9 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
         from wif.run.ddp.launch import launch_main
 
         target = launch_main
-    proc = ctx.Process(target=said_if_raised, args=(target, child_end, conf, device, child_end, os.getpid()),
-                       name=f"wif-run {label}")  # a Python error outside the run's own reporting: its reason too
+    proc = ctx.Process(
+        target=said_if_raised, args=(target, child_end, conf, device, child_end, os.getpid()), name=f"wif-run {label}"
+    )  # a Python error outside the run's own reporting: its reason too
     baselines = memory_baselines() if device == "cuda" else {}  # before the run's CUDA context and uploads exist
     t_spawn = time.monotonic()
     proc.start()
@@ -150,8 +163,11 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
         stop_tree(sampler.seen())
         proc.join()
         sampler.stop()
-        return Outcome(KILLED, {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C, SIGTERM, or SIGUSR2)"},
-                       run_id=run.open())
+        return Outcome(
+            KILLED,
+            {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C, SIGTERM, or SIGUSR2)"},
+            run_id=run.open(),
+        )
     proc.join()
     sampler.stop()
     stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
@@ -161,8 +177,11 @@ def supervise(conf: Config, device: str, tracker: Tracker, open_run: Callable[[]
         summary = run.summary(t_end)
         summary["sampler_cpu_pct"] = sampler.own_cost_pct()
         return Outcome(FINISHED, summary=summary, run_id=run.run_id)
-    error = run.error or {"type": "ProcessDied", "message": f"the run's process {how_it_ended(proc.exitcode)}",
-                          "traceback": ""}
+    error = run.error or {
+        "type": "ProcessDied",
+        "message": f"the run's process {how_it_ended(proc.exitcode)}",
+        "traceback": "",
+    }
     if run.run_id is None and error.get("user_code"):
         return Outcome(REFUSED, error)  # no record: the user's dataset factory, as the check before the fork was
     return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error, run_id=run.open())

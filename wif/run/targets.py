@@ -56,9 +56,10 @@ def _run(probe: Callable[[Config], None], conf: Config, conn: object) -> None:
     except ConfigError as err:
         conn.send(str(err))  # type: ignore[attr-defined]
     except BaseException as err:  # noqa: BLE001 - the user's factory raised: one line, its traceback in the log
-        key, target = {_model_probe: ("model._target_", conf.model._target_),
-                       _data_probe: ("data._target_", conf.data._target_)}.get(
-            probe, ("trainer.optimizer._target_", conf.trainer.optimizer._target_))
+        key, target = {
+            _model_probe: ("model._target_", conf.model._target_),
+            _data_probe: ("data._target_", conf.data._target_),
+        }.get(probe, ("trainer.optimizer._target_", conf.trainer.optimizer._target_))
         conn.send(factory_failure(key, target, err))  # type: ignore[attr-defined]
 
 
@@ -76,8 +77,11 @@ def check_user_code(conf: Config, data: bool = True) -> None:
             child.close()
             verdict: Optional[str]
             try:
-                verdict = parent.recv() if parent.poll(PROBE_TIMEOUT_S) else (
-                    f"{key[0]}._target_={key[1]} did not return within {PROBE_TIMEOUT_S:.0f} s.")
+                verdict = (
+                    parent.recv()
+                    if parent.poll(PROBE_TIMEOUT_S)
+                    else (f"{key[0]}._target_={key[1]} did not return within {PROBE_TIMEOUT_S:.0f} s.")
+                )
             except EOFError:
                 proc.join(5)
                 verdict = f"{key[0]}._target_={key[1]}: the process calling it died (exit code {proc.exitcode})."

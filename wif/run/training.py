@@ -58,8 +58,14 @@ def device_info(device: torch.device) -> Dict[str, Any]:
     if device.type != "cuda":
         return {"type": "cpu", "name": "none"}
     props = torch.cuda.get_device_properties(device)
-    return {"type": "cuda", "name": props.name, "uuid": str(props.uuid), "index": device.index or 0,
-            "cuda": torch.version.cuda, "capability": f"{props.major}.{props.minor}"}
+    return {
+        "type": "cuda",
+        "name": props.name,
+        "uuid": str(props.uuid),
+        "index": device.index or 0,
+        "cuda": torch.version.cuda,
+        "capability": f"{props.major}.{props.minor}",
+    }
 
 
 def _to_device(data: Datasets, device: torch.device, image_size: int) -> Datasets:
@@ -73,9 +79,11 @@ def _to_device(data: Datasets, device: torch.device, image_size: int) -> Dataset
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         if need > free:
-            raise ConfigError(f"loader=gpu_resident needs {need / MB:.0f} MiB on the device for the dataset, but "
-                              f"only {free / MB:.0f} of {total / MB:.0f} MiB are free. Lower data.fraction, or "
-                              "choose a loader option that streams batches.")
+            raise ConfigError(
+                f"loader=gpu_resident needs {need / MB:.0f} MiB on the device for the dataset, but "
+                f"only {free / MB:.0f} of {total / MB:.0f} MiB are free. Lower data.fraction, or "
+                "choose a loader option that streams batches."
+            )
     train, val, test = (Split(s.images.to(device), s.labels.to(device)) for s in splits)
     return Datasets(train, val, test, data.num_classes)
 
@@ -99,27 +107,38 @@ def _fixed_batches(cfg: Config, device: torch.device) -> Dict[str, FixedBatches]
     d = cfg.data
     train_idx, val_idx = split_indices(d.num_train, d.fraction, d.val_split, d.seed)
     sizes = {"train": len(train_idx), "val": min(len(val_idx), d.batch_size), "test": min(d.num_test, d.batch_size)}
-    return {name: FixedBatches(n, d.batch_size, d.image_size, d.num_classes, device, cfg.seed + i)
-            for i, (name, n) in enumerate(sizes.items())}
+    return {
+        name: FixedBatches(n, d.batch_size, d.image_size, d.num_classes, device, cfg.seed + i)
+        for i, (name, n) in enumerate(sizes.items())
+    }
 
 
 def _vram_peaks(device: torch.device) -> Dict[str, float]:
     if device.type != "cuda":
         return {}
-    return {"vram_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MB,
-            "vram_peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MB}
+    return {
+        "vram_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MB,
+        "vram_peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MB,
+    }
 
 
-def _build_batches(cfg: Config, device: torch.device, emit: Emit,
-                   ranks: Optional[Ranks] = None) -> Tuple[Dict[str, Batches], int, float, Any]:
+def _build_batches(
+    cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] = None
+) -> Tuple[Dict[str, Batches], int, float, Any]:
     """Each split's batches as the loader and transfer options ask, the number of classes, and when the
     set-up began: the data load is timed apart (`data_load_s`); building loaders and, for gpu_resident,
     moving the data to the device count as set-up."""
     t0 = time.perf_counter()
     if cfg.data.source is DataSource.fixed:  # no data to load: batches are made on the device
         batches: Dict[str, Batches] = dict(_fixed_batches(cfg, device))
-        emit("data", {**{name: b.samples for name, b in batches.items()}, "num_classes": cfg.data.num_classes,
-                      "data_load_s": time.perf_counter() - t0})
+        emit(
+            "data",
+            {
+                **{name: b.samples for name, b in batches.items()},
+                "num_classes": cfg.data.num_classes,
+                "data_load_s": time.perf_counter() - t0,
+            },
+        )
         return batches, cfg.data.num_classes, time.perf_counter(), None
     if cfg.data.source is DataSource.custom:
         data = custom_datasets(cfg.data)
@@ -129,18 +148,38 @@ def _build_batches(cfg: Config, device: torch.device, emit: Emit,
         if cfg.data.decode.value == "device":  # the workers hand over encoded bytes: wif.data.decode
             data = encoded_datasets(data, cfg.data)
     t_setup = time.perf_counter()
-    emit("data", {"train": len(data.train), "val": len(data.val), "test": len(data.test),
-                  "num_classes": data.num_classes, "data_load_s": t_setup - t0})
+    emit(
+        "data",
+        {
+            "train": len(data.train),
+            "val": len(data.val),
+            "test": len(data.test),
+            "num_classes": data.num_classes,
+            "data_load_s": t_setup - t0,
+        },
+    )
     resident = cfg.transfer.kind is TransferKind.resident
     if resident:
         emit("tags", {"wif.resident_decoded": not isinstance(data.train, Split)})
         data = _to_device(data, device, cfg.data.image_size)
     pin = cfg.loader.pin_memory and device.type == "cuda"
-    batches = {name: build_engine_batches(split, cfg.loader, cfg.engine, cfg.data.batch_size, train=name == "train",
-                                          seed=cfg.seed, pin=pin, resident=resident, data=cfg.data, device=device,
-                                          sampler=ranks.sampler if ranks is not None else None)
-               for name, split in (("train", data.train), ("val", data.val), ("test", data.test))
-               if name != "val" or len(split) > 0}
+    batches = {
+        name: build_engine_batches(
+            split,
+            cfg.loader,
+            cfg.engine,
+            cfg.data.batch_size,
+            train=name == "train",
+            seed=cfg.seed,
+            pin=pin,
+            resident=resident,
+            data=cfg.data,
+            device=device,
+            sampler=ranks.sampler if ranks is not None else None,
+        )
+        for name, split in (("train", data.train), ("val", data.val), ("test", data.test))
+        if name != "val" or len(split) > 0
+    }
     # data.val_split=0: no validation loader at all. An empty one still starts its workers after every epoch,
     # and the forks make the next epoch's writes copy-on-write (benchmarks/your_workload.py saw +18%).
     return batches, data.num_classes, t_setup, data.train
@@ -167,8 +206,10 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     if decode is not None:
         emit("tags", decode.tags())
     if cfg.transfer.kind is TransferKind.stream:  # wraps the capped batches: never prefetches past the cap
-        loaders = {name: StreamPrefetcher(b, device, cfg.transfer.non_blocking, cfg.transfer.uint8, decode)
-                   for name, b in loaders.items()}
+        loaders = {
+            name: StreamPrefetcher(b, device, cfg.transfer.non_blocking, cfg.transfer.uint8, decode)
+            for name, b in loaders.items()
+        }
     transfer = make_transfer(cfg.transfer, device, decode)
     decoded = decode.epoch_figures if decode is not None else dict  # images on a slow path, per training epoch
     storage = EpochStorage(cfg.data)  # evicts the data's files before each epoch under data.page_cache=cold
@@ -181,8 +222,10 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
             storage.before()
             decoded()
             stats = loader_epoch(loaders["train"], transfer, device)
-            if emit("epoch", {"epoch": epoch, **asdict(stats), **storage.after(), **decoded(),
-                              **_vram_peaks(device)}) == STOP:
+            if (
+                emit("epoch", {"epoch": epoch, **asdict(stats), **storage.after(), **decoded(), **_vram_peaks(device)})
+                == STOP
+            ):
                 break
         emit("result", _vram_peaks(device))
         return
@@ -197,8 +240,9 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     synchronize(device)
     setup_s = time.perf_counter() - t0
     # torch.compile compiles at the first call: on one real batch here, timed apart from setup and epochs.
-    compile_s = (compile_now(step, compile_batch(cfg, loaders["train"], train_set, transfer), device)
-                 if tr.compile else None)
+    compile_s = (
+        compile_now(step, compile_batch(cfg, loaders["train"], train_set, transfer), device) if tr.compile else None
+    )
     emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
 
     for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
@@ -206,13 +250,18 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
             ranks.begin_epoch(epoch)
         storage.before()
         decoded()
-        stats = train_epoch(model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device,
-                            step)
+        stats = train_epoch(
+            model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device, step
+        )
         read = {**storage.after(), **decoded()}
         val = {}
         if "val" in loaders:
-            val = dict(zip(("val_loss", "val_acc", "val_time_s"),
-                           evaluate(model, loaders["val"], transfer, step.loss_fn, device, step)))
+            val = dict(
+                zip(
+                    ("val_loss", "val_acc", "val_time_s"),
+                    evaluate(model, loaders["val"], transfer, step.loss_fn, device, step),
+                )
+            )
         if emit("epoch", {"epoch": epoch, **asdict(stats), **val, **read, **_vram_peaks(device)}) == STOP:
             break
 
@@ -226,8 +275,12 @@ def compile_batch(cfg: Config, loader: Batches, train_set: Any, transfer: Transf
     `first_batch_s` would then miss their start-up: such a batch is collated here, in this process, from the
     training set's first samples instead, and sent as the loop's batches are sent (under transfer=stream by the
     prefetcher's own copy: the loop's transfer is then nothing, its batches already on the device)."""
-    persistent = (cfg.engine.name is EngineName.dataloader and cfg.loader.persistent_workers
-                  and cfg.loader.num_workers > 0 and train_set is not None)
+    persistent = (
+        cfg.engine.name is EngineName.dataloader
+        and cfg.loader.persistent_workers
+        and cfg.loader.num_workers > 0
+        and train_set is not None
+    )
     if not persistent:
         return transfer(next(iter(loader)))
     send = loader.copy if isinstance(loader, StreamPrefetcher) else transfer

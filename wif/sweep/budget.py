@@ -74,8 +74,9 @@ class ProbeCost:
         epoch = once + batches * per_batch
         val_once = min(self.val_s, once)
         val = val_once + (self.val_s - val_once) * fraction / self.fraction
-        return CellCost(max(self.wall_s - self.run_s, 0.0), max(self.run_s - 2 * (self.epoch_s + self.val_s), 0.0),
-                        epoch + val)
+        return CellCost(
+            max(self.wall_s - self.run_s, 0.0), max(self.run_s - 2 * (self.epoch_s + self.val_s), 0.0), epoch + val
+        )
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,9 @@ class Prices:
             start = statistics.median(max(p.wall_s - p.run_s, 0.0) for p in self.probes.values())
             cost = self.probes[job.setting].cost(job.batches, job.fraction)
             return CellCost(start, cost.fixed_s, cost.epoch_s)
-        known = list(self.history.values()) or [self.guess(Job(job.key, f"{s}@{job.fraction:g}", job.fraction,
-                                                               job.block, job.batches)) for s in self.probes]
+        known = list(self.history.values()) or [
+            self.guess(Job(job.key, f"{s}@{job.fraction:g}", job.fraction, job.block, job.batches)) for s in self.probes
+        ]
         if not known:
             return None
         keys = ("overhead_s", "fixed_s", "epoch_s")
@@ -145,8 +147,9 @@ class Prices:
     def cost(self, job: Job) -> Optional[CellCost]:
         if job.cell in self.measured:
             seen = self.measured[job.cell]
-            return CellCost(statistics.median(c.overhead_s for c in seen), 0.0,
-                            statistics.median(c.epoch_s for c in seen))
+            return CellCost(
+                statistics.median(c.overhead_s for c in seen), 0.0, statistics.median(c.epoch_s for c in seen)
+            )
         guess = self.guess(job)
         ratio = min(max(statistics.median(self.ratios), RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if self.ratios else 1.0
         return guess.scaled(ratio) if guess else guess
@@ -167,8 +170,9 @@ class Prices:
         self.measured.setdefault(job.cell, []).append(CellCost(max(wall_s - run_s, 0.0), 0.0, run_s / max(epochs, 1)))
 
 
-def batches_per_epoch(num_train: int, fraction: float, val_split: float, batch_size: int,
-                      max_batches: Optional[int]) -> int:
+def batches_per_epoch(
+    num_train: int, fraction: float, val_split: float, batch_size: int, max_batches: Optional[int]
+) -> int:
     """Training batches in a full epoch, as wif.data.datasets splits the subset (validation cut first)."""
     subset = round(num_train * fraction)
     full = max(math.ceil((subset - round(subset * val_split)) / batch_size), 1)
@@ -209,8 +213,11 @@ def blocks_line(jobs: Sequence[Job]) -> str:
     for job in jobs:
         per.setdefault(job.block, []).append(job)
     complete = [b for b, js in sorted(per.items()) if all(j.done for j in js)]
-    partial = [(b, sum(j.done for j in js), len(js)) for b, js in sorted(per.items())
-               if b not in complete and any(j.done for j in js)]
+    partial = [
+        (b, sum(j.done for j in js), len(js))
+        for b, js in sorted(per.items())
+        if b not in complete and any(j.done for j in js)
+    ]
     out = [f"{len(complete)} of {len(per)} blocks complete"]
     out += [f"block {b}: {n} of {m} jobs" for b, n, m in partial]
     return ", ".join(out)

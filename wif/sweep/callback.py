@@ -56,8 +56,11 @@ def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTall
 
     tracker = Tracker(str(config.tracking.uri), str(config.tracking.experiment))
     runs = tracker.client.search_runs(
-        [tracker.experiment_id], max_results=SEARCH_LIMIT,
-        filter_string=f"tags.`wif.sweep_id` = '{config.hydra.sweep.dir}' and attributes.start_time >= {since_ms}")
+        [tracker.experiment_id],
+        max_results=SEARCH_LIMIT,
+        filter_string=f"tags.`wif.sweep_id` = '{config.hydra.sweep.dir}' and attributes.start_time >= {since_ms}",
+    )
+
     def pos(run: Any) -> int:
         return int(run.data.tags.get("wif.sweep_pos", -1))
 
@@ -107,7 +110,7 @@ class SweepCallback(Callback):
         LOST.clear()
         try:
             jobs = plan_jobs(config.hydra.sweeper.params or {}, config.hydra.overrides.task)
-        except Exception as err:  # a sweeper whose syntax the basic one lacks: each job checks itself
+        except Exception as err:  # noqa: BLE001 - a sweeper whose syntax the basic one lacks: each job checks itself
             log.warning("Could not plan the sweep's jobs (%s): each job's settings are checked when it starts.", err)
             return
         TALLY.total = len(jobs)
@@ -125,9 +128,16 @@ class SweepCallback(Callback):
                 log.error("Could not read how the sweep's jobs ended from %s (%s).", config.tracking.uri, err)
                 raise SystemExit(EXIT_FAILED) from None
         spent = time.time() - t.started_ms / 1000 if t.started_ms else 0.0  # what wif-plan priced beforehand
-        log.info("Sweep done: %d finished, %d failed, %d killed, %d skipped (already finished; resume=false "
-                 "reruns them); spent %.1f min wall%s.", t.finished, t.failed, t.killed, t.skipped, spent / 60,
-                 f"; {t.budget}" if t.budget else "")
+        log.info(
+            "Sweep done: %d finished, %d failed, %d killed, %d skipped (already finished; resume=false "
+            "reruns them); spent %.1f min wall%s.",
+            t.finished,
+            t.failed,
+            t.killed,
+            t.skipped,
+            spent / 60,
+            f"; {t.budget}" if t.budget else "",
+        )
         for line in t.failures:
             log.error("  failed: %s", line)
         for pos, why in sorted(LOST.items()):

@@ -33,9 +33,13 @@ STUDY_COMMANDS = ("train.py", "wif-study", "wif.sweep.study")
 # Launchers whose train.py process only submits jobs and waits: not a job itself.
 SUBMITTING_LAUNCHERS = ("slurm", "slurm_ddp", "local_gpus", "submitit_slurm", "submitit_local")
 # Environment -> tag: what identifies the job to its scheduler.
-JOB_ENV_TAGS = (("SLURM_JOB_ID", "wif.slurm_job_id"), ("SLURM_ARRAY_JOB_ID", "wif.slurm_array_job_id"),
-                ("SLURM_ARRAY_TASK_ID", "wif.slurm_array_task_id"), ("SLURM_JOB_PARTITION", "wif.slurm_partition"),
-                ("SUBMITIT_LOCAL_JOB_ID", "wif.submitit_job_id"))
+JOB_ENV_TAGS = (
+    ("SLURM_JOB_ID", "wif.slurm_job_id"),
+    ("SLURM_ARRAY_JOB_ID", "wif.slurm_array_job_id"),
+    ("SLURM_ARRAY_TASK_ID", "wif.slurm_array_task_id"),
+    ("SLURM_JOB_PARTITION", "wif.slurm_partition"),
+    ("SUBMITIT_LOCAL_JOB_ID", "wif.submitit_job_id"),
+)
 
 
 # ----------------------------------------------------------------------------- where a job runs
@@ -82,8 +86,9 @@ def job_processes() -> Dict[int, int]:
     for p in psutil.process_iter(["pid", "ppid", "cmdline"], ad_value=None):
         cmd[p.info["pid"]] = p.info.get("cmdline") or []
         parent[p.info["pid"]] = p.info.get("ppid") or 0
-    return {pid: parent[pid] for pid, c in cmd.items()
-            if is_job_command(c) and not is_job_command(cmd.get(parent[pid], []))}
+    return {
+        pid: parent[pid] for pid, c in cmd.items() if is_job_command(c) and not is_job_command(cmd.get(parent[pid], []))
+    }
 
 
 def node_jobs() -> int:
@@ -116,9 +121,11 @@ def check_gpu_parallelism(parallel: Optional[int], gpus: Optional[int], what: st
         raise ClusterError(f"{what} runs one job per GPU, and there is no GPU to run on (none visible).")
     if gpus is not None and (parallel is None or parallel > gpus):
         at_once = "every job at once" if parallel is None else f"{parallel} jobs at once"
-        raise ClusterError(f"{what} would run {at_once} on {gpus} GPU(s), so two timed runs would share a GPU. "
-                           f"Run at most {gpus} at once: hydra/launcher=local_gpus runs one job per GPU "
-                           f"(leave hydra.sweeper.max_batch_size unset, or at most {gpus}).")
+        raise ClusterError(
+            f"{what} would run {at_once} on {gpus} GPU(s), so two timed runs would share a GPU. "
+            f"Run at most {gpus} at once: hydra/launcher=local_gpus runs one job per GPU "
+            f"(leave hydra.sweeper.max_batch_size unset, or at most {gpus})."
+        )
 
 
 # ----------------------------------------------------------------------------- the Hydra callback
@@ -170,20 +177,27 @@ def open_store(config: DictConfig) -> None:
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
         try:
-            socket.create_connection((parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)),
-                                     timeout=10).close()
+            socket.create_connection(
+                (parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)), timeout=10
+            ).close()
         except OSError as err:
-            raise ClusterError(f"Cannot reach the tracking server {uri} ({err}); no job was started. Start it "
-                               "(docs/cluster.md) or fix tracking.uri.") from err
+            raise ClusterError(
+                f"Cannot reach the tracking server {uri} ({err}); no job was started. Start it "
+                "(docs/cluster.md) or fix tracking.uri."
+            ) from err
     elif parsed.scheme == "sqlite" and str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
-        log.warning("tracking.uri=%s is a SQLite file: jobs on many nodes writing it over a shared file system "
-                    "hit lock errors. Start an MLflow server and pass tracking.uri=http://HOST:PORT "
-                    "(docs/cluster.md).", uri)
+        log.warning(
+            "tracking.uri=%s is a SQLite file: jobs on many nodes writing it over a shared file system "
+            "hit lock errors. Start an MLflow server and pass tracking.uri=http://HOST:PORT "
+            "(docs/cluster.md).",
+            uri,
+        )
     try:
         Tracker(uri, experiment)
     except Exception as err:  # noqa: BLE001 - whatever it is, every job would fail on it the same way
-        raise ClusterError(f"Cannot open the tracking store {uri} ({type(err).__name__}: {err}); no job was "
-                           "started.") from err
+        raise ClusterError(
+            f"Cannot open the tracking store {uri} ({type(err).__name__}: {err}); no job was started."
+        ) from err
 
 
 def plan_local_gpus(config: DictConfig) -> int:
@@ -198,21 +212,27 @@ def plan_local_gpus(config: DictConfig) -> int:
     wanted = hydra.launcher.get("gpus_per_node")
     if wanted is None:
         if visible is None:
-            raise ClusterError("hydra/launcher=local_gpus cannot count this machine's GPUs (no NVML, no "
-                               "CUDA_VISIBLE_DEVICES): pass hydra.launcher.gpus_per_node=N.")
+            raise ClusterError(
+                "hydra/launcher=local_gpus cannot count this machine's GPUs (no NVML, no "
+                "CUDA_VISIBLE_DEVICES): pass hydra.launcher.gpus_per_node=N."
+            )
         wanted = len(visible)
     wanted = int(wanted)
     if visible is not None and wanted > len(visible):
-        raise ClusterError(f"hydra.launcher.gpus_per_node={wanted}, but this machine shows {len(visible)} GPU(s) "
-                           f"({','.join(visible) or 'none'}): two timed jobs would share a GPU. Pass at most "
-                           f"{len(visible)}, or use the default launcher (one job after another).")
+        raise ClusterError(
+            f"hydra.launcher.gpus_per_node={wanted}, but this machine shows {len(visible)} GPU(s) "
+            f"({','.join(visible) or 'none'}): two timed jobs would share a GPU. Pass at most "
+            f"{len(visible)}, or use the default launcher (one job after another)."
+        )
     batch = hydra.sweeper.get("max_batch_size")
     check_gpu_parallelism(batch if batch is not None else wanted, wanted, "hydra/launcher=local_gpus")
     busy = busy_gpus(visible[:wanted] if visible is not None else [str(i) for i in range(wanted)])
     if busy:
-        raise ClusterError("GPUs this sweep would use are running other wif jobs: " + "; ".join(busy) + ". Wait "
-                           "until they end, or use fewer or other GPUs (hydra.launcher.gpus_per_node, "
-                           "CUDA_VISIBLE_DEVICES).")
+        raise ClusterError(
+            "GPUs this sweep would use are running other wif jobs: " + "; ".join(busy) + ". Wait "
+            "until they end, or use fewer or other GPUs (hydra.launcher.gpus_per_node, "
+            "CUDA_VISIBLE_DEVICES)."
+        )
     with read_write(hydra), open_dict(hydra.launcher):
         hydra.launcher.gpus_per_node = wanted
         hydra.sweeper.max_batch_size = batch if batch is not None else wanted
@@ -223,4 +243,3 @@ def plan_local_gpus(config: DictConfig) -> int:
             hydra.launcher.setup = setup + [f"export CUDA_VISIBLE_DEVICES={','.join(visible[:wanted])}"]
     log.info("local_gpus: %d job(s) at a time, one per GPU", hydra.sweeper.max_batch_size)
     return wanted
-

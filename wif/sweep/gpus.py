@@ -40,7 +40,7 @@ def _nvml() -> Any:
 
         pynvml.nvmlInit()
         return pynvml
-    except Exception:  # no driver, no GPU, no library: nothing to count
+    except Exception:  # noqa: BLE001 - no driver, no GPU, no library: nothing to count
         return None
 
 
@@ -55,7 +55,7 @@ def visible_gpus() -> Optional[List[str]]:
         return None
     try:
         return [str(i) for i in range(nvml.nvmlDeviceGetCount())]
-    except Exception:
+    except Exception:  # noqa: BLE001 - NVML's errors are its own classes: any of them means it cannot tell
         return None
 
 
@@ -69,7 +69,7 @@ def gpu_identity(token: str) -> str:
         try:
             uuid = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(int(token)))
             return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-        except Exception:
+        except Exception:  # noqa: BLE001 - an index NVML does not know: the entry stands for itself
             pass
     return token
 
@@ -128,17 +128,22 @@ def claim_gpu(candidates: Sequence[str], prefer: int = 0) -> GpuClaim:
         command = " ".join(" ".join(psutil.Process().cmdline()).split())[:300]
         try:
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
-                         f"{command}\n".encode())
+            os.write(
+                fd,
+                f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                f"{command}\n".encode(),
+            )
         except OSError:
             pass
         pinned = identity if identity.startswith(("GPU-", "MIG-")) else token  # the device the lock names
         os.environ["CUDA_VISIBLE_DEVICES"] = pinned
         _CLAIM = GpuClaim(pinned, identity, path, fd)
         return _CLAIM
-    raise ClusterError("Every GPU this job may use is running another wif job, and two timed runs on one GPU "
-                       "would slow each other down: " + "; ".join(held) + ". Wait until they end, or give this "
-                       "sweep other GPUs (CUDA_VISIBLE_DEVICES, hydra.launcher.gpus_per_node).")
+    raise ClusterError(
+        "Every GPU this job may use is running another wif job, and two timed runs on one GPU "
+        "would slow each other down: " + "; ".join(held) + ". Wait until they end, or give this "
+        "sweep other GPUs (CUDA_VISIBLE_DEVICES, hydra.launcher.gpus_per_node)."
+    )
 
 
 def _try_lock(identity: str) -> Tuple[Path, Optional[int]]:
@@ -151,8 +156,10 @@ def _try_lock(identity: str) -> Tuple[Path, Optional[int]]:
         except PermissionError:
             fd = os.open(path, os.O_RDONLY)  # another user's lock file: flock works on a read-only descriptor
     except OSError as err:
-        raise ClusterError(f"Cannot open the GPU lock {path} ({err}): set {LOCK_DIR_ENV} to a folder every wif "
-                           "job on this machine can write.") from err
+        raise ClusterError(
+            f"Cannot open the GPU lock {path} ({err}): set {LOCK_DIR_ENV} to a folder every wif "
+            "job on this machine can write."
+        ) from err
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -204,5 +211,7 @@ def require_gpus(nproc: int, device: str) -> None:
     give it a node, or GPUs, of its own)."""
     gpus = visible_gpus() if device == "cuda" else None
     if gpus is not None and len(gpus) < nproc:
-        raise ConfigError(f"trainer.nproc={nproc} needs one GPU per rank, but {len(gpus)} are visible "
-                          f"({','.join(gpus)}). Lower trainer.nproc, or make more GPUs visible.")
+        raise ConfigError(
+            f"trainer.nproc={nproc} needs one GPU per rank, but {len(gpus)} are visible "
+            f"({','.join(gpus)}). Lower trainer.nproc, or make more GPUs visible."
+        )

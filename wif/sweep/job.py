@@ -15,8 +15,17 @@ from typing import Dict, Optional
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from wif.config import (Config, ConfigError, DataSource, EngineName, TrainerMode, TransferKind, as_plain, validate,
-                        warnings_for)
+from wif.config import (
+    Config,
+    ConfigError,
+    DataSource,
+    EngineName,
+    TrainerMode,
+    TransferKind,
+    as_plain,
+    validate,
+    warnings_for,
+)
 from wif.config.engines import validate_dali_driver
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, to_log_file
 from wif.config.targets import typed
@@ -43,11 +52,26 @@ ERROR_TAG_LIMIT = 4000
 # Keys added with the user's own model, data and step (issue 26), at their defaults: left out of the identity.
 NEW_KEY_DEFAULTS = {
     "model": {"arch": None, "weights": None, "_target_": None, "kwargs": {}},
-    "data": {"_target_": None, "kwargs": {}, "format": None, "path": None, "shard_mb": 64.0, "shuffle_buffer": 1000,
-             "page_cache": "warm", "decode": "host", "decode_backend": "auto"},
-    "trainer": {"precision": "fp32", "channels_last": False, "compile": False,
-                "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}}, "nproc": 1, "dist_timeout_s": 300.0,
-                "threads": None},
+    "data": {
+        "_target_": None,
+        "kwargs": {},
+        "format": None,
+        "path": None,
+        "shard_mb": 64.0,
+        "shuffle_buffer": 1000,
+        "page_cache": "warm",
+        "decode": "host",
+        "decode_backend": "auto",
+    },
+    "trainer": {
+        "precision": "fp32",
+        "channels_last": False,
+        "compile": False,
+        "optimizer": {"_target_": "torch.optim.SGD", "kwargs": {}},
+        "nproc": 1,
+        "dist_timeout_s": 300.0,
+        "threads": None,
+    },
     "transfer": {"uint8": False},  # issue 41
 }
 
@@ -67,8 +91,9 @@ def run_identity(conf: Config, device: str) -> dict:
     """What makes two runs the same job (resume finds a finished run by its hash): the configuration on the
     device it resolved to, without the keys that only say how the job is run, tracked or swept."""
     identity = {k: v for k, v in as_plain(conf).items() if k not in NOT_IDENTITY}
-    identity["data"] = {k: v for k, v in identity["data"].items()
-                        if k != "cache_dir" and not (k == "skip_bad" and not v)}  # runs before skip_bad keep theirs
+    identity["data"] = {
+        k: v for k, v in identity["data"].items() if k != "cache_dir" and not (k == "skip_bad" and not v)
+    }  # runs before skip_bad keep theirs
     for group, keys in NEW_KEY_DEFAULTS.items():  # runs from before these keys existed resume as the same jobs
         identity[group] = {k: v for k, v in identity[group].items() if not (k in keys and v == keys[k])}
     identity["device"] = device
@@ -104,8 +129,9 @@ def cell_name(conf: Config) -> str:
     if conf.transfer.uint8:
         knobs.append("uint8")
     if conf.data.decode.value == "device":  # decoded on the device: never pooled with the host's decode
-        knobs.append("device_decode" + ("" if conf.data.decode_backend.value == "auto" else
-                                        f"_{conf.data.decode_backend.value}"))
+        knobs.append(
+            "device_decode" + ("" if conf.data.decode_backend.value == "auto" else f"_{conf.data.decode_backend.value}")
+        )
     return "+".join([lo.name, *knobs]) + f"@{conf.data.fraction:g}"
 
 
@@ -150,7 +176,9 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     tracker = _tracker(conf.tracking.uri, conf.tracking.experiment)
     sweep_id, pos, multirun = _sweep_position()
     tally = callback.TALLY
-    setting = cell_name(conf).rpartition("@")[0]  # the cell's setting (pin_nb+uint8, baseline+dali), as the report names it
+    setting = cell_name(conf).rpartition("@")[
+        0
+    ]  # the cell's setting (pin_nb+uint8, baseline+dali), as the report names it
     label = f"[{pos + 1}/{tally.total or '?'}] {setting} fraction={conf.data.fraction} repeat={conf.repeat}"
     close_stale_runs(tracker, digest, label)
     if conf.resume and tracker.finished_runs(digest):
@@ -162,13 +190,24 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     kind = "loader" if conf.trainer.mode is TrainerMode.loader_only else "train"  # loader-only: not in the report
     cell = cell_name(conf)
     setting = cell.rsplit("@", 1)[0]
-    tags = {**host_tags(), "wif.kind": kind, "wif.loader": conf.loader.name, "wif.fraction": fraction,
-            "wif.cell": cell, "wif.device": device, "wif.gpu": "none",
-            "wif.engine": conf.engine.name.value, "wif.model": model_label(conf.model),
-            "wif.step": step_label(conf.trainer),
-            "wif.transfer": conf.transfer.kind.value,
-            "wif.block": conf.repeat, "wif.repeat": conf.repeat, "wif.sweep_id": sweep_id, "wif.sweep_pos": pos,
-            "wif.config_hash": digest}
+    tags = {
+        **host_tags(),
+        "wif.kind": kind,
+        "wif.loader": conf.loader.name,
+        "wif.fraction": fraction,
+        "wif.cell": cell,
+        "wif.device": device,
+        "wif.gpu": "none",
+        "wif.engine": conf.engine.name.value,
+        "wif.model": model_label(conf.model),
+        "wif.step": step_label(conf.trainer),
+        "wif.transfer": conf.transfer.kind.value,
+        "wif.block": conf.repeat,
+        "wif.repeat": conf.repeat,
+        "wif.sweep_id": sweep_id,
+        "wif.sweep_pos": pos,
+        "wif.config_hash": digest,
+    }
     tags.update(cluster_tags())
     if conf.race.id:
         tags["wif.race_id"] = conf.race.id
@@ -208,10 +247,17 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         tracker.set_tags(run_id, {"wif.contended": str(contended).lower()})
         tally.finished += 1
         result = f"test_acc {s['test_acc']:.3f}" if "test_acc" in s else f"{s['throughput_mean_img_s']:.0f} img/s"
-        note = (f"; CONTENDED: other processes used {other:.0f}% of a core during its measured epochs "
-                f"(measure.contended_pct={conf.measure.contended_pct:g}), tagged wif.contended=true") if contended else ""
-        log.info("%s  finished: %.3f s/epoch median (warm-up excluded), %s%s", label, s["epoch_time_median_s"], result,
-                 note)
+        note = (
+            (
+                f"; CONTENDED: other processes used {other:.0f}% of a core during its measured epochs "
+                f"(measure.contended_pct={conf.measure.contended_pct:g}), tagged wif.contended=true"
+            )
+            if contended
+            else ""
+        )
+        log.info(
+            "%s  finished: %.3f s/epoch median (warm-up excluded), %s%s", label, s["epoch_time_median_s"], result, note
+        )
     else:
         err = outcome.error or {}
         text = f"{err.get('type')}: {err.get('message')}"
@@ -229,8 +275,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         log.error("%s  %s: %s", label, outcome.status, text)
     tracker.end_run(run_id, outcome.status)
     if outcome.status == KILLED and not duplicate:
-        log.error("Interrupted: the run is marked KILLED%s; run the same command again to resume.",
-                  " and the sweep stops here" if multirun else "")
+        log.error(
+            "Interrupted: the run is marked KILLED%s; run the same command again to resume.",
+            " and the sweep stops here" if multirun else "",
+        )
         raise SystemExit(EXIT_INTERRUPTED)
     if outcome.status == FAILED and not multirun:  # a multirun goes on, and fails at its end (wif.sweep)
         raise SystemExit(EXIT_FAILED)

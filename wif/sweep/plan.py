@@ -43,8 +43,13 @@ class Price:
     seconds: float
 
 
-def price(cells: Dict[str, int], epochs: int, history: Sequence[RunCost], runs_share: float = 1.0,
-          auto_epochs: Optional[float] = None) -> Optional[Price]:
+def price(
+    cells: Dict[str, int],
+    epochs: int,
+    history: Sequence[RunCost],
+    runs_share: float = 1.0,
+    auto_epochs: Optional[float] = None,
+) -> Optional[Price]:
     """The sweep's runs, epochs and seconds: `cells` maps each cell to its repeats; a cell never run before
     is priced at the median of the cells that were. None without any earlier run."""
     if not history:
@@ -73,15 +78,19 @@ def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
     ran = planned = 0
     for race in client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race' and attributes.status = 'FINISHED'"):
         p = race.data.params
-        runs = client.search_runs([exp.experiment_id], f"tags.`wif.race_id` = '{race.data.tags['wif.race_id']}' "
-                                  "and tags.`wif.kind` = 'train'", max_results=50_000)
+        runs = client.search_runs(
+            [exp.experiment_id],
+            f"tags.`wif.race_id` = '{race.data.tags['wif.race_id']}' and tags.`wif.kind` = 'train'",
+            max_results=50_000,
+        )
         ran += len(runs)
         planned += int(p.get("race.cells", 0)) * int(p.get("race.max_blocks", 0))
     return ran / planned if planned else None
 
 
-def probe_price(cells: Dict[str, int], shapes: Dict[str, tuple], probes: Dict, epochs: float,
-                runs_share: float = 1.0) -> Optional[Price]:
+def probe_price(
+    cells: Dict[str, int], shapes: Dict[str, tuple], probes: Dict, epochs: float, runs_share: float = 1.0
+) -> Optional[Price]:
     """The sweep's price from probes of its settings (wif.sweep.probe): `shapes` maps each cell to its
     (fraction, batches a training epoch); a setting without a probe is priced at the median one."""
     from wif.sweep.budget import Job, Prices
@@ -102,10 +111,20 @@ def run_probe(overrides: Sequence[str], uri: str, experiment: str, config_dir: O
     """wif-study -m with the sweep's overrides and sweep.probe_only=true: the probe the budgeted sweep runs
     (its settings not probed yet), in a process of its own as a sweep would; its wall time."""
     folder = ["--config-dir", str(config_dir)] if config_dir is not None else []
-    cmd = [sys.executable, "-m", "wif.sweep.study", *folder, "-m", *overrides, "sweep.probe_only=true",
-           f"tracking.experiment={experiment}"]
-    print(f"wif-plan: no earlier run of this testbed in the store: probing each setting "
-          f"(wif-study {' '.join(cmd[3:])})", flush=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "wif.sweep.study",
+        *folder,
+        "-m",
+        *overrides,
+        "sweep.probe_only=true",
+        f"tracking.experiment={experiment}",
+    ]
+    print(
+        f"wif-plan: no earlier run of this testbed in the store: probing each setting (wif-study {' '.join(cmd[3:])})",
+        flush=True,
+    )
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env={**os.environ, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -124,13 +143,14 @@ def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> t
 
 
 def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> tuple:
+    from wif.sweep.budget import batches_per_epoch
     from wif.sweep.callback import plan_jobs
     from wif.sweep.job import cell_name
-    from wif.sweep.budget import batches_per_epoch
 
     with wif_hydra(config_dir):
-        base = compose("config", overrides=[o for o in overrides if "," not in o and "(" not in o],
-                       return_hydra_config=True)
+        base = compose(
+            "config", overrides=[o for o in overrides if "," not in o and "(" not in o], return_hydra_config=True
+        )
         jobs = plan_jobs(base.hydra.sweeper.params or {}, overrides)
         cells: Dict[str, int] = {}
         names: Dict[tuple, str] = {}
@@ -143,14 +163,23 @@ def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> tuple:
                 validate(conf)
                 names[key] = cell_name(conf)
                 d = conf.data
-                shapes[names[key]] = (d.fraction, batches_per_epoch(d.num_train, d.fraction, d.val_split,
-                                                                    d.batch_size, conf.trainer.max_batches))
+                shapes[names[key]] = (
+                    d.fraction,
+                    batches_per_epoch(d.num_train, d.fraction, d.val_split, d.batch_size, conf.trainer.max_batches),
+                )
             cells[names[key]] = cells.get(names[key], 0) + 1
     return cells, conf, shapes
 
 
-def _probed(a: argparse.Namespace, cells: Dict[str, int], shapes: Dict[str, tuple], testbed: Dict[str, str],
-            epochs: int, auto_epochs: float, share: float) -> tuple:
+def _probed(
+    a: argparse.Namespace,
+    cells: Dict[str, int],
+    shapes: Dict[str, tuple],
+    testbed: Dict[str, str],
+    epochs: int,
+    auto_epochs: float,
+    share: float,
+) -> tuple:
     """(fixed, cheap) priced from the probe of every setting, run first where the store lacks one."""
     from wif.sweep.probe import read_probes
 
@@ -162,8 +191,10 @@ def _probed(a: argparse.Namespace, cells: Dict[str, int], shapes: Dict[str, tupl
         probes = read_probes(client, a.experiment, testbed)
         missing = settings - set(probes)
         failed = f" ({len(missing)} failed: priced at the median setting)" if missing else ""
-        print(f"wif-plan: probe: {len(probes)} settings probed{failed} in {spent:.1f} s ({spent / 60:.1f} min, "
-              "its jobs' start included)")
+        print(
+            f"wif-plan: probe: {len(probes)} settings probed{failed} in {spent:.1f} s ({spent / 60:.1f} min, "
+            "its jobs' start included)"
+        )
     else:
         print(f"wif-plan: priced from the store's probe of every setting (experiment {a.experiment}-probe)")
     return (probe_price(cells, shapes, probes, epochs), probe_price(cells, shapes, probes, auto_epochs, share))
@@ -178,8 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(ap, "the overrides wif-study -m would take")
     ap.add_argument("--tracking-uri", default=default_tracking_uri())
     ap.add_argument("--experiment", default="who_is_faster")
-    ap.add_argument("--no-probe", action="store_true",
-                    help="with no earlier run of the testbed, say how to get a price instead of probing")
+    ap.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="with no earlier run of the testbed, say how to get a price instead of probing",
+    )
     return ap
 
 
@@ -191,36 +225,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         print(f"wif-plan: bad setting: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
-    from wif.run.supervise import resolve_device
-
     from wif.run.model import model_label
+    from wif.run.supervise import resolve_device
 
     tr = conf.trainer
     testbed = {"wif.device": resolve_device(conf.device), "wif.model": model_label(conf.model)}
     client = MlflowClient(a.tracking_uri)
     history = read_history(client, a.experiment, testbed)
     epochs = tr.epoch_limit
-    print(f"wif-plan: {len(cells)} cells x {max(cells.values())} repeats, {epochs} epochs a run "
-          f"({'trainer.epochs=auto: up to max_epochs' if tr.auto else 'trainer.epochs'}), testbed "
-          f"{testbed['wif.device']}/{testbed['wif.model']}, from {len(history)} earlier runs in {a.tracking_uri}")
+    print(
+        f"wif-plan: {len(cells)} cells x {max(cells.values())} repeats, {epochs} epochs a run "
+        f"({'trainer.epochs=auto: up to max_epochs' if tr.auto else 'trainer.epochs'}), testbed "
+        f"{testbed['wif.device']}/{testbed['wif.model']}, from {len(history)} earlier runs in {a.tracking_uri}"
+    )
     auto_runs = [r.epochs for r in history if r.auto]
     auto_epochs = statistics.median(auto_runs) if auto_runs else tr.min_epochs
     share = race_share(client, a.experiment)
     fixed = price(cells, epochs, history)
     cheap = price(cells, epochs, history, share if share is not None else ASSUMED_RACE_SHARE, auto_epochs)
     if fixed is None and not a.no_probe:
-        fixed, cheap = _probed(a, cells, shapes, testbed, epochs, auto_epochs,
-                               share if share is not None else ASSUMED_RACE_SHARE)
+        fixed, cheap = _probed(
+            a, cells, shapes, testbed, epochs, auto_epochs, share if share is not None else ASSUMED_RACE_SHARE
+        )
     if fixed is None:
-        print("wif-plan: no earlier finished run of this testbed in the store: run one block first "
-              "(the same command with repeat=0 and trainer.epochs=3), or let wif-plan probe it (without "
-              "--no-probe), then ask again")
+        print(
+            "wif-plan: no earlier finished run of this testbed in the store: run one block first "
+            "(the same command with repeat=0 and trainer.epochs=3), or let wif-plan probe it (without "
+            "--no-probe), then ask again"
+        )
         return 0
     print(_line("fixed grid", fixed))
-    print(_line("race + auto", cheap) + f"  ({cheap.seconds / fixed.seconds:.2f} of the fixed grid: "
-          f"{auto_epochs:g} epochs a run {'as earlier auto runs took' if auto_runs else '(trainer.min_epochs, assumed)'}"
-          f", {100 * (share if share is not None else ASSUMED_RACE_SHARE):.0f}% of the runs "
-          f"{'as earlier races ran' if share is not None else '(assumed: no race in the store)'})")
+    print(
+        _line("race + auto", cheap) + f"  ({cheap.seconds / fixed.seconds:.2f} of the fixed grid: "
+        f"{auto_epochs:g} epochs a run {'as earlier auto runs took' if auto_runs else '(trainer.min_epochs, assumed)'}"
+        f", {100 * (share if share is not None else ASSUMED_RACE_SHARE):.0f}% of the runs "
+        f"{'as earlier races ran' if share is not None else '(assumed: no race in the store)'})"
+    )
     return 0
 
 

@@ -64,8 +64,9 @@ class _Composer:
         from hydra._internal.config_loader_impl import ConfigLoaderImpl  # Hydra 1.3: how it applies values
 
         parsed = self.parser.parse_overrides(list(job))
-        is_group = [self.loader.repository.group_exists(o.key_or_group) and not isinstance(o.value(), dict)
-                    for o in parsed]
+        is_group = [
+            self.loader.repository.group_exists(o.key_or_group) and not isinstance(o.value(), dict) for o in parsed
+        ]
         groups = tuple(o.input_line for o, g in zip(parsed, is_group) if g)
         if groups not in self.bases:
             try:
@@ -77,7 +78,8 @@ class _Composer:
             raise base
         cfg = copy.deepcopy(base)
         ConfigLoaderImpl._apply_overrides_to_config(
-            [o for o, g in zip(parsed, is_group) if not g and not o.is_hydra_override()], cfg)
+            [o for o, g in zip(parsed, is_group) if not g and not o.is_hydra_override()], cfg
+        )
         return typed(cfg)
 
 
@@ -204,8 +206,12 @@ def refuse_bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> None:
     by_reason: Dict[str, List[str]] = defaultdict(list)
     for job, reason in bad:
         by_reason[reason].append(names[tuple(job)])
-    log.error("Bad setting: %d of %d jobs of this sweep cannot run, so none was started (checked in %.1f s):",
-              len(bad), len(jobs), seconds)
+    log.error(
+        "Bad setting: %d of %d jobs of this sweep cannot run, so none was started (checked in %.1f s):",
+        len(bad),
+        len(jobs),
+        seconds,
+    )
     for reason, named in by_reason.items():
         more = f" and {len(named) - JOBS_NAMED} more" if len(named) > JOBS_NAMED else ""
         log.error("  %s%s: %s", ", ".join(named[:JOBS_NAMED]), more, reason)

@@ -53,8 +53,10 @@ def read_history(client: MlflowClient, experiment: str, testbed: Dict[str, str])
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    where = " and ".join(["tags.`wif.kind` = 'train'", "attributes.status = 'FINISHED'"] +
-                         [f"tags.`{k}` = '{v}'" for k, v in testbed.items()])
+    where = " and ".join(
+        ["tags.`wif.kind` = 'train'", "attributes.status = 'FINISHED'"]
+        + [f"tags.`{k}` = '{v}'" for k, v in testbed.items()]
+    )
     out = []
     for run in client.search_runs([exp.experiment_id], where, max_results=50_000):
         m, p = run.data.metrics, run.data.params
@@ -63,8 +65,15 @@ def read_history(client: MlflowClient, experiment: str, testbed: Dict[str, str])
         epochs = m.get("epochs_run") or float(p.get("trainer.epochs", "0") if p.get("trainer.epochs") != "auto" else 0)
         if not epochs:
             continue
-        out.append(RunCost(run.data.tags.get("wif.cell", "?"), m.get("job_overhead_s", 0.0), int(epochs),
-                           m["time_total_s"], p.get("trainer.epochs") == "auto"))
+        out.append(
+            RunCost(
+                run.data.tags.get("wif.cell", "?"),
+                m.get("job_overhead_s", 0.0),
+                int(epochs),
+                m["time_total_s"],
+                p.get("trainer.epochs") == "auto",
+            )
+        )
     return out
 
 
@@ -86,19 +95,38 @@ def read_probes(client: MlflowClient, experiment: str, testbed: Dict[str, str]) 
         m, p = run.data.metrics, run.data.params
         if setting in out or "time_total_s" not in m:
             continue
-        step = {k: {x.step: x.value for x in client.get_metric_history(run.info.run_id, k)}
-                for k in ("epoch_time_s", "first_batch_s", "val_time_s", "compute_s", "data_wait_s", "copy_s",
-                          "gpu_blocked_s")}  # the host's wait behind the GPU: out of data_wait_s, still the loop's
+        step = {
+            k: {x.step: x.value for x in client.get_metric_history(run.info.run_id, k)}
+            for k in (
+                "epoch_time_s",
+                "first_batch_s",
+                "val_time_s",
+                "compute_s",
+                "data_wait_s",
+                "copy_s",
+                "gpu_blocked_s",
+            )
+        }  # the host's wait behind the GPU: out of data_wait_s, still the loop's
         if 1 not in step["epoch_time_s"]:
             continue
         fraction = float(p["data.fraction"])
-        batches = b.batches_per_epoch(int(p["data.num_train"]), fraction, float(p["data.val_split"]),
-                                    int(p["data.batch_size"]), int(p["trainer.max_batches"]))
-        out[setting] = b.ProbeCost(m.get("probe_wall_s", m["time_total_s"] + m.get("job_overhead_s", 0.0)),
-                                   m["time_total_s"], step["epoch_time_s"][1], step["first_batch_s"].get(1, 0.0),
-                                   step["val_time_s"].get(1, 0.0), batches, fraction,
-                                   sum(step[k].get(1, 0.0)
-                                       for k in ("compute_s", "data_wait_s", "copy_s", "gpu_blocked_s")))
+        batches = b.batches_per_epoch(
+            int(p["data.num_train"]),
+            fraction,
+            float(p["data.val_split"]),
+            int(p["data.batch_size"]),
+            int(p["trainer.max_batches"]),
+        )
+        out[setting] = b.ProbeCost(
+            m.get("probe_wall_s", m["time_total_s"] + m.get("job_overhead_s", 0.0)),
+            m["time_total_s"],
+            step["epoch_time_s"][1],
+            step["first_batch_s"].get(1, 0.0),
+            step["val_time_s"].get(1, 0.0),
+            batches,
+            fraction,
+            sum(step[k].get(1, 0.0) for k in ("compute_s", "data_wait_s", "copy_s", "gpu_blocked_s")),
+        )
     # A job's start (fork, Hydra, the data's set-up) does not depend on its loader setting, and the sweep's first
     # job pays set-up once for all (1.9 s against 0.3 s): every probe is given the median start of them all.
     start = statistics.median(probe.wall_s - probe.run_s for probe in out.values()) if out else 0.0
@@ -112,8 +140,14 @@ def run_probe(jobs: Iterable[b.Job], launch: Launch, client: MlflowClient, exper
     picked: Dict[str, b.Job] = {}
     for job in sorted(jobs, key=lambda j: -j.fraction):
         picked.setdefault(job.setting, job)
-    log.info("Probe: %d settings, 2 epochs of %d batches each (twice what the loader holds in flight where that "
-             "is more), into experiment %s%s", len(picked), b.PROBE_BATCHES, experiment, PROBE_SUFFIX)
+    log.info(
+        "Probe: %d settings, 2 epochs of %d batches each (twice what the loader holds in flight where that "
+        "is more), into experiment %s%s",
+        len(picked),
+        b.PROBE_BATCHES,
+        experiment,
+        PROBE_SUFFIX,
+    )
     for i, job in enumerate(picked.values()):
         start_ms, t = int(time.time() * 1000), time.monotonic()
         launch([probe_job(job.key, experiment, b.probe_batches(job.in_flight))])
@@ -135,9 +169,11 @@ class SweepBudget:
 
         launcher = str(OmegaConf.select(cfg, "hydra.runtime.choices.hydra/launcher", default="basic") or "basic")
         if launcher in SUBMITTING_LAUNCHERS:  # one job at a time, timed here: parallel jobs would wait in line
-            log.error("Bad setting: sweep.budget_min and sweep.probe_only start one job at a time and time it here; "
-                      "hydra/launcher=%s runs jobs side by side elsewhere. Drop the budget, or use the basic launcher.",
-                      launcher)
+            log.error(
+                "Bad setting: sweep.budget_min and sweep.probe_only start one job at a time and time it here; "
+                "hydra/launcher=%s runs jobs side by side elsewhere. Drop the budget, or use the basic launcher.",
+                launcher,
+            )
             raise SystemExit(EXIT_BAD_SETTING)
         budget_min = cfg.sweep.budget_min  # null under sweep.probe_only without a budget: no limit
         self.budget_s = math.inf if budget_min is None else 60 * float(budget_min)
@@ -151,8 +187,9 @@ class SweepBudget:
         self.prices = b.Prices()
         for cell in {r.cell for r in history}:
             runs = [r for r in history if r.cell == cell]
-            self.prices.history[cell] = b.CellCost(statistics.median(r.overhead_s for r in runs), 0.0,
-                                                   statistics.median(r.run_s / r.epochs for r in runs))
+            self.prices.history[cell] = b.CellCost(
+                statistics.median(r.overhead_s for r in runs), 0.0, statistics.median(r.run_s / r.epochs for r in runs)
+            )
         self.auto_taken = [r.epochs for r in history if r.auto]
         self.prices.auto = b.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
         self.testbed, self.n_history = testbed, len(history)
@@ -173,9 +210,16 @@ class SweepBudget:
             digest = config_hash(run_identity(conf, device))
             key = tuple(job)
             self.hashes[key] = digest
-            self.jobs[key] = b.Job(key, cell_name(conf), conf.data.fraction, conf.repeat, _batches(conf),
-                                   None if conf.trainer.auto else int(conf.trainer.epochs), digest in done,
-                                   in_flight(conf.loader, conf.engine))
+            self.jobs[key] = b.Job(
+                key,
+                cell_name(conf),
+                conf.data.fraction,
+                conf.repeat,
+                _batches(conf),
+                None if conf.trainer.auto else int(conf.trainer.epochs),
+                digest in done,
+                in_flight(conf.loader, conf.engine),
+            )
             self.tr = conf.trainer
         return {"wif.device": device, "wif.model": model_label(conf.model)}
 
@@ -183,8 +227,11 @@ class SweepBudget:
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
             return set()
-        runs = self.client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'train' and attributes.status = "
-                                       "'FINISHED'", max_results=callback.SEARCH_LIMIT)
+        runs = self.client.search_runs(
+            [exp.experiment_id],
+            "tags.`wif.kind` = 'train' and attributes.status = 'FINISHED'",
+            max_results=callback.SEARCH_LIMIT,
+        )
         return {r.data.tags.get("wif.config_hash") for r in runs}
 
     def left_s(self) -> float:
@@ -203,28 +250,49 @@ class SweepBudget:
         self.prices.probes = read_probes(self.client, self.experiment, self.testbed)
         missing = [j for j in todo if j.setting not in self.prices.probes]
         if missing:
-            log.info("Budget: no earlier run of this testbed (%s) in the store: a probe prices the sweep first",
-                     "/".join(self.testbed.values()))
+            log.info(
+                "Budget: no earlier run of this testbed (%s) in the store: a probe prices the sweep first",
+                "/".join(self.testbed.values()),
+            )
             self.probe_s = run_probe(missing, launch, self.client, self.experiment)
             self.prices.probes = read_probes(self.client, self.experiment, self.testbed)
-            log.info("Probe done in %.1f s%s", self.probe_s, f", counted in the budget ({b.minutes(self.left_s())} "
-                     "left)" if math.isfinite(self.budget_s) else "")
+            log.info(
+                "Probe done in %.1f s%s",
+                self.probe_s,
+                f", counted in the budget ({b.minutes(self.left_s())} left)" if math.isfinite(self.budget_s) else "",
+            )
         else:
-            log.info("Budget: jobs priced from the store's probe of every setting (experiment %s%s)",
-                     self.experiment, PROBE_SUFFIX)
+            log.info(
+                "Budget: jobs priced from the store's probe of every setting (experiment %s%s)",
+                self.experiment,
+                PROBE_SUFFIX,
+            )
 
     def log_plan(self, order: Sequence[b.Job], what: str) -> None:
         """The plan, before the first job: what the order costs, what fits, what is left for later."""
         todo = [j for j in order if not j.done]
         fit, rest = b.fits(todo, self.prices, self.left_s())
         total = sum(self.prices.expected_s(j) for j in todo)
-        log.info("Budget plan: %.1f min of %.1f left (sweep.budget_min=%g); %s: %d jobs, %d finished already, "
-                 "about %s expected (%s a run)", self.left_s() / 60, self.budget_s / 60, self.budget_s / 60, what,
-                 len(order), len(order) - len(todo), b.minutes(total), self._epochs_said())
+        log.info(
+            "Budget plan: %.1f min of %.1f left (sweep.budget_min=%g); %s: %d jobs, %d finished already, "
+            "about %s expected (%s a run)",
+            self.left_s() / 60,
+            self.budget_s / 60,
+            self.budget_s / 60,
+            what,
+            len(order),
+            len(order) - len(todo),
+            b.minutes(total),
+            self._epochs_said(),
+        )
         ran = [replace(j, done=j.done or j in fit) for j in order]
-        log.info("Budget plan: fits %d jobs (%s)%s; a job starts only if %.1fx its upper price fits in what is left",
-                 len(fit), b.blocks_line(ran), f"; {len(rest)} jobs, about {b.minutes(self.undone_s(rest))}, "
-                 "are left for a larger budget" if rest else "", b.SAFETY)
+        log.info(
+            "Budget plan: fits %d jobs (%s)%s; a job starts only if %.1fx its upper price fits in what is left",
+            len(fit),
+            b.blocks_line(ran),
+            f"; {len(rest)} jobs, about {b.minutes(self.undone_s(rest))}, are left for a larger budget" if rest else "",
+            b.SAFETY,
+        )
 
     def _epochs_said(self) -> str:
         fixed = {j.epochs for j in self.jobs.values() if j.epochs}
@@ -235,13 +303,21 @@ class SweepBudget:
         job = self.job(overrides)
         upper = self.prices.upper_s(job)
         if b.may_start(upper, self.left_s()):
-            log.info("Budget: starting %s (block %d): up to %.1f s, %.1f s left", job.cell, job.block, upper,
-                     self.left_s())
+            log.info(
+                "Budget: starting %s (block %d): up to %.1f s, %.1f s left", job.cell, job.block, upper, self.left_s()
+            )
             return True
         if not any(r.cell == job.cell for r in self.refused):  # said once a cell: later blocks only cost more
-            log.warning("Budget: %s (block %d) not started: it may take up to %.1f s (%.1fx its upper price), and "
-                        "%.1f s are left, %.0f s of them kept for the sweep's end; cheaper jobs after it still may",
-                        job.cell, job.block, upper, b.SAFETY, self.left_s(), b.END_RESERVE_S)
+            log.warning(
+                "Budget: %s (block %d) not started: it may take up to %.1f s (%.1fx its upper price), and "
+                "%.1f s are left, %.0f s of them kept for the sweep's end; cheaper jobs after it still may",
+                job.cell,
+                job.block,
+                upper,
+                b.SAFETY,
+                self.left_s(),
+                b.END_RESERVE_S,
+            )
         self.refused.append(job)
         return False
 
@@ -269,8 +345,15 @@ class SweepBudget:
         self.ran.append(job)
         self.jobs[job.key] = replace(job, done=True)
         exp = self.client.get_experiment_by_name(self.experiment)
-        found = self.client.search_runs([exp.experiment_id], f"tags.`wif.config_hash` = '{self.hashes[job.key]}' "
-                                        "and attributes.status = 'FINISHED'", max_results=1) if exp else []
+        found = (
+            self.client.search_runs(
+                [exp.experiment_id],
+                f"tags.`wif.config_hash` = '{self.hashes[job.key]}' and attributes.status = 'FINISHED'",
+                max_results=1,
+            )
+            if exp
+            else []
+        )
         if not found:
             return
         m = found[0].data.metrics
@@ -287,9 +370,17 @@ class SweepBudget:
         """The sweep's last words on its budget: what ran, what did not, what finishing would cost."""
         spent = time.time() - self.started
         left = [j for j in undone if not self.jobs.get(j.key, j).done]
-        head = (f"budget {self.budget_s / 60:g} min: {'ended by the budget' if self.refused else 'enough'}; "
-                f"{len(self.ran)} jobs run, {spent / 60:.1f} min since the command started "
-                f"(probe {self.probe_s:.0f} s)")
-        tail = (f"; not run: {len(left)} jobs, about {b.minutes(self.undone_s(left))} to finish "
-                "(the same command with a larger sweep.budget_min resumes)") if left else "; nothing left undone"
+        head = (
+            f"budget {self.budget_s / 60:g} min: {'ended by the budget' if self.refused else 'enough'}; "
+            f"{len(self.ran)} jobs run, {spent / 60:.1f} min since the command started "
+            f"(probe {self.probe_s:.0f} s)"
+        )
+        tail = (
+            (
+                f"; not run: {len(left)} jobs, about {b.minutes(self.undone_s(left))} to finish "
+                "(the same command with a larger sweep.budget_min resumes)"
+            )
+            if left
+            else "; nothing left undone"
+        )
         return head + (f"; {decided}" if decided else "") + tail

@@ -63,14 +63,27 @@ class WorkerPick:
     table: str
 
     def __str__(self) -> str:
-        return (f"{self.table}\nBest: num_workers={self.num_workers} with pin_memory={str(self.pin_memory).lower()} "
-                f"({self.img_s:.0f} img/s)")
+        return (
+            f"{self.table}\nBest: num_workers={self.num_workers} with pin_memory={str(self.pin_memory).lower()} "
+            f"({self.img_s:.0f} img/s)"
+        )
 
 
-def tune_workers(dataset: Dataset, batch_size: int = 64, pin_memory: Sequence[bool] = (False, True),
-                 collate_fn: Optional[Callable[[List[Any]], Any]] = None, *, max_workers: Optional[int] = None,
-                 batches: int = 50, epochs: int = 3, step: int = 4, radius: int = 3, min_gain: float = 0.05,
-                 device: Optional[torch.device | str] = None, verbose: bool = True) -> WorkerPick:
+def tune_workers(
+    dataset: Dataset,
+    batch_size: int = 64,
+    pin_memory: Sequence[bool] = (False, True),
+    collate_fn: Optional[Callable[[List[Any]], Any]] = None,
+    *,
+    max_workers: Optional[int] = None,
+    batches: int = 50,
+    epochs: int = 3,
+    step: int = 4,
+    radius: int = 3,
+    min_gain: float = 0.05,
+    device: Optional[torch.device | str] = None,
+    verbose: bool = True,
+) -> WorkerPick:
     """The search `wif-tune` runs (`wif.tools.tune.search_workers`), on the caller's Dataset: for each
     pin_memory, num_workers from 0 up in coarse steps until more stop helping, then every count near the
     best; each trial iterates `batches` batches for `epochs` epochs (the first left out) and copies them to
@@ -84,28 +97,46 @@ def tune_workers(dataset: Dataset, batch_size: int = 64, pin_memory: Sequence[bo
     trials: List[Trial] = []
 
     def measure(pin: bool, workers: int, phase: str) -> Optional[float]:
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers, pin_memory=pin,
-                            collate_fn=collate_fn, drop_last=False)
+        loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=True,
+            num_workers=workers,
+            pin_memory=pin,
+            collate_fn=collate_fn,
+            drop_last=False,
+        )
         try:
-            times = time_epochs(loader, lambda b: _to_device(b, dev, pin), max(epochs, 2), device=dev,
-                                max_batches=batches)
-            summary = {"throughput_mean_img_s": times.img_s, "epoch_time_mean_s": times.mean_s,
-                       "first_batch_mean_s": statistics.mean(e["first_batch_s"] for e in times.measured),
-                       "data_wait_share_mean": statistics.mean(e["data_wait_s"] / e["epoch_time_s"]
-                                                               for e in times.measured)}
+            times = time_epochs(
+                loader, lambda b: _to_device(b, dev, pin), max(epochs, 2), device=dev, max_batches=batches
+            )
+            summary = {
+                "throughput_mean_img_s": times.img_s,
+                "epoch_time_mean_s": times.mean_s,
+                "first_batch_mean_s": statistics.mean(e["first_batch_s"] for e in times.measured),
+                "data_wait_share_mean": statistics.mean(e["data_wait_s"] / e["epoch_time_s"] for e in times.measured),
+            }
             trial = Trial(pin, workers, phase, "FINISHED", "", summary)
         except Exception as err:  # noqa: BLE001 - a trial that fails is reported and the search goes on
             trial = Trial(pin, workers, phase, "FAILED", "", {}, f"{type(err).__name__}: {err}")
         trials.append(trial)
         if verbose:
-            print(f"  {phase:<6} pin_memory={pin} num_workers={workers:<3} "
-                  + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error), flush=True)
+            print(
+                f"  {phase:<6} pin_memory={pin} num_workers={workers:<3} "
+                + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error),
+                flush=True,
+            )
         return trial.img_s
 
-    best = {pin: search_workers(lambda w, ph: measure(pin, w, ph), cap, step, radius, min_gain)  # noqa: B023
-            for pin in pins}
-    scores = {(pin, w): next(t.img_s for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
-              for pin, w in best.items() if w is not None}
+    best = {
+        pin: search_workers(lambda w, ph: measure(pin, w, ph), cap, step, radius, min_gain)  # noqa: B023
+        for pin in pins
+    }
+    scores = {
+        (pin, w): next(t.img_s for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
+        for pin, w in best.items()
+        if w is not None
+    }
     if not scores:
         raise RuntimeError("every trial failed:\n" + table(trials, None, NO_RAM))
     pin, workers = final_pick(scores, min_gain)
@@ -124,7 +155,7 @@ class EpochTimes:
     measured: List[Dict[str, float]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.measured = self.epochs[self.warmup_epochs:] or self.epochs
+        self.measured = self.epochs[self.warmup_epochs :] or self.epochs
 
     @property
     def median_s(self) -> float:
@@ -143,10 +174,17 @@ class EpochTimes:
         return statistics.mean(e["data_wait_s"] / e["epoch_time_s"] for e in self.measured)
 
 
-def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int = 3, *,
-                device: Optional[torch.device | str] = None, warmup_epochs: int = 1,
-                max_batches: Optional[int] = None, mlflow_experiment: Optional[str] = None,
-                run_name: Optional[str] = None) -> EpochTimes:
+def time_epochs(
+    loader: Iterable[Any],
+    step: Callable[[Any], Any],
+    epochs: int = 3,
+    *,
+    device: Optional[torch.device | str] = None,
+    warmup_epochs: int = 1,
+    max_batches: Optional[int] = None,
+    mlflow_experiment: Optional[str] = None,
+    run_name: Optional[str] = None,
+) -> EpochTimes:
     """Time `epochs` passes of `step(batch)` over `loader` as wif times its own: the device synchronized at
     each epoch's start and end only; the host's wait in `next()` summed as data wait; the step's time as
     compute (CUDA events on the device, read after the epoch's sync). `step` should not read values off the
@@ -166,8 +204,16 @@ def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int =
             step(batch)
             clock.stop()
         synchronize(dev)  # sync point: the epoch's queued work is done
-        out.append({"epoch": epoch, "epoch_time_s": time.perf_counter() - t0, "data_wait_s": feed.data_wait,
-                    "compute_s": clock.compute_s(), "first_batch_s": feed.first_batch, "samples": feed.samples})
+        out.append(
+            {
+                "epoch": epoch,
+                "epoch_time_s": time.perf_counter() - t0,
+                "data_wait_s": feed.data_wait,
+                "compute_s": clock.compute_s(),
+                "first_batch_s": feed.first_batch,
+                "samples": feed.samples,
+            }
+        )
     times = EpochTimes(out, warmup_epochs if epochs > warmup_epochs else 0)
     if mlflow_experiment:
         _log(times, mlflow_experiment, run_name)
@@ -182,5 +228,11 @@ def _log(times: EpochTimes, experiment: str, run_name: Optional[str]) -> None:
         mlflow.log_param("warmup_epochs", times.warmup_epochs)
         for e in times.epochs:
             mlflow.log_metrics({k: v for k, v in e.items() if k != "epoch"}, step=int(e["epoch"]))
-        mlflow.log_metrics({"epoch_time_median_s": times.median_s, "epoch_time_mean_s": times.mean_s,
-                            "throughput_mean_img_s": times.img_s, "data_wait_share_mean": times.data_wait_share})
+        mlflow.log_metrics(
+            {
+                "epoch_time_median_s": times.median_s,
+                "epoch_time_mean_s": times.mean_s,
+                "throughput_mean_img_s": times.img_s,
+                "data_wait_share_mean": times.data_wait_share,
+            }
+        )

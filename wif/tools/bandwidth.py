@@ -37,13 +37,25 @@ def sizes(text: str) -> List[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = tool_parser(PROG, "Measure host-to-device and device-to-host copy rates from pinned and pageable memory "
-                          "(median decimal GB/s over the repeats, CUDA events on the copying stream) and log "
-                          "them as an MLflow run tagged wif.kind=bandwidth.")
-    p.add_argument("--sizes-mb", type=sizes, default=[1.0, 16.0, 256.0], metavar="MB[,MB...]",
-                   help="copy sizes in decimal MB (10^6 bytes), comma-separated (default: 1,16,256)")
-    p.add_argument("--repeats", type=int, default=20,
-                   help="timed copies per size, direction and memory kind, after one warm-up (default: %(default)s)")
+    p = tool_parser(
+        PROG,
+        "Measure host-to-device and device-to-host copy rates from pinned and pageable memory "
+        "(median decimal GB/s over the repeats, CUDA events on the copying stream) and log "
+        "them as an MLflow run tagged wif.kind=bandwidth.",
+    )
+    p.add_argument(
+        "--sizes-mb",
+        type=sizes,
+        default=[1.0, 16.0, 256.0],
+        metavar="MB[,MB...]",
+        help="copy sizes in decimal MB (10^6 bytes), comma-separated (default: 1,16,256)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=20,
+        help="timed copies per size, direction and memory kind, after one warm-up (default: %(default)s)",
+    )
     p.add_argument("--no-log", action="store_true", help="print the table only; log no MLflow run")
     return p
 
@@ -52,8 +64,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.repeats < 1:
         raise ConfigError(f"--repeats={args.repeats} must be at least 1.")
     if max(args.sizes_mb) > 16384:
-        raise ConfigError(f"--sizes-mb: {max(args.sizes_mb):g} MB is more than 16 GB of pinned host memory; "
-                          "a few hundred MB already reach the link's rate.")
+        raise ConfigError(
+            f"--sizes-mb: {max(args.sizes_mb):g} MB is more than 16 GB of pinned host memory; "
+            "a few hundred MB already reach the link's rate."
+        )
 
 
 def table(rates: Sequence[Rate]) -> str:
@@ -61,8 +75,9 @@ def table(rates: Sequence[Rate]) -> str:
     columns = [(d, m) for d in DIRECTIONS for m in MEMORY]
     by = {(r.direction, r.memory, r.size_mb): r.gbps for r in rates}
     head = f"{'size MB':>9}" + "".join(f"{d + ' ' + m:>15}" for d, m in columns)
-    rows = [head] + [f"{s:>9g}" + "".join(f"{by[(d, m, s)]:>15.2f}" for d, m in columns)
-                     for s in sorted({r.size_mb for r in rates})]
+    rows = [head] + [
+        f"{s:>9g}" + "".join(f"{by[(d, m, s)]:>15.2f}" for d, m in columns) for s in sorted({r.size_mb for r in rates})
+    ]
     best = rate_metrics(rates)
     rows.append(f"{'best':>9}" + "".join(f"{best[f'{d}_{m}_best_gbps']:>15.2f}" for d, m in columns))
     return "\n".join(rows) + "\n(GB/s, decimal: 10^9 bytes per second; median of the repeats)"
@@ -75,8 +90,15 @@ def device_tags() -> Dict[str, str]:
     from wif.run.training import device_info
 
     info = device_info(torch.device("cuda", 0))
-    tags = {"wif.kind": "bandwidth", "wif.device": "cuda", "wif.gpu": info["name"], "wif.gpu_uuid": info["uuid"],
-            "wif.cuda": str(info["cuda"]), "wif.gpu_capability": info["capability"], "wif.torch": torch.__version__}
+    tags = {
+        "wif.kind": "bandwidth",
+        "wif.device": "cuda",
+        "wif.gpu": info["name"],
+        "wif.gpu_uuid": info["uuid"],
+        "wif.cuda": str(info["cuda"]),
+        "wif.gpu_capability": info["capability"],
+        "wif.torch": torch.__version__,
+    }
     try:
         from wif.measure.nvml import GpuProbe
 
@@ -122,8 +144,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
 
     device = torch.device("cuda", 0)
-    print(f"{PROG}: {torch.cuda.get_device_name(device)}: sizes {', '.join(f'{s:g}' for s in args.sizes_mb)} MB, "
-          f"{args.repeats} timed copies each after one warm-up", flush=True)
+    print(
+        f"{PROG}: {torch.cuda.get_device_name(device)}: sizes {', '.join(f'{s:g}' for s in args.sizes_mb)} MB, "
+        f"{args.repeats} timed copies each after one warm-up",
+        flush=True,
+    )
     try:
         rates = copy_rates(args.sizes_mb, args.repeats, device)
     except KeyboardInterrupt:
@@ -132,8 +157,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(table(rates))
     if not args.no_log:
         run_id = log_run(tracking.uri, tracking.experiment, args, rates)
-        print(f"Logged as run {run_id} (tag wif.kind=bandwidth) in experiment {tracking.experiment!r} "
-              f"at {tracking.uri}.")
+        print(
+            f"Logged as run {run_id} (tag wif.kind=bandwidth) in experiment {tracking.experiment!r} at {tracking.uri}."
+        )
     return EXIT_OK
 
 

@@ -150,17 +150,26 @@ def probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None)
         # The run's own step: its precision, memory format, compilation and optimizer change the memory it takes.
         model = prepare_model(build_model(conf.model, classes).to(device), tr)
         optimizer = build_optimizer(tr, model.parameters())
-        step = Step(model, optimizer, nn.CrossEntropyLoss(), conf.model.aux_weight, device, tr.precision,
-                    tr.channels_last)
-        batches = (sample_batches(sample, batch, steps, device) if sample is not None
-                   else FixedBatches(batch * steps, batch, d.image_size, d.num_classes, device, conf.seed))
+        step = Step(
+            model, optimizer, nn.CrossEntropyLoss(), conf.model.aux_weight, device, tr.precision, tr.channels_last
+        )
+        batches = (
+            sample_batches(sample, batch, steps, device)
+            if sample is not None
+            else FixedBatches(batch * steps, batch, d.image_size, d.num_classes, device, conf.seed)
+        )
         train_epoch(model, batches, lambda b: b, optimizer, step.loss_fn, conf.model.aux_weight, device, step)
     except RuntimeError as err:
         if not out_of_memory(err):
             raise
         try:  # a library's failed allocation may leave the context unusable: the figures are then unknown
-            return Probe(batch, False, torch.cuda.max_memory_reserved(device) / MB, math.nan,
-                         torch.cuda.mem_get_info(device)[1] / MB)
+            return Probe(
+                batch,
+                False,
+                torch.cuda.max_memory_reserved(device) / MB,
+                math.nan,
+                torch.cuda.mem_get_info(device)[1] / MB,
+            )
         except RuntimeError:
             return Probe(batch, False)
     free, total = torch.cuda.mem_get_info(device)  # the allocator keeps its peak blocks: this is the peak
@@ -177,15 +186,20 @@ def _probe_child(conf: Config, batch: int, steps: int, sample: bytes, conn: Any)
 def run_probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None) -> Probe:
     """One probe in a fresh process: a clean CUDA context and allocator every time."""
     conn, child_end = FRESH.Pipe(duplex=False)
-    proc = FRESH.Process(target=_probe_child, args=(conf, batch, steps, pickle.dumps(sample), child_end),
-                         name=f"wif-probe {batch}")  # the sample by value: no tensor shared with a short-lived child
+    proc = FRESH.Process(
+        target=_probe_child, args=(conf, batch, steps, pickle.dumps(sample), child_end), name=f"wif-probe {batch}"
+    )  # the sample by value: no tensor shared with a short-lived child
     proc.start()
     child_end.close()
     try:
         result = conn.recv()
     except EOFError:
-        result = Probe(batch, False, error=f"the probe's process ended with exit code {proc.exitcode} without a "
-                       "result (killed, host out of memory, or a crash in native code)")
+        result = Probe(
+            batch,
+            False,
+            error=f"the probe's process ended with exit code {proc.exitcode} without a "
+            "result (killed, host out of memory, or a crash in native code)",
+        )
     proc.join()
     return result
 
@@ -196,17 +210,28 @@ class ProbeFailed(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = tool_parser(PROG, "The largest data.batch_size the configured model trains "
-                          "with on this GPU while the device stays within --fill of its memory.")
-    p.add_argument("--fill", type=float, default=0.9,
-                   help="share of the device's memory a batch may fill, as nvidia-smi counts it (default: %(default)s)")
+    p = tool_parser(
+        PROG,
+        "The largest data.batch_size the configured model trains "
+        "with on this GPU while the device stays within --fill of its memory.",
+    )
+    p.add_argument(
+        "--fill",
+        type=float,
+        default=0.9,
+        help="share of the device's memory a batch may fill, as nvidia-smi counts it (default: %(default)s)",
+    )
     p.add_argument("--start", type=int, help="first size tried (default: data.batch_size)")
     p.add_argument("--max-batch", type=int, default=65536, help="largest size tried (default: %(default)s)")
-    p.add_argument("--multiple", type=int, default=8,
-                   help="sizes searched are multiples of this (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=3,
-                   help="training steps per probe; the optimizer's state appears after the first "
-                   "(default: %(default)s)")
+    p.add_argument(
+        "--multiple", type=int, default=8, help="sizes searched are multiples of this (default: %(default)s)"
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        help="training steps per probe; the optimizer's state appears after the first (default: %(default)s)",
+    )
     return p
 
 
@@ -252,8 +277,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
     if not cuda_present():
-        print(f"{PROG}: needs a CUDA device (device memory is what it measures), and this machine has none.",
-              file=sys.stderr)
+        print(
+            f"{PROG}: needs a CUDA device (device memory is what it measures), and this machine has none.",
+            file=sys.stderr,
+        )
         return EXIT_BAD_SETTING
     d = conf.data
     sample = None
@@ -263,27 +290,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except ConfigError as err:
             print(f"{PROG}: {err}", file=sys.stderr)
             return EXIT_BAD_SETTING
-    shape = (f"inputs {tuple(getattr(sample.x, 'shape', ()))} from data._target_={d._target_}, {sample.num_classes}"
-             if sample is not None else f"{d.image_size}x{d.image_size} images, {d.num_classes}")
-    print(f"{PROG}: model={conf.model.name.value}, {shape} classes; "
-          f"largest multiple of {args.multiple} up to {args.max_batch} that trains within {args.fill:.0%} of the "
-          "device's memory", flush=True)
+    shape = (
+        f"inputs {tuple(getattr(sample.x, 'shape', ()))} from data._target_={d._target_}, {sample.num_classes}"
+        if sample is not None
+        else f"{d.image_size}x{d.image_size} images, {d.num_classes}"
+    )
+    print(
+        f"{PROG}: model={conf.model.name.value}, {shape} classes; "
+        f"largest multiple of {args.multiple} up to {args.max_batch} that trains within {args.fill:.0%} of the "
+        "device's memory",
+        flush=True,
+    )
     try:
         best, probes = search(conf, args, sample)
     except ProbeFailed as err:
-        print(f"{PROG}: a probe failed for a reason other than device memory, so the search stops: {err}",
-              file=sys.stderr)
+        print(
+            f"{PROG}: a probe failed for a reason other than device memory, so the search stops: {err}", file=sys.stderr
+        )
         return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED
     if best == 0:
-        print(f"{PROG}: not even a batch of {args.multiple} trains within {args.fill:.0%} of the device's memory.",
-              file=sys.stderr)
+        print(
+            f"{PROG}: not even a batch of {args.multiple} trains within {args.fill:.0%} of the device's memory.",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     p = probes[best]
-    print(f"Largest batch size: {best} (peak {p.reserved_mb:.0f} MiB reserved by PyTorch; {p.used_mb:.0f} of "
-          f"{p.total_mb:.0f} MiB used on the device, {p.used_mb / p.total_mb:.0%}).")
+    print(
+        f"Largest batch size: {best} (peak {p.reserved_mb:.0f} MiB reserved by PyTorch; {p.used_mb:.0f} of "
+        f"{p.total_mb:.0f} MiB used on the device, {p.used_mb / p.total_mb:.0%})."
+    )
     if best == args.max_batch // args.multiple * args.multiple:
         print("It is the largest size tried: raise --max-batch to look further.")
     kept: List[str] = [o for o in args.overrides if not o.startswith("data.batch_size=")]

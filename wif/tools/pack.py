@@ -44,16 +44,19 @@ def progress_bar(total: int, tty: bool) -> Progress:
             return
         last = now
         filled = BAR * done // max(total, 1)
-        text = (f"{PROG}: [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} images, "
-                f"{done / max(now - t0, 1e-9):.0f} images/s, {written / 2 ** 20:.1f} MiB")
+        text = (
+            f"{PROG}: [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} images, "
+            f"{done / max(now - t0, 1e-9):.0f} images/s, {written / 2**20:.1f} MiB"
+        )
         print(("\r" + text) if tty else text, end="" if tty and done < total else "\n", file=sys.stderr, flush=True)
 
     return report
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = tool_parser(PROG, "Pack an image source into LMDB or tar shards (data.format), to train from with "
-                               "data.path.")
+    parser = tool_parser(
+        PROG, "Pack an image source into LMDB or tar shards (data.format), to train from with data.path."
+    )
     parser.add_argument("--to", required=True, choices=[DataFormat.lmdb.value, DataFormat.shards.value])
     parser.add_argument("--out", required=True, type=Path, help="the pack's folder (must not exist yet)")
     return parser
@@ -79,8 +82,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     total = sum(len(p) for p in listing.paths.values())
     t0 = time.perf_counter()
     try:
-        pack = build(listing, DataFormat(args.to), out, conf.data.shard_mb, progress_bar(total, sys.stderr.isatty()),
-                     conf.data.source.value)
+        pack = build(
+            listing,
+            DataFormat(args.to),
+            out,
+            conf.data.shard_mb,
+            progress_bar(total, sys.stderr.isatty()),
+            conf.data.source.value,
+        )
         seconds = time.perf_counter() - t0
         check_pack(pack, conf.data.cache_dir)
     except KeyboardInterrupt:
@@ -89,8 +98,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:  # a file that changed while it was packed
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
-    print(f"{PROG}: {pack.records} images ({pack.meta['parts']['train']} train, {pack.meta['parts']['test']} test), "
-          f"{pack.nbytes / 2 ** 20:.1f} MiB in {out} ({args.to}), {pack.records / seconds:.0f} images/s")
+    print(
+        f"{PROG}: {pack.records} images ({pack.meta['parts']['train']} train, {pack.meta['parts']['test']} test), "
+        f"{pack.nbytes / 2**20:.1f} MiB in {out} ({args.to}), {pack.records / seconds:.0f} images/s"
+    )
     print(f"Train from it: {STUDY_COMMAND} data={conf.data.source.value} data.format={args.to} data.path={out}")
     return EXIT_OK
 

@@ -12,8 +12,9 @@ from wif.measure.tracking import FAILED, FINISHED, Tracker
 from wif.run.supervise import REFUSED, Outcome, supervise
 
 
-def run_recorded(tracker: Tracker, conf: Config, device: str, name: str, tags: Dict[str, str],
-                 label: str) -> Tuple[str, Outcome, str]:
+def run_recorded(
+    tracker: Tracker, conf: Config, device: str, name: str, tags: Dict[str, str], label: str
+) -> Tuple[str, Outcome, str]:
     """(run id, outcome, its error in one line or ''): the summary logged and `wif.contended` tagged when
     FINISHED, else `wif.error`.
     A KILLED outcome (Ctrl-C) is the caller's to act on, once it has kept what it needs."""

@@ -36,8 +36,12 @@ from wif.tools.recorded import run_recorded
 
 PROG = "wif-tune"
 # Loader keys that only mean something with worker processes, and their value without any.
-WORKER_ONLY = (("prefetch_factor", None), ("persistent_workers", False), ("in_order", True),
-               ("multiprocessing_context", None))
+WORKER_ONLY = (
+    ("prefetch_factor", None),
+    ("persistent_workers", False),
+    ("in_order", True),
+    ("multiprocessing_context", None),
+)
 
 Measure = Callable[[int, str], Optional[float]]  # (num_workers, phase) -> images/s, None if the trial failed
 
@@ -125,17 +129,28 @@ class Tuner:
     def run(self, pin_memory: bool, num_workers: int, phase: str) -> Optional[float]:
         conf = trial_config(self.base, num_workers, pin_memory, self.args.batches, self.args.epochs)
         fraction = f"{conf.data.fraction:g}"
-        tags = {**host_tags(), "wif.kind": "tune", "wif.tune_id": self.tune_id, "wif.tune_phase": phase,
-                "wif.loader": conf.loader.name, "wif.fraction": fraction, "wif.device": self.device,
-                "wif.gpu": "none", "wif.model": model_label(conf.model), "wif.transfer": conf.transfer.kind.value,
-                "wif.num_workers": num_workers, "wif.pin_memory": pin_memory}
+        tags = {
+            **host_tags(),
+            "wif.kind": "tune",
+            "wif.tune_id": self.tune_id,
+            "wif.tune_phase": phase,
+            "wif.loader": conf.loader.name,
+            "wif.fraction": fraction,
+            "wif.device": self.device,
+            "wif.gpu": "none",
+            "wif.model": model_label(conf.model),
+            "wif.transfer": conf.transfer.kind.value,
+            "wif.num_workers": num_workers,
+            "wif.pin_memory": pin_memory,
+        }
         name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
         label = f"pin_memory={pin_memory} num_workers={num_workers}"
         run_id, outcome, error = run_recorded(self.tracker, conf, self.device, name, tags, label)
         trial = Trial(pin_memory, num_workers, phase, outcome.status, run_id, outcome.summary, error)
         self.trials.append(trial)
-        print(f"  {phase:<6} {label:<34} " + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error),
-              flush=True)
+        print(
+            f"  {phase:<6} {label:<34} " + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error), flush=True
+        )
         if outcome.status == KILLED:
             raise KeyboardInterrupt
         return trial.img_s
@@ -144,8 +159,10 @@ class Tuner:
 # ----------------------------------------------------------------------------- output
 def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS read during the trial") -> str:
     """The trials, one row each; a RAM figure not measured shows '-', and a last line says why (`no_ram`)."""
-    rows = [f"{'pin_memory':<11}{'num_workers':>12}{'img/s':>10}{'epoch s':>9}{'1st batch s':>12}"
-            f"{'data wait':>10}{'RAM PSS MB':>11}  phase"]
+    rows = [
+        f"{'pin_memory':<11}{'num_workers':>12}{'img/s':>10}{'epoch s':>9}{'1st batch s':>12}"
+        f"{'data wait':>10}{'RAM PSS MB':>11}  phase"
+    ]
     missing = False
     for t in sorted(trials, key=lambda t: (t.pin_memory, t.num_workers)):
         s = t.summary
@@ -155,9 +172,12 @@ def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS 
         mark = "  <- best" if t is best else ""
         pss = s.get("ram_peak_pss_mb")
         missing = missing or pss is None or math.isnan(pss)
-        rows.append(f"{str(t.pin_memory):<11}{t.num_workers:>12}{t.img_s:>10.0f}{s['epoch_time_mean_s']:>9.3f}"
-                    f"{s['first_batch_mean_s']:>12.3f}{s['data_wait_share_mean']:>10.0%}"
-                    + (f"{'-':>11}" if pss is None or math.isnan(pss) else f"{pss:>11.0f}") + f"  {t.phase}{mark}")
+        rows.append(
+            f"{str(t.pin_memory):<11}{t.num_workers:>12}{t.img_s:>10.0f}{s['epoch_time_mean_s']:>9.3f}"
+            f"{s['first_batch_mean_s']:>12.3f}{s['data_wait_share_mean']:>10.0%}"
+            + (f"{'-':>11}" if pss is None or math.isnan(pss) else f"{pss:>11.0f}")
+            + f"  {t.phase}{mark}"
+        )
     if missing:
         rows.append(f"RAM PSS MB '-': not measured ({no_ram}).")
     return "\n".join(rows)
@@ -165,33 +185,55 @@ def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS 
 
 def train_command(base: Config, overrides: Sequence[str], best: Trial) -> str:
     """The `wif-study` line that uses the best setting, keeping the user's other overrides."""
-    mine = {"loader.num_workers", "loader.pin_memory"} | ({f"loader.{k}" for k, _ in WORKER_ONLY}
-                                                          if best.num_workers == 0 else set())
+    mine = {"loader.num_workers", "loader.pin_memory"} | (
+        {f"loader.{k}" for k, _ in WORKER_ONLY} if best.num_workers == 0 else set()
+    )
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in mine | {"loader"}]
-    line = [f"loader={base.loader.name}", f"loader.num_workers={best.num_workers}",
-            f"loader.pin_memory={str(best.pin_memory).lower()}"]
+    line = [
+        f"loader={base.loader.name}",
+        f"loader.num_workers={best.num_workers}",
+        f"loader.pin_memory={str(best.pin_memory).lower()}",
+    ]
     if best.num_workers == 0:  # the option's worker-only keys would be refused without workers
-        line += [f"loader.{key}={'null' if neutral is None else str(neutral).lower()}"
-                 for key, neutral in WORKER_ONLY
-                 if hasattr(base.loader, key) and getattr(base.loader, key) != neutral]
+        line += [
+            f"loader.{key}={'null' if neutral is None else str(neutral).lower()}"
+            for key, neutral in WORKER_ONLY
+            if hasattr(base.loader, key) and getattr(base.loader, key) != neutral
+        ]
     return " ".join([STUDY_COMMAND] + line + kept)
 
 
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
-    p = tool_parser(PROG, "Search loader.num_workers for both pin_memory values with "
-                          "loader-only runs of the configured loader; print the best and its wif-study line.")
+    p = tool_parser(
+        PROG,
+        "Search loader.num_workers for both pin_memory values with "
+        "loader-only runs of the configured loader; print the best and its wif-study line.",
+    )
     p.add_argument("--batches", type=int, default=50, help="batches timed per epoch (default: %(default)s)")
-    p.add_argument("--epochs", type=int, default=3,
-                   help="epochs per trial; the first (worker start-up, warm-up) is left out (default: %(default)s)")
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=3,
+        help="epochs per trial; the first (worker start-up, warm-up) is left out (default: %(default)s)",
+    )
     p.add_argument("--max-workers", type=int, help="most workers tried (default and cap: twice the usable cores)")
     p.add_argument("--step", type=int, default=4, help="coarse step in workers (default: %(default)s)")
-    p.add_argument("--radius", type=int, default=3,
-                   help="refine this many workers around the best (default: %(default)s)")
-    p.add_argument("--min-gain", type=float, default=0.05,
-                   help="more workers must be this much faster to count as helping (default: %(default)s)")
-    p.add_argument("--pin-memory", choices=["both", "true", "false"], default="both",
-                   help="pin_memory values searched (default: both; without CUDA only false)")
+    p.add_argument(
+        "--radius", type=int, default=3, help="refine this many workers around the best (default: %(default)s)"
+    )
+    p.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.05,
+        help="more workers must be this much faster to count as helping (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pin-memory",
+        choices=["both", "true", "false"],
+        default="both",
+        help="pin_memory values searched (default: both; without CUDA only false)",
+    )
     return p
 
 
@@ -208,14 +250,20 @@ def check_tunable(conf: Config) -> None:
     """Refuse a configuration with no streaming loader to tune (wif-tune and wif-advise), and an image folder
     whose layout or files cannot be used, before the first trial (as a sweep checks it before its first job)."""
     if conf.data.source is DataSource.fixed:
-        raise ConfigError("data=fixed has no loader to tune: its batches are already on the device. Pick the data "
-                          "option you train on (e.g. data=synthetic).")
+        raise ConfigError(
+            "data=fixed has no loader to tune: its batches are already on the device. Pick the data "
+            "option you train on (e.g. data=synthetic)."
+        )
     if conf.transfer.kind is TransferKind.resident:
-        raise ConfigError(f"loader={conf.loader.name} keeps the dataset on the device and uses no workers; pick a "
-                          "loader option that streams batches (e.g. loader=pin_nb).")
+        raise ConfigError(
+            f"loader={conf.loader.name} keeps the dataset on the device and uses no workers; pick a "
+            "loader option that streams batches (e.g. loader=pin_nb)."
+        )
     if conf.loader.background:
-        raise ConfigError(f"loader={conf.loader.name} uses BackgroundGenerator, which deadlocks with workers; pick a "
-                          "loader option without it (e.g. loader=pin_nb).")
+        raise ConfigError(
+            f"loader={conf.loader.name} uses BackgroundGenerator, which deadlocks with workers; pick a "
+            "loader option without it (e.g. loader=pin_nb)."
+        )
     if conf.data.source is DataSource.folder and conf.data.path is None:
         require_readable(conf.data)
 
@@ -250,36 +298,54 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cap = 2 * cores
     max_workers = cap if args.max_workers is None else min(args.max_workers, cap)
     if args.max_workers is not None and args.max_workers > cap:
-        print(f"{PROG}: --max-workers={args.max_workers} is more than twice the {cores} usable cores; "
-              f"searching up to {cap}.", file=sys.stderr)
+        print(
+            f"{PROG}: --max-workers={args.max_workers} is more than twice the {cores} usable cores; "
+            f"searching up to {cap}.",
+            file=sys.stderr,
+        )
     pins = {"both": [False, True], "true": [True], "false": [False]}[args.pin_memory]
     if not cuda and True in pins:
-        print(f"{PROG}: no CUDA device: pin_memory has no effect, so only pin_memory=false is searched.",
-              file=sys.stderr)
+        print(
+            f"{PROG}: no CUDA device: pin_memory has no effect, so only pin_memory=false is searched.", file=sys.stderr
+        )
         pins = [False]
 
-    print(f"{PROG}: loader={base.loader.name}, fraction {base.data.fraction:g}, batch {base.data.batch_size}, "
-          f"up to {args.batches} batches x {args.epochs} epochs per trial (first epoch left out), on {device}, "
-          f"{cores} usable cores: num_workers 0..{max_workers}", flush=True)
+    print(
+        f"{PROG}: loader={base.loader.name}, fraction {base.data.fraction:g}, batch {base.data.batch_size}, "
+        f"up to {args.batches} batches x {args.epochs} epochs per trial (first epoch left out), on {device}, "
+        f"{cores} usable cores: num_workers 0..{max_workers}",
+        flush=True,
+    )
     preload()
     silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
     tuner = Tuner(base, device, args)
     best_per_pin: Dict[bool, Optional[int]] = {}
     try:
         for pin in pins:
-            best_per_pin[pin] = search_workers(lambda w, phase: tuner.run(pin, w, phase),  # noqa: B023
-                                               max_workers, args.step, args.radius, args.min_gain)
+            best_per_pin[pin] = search_workers(
+                lambda w, phase: tuner.run(pin, w, phase),  # noqa: B023
+                max_workers,
+                args.step,
+                args.radius,
+                args.min_gain,
+            )
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; the trials so far are in MLflow (tag wif.tune_id={tuner.tune_id}).",
-              file=sys.stderr)
+        print(
+            f"{PROG}: interrupted; the trials so far are in MLflow (tag wif.tune_id={tuner.tune_id}).", file=sys.stderr
+        )
         return EXIT_INTERRUPTED
 
-    finalists = {(pin, w): next(t.img_s for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
-                 for pin, w in best_per_pin.items() if w is not None}
+    finalists = {
+        (pin, w): next(t.img_s for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
+        for pin, w in best_per_pin.items()
+        if w is not None
+    }
     if not finalists:
         print(table(tuner.trials, None))
-        print(f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
-              file=sys.stderr)
+        print(
+            f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     pin, w = final_pick(finalists, args.min_gain)
     best = next(t for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
@@ -289,8 +355,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
     for p, bw in best_per_pin.items():
         print(f"Best with pin_memory={str(p).lower()}: num_workers={bw}")
-    print(f"Best: num_workers={w} with pin_memory={str(pin).lower()} ({best.img_s:.0f} img/s). "
-          f"{len(tuner.trials)} trials logged to MLflow with tag wif.tune_id={tuner.tune_id}.")
+    print(
+        f"Best: num_workers={w} with pin_memory={str(pin).lower()} ({best.img_s:.0f} img/s). "
+        f"{len(tuner.trials)} trials logged to MLflow with tag wif.tune_id={tuner.tune_id}."
+    )
     print(f"Use it: {train_command(base, args.overrides, best)}")
     return EXIT_OK
 

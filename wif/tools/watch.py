@@ -72,10 +72,17 @@ def settings_of(batches: Any, loader: Optional[DataLoader]) -> Dict[str, Any]:
     """The loader's settings as the run's params (what `wif-advise` keeps or changes)."""
     if loader is None:
         return {"loader": type(batches).__name__}
-    return {"loader": type(batches).__name__, "batch_size": loader.batch_size, "num_workers": loader.num_workers,
-            "prefetch_factor": loader.prefetch_factor, "pin_memory": loader.pin_memory,
-            "persistent_workers": loader.persistent_workers, "in_order": getattr(loader, "in_order", True),
-            "drop_last": loader.drop_last, "dataset_len": _len(loader.dataset)}
+    return {
+        "loader": type(batches).__name__,
+        "batch_size": loader.batch_size,
+        "num_workers": loader.num_workers,
+        "prefetch_factor": loader.prefetch_factor,
+        "pin_memory": loader.pin_memory,
+        "persistent_workers": loader.persistent_workers,
+        "in_order": getattr(loader, "in_order", True),
+        "drop_last": loader.drop_last,
+        "dataset_len": _len(loader.dataset),
+    }
 
 
 def _cuda() -> torch.device:
@@ -89,8 +96,15 @@ class Session:
     """One watched loader over the whole script: its epochs, numbered on across `wif.watch` calls, and its
     one MLflow run."""
 
-    def __init__(self, batches: Iterable[Any], experiment: Optional[str], run_name: Optional[str], log: bool,
-                 say: Callable[[str], None], orders: Optional[Orders] = None) -> None:
+    def __init__(
+        self,
+        batches: Iterable[Any],
+        experiment: Optional[str],
+        run_name: Optional[str],
+        log: bool,
+        say: Callable[[str], None],
+        orders: Optional[Orders] = None,
+    ) -> None:
         self.batches, self.say, self.orders = batches, say, orders
         found = find_dataloader(batches)
         if self.orders is not None:
@@ -132,10 +146,19 @@ class Session:
 
     def _end(self, stats: Any, batches: int, complete: bool) -> None:
         t = stats.epoch_time_s
-        e = {"epoch": len(self.epochs), "epoch_time_s": t, "data_wait_s": stats.data_wait_s, "copy_s": 0.0,
-             "compute_s": max(t - stats.data_wait_s, 0.0), "first_batch_s": stats.first_batch_s,
-             "samples": stats.samples, "batches": batches, "throughput_img_s": stats.samples / t if t > 0 else 0.0,
-             "data_wait_share": stats.data_wait_s / t if t > 0 else 0.0, "compute_threads": stats.compute_threads}
+        e = {
+            "epoch": len(self.epochs),
+            "epoch_time_s": t,
+            "data_wait_s": stats.data_wait_s,
+            "copy_s": 0.0,
+            "compute_s": max(t - stats.data_wait_s, 0.0),
+            "first_batch_s": stats.first_batch_s,
+            "samples": stats.samples,
+            "batches": batches,
+            "throughput_img_s": stats.samples / t if t > 0 else 0.0,
+            "data_wait_share": stats.data_wait_s / t if t > 0 else 0.0,
+            "compute_threads": stats.compute_threads,
+        }
         e.update(self.record.end(stats.t_start, _cuda()))
         self.epochs.append(e)
         self.record.log_epoch(e, self.epochs)
@@ -147,13 +170,14 @@ class Session:
 def line(e: Dict[str, float], complete: bool = True) -> str:
     """The epoch's one line: its time and whether the step waited for data."""
     share = e["data_wait_share"]
-    head = (f"wif.watch: epoch {int(e['epoch']) + 1}: {e['epoch_time_s']:.3f} s, {int(e['batches'])} batches, "
-            f"{e['throughput_img_s']:,.0f} samples/s, first batch {e['first_batch_s']:.3f} s")
+    head = (
+        f"wif.watch: epoch {int(e['epoch']) + 1}: {e['epoch_time_s']:.3f} s, {int(e['batches'])} batches, "
+        f"{e['throughput_img_s']:,.0f} samples/s, first batch {e['first_batch_s']:.3f} s"
+    )
     if not complete:
         head += " (ended early)"
     if share > WAITED:
-        verdict = (f"waited for data {e['data_wait_s']:.3f} s ({share:.0%} of the epoch): the loader holds the "
-                   "step back")
+        verdict = f"waited for data {e['data_wait_s']:.3f} s ({share:.0%} of the epoch): the loader holds the step back"
     else:
         verdict = f"did not wait for data ({share:.0%} of the epoch in next())"
     ram = next(((e[k], k[9:12].upper()) for k in ("ram_peak_pss_mb", "ram_peak_rss_mb") if k in e), None)
@@ -191,8 +215,14 @@ class Watched:
         return getattr(self.batches, name)
 
 
-def watch(batches: Iterable[Any], *, experiment: Optional[str] = None, run_name: Optional[str] = None,
-          log: bool = True, quiet: bool = False) -> Watched:
+def watch(
+    batches: Iterable[Any],
+    *,
+    experiment: Optional[str] = None,
+    run_name: Optional[str] = None,
+    log: bool = True,
+    quiet: bool = False,
+) -> Watched:
     """`for batch in wif.watch(train_loader):` times each pass as an epoch and logs it. Call it once, or once
     an epoch on the same loader: the epochs go on in one MLflow run (`experiment`: the store's experiment, by
     default MLFLOW_EXPERIMENT_NAME or the study's; `log=False`: no MLflow). WIF_WATCH=0 turns it off."""

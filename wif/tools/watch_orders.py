@@ -24,8 +24,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from wif.run.stopping import StopRule, decide
 from wif.run.record import MEMORY_PEAKS
+from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
 
 ENV = "WIF_WATCH_ORDERS"
@@ -67,8 +67,7 @@ class Orders:
         if not settings:
             return
         if found is None:
-            raise SystemExit(f"wif.watch: cannot set {settings} on a {type(batches).__name__}: no DataLoader "
-                             "inside it")
+            raise SystemExit(f"wif.watch: cannot set {settings} on a {type(batches).__name__}: no DataLoader inside it")
         holder, attr, loader = found
         self.rebuilt = rebuild(loader, settings)
         if holder is not None:
@@ -136,10 +135,15 @@ class _Replay:
 def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
     """`loader` again with other worker settings; what decides its batches kept as it was."""
     workers = int(settings.get("num_workers", loader.num_workers))
-    kwargs: Dict[str, Any] = dict(num_workers=workers, collate_fn=loader.collate_fn,
-                                  pin_memory=bool(settings.get("pin_memory", loader.pin_memory)),
-                                  timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
-                                  generator=loader.generator, pin_memory_device=loader.pin_memory_device)
+    kwargs: Dict[str, Any] = dict(
+        num_workers=workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=bool(settings.get("pin_memory", loader.pin_memory)),
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        pin_memory_device=loader.pin_memory_device,
+    )
     if isinstance(loader.dataset, IterableDataset):
         kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
     elif loader.batch_size is None and loader.batch_sampler is not None:  # the user's own batch sampler
@@ -147,9 +151,11 @@ def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
     else:
         kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
     if workers > 0:
-        kwargs.update(prefetch_factor=settings.get("prefetch_factor") or loader.prefetch_factor or 2,
-                      persistent_workers=bool(settings.get("persistent_workers", loader.persistent_workers)),
-                      multiprocessing_context=loader.multiprocessing_context)
+        kwargs.update(
+            prefetch_factor=settings.get("prefetch_factor") or loader.prefetch_factor or 2,
+            persistent_workers=bool(settings.get("persistent_workers", loader.persistent_workers)),
+            multiprocessing_context=loader.multiprocessing_context,
+        )
         if "in_order" in inspect.signature(DataLoader.__init__).parameters:  # torch >= 2.6
             kwargs["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
     return DataLoader(loader.dataset, **kwargs)

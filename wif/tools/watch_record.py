@@ -30,19 +30,28 @@ from wif.tools.watch_orders import FORKED_FROM
 
 MB = 1024 * 1024
 WARMUP = 1  # the first epoch (workers' start-up, caches filling) is left out of the summary, as the study's
-SUMMED = {"epoch_time_mean_s": "epoch_time_s", "data_wait_share_mean": "data_wait_share",  # summary: per epoch
-          "throughput_mean_img_s": "throughput_img_s", "first_batch_mean_s": "first_batch_s",
-          "compute_mean_s": "compute_s", "data_wait_mean_s": "data_wait_s"}
+SUMMED = {
+    "epoch_time_mean_s": "epoch_time_s",
+    "data_wait_share_mean": "data_wait_share",  # summary: per epoch
+    "throughput_mean_img_s": "throughput_img_s",
+    "first_batch_mean_s": "first_batch_s",
+    "compute_mean_s": "compute_s",
+    "data_wait_mean_s": "data_wait_s",
+}
 
 
 class Record:
     """The watched loader's figures beyond its clock, and its MLflow run."""
 
-    def __init__(self, params: Dict[str, Any], experiment: Optional[str], run_name: Optional[str], log: bool,
-                 orders: Any = None) -> None:
+    def __init__(
+        self, params: Dict[str, Any], experiment: Optional[str], run_name: Optional[str], log: bool, orders: Any = None
+    ) -> None:
         self.params, self.run_name, self.log = params, run_name, log
-        self.experiment = (orders.spec["experiment"] if orders is not None else experiment
-                           or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment)
+        self.experiment = (
+            orders.spec["experiment"]
+            if orders is not None
+            else experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment
+        )
         self.uri = orders.uri if orders is not None else default_tracking_uri()
         self.run_id: Optional[str] = orders.run_id if orders is not None else None
         self.own = self.run_id is None  # the watch ends only the run it opened
@@ -110,10 +119,16 @@ class Record:
             if self.run_id is None:
                 from wif.measure.sysinfo import host_tags
 
-                tags = {**host_tags(), **owner_tags(), "wif.kind": "watch", "wif.device": _device_name(),
-                        "wif.script": " ".join(sys.argv)[:4000]}
-                self.run_id = self.tracker.start_run(self.run_name or f"watch {os.path.basename(sys.argv[0])}",
-                                                     self.params, tags, self.params)
+                tags = {
+                    **host_tags(),
+                    **owner_tags(),
+                    "wif.kind": "watch",
+                    "wif.device": _device_name(),
+                    "wif.script": " ".join(sys.argv)[:4000],
+                }
+                self.run_id = self.tracker.start_run(
+                    self.run_name or f"watch {os.path.basename(sys.argv[0])}", self.params, tags, self.params
+                )
         return self.run_id
 
     def log_epoch(self, e: Dict[str, float], epochs: List[Dict[str, float]]) -> None:
@@ -141,8 +156,15 @@ class Record:
         other = self.meter.other_pct(steady_from, len(self.meter.marks) - 1) if len(self.meter.marks) > 1 else None
         if other is not None:
             out["host_other_cpu_pct"] = other  # others' share of the cores over the steady epochs
-        for key in ("ram_peak_rss_mb", "ram_peak_pss_mb", "ram_peak_uss_mb", "workers_peak", "vram_peak_device_mb",
-                    "vram_peak_allocated_mb", "vram_peak_reserved_mb"):
+        for key in (
+            "ram_peak_rss_mb",
+            "ram_peak_pss_mb",
+            "ram_peak_uss_mb",
+            "workers_peak",
+            "vram_peak_device_mb",
+            "vram_peak_allocated_mb",
+            "vram_peak_reserved_mb",
+        ):
             values = [e[key] for e in self.epochs if key in e]
             if values:
                 out[key] = max(values)
@@ -159,8 +181,9 @@ class Record:
             return
         self._flush()
         self.tracker.log_metrics(run, {**self.summary(), "sampler_cpu_pct": self.sampler.own_cost_pct()})
-        self.tracker.set_tags(run, {"wif.stop_reason": self.stop_reason, **({"wif.error": self.error[:4000]}
-                                                                            if self.error else {})})
+        self.tracker.set_tags(
+            run, {"wif.stop_reason": self.stop_reason, **({"wif.error": self.error[:4000]} if self.error else {})}
+        )
         if self.own:
             self.tracker.end_run(run, self.status)
 

@@ -18,21 +18,42 @@ from wif.data.datasets import AnySplit, DecodedSplit
 from wif.data.loaders import Batches, SamplerFor, build_batches
 
 
-def build_engine_batches(split: AnySplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
-                         train: bool, seed: int, pin: bool, resident: bool, data: Optional[DataConfig] = None,
-                         device: Optional[torch.device] = None, sampler: Optional[SamplerFor] = None) -> Batches:
+def build_engine_batches(
+    split: AnySplit,
+    loader: LoaderConfig,
+    engine: EngineConfig,
+    batch_size: int,
+    *,
+    train: bool,
+    seed: int,
+    pin: bool,
+    resident: bool,
+    data: Optional[DataConfig] = None,
+    device: Optional[torch.device] = None,
+    sampler: Optional[SamplerFor] = None,
+) -> Batches:
     """The one place where a loader option, on the configured engine, becomes an iterable of batches.
     engine=dali also needs the data's augmentation and image size, and the device it decodes on; `sampler`
     (a rank's shard, trainer.nproc>1) is taken by engine=dataloader only (wif.config.validate)."""
     if engine.name is EngineName.dataloader:
-        return build_batches(split, loader, batch_size, train=train, seed=seed, pin=pin, resident=resident,
-                             sampler=sampler)
+        return build_batches(
+            split, loader, batch_size, train=train, seed=seed, pin=pin, resident=resident, sampler=sampler
+        )
     if engine.name is EngineName.dali:
         from wif.data.engines.dali_pipeline import DaliBatches
 
         assert data is not None and isinstance(split, DecodedSplit)  # wif.config.validate: data=encoded or folder
-        return DaliBatches(split, loader, engine, batch_size, train=train, seed=seed, augment=data.augment,
-                           image_size=data.image_size, device=device)
+        return DaliBatches(
+            split,
+            loader,
+            engine,
+            batch_size,
+            train=train,
+            seed=seed,
+            augment=data.augment,
+            image_size=data.image_size,
+            device=device,
+        )
     if engine.name is EngineName.spdl:
         from wif.data.engines.spdl_pipeline import SpdlBatches
 

@@ -31,7 +31,7 @@ def encoded_bytes(split: DecodedSplit) -> List[np.ndarray]:
     source = split.decoder
     if isinstance(source, JpegBlob):
         blob, offsets = source.blob.numpy(), source.offsets.numpy()
-        return [blob[offsets[j]:offsets[j + 1]] for j in split.indices]
+        return [blob[offsets[j] : offsets[j + 1]] for j in split.indices]
     if isinstance(source, ImageFiles):
         return [np.fromfile(source.paths[j], dtype=np.uint8) for j in split.indices]
     raise TypeError(f"engine=dali reads encoded images; {type(source).__name__} holds decoded ones")
@@ -40,8 +40,19 @@ def encoded_bytes(split: DecodedSplit) -> List[np.ndarray]:
 class DaliBatches:
     """One DALI pipeline per epoch, over the epoch's order; batches as (images, labels) tensors."""
 
-    def __init__(self, split: DecodedSplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
-                 train: bool, seed: int, augment: Augment, image_size: int, device: Optional[torch.device]) -> None:
+    def __init__(
+        self,
+        split: DecodedSplit,
+        loader: LoaderConfig,
+        engine: EngineConfig,
+        batch_size: int,
+        *,
+        train: bool,
+        seed: int,
+        augment: Augment,
+        image_size: int,
+        device: Optional[torch.device],
+    ) -> None:
         self.samples = encoded_bytes(split)
         self.labels = [np.asarray(int(split.labels[j]), dtype=np.int64) for j in split.indices]
         self.sampler = sample_order(split, loader.shuffle and train, seed)
@@ -53,26 +64,40 @@ class DaliBatches:
 
     def _source(self, order: List[int]):
         def batch(info):
-            picked = order[info.iteration * self.batch_size:(info.iteration + 1) * self.batch_size]
+            picked = order[info.iteration * self.batch_size : (info.iteration + 1) * self.batch_size]
             if not picked:
                 raise StopIteration
             return [self.samples[i] for i in picked], [self.labels[i] for i in picked]
+
         return batch
 
     def _pipeline(self, order: List[int]):
-        @pipeline_def(batch_size=self.batch_size, num_threads=self.threads, device_id=self.device_id,
-                      prefetch_queue_depth=self.depth, seed=self.seed * 100_003 + self.epoch)
+        @pipeline_def(
+            batch_size=self.batch_size,
+            num_threads=self.threads,
+            device_id=self.device_id,
+            prefetch_queue_depth=self.depth,
+            seed=self.seed * 100_003 + self.epoch,
+        )
         def pipe():
-            encoded, labels = fn.external_source(source=self._source(order), num_outputs=2, batch=True,
-                                                 batch_info=True, dtype=[types.UINT8, types.INT64])
-            images = fn.decoders.image(encoded, device="cpu" if self.device_id is None else "mixed",
-                                       output_type=types.RGB)
+            encoded, labels = fn.external_source(
+                source=self._source(order), num_outputs=2, batch=True, batch_info=True, dtype=[types.UINT8, types.INT64]
+            )
+            images = fn.decoders.image(
+                encoded, device="cpu" if self.device_id is None else "mixed", output_type=types.RGB
+            )
             images = fn.resize(images, resize_x=self.size, resize_y=self.size, antialias=True)
             if self.augment is Augment.standard:
                 images = fn.random_resized_crop(images, size=[self.size, self.size], antialias=True)
             flip = fn.random.coin_flip() if self.augment in (Augment.flip, Augment.standard) else 0
-            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mirror=flip,
-                                              mean=[255 * NORMALIZE_MEAN] * 3, std=[255 * NORMALIZE_STD] * 3)
+            images = fn.crop_mirror_normalize(
+                images,
+                dtype=types.FLOAT,
+                output_layout="CHW",
+                mirror=flip,
+                mean=[255 * NORMALIZE_MEAN] * 3,
+                std=[255 * NORMALIZE_STD] * 3,
+            )
             # On a GPU the labels leave the pipeline there too: from DALI's pageable host output, each batch's
             # label copy under transfer=copy would block behind the step's queued kernels (issue 47 item 11).
             return images, labels if self.device_id is None else labels.gpu()

@@ -23,8 +23,17 @@ from wif.data.loaders import Batch
 class SpdlBatches:
     """One pipeline per epoch, stopped when the epoch's iterator ends or is dropped (trainer.max_batches)."""
 
-    def __init__(self, split: AnySplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
-                 train: bool, seed: int, pin: bool) -> None:
+    def __init__(
+        self,
+        split: AnySplit,
+        loader: LoaderConfig,
+        engine: EngineConfig,
+        batch_size: int,
+        *,
+        train: bool,
+        seed: int,
+        pin: bool,
+    ) -> None:
         self.dataset = dataset_of(split)
         self.sampler = sample_order(self.dataset, loader.shuffle and train, seed)
         self.batch_size, self.pin, self.threads = batch_size, pin, loader.num_workers
@@ -33,11 +42,13 @@ class SpdlBatches:
         logging.getLogger("spdl").setLevel(logging.WARNING)  # its per-stage statistics at every epoch's end
 
     def _pipeline(self):
-        builder = (PipelineBuilder()
-                   .add_source(iter(self.sampler))
-                   .pipe(self.dataset.__getitem__, concurrency=self.threads, output_order=self.order, name="fetch")
-                   .aggregate(self.batch_size)
-                   .pipe(collate, name="collate"))
+        builder = (
+            PipelineBuilder()
+            .add_source(iter(self.sampler))
+            .pipe(self.dataset.__getitem__, concurrency=self.threads, output_order=self.order, name="fetch")
+            .aggregate(self.batch_size)
+            .pipe(collate, name="collate")
+        )
         if self.pin:
             builder.pipe(pin, name="pin")
         # max_failures=0: a sample that fails stops the run, as in DataLoader (SPDL's default skips it)

@@ -32,20 +32,39 @@ from wif.measure.lifetime import DyingContext
 class NodesBatches:
     """One `Loader` for the run; each epoch's iterator resets the graph (and starts its workers)."""
 
-    def __init__(self, split: AnySplit, loader: LoaderConfig, engine: EngineConfig, batch_size: int, *,
-                 train: bool, seed: int, pin: bool, method: str) -> None:
+    def __init__(
+        self,
+        split: AnySplit,
+        loader: LoaderConfig,
+        engine: EngineConfig,
+        batch_size: int,
+        *,
+        train: bool,
+        seed: int,
+        pin: bool,
+        method: str,
+    ) -> None:
         self.dataset = dataset_of(split)
         self.batch_size = batch_size
-        node = nodes.Batcher(nodes.SamplerWrapper(sample_order(self.dataset, loader.shuffle and train, seed)),
-                             batch_size, drop_last=False)
+        node = nodes.Batcher(
+            nodes.SamplerWrapper(sample_order(self.dataset, loader.shuffle and train, seed)),
+            batch_size,
+            drop_last=False,
+        )
         fetch = FetchBatch(self.dataset, seed)
         workers = loader.num_workers
         if workers == 0:
             node = nodes.Mapper(node, fetch)
         else:
             context = loader.multiprocessing_context.value if loader.multiprocessing_context else None
-            node = nodes.ParallelMapper(node, fetch, num_workers=workers, in_order=loader.in_order, method=method,
-                                        multiprocessing_context=context)
+            node = nodes.ParallelMapper(
+                node,
+                fetch,
+                num_workers=workers,
+                in_order=loader.in_order,
+                method=method,
+                multiprocessing_context=context,
+            )
             if method == "process":  # torchdata.nodes 0.11 starts its processes from this (private) context
                 node._it._mp_context = DyingContext(node._it._mp_context)
         if pin:

@@ -20,8 +20,10 @@ from wif.measure.lifetime import die_with_parent
 
 
 def _stamp(pack: Pack) -> str:
-    files = {name: [os.stat(pack.path / name).st_size, os.stat(pack.path / name).st_mtime_ns]
-             for name in [*pack.meta["files"], "pack.json", "index.json"]}
+    files = {
+        name: [os.stat(pack.path / name).st_size, os.stat(pack.path / name).st_mtime_ns]
+        for name in [*pack.meta["files"], "pack.json", "index.json"]
+    }
     key = {"path": str(pack.path.resolve()), "index": pack.meta["index_sha256"], "files": files}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 

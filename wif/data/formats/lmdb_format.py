@@ -33,8 +33,9 @@ def write(tmp: Path, listing: Listing, progress: Progress) -> Tuple[dict, List[s
     import lmdb
 
     lengths = [os.path.getsize(p) for part in PARTS for p in listing.paths[part]]
-    env = lmdb.open(str(tmp), map_size=map_size(lengths), subdir=True, sync=False, metasync=False,
-                    meminit=False, max_dbs=0)
+    env = lmdb.open(
+        str(tmp), map_size=map_size(lengths), subdir=True, sync=False, metasync=False, meminit=False, max_dbs=0
+    )
     index, done, written = new_index(), 0, 0
     try:
         for part in PARTS:
@@ -65,8 +66,7 @@ def _env(path: str):
 
     pid, env = _OPEN.get(path, (None, None))
     if pid != os.getpid():
-        env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False, meminit=False,
-                        max_readers=1024)
+        env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False, meminit=False, max_readers=1024)
         _OPEN[path] = (os.getpid(), env)
     return env
 
@@ -101,8 +101,7 @@ def verify(pack: Pack, decode_all: bool = False) -> None:
                     value = txn.get(record_key(part, i).encode())
                     if value is None or len(value) < _HEADER.size:
                         check_record(pack, part, i, None if value is None else b"", None)
-                    check_record(pack, part, i, bytes(value[_HEADER.size:]), _HEADER.unpack(value[:4])[0],
-                                 decode_all)
+                    check_record(pack, part, i, bytes(value[_HEADER.size :]), _HEADER.unpack(value[:4])[0], decode_all)
     except lmdb.Error as err:
         raise pack.fail(f"{DATA} cannot be read by LMDB ({type(err).__name__}: {err})") from None
     finally:
@@ -139,4 +138,4 @@ class LmdbImages:
             value = txn.get(key.encode())
         if value is None:
             raise PackError(f"pack {self.path}: record {key} is missing. Delete the pack (the cache rebuilds it).")
-        return value[_HEADER.size:]
+        return value[_HEADER.size :]

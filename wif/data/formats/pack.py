@@ -48,8 +48,9 @@ class Pack:
         return [str(self.path / name) for name in self.meta["files"]]
 
     def fail(self, what: str) -> PackError:
-        return PackError(f"pack {self.path}: {what}. Delete it (a pack in the cache is then rebuilt) or make it "
-                         "again with wif-pack.")
+        return PackError(
+            f"pack {self.path}: {what}. Delete it (a pack in the cache is then rebuilt) or make it again with wif-pack."
+        )
 
 
 def crc(data: bytes) -> int:
@@ -78,9 +79,15 @@ def finish(tmp: Path, out: Path, fmt: str, index: Dict[str, Any], files: List[st
     raw = json.dumps(index).encode()
     (tmp / "index.json").write_bytes(raw)
     sizes = {name: (tmp / name).stat().st_size for name in files}
-    meta = {"format": fmt, "version": PACK_VERSION, "records": sum(len(index[p]["labels"]) for p in PARTS),
-            "parts": {p: len(index[p]["labels"]) for p in PARTS}, "files": sizes,
-            "index_sha256": hashlib.sha256(raw).hexdigest(), **extra}
+    meta = {
+        "format": fmt,
+        "version": PACK_VERSION,
+        "records": sum(len(index[p]["labels"]) for p in PARTS),
+        "parts": {p: len(index[p]["labels"]) for p in PARTS},
+        "files": sizes,
+        "index_sha256": hashlib.sha256(raw).hexdigest(),
+        **extra,
+    }
     (tmp / "pack.json").write_text(json.dumps(meta, indent=1))
     for name in [*files, "index.json", "pack.json"]:
         fd = os.open(tmp / name, os.O_RDONLY)
@@ -105,19 +112,22 @@ def open_pack(path: Path, fmt: Optional[str] = None) -> Pack:
         raise probe.fail(f"cannot read pack.json or index.json ({err})") from None
     probe.meta = meta
     if fmt is not None and meta.get("format") != fmt:
-        raise PackError(f"pack {path} is a {meta.get('format')} pack, but data.format={fmt}. Set "
-                        f"data.format={meta.get('format')}.")
+        raise PackError(
+            f"pack {path} is a {meta.get('format')} pack, but data.format={fmt}. Set data.format={meta.get('format')}."
+        )
     if hashlib.sha256(raw).hexdigest() != meta.get("index_sha256"):
         raise probe.fail("index.json does not match the checksum in pack.json (corrupt index)")
     for name, size in meta["files"].items():  # shorter: truncated (reading it could crash); longer: see same_size
         actual = (path / name).stat().st_size if (path / name).exists() else -1
         if actual < size:
-            raise probe.fail(f"{name} is {actual} bytes, pack.json says {size} (truncated)" if actual >= 0 else
-                             f"{name} is missing")
+            raise probe.fail(
+                f"{name} is {actual} bytes, pack.json says {size} (truncated)" if actual >= 0 else f"{name} is missing"
+            )
     index = json.loads(raw)
     if sum(len(index[p]["labels"]) for p in PARTS) != meta["records"]:
-        raise probe.fail(f"the index lists {sum(len(index[p]['labels']) for p in PARTS)} records, pack.json "
-                         f"says {meta['records']}")
+        raise probe.fail(
+            f"the index lists {sum(len(index[p]['labels']) for p in PARTS)} records, pack.json says {meta['records']}"
+        )
     return Pack(path, meta, index)
 
 
@@ -129,8 +139,9 @@ def same_size(pack: Pack) -> None:
             raise pack.fail(f"{name} is {actual} bytes, pack.json says {size} (altered since it was made)")
 
 
-def check_record(pack: Pack, part: str, i: int, data: Optional[bytes], label: Optional[int],
-                 decode_all: bool = False) -> None:
+def check_record(
+    pack: Pack, part: str, i: int, data: Optional[bytes], label: Optional[int], decode_all: bool = False
+) -> None:
     """One record against its index entry: present, at its length and crc32, with its label; and with
     `decode_all`, decoded as an image."""
     entry = pack.index[part]
@@ -157,6 +168,8 @@ def decode(pack_path: str, key: str, data: bytes, size: Optional[int]):
     try:
         img = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
     except (RuntimeError, ValueError) as err:
-        raise PackError(f"pack {pack_path}: record {key} does not decode as an image ({err}). Delete the pack (the "
-                        "cache rebuilds it) or make it again with wif-pack.") from None
+        raise PackError(
+            f"pack {pack_path}: record {key} does not decode as an image ({err}). Delete the pack (the "
+            "cache rebuilds it) or make it again with wif-pack."
+        ) from None
     return img if size is None else resize(img, [size, size], antialias=True)

@@ -123,8 +123,19 @@ class ShardSplit(IterableDataset):
 
     encoded = False
 
-    def __init__(self, pack_path: str, part: str, shards: List[int], indices: np.ndarray, labels: np.ndarray,
-                 transform: Callable, size: Optional[int], native: bool, shuffle: bool, buffer: int) -> None:
+    def __init__(
+        self,
+        pack_path: str,
+        part: str,
+        shards: List[int],
+        indices: np.ndarray,
+        labels: np.ndarray,
+        transform: Callable,
+        size: Optional[int],
+        native: bool,
+        shuffle: bool,
+        buffer: int,
+    ) -> None:
         self.pack_path, self.part, self.shards, self.native = pack_path, part, shards, native
         self.wanted = frozenset(int(i) for i in indices)
         self.labels, self.transform, self.size = labels, transform, size
@@ -150,7 +161,7 @@ class ShardSplit(IterableDataset):
         order (the DataLoader gives them one base seed an epoch), then takes every n-th shard."""
         info = get_worker_info()
         if info is None:
-            base, wid, n = int(torch.randint(0, 2 ** 62, (1,)).item()), 0, 1
+            base, wid, n = int(torch.randint(0, 2**62, (1,)).item()), 0, 1
         else:
             base, wid, n = info.seed - info.id, info.id, info.num_workers
         shards = list(self.shards)

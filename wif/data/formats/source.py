@@ -49,17 +49,28 @@ def source_listing(cfg: DataConfig, skip: frozenset = frozenset()) -> Listing:
     if cfg.source is DataSource.encoded:
         return encoded_files(cfg)
     files, n_classes = folder_files(cfg, skip)
-    return Listing({p: list(files[f"{p}_paths"]) for p in PARTS}, {p: files[f"{p}_y"] for p in PARTS}, n_classes,
-                   str(Path(str(cfg.root)).expanduser()))
+    return Listing(
+        {p: list(files[f"{p}_paths"]) for p in PARTS},
+        {p: files[f"{p}_y"] for p in PARTS},
+        n_classes,
+        str(Path(str(cfg.root)).expanduser()),
+    )
 
 
 def encoded_files(cfg: DataConfig) -> Listing:
     """data=encoded's JPEG bytes as files, `part/<label>/<index>.jpg`, written once into the cache (a
     temporary folder renamed when complete); the same bytes the in-memory set decodes, in its order."""
     arrays = encoded_arrays(cfg)
-    key = {"num_train": cfg.num_train, "num_test": cfg.num_test, "image_size": cfg.image_size,
-           "num_classes": cfg.num_classes, "seed": cfg.synthetic_seed, "noise": cfg.noise,
-           "jpeg_quality": cfg.jpeg_quality, "version": 1}
+    key = {
+        "num_train": cfg.num_train,
+        "num_test": cfg.num_test,
+        "image_size": cfg.image_size,
+        "num_classes": cfg.num_classes,
+        "seed": cfg.synthetic_seed,
+        "noise": cfg.noise,
+        "jpeg_quality": cfg.jpeg_quality,
+        "version": 1,
+    }
     tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cfg.cache_dir).expanduser() / f"encoded-files-{tag}"
     paths = {p: [str(root / p / str(int(y)) / f"{i:08d}.jpg") for i, y in enumerate(arrays[f"{p}_y"])] for p in PARTS}
@@ -71,7 +82,7 @@ def encoded_files(cfg: DataConfig) -> Listing:
             for c in range(cfg.num_classes):
                 (tmp / p / str(c)).mkdir(parents=True, exist_ok=True)
             for i, path in enumerate(paths[p]):
-                Path(tmp, os.path.relpath(path, root)).write_bytes(blob[offsets[i]:offsets[i + 1]].tobytes())
+                Path(tmp, os.path.relpath(path, root)).write_bytes(blob[offsets[i] : offsets[i + 1]].tobytes())
         (tmp / "done").write_text(json.dumps(key))
         try:
             os.rename(tmp, root)

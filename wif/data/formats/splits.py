@@ -41,8 +41,9 @@ def format_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
         decoders = {p: ImageFiles(listing.paths[p], size) for p in PARTS}
         for d in decoders.values():
             d.native = native
-        return decoded_datasets(decoders, listing.labels["train"], listing.labels["test"], listing.num_classes, cfg,
-                                uint8)
+        return decoded_datasets(
+            decoders, listing.labels["train"], listing.labels["test"], listing.num_classes, cfg, uint8
+        )
     pack = ensure_pack(cfg, check=False)
     size, native = _decode_size(cfg, pack.meta.get("source", "folder"))
     labels = {p: np.asarray(pack.index[p]["labels"], dtype=np.int64) for p in PARTS}
@@ -55,12 +56,25 @@ def format_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
 
     def split(part: str, idx: np.ndarray, train: bool) -> ShardSplit:
         in_shards = sorted({pack.index[part]["shard"][int(i)] for i in idx})
-        return ShardSplit(str(pack.path), part, in_shards, idx, torch.from_numpy(labels[part]),
-                          make_transform(cfg.augment, cfg.image_size, train, native, uint8), size, native, train,
-                          cfg.shuffle_buffer)
+        return ShardSplit(
+            str(pack.path),
+            part,
+            in_shards,
+            idx,
+            torch.from_numpy(labels[part]),
+            make_transform(cfg.augment, cfg.image_size, train, native, uint8),
+            size,
+            native,
+            train,
+            cfg.shuffle_buffer,
+        )
 
-    return Datasets(train=split("train", train_idx, True), val=split("train", val_idx, False),
-                    test=split("test", np.arange(len(labels["test"])), False), num_classes=n_classes)
+    return Datasets(
+        train=split("train", train_idx, True),
+        val=split("train", val_idx, False),
+        test=split("test", np.arange(len(labels["test"])), False),
+        num_classes=n_classes,
+    )
 
 
 def storage_files(cfg: DataConfig, pack: Optional[Pack] = None) -> List[str]:
@@ -132,8 +146,10 @@ class EpochStorage:
     def after(self) -> Dict[str, float]:
         # minor page faults of the run's own process: after each fork of a worker, the first write to every
         # page it shares with the worker is a fault and a page copy (copy-on-write), paid inside the epoch
-        out = {"storage_read_bytes": float(tree_read_bytes() - self.start),
-               "minor_faults": float(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults)}
+        out = {
+            "storage_read_bytes": float(tree_read_bytes() - self.start),
+            "minor_faults": float(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults),
+        }
         if self.resident is not None:
             out["page_cache_resident_frac"] = self.resident
             if self.cold:
@@ -154,9 +170,11 @@ def cold_verdict(epochs: Sequence[Dict[str, Any]], warmup: int) -> Optional[Dict
         return {"wif.page_cache_cold": "true"}
     resident = max(e["page_cache_resident_frac"] for e in warm)
     read = min(e["storage_read_bytes"] for e in warm)
-    return {"wif.page_cache_cold": "false",
-            "wif.page_cache_note": f"{len(warm)} of {len(measured)} measured epochs were not cold: up to "
-                                   f"{100 * resident:.0f}% of the data's pages stayed resident after eviction "
-                                   f"(limit {100 * COLD_RESIDENT_LIMIT:.0f}%: a live map holds them, e.g. a "
-                                   f"persistent worker's LMDB environment), as little as {read:.0f} bytes read "
-                                   "from storage in an epoch"}
+    return {
+        "wif.page_cache_cold": "false",
+        "wif.page_cache_note": f"{len(warm)} of {len(measured)} measured epochs were not cold: up to "
+        f"{100 * resident:.0f}% of the data's pages stayed resident after eviction "
+        f"(limit {100 * COLD_RESIDENT_LIMIT:.0f}%: a live map holds them, e.g. a "
+        f"persistent worker's LMDB environment), as little as {read:.0f} bytes read "
+        "from storage in an epoch",
+    }

@@ -55,14 +55,26 @@ def log_progress(total: int, what: str, every_s: float = PROGRESS_LOG_S) -> Prog
         now = time.perf_counter()
         if now - last >= every_s or done == total:
             last = now
-            log.info("%s: %d/%d images, %.0f images/s, %.1f MiB written", what, done, total,
-                     done / max(now - t0, 1e-9), written / 2 ** 20)
+            log.info(
+                "%s: %d/%d images, %.0f images/s, %.1f MiB written",
+                what,
+                done,
+                total,
+                done / max(now - t0, 1e-9),
+                written / 2**20,
+            )
 
     return report
 
 
-def build(listing: Listing, fmt: DataFormat, out: Path, shard_mb: float, progress: Optional[Progress] = None,
-          source: str = "folder") -> Pack:
+def build(
+    listing: Listing,
+    fmt: DataFormat,
+    out: Path,
+    shard_mb: float,
+    progress: Optional[Progress] = None,
+    source: str = "folder",
+) -> Pack:
     """Pack `listing` into `out` (a temporary folder first, renamed when complete)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(out)
@@ -74,8 +86,12 @@ def build(listing: Listing, fmt: DataFormat, out: Path, shard_mb: float, progres
         index, files = lmdb_format.write(tmp, listing, progress)
     else:
         index, files = shards.write(tmp, listing, shard_mb, progress)
-    extra = {"num_classes": listing.num_classes, "source": source, "made_from": listing.where,
-             **pack_settings(fmt, shard_mb)}
+    extra = {
+        "num_classes": listing.num_classes,
+        "source": source,
+        "made_from": listing.where,
+        **pack_settings(fmt, shard_mb),
+    }
     finish(tmp, out, fmt.value, index, files, extra)
     return open_pack(out, fmt.value)
 
@@ -85,8 +101,10 @@ def ensure_pack(cfg: DataConfig, check: bool = True, progress: Optional[Progress
     `check`, every record checked (once per pack: wif.data.formats.check)."""
     if cfg.path is not None:
         if not (Path(cfg.path).expanduser() / "pack.json").is_file():
-            raise PackError(f"data.path={cfg.path} is not a wif pack (no pack.json there). Make one with wif-pack, "
-                            "or leave data.path unset to pack into the cache.")
+            raise PackError(
+                f"data.path={cfg.path} is not a wif pack (no pack.json there). Make one with wif-pack, "
+                "or leave data.path unset to pack into the cache."
+            )
         pack = open_pack(Path(cfg.path).expanduser(), cfg.format.value)
     else:
         listing = listing_of(cfg)
@@ -96,9 +114,14 @@ def ensure_pack(cfg: DataConfig, check: bool = True, progress: Optional[Progress
         else:
             t0 = time.perf_counter()
             pack = build(listing, cfg.format, out, cfg.shard_mb, progress, cfg.source.value)
-            log.info("data.format=%s: packed %d images into %s (%.1f MiB) in %.1f s", cfg.format.value, pack.records,
-                     out, pack.nbytes / 2 ** 20, time.perf_counter() - t0)
+            log.info(
+                "data.format=%s: packed %d images into %s (%.1f MiB) in %.1f s",
+                cfg.format.value,
+                pack.records,
+                out,
+                pack.nbytes / 2**20,
+                time.perf_counter() - t0,
+            )
     if check:
         check_pack(pack, cfg.cache_dir)
     return pack
-

@@ -33,8 +33,14 @@ def job_epoch(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     accuracies are the ranks' means (DistributedSampler gives every rank as many samples)."""
     slowest = max(rows, key=lambda r: r["epoch_time_s"])
     job = dict(slowest)
-    job.update({"samples": sum(r["samples"] for r in rows), "t_start": min(r["t_start"] for r in rows),
-                "t_end": max(r["t_end"] for r in rows), "slowest_rank": float(rows.index(slowest))})
+    job.update(
+        {
+            "samples": sum(r["samples"] for r in rows),
+            "t_start": min(r["t_start"] for r in rows),
+            "t_end": max(r["t_end"] for r in rows),
+            "slowest_rank": float(rows.index(slowest)),
+        }
+    )
     for key in ("train_loss", "val_loss", "val_acc"):
         job[key] = _mean(rows, key)
     if all(r.get("val_time_s") is not None for r in rows):

@@ -40,9 +40,18 @@ RELAY_DRAIN_S = 10.0  # after the ranks end: their last messages still reach the
 def launch_config(nproc: int) -> LaunchConfig:
     """The elastic launcher's settings for one node of `nproc` ranks. `shutdown_timeout` is passed only where
     this torch's LaunchConfig declares it: torch 2.11's raises TypeError on it, and pyproject allows 2.11."""
-    options: Dict[str, Any] = dict(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
-                                   rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                                   monitor_interval=0.1, start_method="spawn", logs_specs=DefaultLogsSpecs())
+    options: Dict[str, Any] = dict(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(),
+    )
     if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
         options["shutdown_timeout"] = SHUTDOWN_S
     return LaunchConfig(**options)
@@ -133,22 +142,44 @@ def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) ->
     relay.start()
     code = 0
     try:
-        elastic_launch(launch_config(nproc), rank_main)(conf, device, listener.address, authkey, threads, os.getpid(),
-                                                        multiprocessing.get_start_method())
+        elastic_launch(launch_config(nproc), rank_main)(
+            conf, device, listener.address, authkey, threads, os.getpid(), multiprocessing.get_start_method()
+        )
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
-        relay.say("error", {"type": "RankFailed", "message": f"rank {rank} ended with exit code {failure.exitcode}",
-                            "traceback": "", "bad_setting": False})
+        relay.say(
+            "error",
+            {
+                "type": "RankFailed",
+                "message": f"rank {rank} ended with exit code {failure.exitcode}",
+                "traceback": "",
+                "bad_setting": False,
+            },
+        )
         code = 1
     except (KeyboardInterrupt, SignalException) as err:  # SIGINT/SIGTERM reach the launcher as SignalException
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
-        relay.say("error", {"type": "KeyboardInterrupt", "message": f"interrupted ({type(err).__name__}: {err})",
-                            "traceback": "", "bad_setting": False})
+        relay.say(
+            "error",
+            {
+                "type": "KeyboardInterrupt",
+                "message": f"interrupted ({type(err).__name__}: {err})",
+                "traceback": "",
+                "bad_setting": False,
+            },
+        )
         code = 130
     except Exception as err:  # noqa: BLE001 - the launcher's own error is the run's reason, said in its one line
-        relay.say("error", {"type": type(err).__name__, "message": f"the launcher: {err}",
-                            "traceback": traceback.format_exc(), "bad_setting": False})
+        relay.say(
+            "error",
+            {
+                "type": type(err).__name__,
+                "message": f"the launcher: {err}",
+                "traceback": traceback.format_exc(),
+                "bad_setting": False,
+            },
+        )
         code = 1
     relay.stopped.set()
     relay.join(RELAY_DRAIN_S)

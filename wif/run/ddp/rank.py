@@ -79,8 +79,12 @@ class RankSide:
             shards = self._gather({"indices": self.indices}) if self.conf.measure.rank_indices else []
             if self.rank == 0:
                 if shards:
-                    self.conn.send(("artifact", {"name": "rank_indices.json",
-                                                 "data": {str(i): s["indices"] for i, s in enumerate(shards)}}))
+                    self.conn.send(
+                        (
+                            "artifact",
+                            {"name": "rank_indices.json", "data": {str(i): s["indices"] for i, s in enumerate(shards)}},
+                        )
+                    )
                 self.conn.send(("result", job_result(rows)))
             return None
         if self.rank == 0:
@@ -88,8 +92,9 @@ class RankSide:
         return None
 
 
-def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, threads: int, agent: int,
-              start_method: str) -> None:
+def rank_main(
+    conf: Config, device_type: str, address: str, authkey: bytes, threads: int, agent: int, start_method: str
+) -> None:
     """The launcher's entrypoint (module-level: spawned ranks unpickle it). Dies with the launcher.
 
     A rank spawned by the launcher inherits `spawn` as its default start method, and its DataLoader workers
@@ -109,15 +114,26 @@ def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, thre
     try:
         if device_type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend, timeout=timedelta(seconds=conf.trainer.dist_timeout_s),
-                                **({"device_id": device} if device_type == "cuda" else {}))
+        dist.init_process_group(
+            backend,
+            timeout=timedelta(seconds=conf.trainer.dist_timeout_s),
+            **({"device_id": device} if device_type == "cuda" else {}),
+        )
         side = RankSide(conf, conn, device)
         # every rank (not rank 0 alone): the supervisor counts each rank's workers and reads each rank's GPU
         uuid = str(torch.cuda.get_device_properties(device).uuid) if device_type == "cuda" else None
         conn.send(("rank", {"rank": rank, "pid": os.getpid(), "uuid": uuid}))
         if rank == 0:
-            conn.send(("tags", {"wif.world_size": str(side.world), "wif.dist_backend": backend,
-                                "wif.threads_per_rank": str(threads)}))
+            conn.send(
+                (
+                    "tags",
+                    {
+                        "wif.world_size": str(side.world),
+                        "wif.dist_backend": backend,
+                        "wif.threads_per_rank": str(threads),
+                    },
+                )
+            )
         train(conf, device, side.emit, side)
         dist.destroy_process_group()
     except BaseException as err:  # noqa: BLE001 - every failure must be said, even Ctrl-C
@@ -125,10 +141,14 @@ def rank_main(conf: Config, device_type: str, address: str, authkey: bytes, thre
             signal.signal(sig, signal.SIG_IGN)
         name, message = describe(err, conf.loader.num_workers)
         first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
-        error: Optional[Dict[str, Any]] = {"type": name, "message": f"rank {rank}: {first}",
-                                           "traceback": traceback.format_exc(), "t": time.time(),
-                                           "bad_setting": isinstance(err, ConfigError),
-                                           "user_code": isinstance(err, UserCodeError)}
+        error: Optional[Dict[str, Any]] = {
+            "type": name,
+            "message": f"rank {rank}: {first}",
+            "traceback": traceback.format_exc(),
+            "t": time.time(),
+            "bad_setting": isinstance(err, ConfigError),
+            "user_code": isinstance(err, UserCodeError),
+        }
         try:
             conn.send(("error", error))
         except OSError:

@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 from wif.config import MeasureConfig, register_configs  # noqa: E402
 from wif.data.datasets import load_datasets  # noqa: E402
+from wif.run.forking import preload  # noqa: E402
 from wif.run.model import build_model, training_loss  # noqa: E402
-from wif.run.training import preload, seed_everything  # noqa: E402
+from wif.run.training import seed_everything  # noqa: E402
 from wif.sweep.job import run_job  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """An image folder in timm's layout (`train/` and `validation/`, one sub-folder of JPEGs per class), to try
-`wif-advise data=folder` as a timm user meets it (issue 48):
+`wif-advise data=folder` as a timm user meets it (docs/advise.md):
 
     python benchmarks/timm_folder.py /tmp/timm1600
     wif-advise data=folder data.root=/tmp/timm1600 data.image_size=64 model=timm model.arch=resnet18

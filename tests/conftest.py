@@ -201,7 +201,7 @@ def assert_refused_only_with(option: str, overrides: Sequence[str], message: str
 def needs(*modules: str) -> pytest.MarkDecorator:
     """A test of optional packages skips, saying which and the extra that brings it, where one is not installed
     (a lent GPU node with only the small wheelhouse has none of them); never an error. `modules` as imported."""
-    from wif.config.engines import installed
+    from wif.config.engine_checks import installed
 
     extras = {
         "spdl": "pipelines",
@@ -219,7 +219,7 @@ def needs(*modules: str) -> pytest.MarkDecorator:
 def engine_case(engine: str, *more: object) -> object:
     """A parametrize case of `engine` (and its other values), skipped where the engine's package is not installed."""
     from wif.config import EngineName
-    from wif.config.engines import ENGINE_MODULES
+    from wif.config.engine_checks import ENGINE_MODULES
 
     module = ENGINE_MODULES.get(EngineName(engine))
     return pytest.param(engine, *more, marks=needs(module) if module else ())

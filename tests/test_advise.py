@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import holds_unless_disturbed, new_store
 from wif.advisor.answer import PHASES, where_time_goes
-from wif.advisor.measure import EPOCH_KEYS, Measured
+from wif.advisor.runner import Measured
+from wif.measure.epochs import EPOCH_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOW_READS = [
@@ -28,7 +29,7 @@ def _advise(tmp_path: Path, *args: str, timeout: float = 300, refused: bool = Fa
     env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache")}
     store = f"sqlite:///{tmp_path / 'mlflow.db'}" if refused else new_store(tmp_path)
     return subprocess.run(
-        [sys.executable, "-m", "wif.advisor.cli", *args, f"tracking.uri={store}"],
+        [sys.executable, "-m", "wif.advisor.advise_cli", *args, f"tracking.uri={store}"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -122,7 +123,7 @@ def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -
 def test_the_line_to_paste_says_when_the_pick_holds_decoded_images_in_ram() -> None:
     """A preload pick's gain is the dataset's as much as the loader's: its DataLoader line alone would not give it."""
     from wif.advisor.answer import dataloader_kwargs
-    from wif.advisor.measure import Candidate
+    from wif.advisor.runner import Candidate
 
     plain = Candidate("w2", {"loader.num_workers": 2, "loader.persistent_workers": True}, 2, True, 2, False)
     held = Candidate("w2-preload", {**plain.keys, "data.preload": True}, 2, True, 2, False)

@@ -125,7 +125,7 @@ def test_the_advice_states_its_time_at_its_start(folder_advice) -> None:
 def test_the_minutes_count_from_the_commands_start_not_from_the_first_step() -> None:
     """Start-up (importing torch, composing, probing a script) is part of the user's wait: --minutes covers it."""
     code = (
-        "import os, time; time.sleep(1.5); from wif.advisor.cli import process_started; "
+        "import os, time; time.sleep(1.5); from wif.advisor.advise_cli import process_started; "
         "print(time.monotonic() - process_started(), flush=True); os._exit(0)"
     )  # no exit time in the wall
     t0 = time.monotonic()
@@ -192,7 +192,15 @@ def test_ctrl_c_ends_every_run_of_the_advice_killed(tmp_path: Path) -> None:
     db = tmp_path / "mlflow.db"
     env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wif.advisor.cli", *SLOW_READS, "--epochs", "4", f"tracking.uri={new_store(tmp_path)}"],
+        [
+            sys.executable,
+            "-m",
+            "wif.advisor.advise_cli",
+            *SLOW_READS,
+            "--epochs",
+            "4",
+            f"tracking.uri={new_store(tmp_path)}",
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -232,7 +240,7 @@ def test_ctrl_c_ends_every_run_of_the_advice_killed(tmp_path: Path) -> None:
 
 
 def test_a_contended_run_replaced_by_an_undisturbed_one_does_not_make_the_advice_disturbed() -> None:
-    from wif.advisor.measure import Measured
+    from wif.advisor.runner import Measured
     from wif.advisor.workload import contention_line
 
     def run(other: float, contended: bool = False, replaced: bool = False) -> Measured:

@@ -23,7 +23,7 @@ def advise(tmp_path: Path, store: str, *argv: str, timeout: float = 900) -> subp
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     env.pop("WIF_WATCH_ORDERS", None)
     return subprocess.run(
-        [sys.executable, "-m", "wif.advisor.cli", *argv],
+        [sys.executable, "-m", "wif.advisor.advise_cli", *argv],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -149,7 +149,7 @@ def test_sigterm_ends_the_script_and_every_run_killed(tmp_path: Path, store: str
         [
             sys.executable,
             "-m",
-            "wif.advisor.cli",
+            "wif.advisor.advise_cli",
             "--",
             sys.executable,
             "-m",

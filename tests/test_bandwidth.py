@@ -21,7 +21,7 @@ from wif.config import TransferConfig
 from wif.data.loaders import FixedBatches
 from wif.data.transfer import StreamPrefetcher, batch_nbytes, copies_from_host, make_transfer, on_device
 from wif.report import copycost
-from wif.report.cli import main as report
+from wif.report.report_cli import main as report
 from wif.run.training import CappedBatches
 
 IMAGE = 3 * 64 * 64 * 4 + 8  # a float32 3x64x64 image and its int64 label, in bytes

@@ -188,7 +188,7 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(
 def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
-    from wif.report.cli import main as report_main
+    from wif.report.report_cli import main as report_main
 
     args = [
         "preset=smoke",

@@ -149,7 +149,7 @@ def test_dali_decodes_on_the_gpu_with_mixed_decoding(cache_dir: Path) -> None:
 )
 def test_a_driver_older_than_the_dali_wheels_cuda_needs_is_refused_naming_both(wheel, driver, refused) -> None:
     """Issue 47 item 11: nvidia-dali-cuda130 needs a 580 driver; an older one failed inside DALI's first pipeline."""
-    from wif.config.engines import dali_driver_refusal
+    from wif.config.engine_checks import dali_driver_refusal
 
     said = dali_driver_refusal(wheel, driver)
     assert (said is not None) == refused
@@ -158,7 +158,7 @@ def test_a_driver_older_than_the_dali_wheels_cuda_needs_is_refused_naming_both(w
 
 
 def test_the_driver_is_checked_on_a_gpu_only() -> None:
-    from wif.config.engines import dali_wheel, validate_dali_driver
+    from wif.config.engine_checks import dali_wheel, validate_dali_driver
 
     assert dali_wheel() == "nvidia-dali-cuda130"  # pyproject's dali extra
     validate_dali_driver(_conf("data=encoded"), "cpu")  # no driver to read here, nothing to refuse on the CPU
@@ -169,7 +169,7 @@ def test_the_driver_is_checked_on_a_gpu_only() -> None:
 def test_issue47_item11_dali_on_this_gpus_driver_runs_or_is_refused_in_one_line(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
-    from wif.config.engines import dali_driver_refusal, dali_wheel, nvidia_driver
+    from wif.config.engine_checks import dali_driver_refusal, dali_wheel, nvidia_driver
 
     driver = nvidia_driver()
     assert driver, "NVML gave no driver version on a GPU machine"

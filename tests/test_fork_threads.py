@@ -21,7 +21,7 @@ SCRIPT = """
 import sys, torch
 from wif.config.compose import load_config
 from wif.measure.tracking import Tracker
-from wif.run.training import preload
+from wif.run.forking import preload
 from wif.tools.recorded import run_recorded
 
 default = torch.get_num_threads()

@@ -7,6 +7,7 @@ into a function is still a dependency, and hiding a circle that way is what this
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,10 @@ MAY_IMPORT: Mapping[str, Set[str]] = {
     "run": {"config", "measure", "data"},
     "sweep": {"config", "measure", "data", "run", "report"},
     "tools": {"config", "measure", "data", "run"},
-    "advisor": {"config", "measure", "data", "run", "tools", "report"},
+    "advisor": {"config", "measure", "data", "run", "tools", "watcher", "report"},
     "report": {"measure"},
-    "cli": set(),  # wif.cli: `wif`, the list of commands; imports nothing of wif
+    "watcher": {"config", "measure", "data", "run"},
+    "commands": set(),  # wif.commands: `wif`, the list of commands; imports nothing of wif
 }
 REPORT_MAY_IMPORT = {"wif.measure.tracking", "wif.measure.lifetime"}  # the store's address, and what it imports
 HEAVY = {"torch", "torchvision", "prefetch_generator", "spdl", "torchdata"}
@@ -176,7 +178,7 @@ def test_the_report_never_imports_torch_or_the_training_code(graph) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, wif.report.cli, wif.report.race; "
+            "import sys, wif.report.report_cli, wif.report.race; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % sorted(HEAVY),
         ],
         capture_output=True,
@@ -188,9 +190,18 @@ def test_the_report_never_imports_torch_or_the_training_code(graph) -> None:
 
 
 def test_each_package_says_what_lives_there() -> None:
+    """Each package's docstring names every module and subpackage in it: the tree is read from its __init__s."""
+    unnamed = {}
     for init in sorted(PACKAGE.rglob("__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc) > 40, f"{init.relative_to(ROOT)} needs a docstring saying what lives there"
+        here = init.parent
+        parts = [p.stem for p in here.glob("*.py") if p.stem not in ("__init__", "__main__")]
+        parts += [p.name for p in here.iterdir() if (p / "__init__.py").exists() and not p.is_symlink()]
+        missing = sorted(name for name in parts if not re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", doc))
+        if missing:
+            unnamed[str(here.relative_to(ROOT))] = missing
+    assert unnamed == {}
 
 
 def test_no_file_is_long() -> None:

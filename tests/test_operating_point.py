@@ -15,7 +15,7 @@ from wif.config import ConfigError, validate
 from wif.data.datasets import DecodedSplit, load_datasets
 from wif.data.loaders import build_batches
 from wif.data.synthetic import encoded_arrays
-from wif.report.cli import main as report
+from wif.report.report_cli import main as report
 
 
 def _conf(cache: Path, *overrides: str):

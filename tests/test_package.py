@@ -41,16 +41,16 @@ def user_conf(where: Path) -> Path:
 
 # ----------------------------------------------------------------------------- fast: the checkout's modules
 def test_wif_lists_every_command_in_one_screen() -> None:
-    from wif.cli import COMMANDS, usage
+    from wif.commands import COMMANDS, usage
 
     names = [name for name, _ in COMMANDS]
     assert len(set(names)) == len(names) and set(SCRIPTS) == {"wif", *names}, "the list and pyproject differ"
-    done = subprocess.run([sys.executable, "-m", "wif.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "wif.commands", "--help"], capture_output=True, text=True, cwd=ROOT)
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and done.stdout == usage()
     assert len(lines) <= 24 and max(map(len, lines)) <= 100, "more than one screen"
     assert all(sum(line.startswith(f"  {name}  ") for line in lines) == 1 for name, _ in COMMANDS)  # one row each
-    wrong = subprocess.run([sys.executable, "-m", "wif.cli", "stduy"], capture_output=True, text=True, cwd=ROOT)
+    wrong = subprocess.run([sys.executable, "-m", "wif.commands", "stduy"], capture_output=True, text=True, cwd=ROOT)
     assert wrong.returncode == 2 and wrong.stderr.startswith("wif: no command 'stduy'")
 
 

@@ -157,7 +157,7 @@ def test_cold_epochs_read_storage_or_the_run_says_it_was_not_cold(tmp_path: Path
     from storage with the data's pages evicted, or the run is tagged not cold, and the report says so. The
     LMDB run with 0 workers reads through the main process's own map: evicting it means closing that first."""
     from wif.data.formats.splits import COLD_RESIDENT_LIMIT
-    from wif.report.cli import main as report_main
+    from wif.report.report_cli import main as report_main
 
     root = jpeg_folder(tmp_path / "images", per_class=20, test_per_class=4, size=96)
     refused = eviction_refused(_files(root))
@@ -209,7 +209,7 @@ def test_cold_epochs_read_storage_or_the_run_says_it_was_not_cold(tmp_path: Path
 def test_the_report_warns_of_a_run_whose_cold_epochs_were_not_cold(tmp_path: Path) -> None:
     """An engine's own long-lived workers may still map a pack: such a run is tagged, and the report says so."""
     from tests.test_report import log_run, new_store
-    from wif.report.cli import main as report_main
+    from wif.report.report_cli import main as report_main
 
     client, uri, exp_id = new_store(tmp_path)
     for block in range(2):

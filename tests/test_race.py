@@ -13,8 +13,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import STUDY_LOADERS, compose_cfg, run_train, start_train, train_runs, wait_for_workers
-from wif.report.cli import main as report_main
 from wif.report.race import FractionState, RaceRules, replay
+from wif.report.report_cli import main as report_main
 
 NAMES = [f"s{i}" for i in range(11)]
 

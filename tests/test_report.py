@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from scipy import stats as sps
 
 from wif.report import model, plots
-from wif.report.cli import main
+from wif.report.report_cli import main
 from wif.report.runs import RunFilter, baseline_of, load_runs
 from wif.report.verdicts import slower_by
 

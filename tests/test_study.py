@@ -164,7 +164,7 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     from tests.test_decode import _conf
     from wif.data.datasets import load_datasets
     from wif.data.formats.source import encoded_files
-    from wif.report.cli import main as report
+    from wif.report.report_cli import main as report
 
     store = new_store(tmp_path)
     small = ("preset=smoke", "repeat=0", "data.fraction=0.1")

@@ -20,7 +20,8 @@ from wif.config import ConfigError, DataSource, TransferKind, validate, warnings
 from wif.data.loaders import FixedBatches
 from wif.data.transfer import StreamPrefetcher, make_transfer
 from wif.run.training import CappedBatches
-from wif.tools.batch_size import find_largest, out_of_memory
+from wif.tools.batch_probe import out_of_memory
+from wif.tools.batch_size import find_largest
 from wif.tools.tune import pick_best, search_workers
 
 # cpu_util_pct and workers_peak come from the sampler's 0.5 s tree samples: a smoke loader-only run is shorter.
@@ -261,7 +262,7 @@ def test_wif_batch_size_probes_data_custom_with_its_own_first_sample() -> None:
     """data=custom: the probes train on the user's first sample repeated to the batch size (its shape and its
     classes, not data.image_size's), read once in a forked child; a factory that fails is one line."""
     from wif.config.targets import typed
-    from wif.tools.batch_size import first_sample, sample_batches
+    from wif.tools.batch_probe import first_sample, sample_batches
 
     conf = typed(
         compose_cfg(
@@ -294,7 +295,7 @@ def test_wif_batch_size_runs_its_children_in_fresh_processes_that_inherit_nothin
     """Issue 47 item 3: a process forked from one that has initialized CUDA (a test session, a user's script)
     cannot use CUDA. The probes and the dataset factory run in fresh interpreters: state set here is not there."""
     from wif.config.targets import typed
-    from wif.tools.batch_size import first_sample
+    from wif.tools.batch_probe import first_sample
 
     conf = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=tests.test_tools.parent_state_seen"))
     PARENT_STATE["cuda"] = "initialized"  # what a fork would carry over: this process's memory
@@ -431,7 +432,7 @@ def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) ->
 @gpu_only
 def test_issue47_items3_10_wif_batch_size_probes_from_a_process_holding_cuda() -> None:
     """Issue 47 item 3: a forked probe here failed with "Cannot re-initialize CUDA in forked subprocess"."""
-    from wif.tools.batch_size import run_probe
+    from wif.tools.batch_probe import run_probe
 
     torch.zeros(1, device="cuda")  # this process now holds a CUDA context, as a test session or a user's script
     conf = OmegaConf.to_object(compose_cfg("preset=smoke"))

@@ -14,7 +14,8 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader, TensorDataset
 
-from wif.tools.watch import find_dataloader, samples_in
+from wif.run.loop import samples_in
+from wif.watcher.watch import find_dataloader
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,7 +167,7 @@ def _init_worker(worker_id: int) -> None:
 
 
 def test_a_rebuilt_loader_keeps_what_decides_its_batches() -> None:
-    from wif.tools.watch_orders import rebuild
+    from wif.watcher.orders import rebuild
 
     before = [b["x"].tolist() for b in _seeded_loader()]
     loader = rebuild(_seeded_loader(), {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4})

@@ -39,7 +39,7 @@ class BlocksSweeper(BasicSweeper):
         the jobs in their order, each only if it can finish in what is left (wif.sweep.budget)."""
         from wif.sweep import callback
         from wif.sweep.budget import blocks_line
-        from wif.sweep.probe import SweepBudget
+        from wif.sweep.sweep_budget import SweepBudget
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         (jobs,) = self.split_arguments(parser.parse_overrides(self._parse_config() + list(arguments)), None)

@@ -97,7 +97,7 @@ class RaceSweeper(BasicSweeper):
 
     def _budget(self, cells: Sequence[Cell], rules: "RaceRules", race_id: str) -> Any:
         """sweep.budget_min: every job the race may run priced (a probe first where the store has no price)."""
-        from wif.sweep.probe import SweepBudget
+        from wif.sweep.sweep_budget import SweepBudget
 
         jobs = [
             list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"]

@@ -2,17 +2,18 @@
 race that proves it.
 
     predict   the prediction model: each candidate's epoch time from measured rates (pure, no torch)
-    measure   the measuring steps: the configured setting's epochs, the compute bound, loader-only trials
+    runner    the measuring runs: the configured setting's epochs, the compute bound, loader-only trials
     verify    the race of the current setting against the best predicted candidates (the report's rules)
     answer    the sentence, the tables, the lines to paste and the picture
     candidates the settings worth trying, and the rates the prediction takes from their trials
     workload  the data the advice uses (the whole folder unless told) and whether others disturbed its runs
     steps     the four steps in order, within --minutes; every run ended KILLED on an interruption
-    cli       the command line, and `advise_overrides`, which `import wif; wif.advise(overrides)` calls
+    advice    what the advice is asked (its options) and gives back, and its minutes' budget
+    advise_cli  the command line, and `advise_overrides`, which `import wif; wif.advise(overrides)` calls
     examples  a Dataset whose items wait on storage (the must-show case; the tests use it too)
     script, script_runner   `wif-advise -- python my_train.py`: the user's command probed, then measured
     warm, warm_preload      that command forked from a server that has imported torch and the watch
 
-Above `wif.tools`: imports it (wif-tune's worker search), `wif.run` and below, and the report's pure race and
-decision rules; never the sweep.
+Above `wif.tools` and `wif.watcher`: imports them (wif-tune's worker search; the watch's orders), `wif.run`
+and below, and the report's pure race and decision rules; never the sweep.
 """

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from wif.advisor.measure import Candidate, Measured
 from wif.advisor.predict import Prediction, relative_error
+from wif.advisor.runner import Candidate, Measured
 from wif.advisor.verify import BASELINE, RaceResult
 from wif.config.compose import STUDY_COMMAND
 

@@ -13,9 +13,10 @@ import importlib.util
 import math
 from typing import List, Optional
 
-from wif.advisor.measure import Candidate, Measured
 from wif.advisor.predict import Loader, Step, batch_sizes, item_time
+from wif.advisor.runner import Candidate, Measured
 from wif.config import Config, ConfigError, DataSource, TransferKind, validate
+from wif.data.loaders import TAKES_IN_ORDER
 
 
 def current(base: Config, cuda: bool) -> Candidate:
@@ -54,9 +55,8 @@ def workers(base: Config, count: int, cuda: bool) -> Candidate:
 def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int) -> List[Candidate]:
     """The other knobs, at the best worker count: those the configuration accepts (`items`: the images an
     epoch takes, as the measuring run counted them)."""
-    out = []
+    out = _deeper(best)
     if best.workers > 0:
-        out.append(_more(best, "pf4", {"loader.prefetch_factor": 4}, prefetch=4))
         if importlib.util.find_spec("torchdata") is not None and base.engine.name.value == "dataloader":
             out.append(_more(best, "threads", {"engine.name": "nodes_threads"}))
     if cuda and not (base.loader.pin_memory and base.transfer.non_blocking):
@@ -69,6 +69,25 @@ def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[f
     return [c for c in out if _accepted(base, c)]
 
 
+def script_extras(
+    base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int
+) -> List[Candidate]:
+    """The other knobs for a user's script (wif-advise --), at the best count: DataLoader's own only, since
+    the script's copy and data stay its own: a deeper prefetch, batches out of order where torch has them,
+    pinned memory on a GPU."""
+    out = _deeper(best)
+    if best.workers > 0 and TAKES_IN_ORDER and base.loader.in_order:
+        out.append(_more(best, "unordered", {"loader.in_order": False}))
+    if cuda and not base.loader.pin_memory:
+        out.append(_more(best, "pin", {"loader.pin_memory": True}))
+    return out
+
+
+def _deeper(best: Candidate) -> List[Candidate]:
+    """Twice the default batches in flight per worker, where there are workers."""
+    return [_more(best, "pf4", {"loader.prefetch_factor": 4}, prefetch=4)] if best.workers > 0 else []
+
+
 def _more(best: Candidate, suffix: str, keys: dict, **changes) -> Candidate:
     fields = dict(
         workers=best.workers, persistent=best.persistent, prefetch=best.prefetch, copy_hidden=best.copy_hidden
@@ -78,7 +97,7 @@ def _more(best: Candidate, suffix: str, keys: dict, **changes) -> Candidate:
 
 
 def _accepted(base: Config, cand: Candidate) -> bool:
-    from wif.advisor.measure import apply
+    from wif.advisor.runner import apply
 
     try:
         validate(apply(base, cand))

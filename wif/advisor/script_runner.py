@@ -1,5 +1,5 @@
 """The measurements of `wif-advise -- python my_train.py ARGS...`: each one the user's command run again, with
-orders to its `wif.watch` in the environment (`wif.tools.watch_orders`), the script unchanged.
+orders to its `wif.watch` in the environment (`wif.watcher.orders`), the script unchanged.
 
 `ScriptRunner` is the advice's `Runner` for a script: the same roles (measure, bound, loader, race), the same
 nested MLflow runs, `Measured` read back the same way, so `wif.advisor.steps` predicts, races and answers as
@@ -18,22 +18,19 @@ import subprocess
 import tempfile
 import time
 from dataclasses import asdict
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
-
-from torch.utils.data import DataLoader
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from wif.advisor import warm
-from wif.advisor.candidates import _more
-from wif.advisor.measure import Candidate, Measured, Runner, training
+from wif.advisor.candidates import script_extras
+from wif.advisor.runner import Candidate, Measured, Runner, training
 from wif.config import Config, TrainerMode, as_plain
 from wif.measure.contention import is_contended
 from wif.measure.tracking import FAILED, FINISHED, KILLED
 from wif.run.record import stop_rule
 from wif.run.supervise import INTERRUPT_GRACE_S
-from wif.tools.watch_orders import ENV
+from wif.watcher.orders import ENV
 
 LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")
-HAS_IN_ORDER = "in_order" in DataLoader.__init__.__code__.co_varnames  # torch >= 2.6
 
 
 def execute(
@@ -122,19 +119,7 @@ class ScriptRunner(Runner):
         """The script as it is, its first batches replayed from its second epoch on (the orders' `bound`)."""
         return training(base, Candidate("bound", {}), epochs)
 
-    def knobs(
-        self, base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int
-    ) -> List[Candidate]:
-        """The other DataLoader knobs at the best count: a deeper prefetch, batches out of order where torch
-        has it, pinned memory on a GPU (the script's own copy stays as it is)."""
-        out = []
-        if best.workers > 0:
-            out.append(_more(best, "pf4", {"loader.prefetch_factor": 4}, prefetch=4))
-            if HAS_IN_ORDER and base.loader.in_order:
-                out.append(_more(best, "unordered", {"loader.in_order": False}))
-        if cuda and not base.loader.pin_memory:
-            out.append(_more(best, "pin", {"loader.pin_memory": True}))
-        return out
+    knobs = staticmethod(script_extras)  # DataLoader's own knobs: the script's copy stays its own
 
     def orders(self, conf: Config, role: str, run_id: str) -> Dict[str, Any]:
         """What the watch in the script is to do for this run."""

@@ -15,15 +15,15 @@ import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
 import psutil
 
 from wif.advisor import answer, candidates, workload
-from wif.advisor.measure import Candidate, Measured, Runner, loader_only, training
+from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, Advice, Options, race_epochs
 from wif.advisor.predict import Prediction, batch_sizes, predict, rank
+from wif.advisor.runner import Candidate, Measured, Runner, loader_only, training
 from wif.advisor.verify import RaceResult, run_race
 from wif.config import Config, as_plain
 from wif.measure.lifetime import signals_held
@@ -34,45 +34,6 @@ from wif.run.supervise import resolve_device
 from wif.tools.tune import search_workers
 
 PROG = "wif-advise"
-MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs
-
-
-@dataclass
-class Options:
-    epochs: int = 3  # measuring runs: epochs each, the first left out
-    batches: int = 50  # loader-only trials: batches an epoch at most
-    race_candidates: int = 2  # the best predicted raced against the current setting
-    min_blocks: int = 2
-    max_blocks: int = 4
-    max_epochs: int = 12  # each race run: trainer.epochs=auto up to this
-    margin: float = 0.02  # the race's tie margin, and the predicted gain a candidate needs to be raced
-    bound_margin: float = 0.05  # within this of the bound: not data-bound
-    minutes: float = 5.0  # the whole advice: the race takes what the measuring steps leave
-    started: Optional[float] = None  # time.monotonic() the minutes count from (the command's start; None: now)
-
-
-ANSWER_S = 10.0  # kept back from --minutes for the answer: the picture, the parent run's figures and artifacts
-
-
-@dataclass
-class Advice:
-    """What `wif-advise` found: the verdict, the pick (None: keep what you have), and the lines."""
-
-    data_bound: bool
-    sentence: str
-    pick: Optional[str]
-    speedup: Optional[tuple]  # (estimate, low, high) against the current setting
-    train_line: Optional[str]
-    dataloader: Optional[str]
-    why: str
-    table: str
-    parent_run_id: str
-    runs: int
-    seconds: float
-    picture: Optional[str] = None
-    predicted: Dict[str, float] = field(default_factory=dict)
-    measured: Dict[str, float] = field(default_factory=dict)
-    contention: str = ""  # whether other processes disturbed the runs, with the figure
 
 
 def advise(
@@ -325,15 +286,3 @@ def _advise(
     else:
         out.why = unverified or answer.why_keep(race, raced, predicted, data_bound, not cuda, opts.margin)
     return out
-
-
-def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts: Options) -> int:
-    """Epochs a race run may take (up to --max-epochs) so that --min-blocks blocks fit in the time left: each
-    run costs its start (the measuring run's time beyond its epochs) and its epochs at the slowest of the
-    measured and predicted epoch times."""
-    epoch = max([now.median(), *predicted_s])
-    start = max(now.wall_s - sum(e["epoch_time_s"] for e in now.epochs), 0.0)
-    per_run = left_s / (opts.min_blocks * (len(predicted_s) + 1))
-    if not epoch > 0:
-        return opts.max_epochs
-    return int(max(min(opts.max_epochs, (per_run - start) // epoch), 0))

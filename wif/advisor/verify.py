@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
 
-from wif.advisor.measure import Candidate, Measured, Runner, raced
+from wif.advisor.runner import Candidate, Measured, Runner, raced
 from wif.config import Config
 from wif.report import decision
 from wif.report.race import FractionState, RaceRules, look

@@ -4,7 +4,7 @@
 loader trials, the race). Each new interpreter pays its imports before the script's first line: here about
 5 s of a 6-s measurement (torch with its CUDA libraries, torch._dynamo at the first optimizer, MLflow), paid
 in no epoch but in the advice's minutes. As the study forks its runs from a warm supervisor
-(`wif.run.training.preload`), the script is forked from a multiprocessing forkserver whose only import is
+(`wif.run.forking.preload`), the script is forked from a multiprocessing forkserver whose only import is
 `wif.advisor.warm_preload`, and run there as Python would run it: `sys.argv`, `sys.path[0]`, the environment
 and the working directory as the command's, `__main__` its own, its exit code and uncaught exception as they
 would be, its atexit handlers run. Its RAM is counted as a forked run's is: the pages it still shares with the
@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from wif.tools.watch_orders import FORKED_FROM
+from wif.watcher.orders import FORKED_FROM
 
 Target = Tuple[str, str, List[str]]  # ("path" | "module", the script or module, its arguments)
 PRELOAD = "wif.advisor.warm_preload"

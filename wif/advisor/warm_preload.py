@@ -9,6 +9,6 @@ import torch._dynamo  # noqa: F401 - the first optimizer imports it (about 2 s)
 import torch.utils.data  # noqa: F401
 from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - the watch's store (about 1 s)
 
-import wif.tools.watch  # noqa: F401
+import wif.watcher.watch  # noqa: F401
 
 MAIN = multiprocessing.current_process()  # the server's: what a forked script restores, as `python` has it

@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from wif.advisor.measure import Measured
 from wif.advisor.predict import batch_sizes
+from wif.advisor.runner import Measured
 from wif.config import Config, DataSource
 from wif.data.datasets import split_indices
 from wif.data.folder import folder_files

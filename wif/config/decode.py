@@ -4,7 +4,7 @@ the format and engine checks are, so that checking a config never imports a data
 
 from __future__ import annotations
 
-from wif.config.engines import installed
+from wif.config.engine_checks import installed
 from wif.config.formats import PER_SAMPLE
 from wif.config.schema import Config, Decode, DecodeBackend, EngineName, TransferKind, require
 

@@ -3,7 +3,7 @@ the cold page cache can run with, refused in one line naming the key before any 
 
 from __future__ import annotations
 
-from wif.config.engines import installed
+from wif.config.engine_checks import installed
 from wif.config.schema import Config, DataFormat, DataSource, EngineName, PageCache, require
 
 PER_SAMPLE = (DataSource.folder, DataSource.encoded)  # the sources whose images are decoded per sample

@@ -3,6 +3,7 @@ one, or batches gathered from a dataset already resident on the device."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Callable, Iterator, Optional, Protocol, Sized, Tuple
 
@@ -13,6 +14,9 @@ from wif.config import LoaderConfig
 from wif.data.datasets import AnySplit, Split
 from wif.measure.lifetime import dataloader_worker_init
 
+# Whether this torch's DataLoader takes `in_order` (torch >= 2.6): the one check the watch's rebuild and the
+# script's candidates read.
+TAKES_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 Batch = Tuple[torch.Tensor, torch.Tensor]
 # A run of several ranks (trainer.nproc>1) gives each loader its shard's sampler: (dataset, shuffle) -> Sampler
 SamplerFor = Callable[[Dataset, bool], Sampler]

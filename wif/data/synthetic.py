@@ -20,7 +20,8 @@ from wif.config import DataConfig
 log = logging.getLogger(__name__)
 
 
-def _synthetic_key(cfg: DataConfig) -> Dict[str, float]:
+def synthetic_key(cfg: DataConfig) -> Dict[str, float]:
+    """What the generated set depends on: the key of its cache entry, and of those made from it."""
     return {
         "num_train": cfg.num_train,
         "num_test": cfg.num_test,
@@ -101,7 +102,7 @@ def _cached(cfg: DataConfig, kind: str, key: Dict[str, float], make) -> Dict[str
 
 def synthetic_arrays(cfg: DataConfig) -> Dict[str, np.ndarray]:
     """The cached synthetic set for these parameters."""
-    return _cached(cfg, "synthetic", _synthetic_key(cfg), lambda: generate_synthetic(cfg))
+    return _cached(cfg, "synthetic", synthetic_key(cfg), lambda: generate_synthetic(cfg))
 
 
 def _encode(images: np.ndarray, quality: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -124,4 +125,4 @@ def encoded_arrays(cfg: DataConfig) -> Dict[str, np.ndarray]:
             out[f"{part}_y"] = raw[f"{part}_y"]
         return out
 
-    return _cached(cfg, "encoded", {**_synthetic_key(cfg), "jpeg_quality": cfg.jpeg_quality}, make)
+    return _cached(cfg, "encoded", {**synthetic_key(cfg), "jpeg_quality": cfg.jpeg_quality}, make)

@@ -2,6 +2,6 @@
 
 import sys
 
-from wif.report.cli import main
+from wif.report.report_cli import main
 
 sys.exit(main())

@@ -78,16 +78,7 @@ def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame
     the race, and the bound each dropped setting was dropped with."""
     out = table.copy()
     final = decision.columns(fit, "", race.rules.look_confidence, race.rules.margin)
-    vs_best = [
-        "possibly_fastest",
-        "slower_at_least",
-        "slower_at_most",
-        "tied",
-        "clearly_slower",
-        "slower_in_practice",
-        "undecided",
-        "more_blocks",
-    ]
+    vs_best = decision.VS_BEST
     for name in out.index:
         if name in race.state.dropped:
             at_least = race.state.dropped[name]

@@ -59,7 +59,7 @@ TAGS = {  # column: tag
     "step": "wif.step",
     "page_cache_cold": "wif.page_cache_cold",
     "page_cache_note": "wif.page_cache_note",
-    "decode_note": "wif.decode_note",  # data.decode=device on a CPU: wif.report.tables.decode_note
+    "decode_note": "wif.decode_note",  # data.decode=device on a CPU: wif.report.document.decode_note
 }
 PARAMS = {
     "baseline": "tracking.baseline",

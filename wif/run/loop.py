@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
 import torch
@@ -19,29 +18,29 @@ from torch import nn
 
 from wif.data.loaders import Batch, Batches
 from wif.data.transfer import Transfer, batch_nbytes, copies_from_host
+from wif.measure.epochs import EpochStats
 from wif.measure.timing import CopyClock, StepClock, synchronize
 from wif.run.step import Step
 
 
-@dataclass
-class EpochStats:
-    epoch_time_s: float
-    samples: int
-    train_loss: Optional[float]  # None in loader-only mode: there is no model
-    data_wait_s: float  # the loader's part of the host's wait: in next(), plus the transfer's own time
-    copy_s: float  # the part of data_wait_s spent in the transfer call (its wait behind the GPU taken out)
-    gpu_blocked_s: Optional[float]  # CUDA only: the host blocked in a transfer call behind the GPU's queued work
-    copy_bytes_per_epoch: int  # what the transfer moved host-to-device (on a CPU device: would have); 0 if nothing
-    compute_s: float  # forward, backward, optimizer step (device time on CUDA)
-    first_batch_s: float  # from asking for the epoch's iterator to holding its first batch
-    gpu_idle_s: Optional[float]  # CUDA only: gaps between steps on the compute stream
-    compute_threads: int  # torch's intra-op threads in the loop's thread: what the model's CPU work used
-    t_start: float  # time.monotonic() at the epoch's start and end, for the memory sampler's windows
-    t_end: float
-
-
 def _labels(batch: Batch) -> int:
     return len(batch[1])
+
+
+def samples_in(batch: Any, fallback: int) -> int:
+    """How many samples a batch holds: the length of its first tensor with a batch dimension, searched depth
+    first through tuples, lists and dicts (a dict's first value may be a list of file names: its length)."""
+    if isinstance(batch, torch.Tensor):
+        return len(batch) if batch.dim() else fallback
+    values = list(batch.values()) if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else []
+    for value in values:
+        if isinstance(value, (torch.Tensor, tuple, list, dict)):
+            n = samples_in(value, -1)
+            if n >= 0:
+                return n
+    if isinstance(batch, list) and batch:  # a list of non-tensors: one a sample
+        return len(batch)
+    return fallback
 
 
 class TimedFeed:

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wif.config import Config, TrainerConfig
+from wif.measure import epochs
 from wif.measure.contention import HostCpuMeter, is_contended
+from wif.measure.epochs import figures
 from wif.measure.lifetime import signals_held
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import Tracker
@@ -109,23 +111,12 @@ class RunRecord:
 
     def _on_epoch(self, p: Dict[str, Any]) -> None:
         self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
-        t = p["epoch_time_s"]
         m = {
-            "epoch_time_s": t,
-            "throughput_img_s": p["samples"] / t,
+            **figures(p),
             "train_loss": p["train_loss"],
             "val_loss": p.get("val_loss"),
             "val_acc": p.get("val_acc"),
             "val_time_s": p.get("val_time_s"),
-            "data_wait_s": p["data_wait_s"],
-            "copy_s": p["copy_s"],
-            "gpu_blocked_s": p.get("gpu_blocked_s"),
-            "compute_s": p["compute_s"],
-            "data_wait_share": p["data_wait_s"] / t,
-            "compute_share": p["compute_s"] / t,
-            "first_batch_s": p["first_batch_s"],
-            "gpu_idle_s": p["gpu_idle_s"],
-            "compute_threads": p["compute_threads"],
             "host_other_cpu_pct": self.meter.other_pct(-2, -1),
             "tree_cpu_s": self.meter.tree_s(-2, -1),
         }
@@ -169,7 +160,7 @@ class RunRecord:
                 self.label,
                 p["epoch"] + 1,
                 f"auto<={tr.max_epochs}" if tr.auto else tr.epochs,
-                t,
+                m["epoch_time_s"],
                 m["throughput_img_s"],
                 100 * m["data_wait_share"],
                 val,
@@ -204,35 +195,19 @@ class RunRecord:
 
     def measured_other_cpu_pct(self) -> Optional[float]:
         """Others' CPU share over the measured epochs: from the mark that ended the warm-up to the last."""
-        warm = self.conf.trainer.warmup_epochs if len(self.epochs) > self.conf.trainer.warmup_epochs else 0
-        return self.meter.other_pct(warm, len(self.epochs))
+        return self.meter.other_pct(
+            epochs.left_out(len(self.epochs), self.conf.trainer.warmup_epochs), len(self.epochs)
+        )
 
     def summary(self, t_end: float) -> Dict[str, float]:
-        warm = self.conf.trainer.warmup_epochs
-        measured = self.epochs[warm:] or self.epochs
-        mean = lambda key: sum(e[key] for e in measured) / len(measured)  # noqa: E731
-        t0 = self.epochs[0]["t_start"]
-        out = dict(self.final)
-        out.update(
-            {
-                "epoch_time_mean_s": mean("epoch_time_s"),
-                "epoch_time_median_s": statistics.median(e["epoch_time_s"] for e in measured),
-                "throughput_mean_img_s": mean("throughput_img_s"),
-                "data_wait_share_mean": mean("data_wait_share"),
-                "first_batch_mean_s": mean("first_batch_s"),
-                "time_total_s": sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
-                + self.final.get("test_time_s", 0.0),
-                "warmup_epoch_time_s": self.epochs[0]["epoch_time_s"],
-                "epochs_run": len(self.epochs),
-            }
-        )
+        """The run's steady summary (wif.measure.epochs), with what only the harness knows: the whole run's
+        time with validation and test, the stopping rule's pin, the tree's memory peaks, others' CPU share."""
+        out = {**self.final, **epochs.summary(self.epochs, self.conf.trainer.warmup_epochs)}
+        whole = sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
+        out["time_total_s"] = whole + self.final.get("test_time_s", 0.0)
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
-        if measured[0]["gpu_idle_s"] is not None:
-            out["gpu_idle_mean_s"] = mean("gpu_idle_s")
-        if measured[0].get("gpu_blocked_s") is not None:
-            out["gpu_blocked_mean_s"] = mean("gpu_blocked_s")
-        out.update(self.sampler.peaks(t0, t_end))
+        out.update(self.sampler.peaks(self.epochs[0]["t_start"], t_end))
         other = self.measured_other_cpu_pct()
         if other is not None:
             out["host_other_cpu_pct"] = other

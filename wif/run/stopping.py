@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 log = logging.getLogger("wif")
 STOP, GO_ON = "stop", "logged"  # the supervisor's answer to an epoch's figures
-# The report's tie margin (wif-report --margin, default 0.02: wif/report/cli.py); wif.run may not import the
+# The report's tie margin (wif-report --margin, default 0.02: wif/report/report_cli.py); wif.run may not import the
 # report (tests/test_layout.py), so it is repeated here: change both together.
 TIE_MARGIN = 0.02
 BETWEEN_SHARE = 0.5  # pinned within half the between-run sd: the run's own error adds <= ~3% to the spread

@@ -26,9 +26,10 @@ from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, 
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.run.forking import forked_run_threads
 from wif.run.record import RunRecord, stop_rule
 from wif.run.stopping import read_between
-from wif.run.training import forked_run_threads, train
+from wif.run.training import train
 
 INTERRUPT_GRACE_S = 5.0
 REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was created

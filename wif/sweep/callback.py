@@ -32,7 +32,7 @@ class SweepTally:
     killed: int = 0
     failures: List[str] = field(default_factory=list)
     started_ms: int = 0  # when the sweep started: every run it created started later
-    budget: str = ""  # a budgeted sweep's outcome (wif.sweep.probe.SweepBudget.outcome): said on the last line
+    budget: str = ""  # a budgeted sweep's outcome (wif.sweep.sweep_budget.SweepBudget.outcome): said on the last line
 
     def ran_elsewhere(self) -> bool:
         """Jobs were planned but none ended in this process: a launcher ran them in processes of their own. A

@@ -26,7 +26,7 @@ from wif.config import (
     validate,
     warnings_for,
 )
-from wif.config.engines import validate_dali_driver
+from wif.config.engine_checks import validate_dali_driver
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, to_log_file
 from wif.config.targets import typed
 from wif.data.folder_check import require_readable
@@ -36,11 +36,11 @@ from wif.measure.contention import is_contended
 from wif.measure.lifetime import owner_tags
 from wif.measure.sysinfo import host_tags, usable_cores
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, close_stale_runs, config_hash
+from wif.run.forking import preload
 from wif.run.model import model_label
 from wif.run.step import step_label
 from wif.run.supervise import REFUSED, Outcome, interrupt, resolve_device, supervise
 from wif.run.targets import check_user_code
-from wif.run.training import preload
 from wif.sweep import callback
 from wif.sweep.cluster import cluster_tags
 from wif.sweep.gpus import pin_gpu, require_gpus
@@ -49,7 +49,8 @@ log = logging.getLogger("wif")
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
 NOT_IDENTITY = ("tracking", "resume", "progress", "measure", "sweep", "race")
 ERROR_TAG_LIMIT = 4000
-# Keys added with the user's own model, data and step (issue 26), at their defaults: left out of the identity.
+# Keys added after the first studies (the user's own model, data and step; storage formats; decoding on the
+# device; uint8 transfers), at their defaults: left out of the identity, so that earlier runs still resume.
 NEW_KEY_DEFAULTS = {
     "model": {"arch": None, "weights": None, "_target_": None, "kwargs": {}},
     "data": {
@@ -72,7 +73,7 @@ NEW_KEY_DEFAULTS = {
         "dist_timeout_s": 300.0,
         "threads": None,
     },
-    "transfer": {"uint8": False},  # issue 41
+    "transfer": {"uint8": False},
 }
 
 

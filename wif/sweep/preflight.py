@@ -28,7 +28,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from wif.config import Config, ConfigError, DataConfig, DataSource, validate
-from wif.config.engines import validate_dali_driver
+from wif.config.engine_checks import validate_dali_driver
 from wif.config.exits import EXIT_BAD_SETTING
 from wif.config.targets import typed
 from wif.run.targets import check_user_code

@@ -1,4 +1,5 @@
-"""wif from the user's own training script (note 001's habit: the search pasted into `main_worker`).
+"""wif from the user's own training script (the habit of pasting a worker search into `main_worker` of
+PyTorch's ImageNet example; docs/your-workload.md).
 
     import wif
     pick = wif.tune_workers(train_set, batch_size=256)          # the wif-tune search, in this process
@@ -12,19 +13,18 @@ study's report never mixes them with its own runs.
 
 from __future__ import annotations
 
-import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from wif.measure import epochs as epoch_account
 from wif.measure.timing import StepClock, synchronize
-from wif.run.loop import TimedFeed
+from wif.run.loop import TimedFeed, samples_in
 from wif.run.training import CappedBatches
 from wif.tools.tune import Trial, final_pick, search_workers, table
-from wif.tools.watch import samples_in
 
 # Its trials run in the caller's process, with no sampler beside them (a sampler thread there would share the
 # GIL with the loop it times): wif-tune's trials, each a supervised run, measure the tree's PSS.
@@ -110,13 +110,7 @@ def tune_workers(
             times = time_epochs(
                 loader, lambda b: _to_device(b, dev, pin), max(epochs, 2), device=dev, max_batches=batches
             )
-            summary = {
-                "throughput_mean_img_s": times.img_s,
-                "epoch_time_mean_s": times.mean_s,
-                "first_batch_mean_s": statistics.mean(e["first_batch_s"] for e in times.measured),
-                "data_wait_share_mean": statistics.mean(e["data_wait_s"] / e["epoch_time_s"] for e in times.measured),
-            }
-            trial = Trial(pin, workers, phase, "FINISHED", "", summary)
+            trial = Trial(pin, workers, phase, "FINISHED", "", times.summary)
         except Exception as err:  # noqa: BLE001 - a trial that fails is reported and the search goes on
             trial = Trial(pin, workers, phase, "FAILED", "", {}, f"{type(err).__name__}: {err}")
         trials.append(trial)
@@ -147,31 +141,22 @@ def tune_workers(
 # ----------------------------------------------------------------------------- time_epochs
 @dataclass
 class EpochTimes:
-    """Per-epoch figures (epoch_time_s, data_wait_s, compute_s, first_batch_s, samples) and the summary
-    over the measured epochs (the first `warmup_epochs` left out)."""
+    """Per-epoch figures (wif.measure.epochs.figures, with samples) and the summary over the measured epochs
+    (the first `warmup_epochs` left out), as a train.py run and wif.watch summarize theirs."""
 
     epochs: List[Dict[str, float]]
     warmup_epochs: int
     measured: List[Dict[str, float]] = field(init=False)
+    summary: Dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.measured = self.epochs[self.warmup_epochs :] or self.epochs
+        self.measured = epoch_account.steady(self.epochs, self.warmup_epochs)
+        self.summary = epoch_account.summary(self.epochs, self.warmup_epochs)
 
-    @property
-    def median_s(self) -> float:
-        return statistics.median(e["epoch_time_s"] for e in self.measured)
-
-    @property
-    def mean_s(self) -> float:
-        return statistics.mean(e["epoch_time_s"] for e in self.measured)
-
-    @property
-    def img_s(self) -> float:
-        return statistics.mean(e["samples"] / e["epoch_time_s"] for e in self.measured)
-
-    @property
-    def data_wait_share(self) -> float:
-        return statistics.mean(e["data_wait_s"] / e["epoch_time_s"] for e in self.measured)
+    median_s = property(lambda self: self.summary["epoch_time_median_s"])
+    mean_s = property(lambda self: self.summary["epoch_time_mean_s"])
+    img_s = property(lambda self: self.summary["throughput_mean_img_s"])
+    data_wait_share = property(lambda self: self.summary["data_wait_share_mean"])
 
 
 def time_epochs(
@@ -198,22 +183,16 @@ def time_epochs(
         clock = StepClock(dev)
         feed = TimedFeed(batches, _as_is, lambda batch: samples_in(batch, size))
         synchronize(dev)  # sync point: nothing from before is counted in this epoch
-        t0 = time.perf_counter()
+        t_start, t0 = time.monotonic(), time.perf_counter()
         for batch in feed:  # a DataLoader's workers end with the pass, not during the next epoch
             clock.start()
             step(batch)
             clock.stop()
         synchronize(dev)  # sync point: the epoch's queued work is done
-        out.append(
-            {
-                "epoch": epoch,
-                "epoch_time_s": time.perf_counter() - t0,
-                "data_wait_s": feed.data_wait,
-                "compute_s": clock.compute_s(),
-                "first_batch_s": feed.first_batch,
-                "samples": feed.samples,
-            }
-        )
+        # the step copies its own batches: their time is the step's, as in wif.watch
+        stats = replace(feed.stats(t_start, t0, None, clock.compute_s(), None), copy_s=0.0)
+        measured = {k: v for k, v in epoch_account.figures(asdict(stats)).items() if v is not None}
+        out.append({"epoch": epoch, **measured, "samples": stats.samples})
     times = EpochTimes(out, warmup_epochs if epochs > warmup_epochs else 0)
     if mlflow_experiment:
         _log(times, mlflow_experiment, run_name)
@@ -228,11 +207,4 @@ def _log(times: EpochTimes, experiment: str, run_name: Optional[str]) -> None:
         mlflow.log_param("warmup_epochs", times.warmup_epochs)
         for e in times.epochs:
             mlflow.log_metrics({k: v for k, v in e.items() if k != "epoch"}, step=int(e["epoch"]))
-        mlflow.log_metrics(
-            {
-                "epoch_time_median_s": times.median_s,
-                "epoch_time_mean_s": times.mean_s,
-                "throughput_mean_img_s": times.img_s,
-                "data_wait_share_mean": times.data_wait_share,
-            }
-        )
+        mlflow.log_metrics(times.summary)

@@ -1,11 +1,12 @@
-"""`wif-tune`: find the num_workers (for each pin_memory) that feeds batches fastest, the way note 001 does.
+"""`wif-tune`: find the num_workers (for each pin_memory) that feeds batches fastest
+(docs/tuning.md, "Loader tuner").
 
 Coarse steps from 0 workers up to twice the usable cores, stopping as soon as more workers stop helping,
 then every count within a small radius of the best. Each trial is a loader-only run of the configured
 loader (`trainer.mode=loader_only`, `trainer.max_batches` batches per epoch): the same loop, the same
 forked and sampled child (`wif.run.supervise.supervise`) and the same MLflow store as the study, tagged
 `wif.kind=tune` so the study's report never mixes them in. The pick is the fewest workers within
-`--min-gain` of the fastest (note 003: more workers for no gain only cost CPU and RAM).
+`--min-gain` of the fastest (more workers for no gain only cost CPU and RAM).
 
     wif-tune preset=smoke data.fraction=0.4 --batches 50
 """
@@ -13,35 +14,22 @@ forked and sampled child (`wif.run.supervise.supervise`) and the same MLflow sto
 from __future__ import annotations
 
 import argparse
-import copy
 import math
-import os
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
-from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, validate, warnings_for
+from wif.config import Config, ConfigError, DataSource, TransferKind, warnings_for
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.folder_check import require_readable
 from wif.data.loaders import silence_worker_count_warning
-from wif.measure.sysinfo import host_tags, usable_cores
-from wif.measure.tracking import FINISHED, KILLED, Tracker
-from wif.run.model import model_label
+from wif.measure.sysinfo import usable_cores
+from wif.run.forking import preload
 from wif.run.supervise import resolve_device
-from wif.run.training import preload
-from wif.tools.recorded import run_recorded
+from wif.tools.tune_trials import WORKER_ONLY, Trial, Tuner, trial_config
 
 PROG = "wif-tune"
-# Loader keys that only mean something with worker processes, and their value without any.
-WORKER_ONLY = (
-    ("prefetch_factor", None),
-    ("persistent_workers", False),
-    ("in_order", True),
-    ("multiprocessing_context", None),
-)
 
 Measure = Callable[[int, str], Optional[float]]  # (num_workers, phase) -> images/s, None if the trial failed
 
@@ -57,9 +45,9 @@ def pick_best(scores: Dict[int, Optional[float]], min_gain: float) -> Optional[i
 
 
 def search_workers(measure: Measure, max_workers: int, step: int, radius: int, min_gain: float) -> Optional[int]:
-    """Note 001's search: 0, step, 2*step, ... up to `max_workers`, stopping at the first count that is not
-    faster than the best so far by more than `min_gain` (or fails); then every count within `radius` of
-    the best. Each count is measured once."""
+    """The search docs/tuning.md describes: 0, step, 2*step, ... up to `max_workers`, stopping at the first
+    count that is not faster than the best so far by more than `min_gain` (or fails); then every count within
+    `radius` of the best. Each count is measured once."""
     scores: Dict[int, Optional[float]] = {}
 
     def score(w: int, phase: str) -> Optional[float]:
@@ -84,76 +72,6 @@ def final_pick(finalists: Dict[tuple, float], min_gain: float) -> tuple:
     first, then no pinning (pinned pages are locked RAM)."""
     top = max(finalists.values())
     return min((k for k, s in finalists.items() if s * (1 + min_gain) >= top), key=lambda k: (k[1], k[0]))
-
-
-# ----------------------------------------------------------------------------- one trial
-@dataclass
-class Trial:
-    pin_memory: bool
-    num_workers: int
-    phase: str
-    status: str
-    run_id: str
-    summary: Dict[str, float]
-    error: str = ""
-
-    @property
-    def img_s(self) -> Optional[float]:
-        return self.summary.get("throughput_mean_img_s") if self.status == FINISHED else None
-
-
-def trial_config(base: Config, num_workers: int, pin_memory: bool, batches: int, epochs: int) -> Config:
-    """The base configuration as a loader-only run with this worker count and pinning."""
-    conf = copy.deepcopy(base)
-    conf.loader.num_workers, conf.loader.pin_memory = num_workers, pin_memory
-    if num_workers == 0:
-        for key, neutral in WORKER_ONLY:
-            if hasattr(conf.loader, key):
-                setattr(conf.loader, key, neutral)
-    tr = conf.trainer
-    tr.mode, tr.max_batches, tr.epochs = TrainerMode.loader_only, batches, epochs
-    conf.progress = False
-    validate(conf)
-    return conf
-
-
-class Tuner:
-    """Runs and records trials; one MLflow run each, in the study's store."""
-
-    def __init__(self, base: Config, device: str, args: argparse.Namespace) -> None:
-        self.base, self.device, self.args = base, device, args
-        self.tracker = Tracker(base.tracking.uri, base.tracking.experiment)
-        self.tune_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-        self.trials: List[Trial] = []
-
-    def run(self, pin_memory: bool, num_workers: int, phase: str) -> Optional[float]:
-        conf = trial_config(self.base, num_workers, pin_memory, self.args.batches, self.args.epochs)
-        fraction = f"{conf.data.fraction:g}"
-        tags = {
-            **host_tags(),
-            "wif.kind": "tune",
-            "wif.tune_id": self.tune_id,
-            "wif.tune_phase": phase,
-            "wif.loader": conf.loader.name,
-            "wif.fraction": fraction,
-            "wif.device": self.device,
-            "wif.gpu": "none",
-            "wif.model": model_label(conf.model),
-            "wif.transfer": conf.transfer.kind.value,
-            "wif.num_workers": num_workers,
-            "wif.pin_memory": pin_memory,
-        }
-        name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
-        label = f"pin_memory={pin_memory} num_workers={num_workers}"
-        run_id, outcome, error = run_recorded(self.tracker, conf, self.device, name, tags, label)
-        trial = Trial(pin_memory, num_workers, phase, outcome.status, run_id, outcome.summary, error)
-        self.trials.append(trial)
-        print(
-            f"  {phase:<6} {label:<34} " + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error), flush=True
-        )
-        if outcome.status == KILLED:
-            raise KeyboardInterrupt
-        return trial.img_s
 
 
 # ----------------------------------------------------------------------------- output
@@ -210,24 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Search loader.num_workers for both pin_memory values with "
         "loader-only runs of the configured loader; print the best and its wif-study line.",
     )
-    p.add_argument("--batches", type=int, default=50, help="batches timed per epoch (default: %(default)s)")
-    p.add_argument(
-        "--epochs",
-        type=int,
-        default=3,
-        help="epochs per trial; the first (worker start-up, warm-up) is left out (default: %(default)s)",
-    )
+    for flag, kind, default, text in (
+        ("--batches", int, 50, "batches timed per epoch"),
+        ("--epochs", int, 3, "epochs per trial; the first (worker start-up, warm-up) is left out"),
+        ("--step", int, 4, "coarse step in workers"),
+        ("--radius", int, 3, "refine this many workers around the best"),
+        ("--min-gain", float, 0.05, "more workers must be this much faster to count as helping"),
+    ):
+        p.add_argument(flag, type=kind, default=default, help=f"{text} (default: %(default)s)")
     p.add_argument("--max-workers", type=int, help="most workers tried (default and cap: twice the usable cores)")
-    p.add_argument("--step", type=int, default=4, help="coarse step in workers (default: %(default)s)")
-    p.add_argument(
-        "--radius", type=int, default=3, help="refine this many workers around the best (default: %(default)s)"
-    )
-    p.add_argument(
-        "--min-gain",
-        type=float,
-        default=0.05,
-        help="more workers must be this much faster to count as helping (default: %(default)s)",
-    )
     p.add_argument(
         "--pin-memory",
         choices=["both", "true", "false"],
@@ -317,7 +226,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         flush=True,
     )
     preload()
-    silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
+    silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md)
     tuner = Tuner(base, device, args)
     best_per_pin: Dict[bool, Optional[int]] = {}
     try:

@@ -3,8 +3,9 @@
 `engine=dataloader` is `wif.data.loaders` (PyTorch's DataLoader). The others are pipelines built from the same
 loader option, so `engine=spdl loader=pin_nb_w4_pf2` is the same setting on another engine: the knobs keep
 their meaning where they can (`num_workers` as workers or threads, `prefetch_factor` as batches in flight
-per worker, `pin_memory`, `in_order`); `wif.config.validate` refuses those an engine cannot take. Each
-engine's package is imported only when a run uses it.
+per worker, `pin_memory`, `in_order`); `wif.config.validate` refuses those an engine cannot take. What every
+engine shares with DataLoader (common); SPDL (spdl_pipeline), torchdata.nodes (torchdata_nodes) and NVIDIA
+DALI (dali_pipeline), each imported only when a run uses it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from wif.config import DataConfig, EngineConfig, EngineName, LoaderConfig
 from wif.data.datasets import AnySplit, DecodedSplit
+from wif.data.engines.common import Request
 from wif.data.loaders import Batches, SamplerFor, build_batches
 
 
@@ -39,26 +41,16 @@ def build_engine_batches(
         return build_batches(
             split, loader, batch_size, train=train, seed=seed, pin=pin, resident=resident, sampler=sampler
         )
+    req = Request(split, loader, engine, batch_size, train, seed, pin)
     if engine.name is EngineName.dali:
         from wif.data.engines.dali_pipeline import DaliBatches
 
         assert data is not None and isinstance(split, DecodedSplit)  # wif.config.validate: data=encoded or folder
-        return DaliBatches(
-            split,
-            loader,
-            engine,
-            batch_size,
-            train=train,
-            seed=seed,
-            augment=data.augment,
-            image_size=data.image_size,
-            device=device,
-        )
+        return DaliBatches(req, data.augment, data.image_size, device)
     if engine.name is EngineName.spdl:
         from wif.data.engines.spdl_pipeline import SpdlBatches
 
-        return SpdlBatches(split, loader, engine, batch_size, train=train, seed=seed, pin=pin)
+        return SpdlBatches(req)
     from wif.data.engines.torchdata_nodes import NodesBatches
 
-    method = "process" if engine.name is EngineName.nodes_procs else "thread"
-    return NodesBatches(split, loader, engine, batch_size, train=train, seed=seed, pin=pin, method=method)
+    return NodesBatches(req, "process" if engine.name is EngineName.nodes_procs else "thread")

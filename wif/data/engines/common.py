@@ -4,6 +4,7 @@ samples are drawn in, how a batch is made, and how many batches are in flight.""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import List, Sequence
 
 import torch
@@ -12,6 +13,21 @@ from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler,
 from wif.config import EngineConfig, LoaderConfig
 from wif.data.datasets import AnySplit, Split
 from wif.data.loaders import Batch
+
+
+@dataclass(frozen=True)
+class Request:
+    """What every engine is asked for (wif.data.engines.build_engine_batches): a split, read with a loader
+    option on the configured engine, in batches of `batch_size`; shuffled with `seed` where `train`; pinned
+    where `pin`."""
+
+    split: AnySplit
+    loader: LoaderConfig
+    engine: EngineConfig
+    batch_size: int
+    train: bool
+    seed: int
+    pin: bool
 
 
 def dataset_of(split: AnySplit) -> Dataset:

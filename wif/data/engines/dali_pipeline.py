@@ -20,9 +20,9 @@ import torch
 from nvidia.dali import fn, pipeline_def, types
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-from wif.config import Augment, EngineConfig, LoaderConfig
+from wif.config import Augment
 from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD, DecodedSplit, ImageFiles, JpegBlob
-from wif.data.engines.common import in_flight, num_batches, sample_order
+from wif.data.engines.common import Request, in_flight, num_batches, sample_order
 from wif.data.loaders import Batch
 
 
@@ -40,24 +40,14 @@ def encoded_bytes(split: DecodedSplit) -> List[np.ndarray]:
 class DaliBatches:
     """One DALI pipeline per epoch, over the epoch's order; batches as (images, labels) tensors."""
 
-    def __init__(
-        self,
-        split: DecodedSplit,
-        loader: LoaderConfig,
-        engine: EngineConfig,
-        batch_size: int,
-        *,
-        train: bool,
-        seed: int,
-        augment: Augment,
-        image_size: int,
-        device: Optional[torch.device],
-    ) -> None:
+    def __init__(self, req: Request, augment: Augment, image_size: int, device: Optional[torch.device]) -> None:
+        """`req.split` is a DecodedSplit (wif.config.validate: data=encoded or folder); `req.pin` is DALI's own."""
+        split, loader, batch_size, train, seed = req.split, req.loader, req.batch_size, req.train, req.seed
         self.samples = encoded_bytes(split)
         self.labels = [np.asarray(int(split.labels[j]), dtype=np.int64) for j in split.indices]
         self.sampler = sample_order(split, loader.shuffle and train, seed)
         self.batch_size, self.threads, self.seed, self.epoch = batch_size, loader.num_workers, seed, 0
-        self.depth = max(in_flight(loader, engine) // max(loader.num_workers, 1), 1)
+        self.depth = max(in_flight(loader, req.engine) // max(loader.num_workers, 1), 1)
         self.augment = augment if train else Augment.none
         self.size = image_size
         self.device_id = (device.index or 0) if device is not None and device.type == "cuda" else None
@@ -99,7 +89,8 @@ class DaliBatches:
                 std=[255 * NORMALIZE_STD] * 3,
             )
             # On a GPU the labels leave the pipeline there too: from DALI's pageable host output, each batch's
-            # label copy under transfer=copy would block behind the step's queued kernels (issue 47 item 11).
+            # label copy under transfer=copy would block behind the step's queued kernels (gpu_blocked_s in
+            # docs/what-each-run-records.md; tests/test_first_gpu.py checks it on a device).
             return images, labels if self.device_id is None else labels.gpu()
 
         return pipe()

@@ -14,31 +14,20 @@ from typing import Iterator
 
 from spdl.pipeline import PipelineBuilder
 
-from wif.config import EngineConfig, LoaderConfig
-from wif.data.datasets import AnySplit
-from wif.data.engines.common import collate, dataset_of, in_flight, num_batches, pin, sample_order
+from wif.data.engines.common import Request, collate, dataset_of, in_flight, num_batches, pin, sample_order
 from wif.data.loaders import Batch
 
 
 class SpdlBatches:
     """One pipeline per epoch, stopped when the epoch's iterator ends or is dropped (trainer.max_batches)."""
 
-    def __init__(
-        self,
-        split: AnySplit,
-        loader: LoaderConfig,
-        engine: EngineConfig,
-        batch_size: int,
-        *,
-        train: bool,
-        seed: int,
-        pin: bool,
-    ) -> None:
-        self.dataset = dataset_of(split)
-        self.sampler = sample_order(self.dataset, loader.shuffle and train, seed)
-        self.batch_size, self.pin, self.threads = batch_size, pin, loader.num_workers
+    def __init__(self, req: Request) -> None:
+        loader, seed = req.loader, req.seed
+        self.dataset = dataset_of(req.split)
+        self.sampler = sample_order(self.dataset, loader.shuffle and req.train, seed)
+        self.batch_size, self.pin, self.threads = req.batch_size, req.pin, loader.num_workers
         self.order = "input" if loader.in_order else "completion"
-        self.buffer = in_flight(loader, engine)
+        self.buffer = in_flight(loader, req.engine)
         logging.getLogger("spdl").setLevel(logging.WARNING)  # its per-stage statistics at every epoch's end
 
     def _pipeline(self):

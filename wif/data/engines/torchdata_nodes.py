@@ -22,9 +22,7 @@ from typing import Iterator
 import torch
 from torchdata import nodes
 
-from wif.config import EngineConfig, LoaderConfig
-from wif.data.datasets import AnySplit
-from wif.data.engines.common import FetchBatch, dataset_of, in_flight, num_batches, sample_order
+from wif.data.engines.common import FetchBatch, Request, dataset_of, in_flight, num_batches, sample_order
 from wif.data.loaders import Batch
 from wif.measure.lifetime import DyingContext
 
@@ -32,22 +30,12 @@ from wif.measure.lifetime import DyingContext
 class NodesBatches:
     """One `Loader` for the run; each epoch's iterator resets the graph (and starts its workers)."""
 
-    def __init__(
-        self,
-        split: AnySplit,
-        loader: LoaderConfig,
-        engine: EngineConfig,
-        batch_size: int,
-        *,
-        train: bool,
-        seed: int,
-        pin: bool,
-        method: str,
-    ) -> None:
-        self.dataset = dataset_of(split)
+    def __init__(self, req: Request, method: str) -> None:
+        loader, batch_size, seed = req.loader, req.batch_size, req.seed
+        self.dataset = dataset_of(req.split)
         self.batch_size = batch_size
         node = nodes.Batcher(
-            nodes.SamplerWrapper(sample_order(self.dataset, loader.shuffle and train, seed)),
+            nodes.SamplerWrapper(sample_order(self.dataset, loader.shuffle and req.train, seed)),
             batch_size,
             drop_last=False,
         )
@@ -67,10 +55,10 @@ class NodesBatches:
             )
             if method == "process":  # torchdata.nodes 0.11 starts its processes from this (private) context
                 node._it._mp_context = DyingContext(node._it._mp_context)
-        if pin:
+        if req.pin:
             node = nodes.PinMemory(node)
         if workers:
-            node = nodes.Prefetcher(node, prefetch_factor=in_flight(loader, engine))
+            node = nodes.Prefetcher(node, prefetch_factor=in_flight(loader, req.engine))
         self.loader = nodes.Loader(node)
         self.threads = torch.get_num_threads()  # read (and so fixed for this thread) before any worker starts
 

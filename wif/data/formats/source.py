@@ -16,7 +16,7 @@ import numpy as np
 
 from wif.config import DataConfig, DataSource
 from wif.data.folder import folder_files
-from wif.data.synthetic import encoded_arrays
+from wif.data.synthetic import encoded_arrays, synthetic_key
 
 PARTS = ("train", "test")
 
@@ -61,16 +61,7 @@ def encoded_files(cfg: DataConfig) -> Listing:
     """data=encoded's JPEG bytes as files, `part/<label>/<index>.jpg`, written once into the cache (a
     temporary folder renamed when complete); the same bytes the in-memory set decodes, in its order."""
     arrays = encoded_arrays(cfg)
-    key = {
-        "num_train": cfg.num_train,
-        "num_test": cfg.num_test,
-        "image_size": cfg.image_size,
-        "num_classes": cfg.num_classes,
-        "seed": cfg.synthetic_seed,
-        "noise": cfg.noise,
-        "jpeg_quality": cfg.jpeg_quality,
-        "version": 1,
-    }
+    key = {**synthetic_key(cfg), "jpeg_quality": cfg.jpeg_quality, "version": 1}  # the files' own version
     tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cfg.cache_dir).expanduser() / f"encoded-files-{tag}"
     paths = {p: [str(root / p / str(int(y)) / f"{i:08d}.jpg") for i, y in enumerate(arrays[f"{p}_y"])] for p in PARTS}

@@ -19,6 +19,7 @@ from wif.data.formats.pack import Pack, open_pack
 from wif.data.formats.shards import ShardSplit
 from wif.data.formats.source import PARTS
 from wif.data.formats.store import ensure_pack, listing_of
+from wif.measure.epochs import steady
 from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, resident_fraction, tree_read_bytes
 
 
@@ -164,7 +165,7 @@ def cold_verdict(epochs: Sequence[Dict[str, Any]], warmup: int) -> Optional[Dict
     flagged = [e for e in epochs if "page_cache_cold" in e]
     if not flagged:
         return None
-    measured = flagged[warmup:] or flagged
+    measured = steady(flagged, warmup)
     warm = [e for e in measured if not e["page_cache_cold"]]
     if not warm:
         return {"wif.page_cache_cold": "true"}

@@ -16,7 +16,6 @@ opened (`run_id`), which wif-advise ends from the exit code.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import os
@@ -24,6 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from wif.data.loaders import TAKES_IN_ORDER
 from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
@@ -156,6 +156,6 @@ def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
             persistent_workers=bool(settings.get("persistent_workers", loader.persistent_workers)),
             multiprocessing_context=loader.multiprocessing_context,
         )
-        if "in_order" in inspect.signature(DataLoader.__init__).parameters:  # torch >= 2.6
+        if TAKES_IN_ORDER:
             kwargs["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
     return DataLoader(loader.dataset, **kwargs)

@@ -22,23 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from wif.config import Augment, Config, DataSource, PageCache, TrainerMode, validate
+from wif.measure.epochs import EPOCH_KEYS, steady
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
 from wif.tools.recorded import run_recorded
 from wif.tools.tune import WORKER_ONLY
-
-EPOCH_KEYS = (
-    "epoch_time_s",
-    "data_wait_s",
-    "copy_s",
-    "gpu_blocked_s",
-    "compute_s",
-    "gpu_idle_s",
-    "first_batch_s",
-    "cpu_util_pct",
-    "tree_cpu_s",
-)
 
 
 @dataclass
@@ -109,7 +98,7 @@ class Measured:
 
     @property
     def steady(self) -> List[Dict[str, float]]:
-        return self.epochs[self.warmup :] or self.epochs
+        return steady(self.epochs, self.warmup)
 
     def mean(self, key: str) -> float:
         """The steady epochs' mean of `key`; NaN where no epoch has it."""

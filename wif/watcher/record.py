@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import statistics
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -21,23 +20,16 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from wif.config import MeasureConfig, TrackingConfig
+from wif.measure import epochs
 from wif.measure.contention import HostCpuMeter
+from wif.measure.epochs import WARMUP_EPOCHS
 from wif.measure.lifetime import owner_tags
 from wif.measure.paced import PacedSender
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, default_tracking_uri
-from wif.tools.watch_orders import FORKED_FROM
+from wif.watcher.orders import FORKED_FROM
 
 MB = 1024 * 1024
-WARMUP = 1  # the first epoch (workers' start-up, caches filling) is left out of the summary, as the study's
-SUMMED = {
-    "epoch_time_mean_s": "epoch_time_s",
-    "data_wait_share_mean": "data_wait_share",  # summary: per epoch
-    "throughput_mean_img_s": "throughput_img_s",
-    "first_batch_mean_s": "first_batch_s",
-    "compute_mean_s": "compute_s",
-    "data_wait_mean_s": "data_wait_s",
-}
 
 
 class Record:
@@ -148,12 +140,10 @@ class Record:
 
     def summary(self) -> Dict[str, float]:
         """Over the steady epochs (the first left out where there are more): as a study run's summary."""
-        steady = self.epochs[WARMUP:] or self.epochs
-        out = {name: statistics.mean(e[k] for e in steady) for name, k in SUMMED.items()}
-        out["epoch_time_median_s"] = statistics.median(e["epoch_time_s"] for e in steady)
-        out["epochs_run"] = len(self.epochs)
-        steady_from = 2 * WARMUP if len(self.epochs) > WARMUP else 0  # the meter marks each epoch's start and end
-        other = self.meter.other_pct(steady_from, len(self.meter.marks) - 1) if len(self.meter.marks) > 1 else None
+        out = epochs.summary(self.epochs, WARMUP_EPOCHS)
+        marks = len(self.meter.marks)  # the meter marks each epoch's start and end
+        steady_from = 2 * epochs.left_out(len(self.epochs), WARMUP_EPOCHS)
+        other = self.meter.other_pct(steady_from, marks - 1) if marks > 1 else None
         if other is not None:
             out["host_other_cpu_pct"] = other  # others' share of the cores over the steady epochs
         for key in (

@@ -20,11 +20,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from wif.measure.tracking import default_tracking_uri
-from wif.report import copycost, figures, raced, stats, tables
+from wif.report import copycost, document, tables
 from wif.report import runs as runs_io
+from wif.report.testbed import testbed_section
 from wif.report.verdicts import RAM_COLUMNS, VRAM_COLUMNS, Verdicts
-
-SUMMARY_METRICS = [m for m in runs_io.FINAL_METRICS if m not in runs_io.STATISTICS.values()]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -170,7 +169,7 @@ def _report(args: argparse.Namespace) -> int:
 
     testbeds = sorted(used["testbed"].unique())
     sections = [
-        _section(
+        testbed_section(
             client,
             args,
             value,
@@ -184,7 +183,7 @@ def _report(args: argparse.Namespace) -> int:
     rows = [tables.csv_rows(s, section.runs) for section in sections for s in section.summaries]
     rules = Verdicts(args.alpha, args.ram, args.vram)
     thresholds = sorted(set(every["contended_pct"].dropna()))
-    header = tables.Header(
+    header = document.Header(
         args.experiment,
         args.tracking_uri,
         run_filter.to_mlflow(),
@@ -196,9 +195,9 @@ def _report(args: argparse.Namespace) -> int:
         f"{thresholds[0]}%" if len(thresholds) == 1 else "the threshold",
     )
     pd.concat(rows, ignore_index=True).to_csv(args.out / "summary.csv", index=False)
-    markdown = tables.render(header, sections, excluded, contended, rules, args.confidence, images=True)
+    markdown = document.render(header, sections, excluded, contended, rules, args.confidence, images=True)
     (args.out / "summary.md").write_text(markdown)
-    print(tables.render(header, sections, excluded, contended, rules, args.confidence, images=False))
+    print(document.render(header, sections, excluded, contended, rules, args.confidence, images=False))
     print(f"\nWrote {args.out}/: summary.csv, summary.md and {sum(len(s.images) for s in sections)} plots.")
     if args.no_log:
         return 0
@@ -209,90 +208,6 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     print(f"Logged them as artifacts of run 'report' ({run_id}) in experiment {args.experiment!r}.")
     return 0
-
-
-def _section(
-    client: MlflowClient,
-    args: argparse.Namespace,
-    value: str,
-    runs: pd.DataFrame,
-    bound: pd.DataFrame,
-    bandwidth: pd.DataFrame,
-    suffix: str,
-) -> tables.Section:
-    """One testbed: summaries per fraction and every plot, files named with `suffix`."""
-    testbed = runs["testbed"].iloc[0]
-    at_bw = copycost.COLUMN in runs and runs[copycost.COLUMN].notna().any()
-    summaries = [
-        _as_raced(
-            client,
-            args.experiment,
-            value,
-            group,
-            stats.summarize_fraction(
-                group,
-                args.baseline or runs_io.baseline_of(group),
-                value,
-                SUMMARY_METRICS + ([copycost.COLUMN] if at_bw else []),
-                args.confidence,
-                args.alpha,
-                args.margin,
-                _bound_img_s(bound, testbed, group),
-            ),
-        )
-        for _, group in runs.groupby("fraction")
-    ]
-    for s in summaries if at_bw else []:
-        s.notes.append(copycost.note(runs[runs["fraction"] == s.fraction], bandwidth))
-    curve_fraction = args.curves_fraction or max(s.fraction for s in summaries)
-    curves = _curves(client, runs[runs["fraction"] == curve_fraction])
-    pngs = figures.write_plots(
-        args.out,
-        suffix,
-        testbed,
-        summaries,
-        runs,
-        curves,
-        curve_fraction,
-        (RAM_COLUMNS[args.ram], VRAM_COLUMNS[args.vram]),
-        args.confidence,
-        args.alpha,
-    )
-    return tables.Section(testbed, runs, summaries, [p.name for p in pngs])
-
-
-def _as_raced(
-    client: MlflowClient, experiment: str, value: str, runs: pd.DataFrame, s: stats.FractionSummary
-) -> stats.FractionSummary:
-    """A fraction whose runs are one race's gets the race's answer (wif.report.raced); any other is as is."""
-    race_id = raced.race_of(runs)
-    if race_id is None:
-        return s
-    record = raced.record_of(client, runs_io.experiment_id(client, experiment), race_id)
-    if record is None:
-        s.notes.append(
-            f"These runs come from race {race_id[:8]}, whose own run (wif.kind=race) is gone: they are "
-            "compared as a fixed grid, which ignores that the race looked after every block."
-        )
-        return s
-    rules, same_as, budget = record
-    if budget:  # sweep.budget_min: what the budget let the race decide, and what finishing would cost
-        s.notes.append(f"The race ran under a time budget: {budget}.")
-    s.race = raced.answer(runs, value, rules, race_id, same_as)
-    s.table = raced.apply(s.table, s.fit, s.race)
-    return s
-
-
-def _bound_img_s(bound: pd.DataFrame, testbed: str, runs: pd.DataFrame) -> float | None:
-    """Mean throughput of the upper-bound runs with the same testbed and batch size, if there are any."""
-    same = bound[(bound["testbed"] == testbed) & bound["batch_size"].isin(runs["batch_size"].mode())]
-    return float(same["throughput_mean_img_s"].mean()) if same["throughput_mean_img_s"].notna().any() else None
-
-
-def _curves(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:
-    """Per-epoch times of the given runs, labelled by loader (the only place histories are read)."""
-    history = runs_io.metric_histories(client, runs["run_id"], "epoch_time_s")
-    return history.merge(runs[["run_id", "loader"]], on="run_id")
 
 
 def _log_report(client: MlflowClient, experiment: str, out: Path, run_filter: runs_io.RunFilter) -> str:

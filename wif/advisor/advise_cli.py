@@ -24,8 +24,8 @@ from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EX
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure.lifetime import process_age_s
 from wif.report.race import RaceRules
+from wif.run.forking import parent_threads_back, preload
 from wif.run.supervise import interrupt, resolve_device
-from wif.run.training import parent_threads_back, preload
 from wif.tools.tune import check_tunable
 
 
@@ -138,7 +138,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     signal.signal(signal.SIGTERM, interrupt)  # `kill` ends the advice as Ctrl-C does: every run KILLED
     try:
         preload()
-        silence_worker_count_warning()  # the search goes to twice the cores on purpose (note 001)
+        silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md, wif-tune)
         say = lambda line: print(line, flush=True)  # noqa: E731
         result = mine.advise(opts, say) if mine else advise(base, args.overrides, opts, say)
     except KeyboardInterrupt:

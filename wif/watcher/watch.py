@@ -4,12 +4,12 @@ Each pass over it is an epoch, timed by the loop's own clock (`wif.run.loop.Time
 `next()` (the loader's part), the first batch, the samples; the time between batches is the user's step, with
 whatever it synchronizes. The device is synchronized at an epoch's start and end only (where the script uses
 CUDA), never per batch, and nothing is read off the device. The memory of the process and its workers comes
-from the study's process-tree sampler (a thread here, `wif.tools.watch_record`); every epoch is logged to
+from the study's process-tree sampler (a thread here, `wif.watcher.record`); every epoch is logged to
 MLflow (tag `wif.kind=watch`: the study's report never reads it) and said in one line: did the step wait for
 data. Any iterable of batches of any structure; a DataLoader, or a wrapper holding one (timm's PrefetchLoader
 keeps it as `.loader`), whose DataLoader is found for its settings.
 
-With orders from `wif-advise -- python my_train.py ...` (the environment: `wif.tools.watch_orders`) the same
+With orders from `wif-advise -- python my_train.py ...` (the environment: `wif.watcher.orders`) the same
 line runs advise's measurements in the script's own process, the script unchanged.
 """
 
@@ -18,35 +18,21 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import asdict, replace
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 import torch
 from torch.utils.data import DataLoader
 
+from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
-from wif.run.loop import TimedFeed
-from wif.tools.watch_orders import ENV, Orders
-from wif.tools.watch_record import Record
+from wif.run.loop import TimedFeed, samples_in
+from wif.watcher.orders import ENV, Orders
+from wif.watcher.record import Record
 
 WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
 HOLDERS = ("loader", "_loader", "dataloader", "data_loader", "_dataloader", "base_loader", "train_loader")
 _sessions: Dict[int, "Session"] = {}
-
-
-def samples_in(batch: Any, fallback: int) -> int:
-    """How many samples a batch holds: the length of its first tensor with a batch dimension, searched depth
-    first through tuples, lists and dicts (a dict's first value may be a list of file names: its length)."""
-    if isinstance(batch, torch.Tensor):
-        return len(batch) if batch.dim() else fallback
-    values = list(batch.values()) if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else []
-    for value in values:
-        if isinstance(value, (torch.Tensor, tuple, list, dict)):
-            n = samples_in(value, -1)
-            if n >= 0:
-                return n
-    if isinstance(batch, list) and batch:  # a list of non-tensors: one a sample
-        return len(batch)
-    return fallback
 
 
 def find_dataloader(batches: Any, depth: int = 3) -> Optional[tuple]:
@@ -116,7 +102,7 @@ class Session:
         self.epochs: List[Dict[str, float]] = []
 
     def epoch(self) -> Iterator[Any]:
-        """One pass: the batches as they come, timed. Under orders: as the measurement asks (wif.tools.watch_orders)."""
+        """One pass: the batches as they come, timed. Under orders: as the measurement asks (wif.watcher.orders)."""
         orders = self.orders
         if orders is not None and orders.mode == "loader_only":  # the loader alone; the step never runs
             while not orders.done:
@@ -145,20 +131,9 @@ class Session:
             self._end(stats, batches, complete)
 
     def _end(self, stats: Any, batches: int, complete: bool) -> None:
-        t = stats.epoch_time_s
-        e = {
-            "epoch": len(self.epochs),
-            "epoch_time_s": t,
-            "data_wait_s": stats.data_wait_s,
-            "copy_s": 0.0,
-            "compute_s": max(t - stats.data_wait_s, 0.0),
-            "first_batch_s": stats.first_batch_s,
-            "samples": stats.samples,
-            "batches": batches,
-            "throughput_img_s": stats.samples / t if t > 0 else 0.0,
-            "data_wait_share": stats.data_wait_s / t if t > 0 else 0.0,
-            "compute_threads": stats.compute_threads,
-        }
+        # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
+        step = replace(stats, copy_s=0.0, compute_s=max(stats.epoch_time_s - stats.data_wait_s, 0.0))
+        e = {"epoch": len(self.epochs), **figures(asdict(step)), "samples": stats.samples, "batches": batches}
         e.update(self.record.end(stats.t_start, _cuda()))
         self.epochs.append(e)
         self.record.log_epoch(e, self.epochs)

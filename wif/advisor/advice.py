@@ -1,0 +1,65 @@
+"""What `wif-advise` is asked and what it answers: its Options (the trials' size, the race's shape and margins,
+and the minutes the whole advice takes), the share of those minutes each part gets (the answer's reserve, the
+epochs a race run may take in the time left: `race_epochs`), and the Advice it returns. Apart from the four
+steps (`steps`) that run between the two; the command line (`advise_cli`) and the script's runs fill in the
+one and read the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
+
+from wif.advisor.runner import Measured
+
+MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs
+
+
+@dataclass
+class Options:
+    epochs: int = 3  # measuring runs: epochs each, the first left out
+    batches: int = 50  # loader-only trials: batches an epoch at most
+    race_candidates: int = 2  # the best predicted raced against the current setting
+    min_blocks: int = 2
+    max_blocks: int = 4
+    max_epochs: int = 12  # each race run: trainer.epochs=auto up to this
+    margin: float = 0.02  # the race's tie margin, and the predicted gain a candidate needs to be raced
+    bound_margin: float = 0.05  # within this of the bound: not data-bound
+    minutes: float = 5.0  # the whole advice: the race takes what the measuring steps leave
+    started: Optional[float] = None  # time.monotonic() the minutes count from (the command's start; None: now)
+
+
+ANSWER_S = 10.0  # kept back from --minutes for the answer: the picture, the parent run's figures and artifacts
+
+
+@dataclass
+class Advice:
+    """What `wif-advise` found: the verdict, the pick (None: keep what you have), and the lines."""
+
+    data_bound: bool
+    sentence: str
+    pick: Optional[str]
+    speedup: Optional[tuple]  # (estimate, low, high) against the current setting
+    train_line: Optional[str]
+    dataloader: Optional[str]
+    why: str
+    table: str
+    parent_run_id: str
+    runs: int
+    seconds: float
+    picture: Optional[str] = None
+    predicted: Dict[str, float] = field(default_factory=dict)
+    measured: Dict[str, float] = field(default_factory=dict)
+    contention: str = ""  # whether other processes disturbed the runs, with the figure
+
+
+def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts: Options) -> int:
+    """Epochs a race run may take (up to --max-epochs) so that --min-blocks blocks fit in the time left: each
+    run costs its start (the measuring run's time beyond its epochs) and its epochs at the slowest of the
+    measured and predicted epoch times."""
+    epoch = max([now.median(), *predicted_s])
+    start = max(now.wall_s - sum(e["epoch_time_s"] for e in now.epochs), 0.0)
+    per_run = left_s / (opts.min_blocks * (len(predicted_s) + 1))
+    if not epoch > 0:
+        return opts.max_epochs
+    return int(max(min(opts.max_epochs, (per_run - start) // epoch), 0))

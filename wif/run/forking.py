@@ -1,0 +1,53 @@
+"""The process that forks runs (a sweep's jobs, wif-tune's trials, wif-advise's runs), made ready once:
+warm, its one-time imports paid before the first fork, and serial, off torch's CPU thread pool, which is not
+fork-safe; each forked run gets the thread count back before its first op, and a process wif borrowed (a
+notebook) gets it back once its runs are done. Apart from `training`, which is what each forked run does.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+
+
+def preload() -> None:
+    """Ready the supervising process to fork runs: warm (one-time imports paid once) and serial (below)."""
+    _warm_imports()
+    serial_parent()
+
+
+@functools.lru_cache(maxsize=None)
+def _warm_imports() -> None:
+    """Building the first optimizer imports torch._dynamo (about 2 s here). Nothing here touches CUDA."""
+    import prefetch_generator  # noqa: F401
+    import torchvision.models  # noqa: F401
+
+    torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
+
+
+_PARENT_THREADS: list = []  # torch's intra-op threads as they were before serial_parent()
+
+
+def serial_parent() -> None:
+    """Keep a process that forks runs off torch's CPU thread pool. GNU OpenMP (torch's intra-op threads) is not
+    fork-safe: a child forked after its parent ran a parallel op waits forever at its own first one, for pool
+    threads that exist only in the parent. wif-advise hung so on an H200 and here at data.fraction=0.4: it had
+    drawn the subset (a randperm of 50,000) on its threads, and its first run never left data generation.
+    On one thread no pool starts; each forked run gets the count back (`forked_run_threads`)."""
+    if not _PARENT_THREADS:
+        _PARENT_THREADS.append(torch.get_num_threads())
+        torch.set_num_threads(1)
+
+
+def forked_run_threads() -> None:
+    """In a run forked from a serial parent, before its first op: torch's intra-op threads as they were."""
+    if _PARENT_THREADS:
+        torch.set_num_threads(_PARENT_THREADS[0])
+
+
+def parent_threads_back() -> None:
+    """A process wif borrowed (`wif.advise()` in a notebook) gets its threads back once its runs are done."""
+    if _PARENT_THREADS:
+        torch.set_num_threads(_PARENT_THREADS.pop())

@@ -1,0 +1,12 @@
+"""The watch: `wif.watch(loader)` in a user's own loop, and the orders `wif-advise -- python my_train.py`
+gives it through the environment, so that the user's script runs the advice's measurements unchanged.
+
+    watch    `wif.watch`: each pass over the loader timed as an epoch and said in one line; the DataLoader
+             found inside whatever wraps it, and its settings read
+    orders   what a measuring run of wif-advise asks of the watch: the epochs, their cap, the bound's replayed
+             batches, a loader-only pass, a probe, and the DataLoader rebuilt with a candidate's settings
+    record   what the watch records beside the clock (CPU, the tree's memory, VRAM) and its MLflow run
+
+An epoch's figures and the run's summary are wif.measure.epochs', as the study's are. Imports `wif.run` and
+below (the loop's clock, the stopping rule); never the sweep, the tools or the advisor.
+"""

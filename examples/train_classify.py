@@ -7,13 +7,18 @@ examples build their own data and model and train them with this loop (`train`) 
 from __future__ import annotations
 
 import argparse
-from typing import Iterable
+from typing import Iterable, Optional
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import wif
+
+try:
+    from tqdm import tqdm
+except ImportError:  # --tqdm needs it; without it, the loop is the same
+    tqdm = None
 
 
 class Squares(Dataset):
@@ -40,18 +45,40 @@ def parser(doc: str, batch_size: int = 64, n_train: int = 1024) -> argparse.Argu
     p.add_argument("--workers", type=int, default=0, help="the DataLoader's num_workers")
     p.add_argument("--batch-size", type=int, default=batch_size)
     p.add_argument("--n-train", type=int, default=n_train, help="training items")
+    p.add_argument("--tqdm", action="store_true", help="a progress bar each epoch: wif.watch(tqdm(loader))")
+    p.add_argument("--max-steps", type=int, help="leave each epoch after this many batches (a break)")
     return p
 
 
-def train(model: nn.Module, loader: Iterable, epochs: int, device: torch.device, lr: float = 0.05) -> None:
-    """The loop: SGD on cross-entropy, the loss kept on the device and read once an epoch."""
+def loop_options(args: argparse.Namespace) -> dict:
+    """How the loop is written (the flags --tqdm and --max-steps), for `train`."""
+    return {"bar": args.tqdm, "max_steps": args.max_steps}
+
+
+def train(
+    model: nn.Module,
+    loader: Iterable,
+    epochs: int,
+    device: torch.device,
+    lr: float = 0.05,
+    *,
+    bar: bool = False,
+    max_steps: Optional[int] = None,
+) -> None:
+    """The loop: SGD on cross-entropy, the loss kept on the device and read once an epoch. `bar`: the loader
+    wrapped in a new tqdm each epoch; `max_steps`: each epoch left after that many batches, as loops with a
+    per-epoch step limit do."""
+    if bar and tqdm is None:
+        raise SystemExit("--tqdm needs tqdm: pip install tqdm")
     model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(epochs):
         model.train()
         total, batches = torch.zeros((), device=device), 0
-        for x, y in wif.watch(loader):  # the one line: was `for x, y in loader:`
+        for x, y in wif.watch(tqdm(loader) if bar else loader):  # the one line: was `for x, y in loader:`
+            if max_steps is not None and batches == max_steps:
+                break
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             loss = loss_fn(model(x), y)
             opt.zero_grad(set_to_none=True)
@@ -82,7 +109,7 @@ def main() -> None:
         nn.Flatten(),
         nn.Linear(32, 4),
     )
-    train(model, loader, args.epochs, device)
+    train(model, loader, args.epochs, device, **loop_options(args))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from .train_classify import parser, train
+from .train_classify import loop_options, parser, train
 
 
 def main() -> None:
@@ -23,7 +23,14 @@ def main() -> None:
         layers += [nn.Conv2d(c, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()]
         c = width
     model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10))
-    train(model, loader, args.epochs, torch.device("cuda" if torch.cuda.is_available() else "cpu"), lr=0.01)
+    train(
+        model,
+        loader,
+        args.epochs,
+        torch.device("cuda" if torch.cuda.is_available() else "cpu"),
+        lr=0.01,
+        **loop_options(args),
+    )
 
 
 if __name__ == "__main__":

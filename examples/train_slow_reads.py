@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from wif.advisor.examples import SlowReads
 
 from .models import small_cnn
-from .train_classify import parser, train
+from .train_classify import loop_options, parser, train
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     loader = DataLoader(
         data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, persistent_workers=args.workers > 0
     )
-    train(small_cnn(num_classes=4, width=8), loader, args.epochs, torch.device("cpu"))
+    train(small_cnn(num_classes=4, width=8), loader, args.epochs, torch.device("cpu"), **loop_options(args))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from timm.data.loader import PrefetchLoader
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from .train_classify import parser, train
+from .train_classify import loop_options, parser, train
 
 
 class Bytes(Dataset):
@@ -44,7 +44,7 @@ def main() -> None:
     )
     loader = PrefetchLoader(base, device=device)  # the loop is handed the wrapper: wif.watch(loader) sees through it
     model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
-    train(model, loader, args.epochs, device, lr=0.1)
+    train(model, loader, args.epochs, device, lr=0.1, **loop_options(args))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List
 
@@ -78,8 +79,36 @@ def test_a_script_that_fails_under_the_watch_ends_every_run(tmp_path: Path, stor
     assert any(r.info.status == "FAILED" and r.data.tags["wif.advise_role"] == "parent" for r in found)
 
 
+SCRIPT = (
+    "import sys, time, torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
+    "for epoch in range(int(sys.argv[1])):\n    for (x,) in wif.watch(loader):\n"
+    "        time.sleep(float(sys.argv[2]))\n"
+)
+
+
+@pytest.mark.slow
+def test_too_few_epochs_and_the_minutes_run_out_are_said(tmp_path: Path, store: str) -> None:
+    """A script of one epoch: its measuring run has no measured epoch (before: FINISHED on its warm-up alone,
+    and advised from it). A script of 4-s epochs under --minutes 0.25: the measuring run is stopped when the
+    minutes run out (before: no measuring run had a deadline). Each is one line, exit 2, with the run's output."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    done = advise(tmp_path, store, "--", sys.executable, "train.py", "1", "0", timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    said = done.stderr.strip().splitlines()[-1]
+    assert "ended after 1 epoch(s) under wif.watch; a measurement needs 2" in said and "its output: " in said
+    t0 = time.monotonic()
+    done = advise(tmp_path, store, "--minutes", "0.25", "--", sys.executable, "train.py", "40", "1", timeout=300)
+    assert done.returncode == 2 and time.monotonic() - t0 < 40, done.stderr[-2000:]
+    assert "--minutes ran out" in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+    assert all(r.info.status != "RUNNING" for r in runs(store))
+
+
 @pytest.mark.slow
 def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, store: str) -> None:
+    """The loop as people write it: a new tqdm bar each epoch, and a per-epoch step limit that leaves each
+    epoch after 4 of its 6 batches. Every measuring run times the epochs it was asked for (before, the
+    second epoch's tqdm was an unwatched loop and the break escaped the orders: runs went uncapped)."""
     done = advise(
         tmp_path,
         store,
@@ -94,10 +123,7 @@ def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, stor
         sys.executable,
         "-m",
         "examples.train_slow_reads",
-        "--epochs",
-        "40",
-        "--n-train",
-        "128",
+        *("--epochs", "40", "--n-train", "192", "--batch-size", "32", "--tqdm", "--max-steps", "4"),
     )
     out = done.stdout
     assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]
@@ -109,6 +135,12 @@ def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, stor
     assert "In your script: DataLoader(<your dataset and other arguments>, num_workers=" in out
     roles = {r.data.tags["wif.advise_role"] for r in found}
     assert roles == {"parent", "measure", "bound", "loader", "race"}
+    for r in found:
+        if r.data.tags["wif.advise_role"] in ("measure", "bound", "race"):
+            assert r.data.metrics["epochs_run"] >= 2, r.info.run_name  # a warm-up and a measured epoch at least
+            batches = MlflowClient(store).get_metric_history(r.info.run_id, "batches")
+            # the loop's own break, every epoch: 4 steps, and the fifth batch it took before it left
+            assert {m.value for m in batches} == {5.0}, r.info.run_name
     w4 = [r for r in found if r.data.tags["wif.advise_role"] == "loader" and r.data.params["loader.num_workers"] == "4"]
     assert w4 and all(r.data.metrics["workers_peak"] == 4 for r in w4)  # the script's DataLoader, rebuilt with 4
 

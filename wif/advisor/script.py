@@ -77,8 +77,9 @@ def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str,
     if not os.path.exists(out):
         if rc == 0:
             raise ConfigError(
-                f"`{shown}` ended without calling wif.watch: write `for batch in wif.watch(loader):` "
-                "in its training loop (docs/your-workload.md)"
+                f"`{shown}` ended without calling wif.watch on a training loader (one whose epoch starts with "
+                "gradients enabled): write `for batch in wif.watch(loader):` in its training loop "
+                "(docs/your-workload.md)"
             )
         raise ConfigError(f"`{shown}` failed before wif.watch (exit {rc}): {last or 'no output'}")
     found = json.load(open(out))
@@ -100,10 +101,15 @@ class ScriptAdvice:
 
     def advise(self, opts: Options, say: Callable[[str], None]) -> Advice:
         say(
-            f"{PROG}: your command: {' '.join(self.command)}; it watches a {self.probed['loader']} "
-            f"(batch {self.probed['batch_size']}, "
+            f"{PROG}: your command: {' '.join(self.command)}; it watches a {self.probed['loader']} over a "
+            f"{self.probed.get('dataset', 'dataset')} (batch {self.probed['batch_size']}, "
             + ", ".join(f"{k}={self.probed[k]}" for k in LOADER_KEYS)
             + f"); every epoch capped at {opts.batches} batches (--batches)"
+        )
+        say(
+            f"{PROG}: each measuring run is your command, run again: what it writes (checkpoints, logs, its own "
+            "trackers) it writes each time, and a script that resumes from its checkpoints resumes; WIF_ADVISE=1 "
+            "is set in its environment so that it can skip them"
         )
         make = functools.partial(ScriptRunner, command=self.command, probed=self.probed, cap=opts.batches)
         try:

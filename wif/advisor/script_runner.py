@@ -43,7 +43,9 @@ def execute(
     """Run the command with `orders` (started warm where it can be and `warm_start`); (its exit code, its last
     line of output that is not the watch's). Ctrl-C or SIGTERM here stops it too (it gets its grace to end its
     own way), and is raised again."""
-    env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1"}
+    # WIF_ADVISE=1: the script knows it is one of the advice's measuring runs (docs/advise.md), and can skip
+    # its checkpoints, uploads or auto-resume there.
+    env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1", "WIF_ADVISE": "1"}
     target = warm.warm_target(command) if warm_start else None
     with open(log_path, "w") as log:
         try:
@@ -59,7 +61,7 @@ def execute(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            return -1, f"it did not reach the end of its measurement within {timeout:.0f} s"
+            return -1, f"the advice's --minutes ran out {timeout:.0f} s into this run, and it was stopped"
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGINT)
             try:
@@ -149,16 +151,21 @@ class ScriptRunner(Runner):
         log = os.path.join(self.logs, f"{len(self.runs):03d}-{role}-{name}.log")
         status, text, summary = KILLED, "interrupted (Ctrl-C, SIGTERM)", {}
         try:
-            rc, last = execute(self.command, self.orders(conf, role, run_id), log)
+            left = self.left_s()  # every measuring run ends within the advice's deadline
+            rc, last = execute(self.command, self.orders(conf, role, run_id), log, None if math.isinf(left) else left)
             summary = dict(self.tracker.client.get_run(run_id).data.metrics)
-            status = FINISHED if rc == 0 and summary.get("epochs_run") else FAILED
-            text = (
-                ""
-                if status == FINISHED
-                else (
-                    f"the command exited {rc}: {last}" if rc else "the command ended without an epoch under wif.watch"
+            status, text = FINISHED, ""
+            run = int(summary.get("epochs_run", 0))
+            need = 1 if conf.trainer.mode is TrainerMode.loader_only else conf.trainer.warmup_epochs + 1
+            if rc != 0:
+                said = last if rc == -1 else f"the command exited {rc}: {last}"
+                status, text = FAILED, f"{said} (its output: {log})"
+            elif run < need:
+                status = FAILED
+                text = (
+                    f"the command ended after {run} epoch(s) under wif.watch; a measurement needs {need} (the first "
+                    f"is its warm-up): let the script run more epochs (its output: {log})"
                 )
-            )
         finally:
             contended = status == FINISHED and is_contended(
                 summary.get("host_other_cpu_pct"), conf.measure.contended_pct

@@ -137,6 +137,8 @@ def _advise(
     blocked = now.mean("gpu_blocked_s")  # CUDA only: the GPU's own work, waited for in a blocking copy
     bound_s = now.mean("compute_s") + now.mean("copy_s") + (0.0 if math.isnan(blocked) else blocked)
     source = "the configured run's own step time"
+    if fixed is not None and not fixed.ok:
+        say(f"  {runner.bound_label} failed ({fixed.error}): {source} stands for it")
     if fixed is not None and fixed.ok and (math.isnan(bound_s) or fixed.median() <= bound_s):
         bound_s, source = fixed.median(), runner.bound_label
     elif fixed is not None and fixed.ok and fixed.median() > now.median() * (1 + opts.bound_margin):

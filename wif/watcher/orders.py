@@ -21,6 +21,7 @@ import json
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from wif.data.loaders import TAKES_IN_ORDER
@@ -62,14 +63,23 @@ class Orders:
 
     # ------------------------------------------------------------------ the loader
     def take(self, batches: Any, found: Optional[tuple]) -> None:
-        """Rebuild the DataLoader with the candidate's settings, where the orders give any."""
+        """The epoch's DataLoader rebuilt with the candidate's settings, where the orders give any: once, and
+        put in place of the script's in each epoch's wrapper (a new tqdm or wrapper every epoch included)."""
         settings = self.spec.get("loader")
         if not settings:
             return
         if found is None:
             raise SystemExit(f"wif.watch: cannot set {settings} on a {type(batches).__name__}: no DataLoader inside it")
         holder, attr, loader = found
-        self.rebuilt = rebuild(loader, settings)
+        if loader is self.rebuilt:
+            return
+        if holder is not None and not attr:
+            raise SystemExit(
+                f"wif.watch: cannot set {settings} on the DataLoader inside a {type(batches).__name__} (a generator "
+                "over it): pass wif.watch the DataLoader, or a wrapper that holds it as an attribute"
+            )
+        if self.rebuilt is None or self.rebuilt.dataset is not loader.dataset:
+            self.rebuilt = rebuild(loader, settings)
         if holder is not None:
             setattr(holder, attr, self.rebuilt)
 
@@ -78,7 +88,13 @@ class Orders:
         return self.rebuilt if self.rebuilt is not None and isinstance(batches, DataLoader) else batches
 
     def length(self, batches: Any) -> int:
-        n = len(self.source(batches))
+        """`len()` of the watched iterable under the orders: its batches, capped."""
+        try:
+            n = len(self.source(batches))
+        except TypeError:  # an IterableDataset without a length: the cap is all the orders know
+            if self.cap:
+                return self.cap
+            raise
         return min(n, self.cap) if self.cap else n
 
     def batches(self, batches: Any, done: int) -> Any:
@@ -115,7 +131,7 @@ class _Keep:
     def __iter__(self) -> Iterator[Any]:
         for batch in self.batches:
             if len(self.kept) < self.keep:
-                self.kept.append(batch)
+                self.kept.append(fresh(batch))  # before the step sees it: a step may change its batch in place
             yield batch
 
 
@@ -126,10 +142,29 @@ class _Replay:
         self.kept, self.count = kept, count
 
     def __iter__(self) -> Iterator[Any]:
-        return itertools.islice(itertools.cycle(self.kept), self.count)
+        return (fresh(batch) for batch in itertools.islice(itertools.cycle(self.kept), self.count))
 
     def __len__(self) -> int:
         return self.count
+
+
+def fresh(batch: Any) -> Any:
+    """A copy of a batch's tensors, in its structure (tuples, lists, dicts; anything else as it is): the bound
+    hands each replay its own, so a step that pops a key, moves the batch in place or normalizes it in place
+    sees the same batch every time (a memory copy, far below a fetch)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.clone()
+    if isinstance(batch, dict):
+        copied = {k: fresh(v) for k, v in batch.items()}
+        try:
+            return type(batch)(copied)  # an OrderedDict, or a mapping of a library's own (HF's BatchEncoding)
+        except TypeError:
+            return copied
+    if isinstance(batch, (list, tuple)) and not hasattr(batch, "_fields"):
+        return type(batch)(fresh(b) for b in batch)
+    if isinstance(batch, tuple):  # a namedtuple
+        return type(batch)(*(fresh(b) for b in batch))
+    return batch
 
 
 def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:

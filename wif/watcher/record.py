@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -103,11 +104,32 @@ class Record:
             pass
 
     def open(self) -> Optional[str]:
-        """The MLflow run, opened on first need (after the first epoch: its import counts in no epoch)."""
+        """The MLflow run, opened on first need (after the first epoch: its import counts in no epoch). A store
+        that cannot be opened or written is said in one line and the figures go unlogged: never the training's
+        end (under wif-advise's orders the run is wif-advise's, and its failure ends the measurement)."""
         if not self.log:
             return None
+        try:
+            return self._open()
+        except Exception as err:  # noqa: BLE001 - MLflow's and SQLAlchemy's errors, a bad URI, a full disk
+            if self.own is False:
+                raise
+            self.store_failed(err)
+            return None
+
+    def store_failed(self, err: BaseException) -> None:
+        if self.log:
+            self.log = False
+            print(
+                f"wif.watch: the MLflow store {self.uri} cannot be written ({type(err).__name__}: {str(err)[:300]}); "
+                "the figures are not logged and your training goes on",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _open(self) -> Optional[str]:
         if self.tracker is None:
-            self.tracker = Tracker(self.uri, self.experiment)
+            self.tracker = Tracker(self.uri, self.experiment, attempts=2)  # a lock passes; a bad store is said
             if self.run_id is None:
                 from wif.measure.sysinfo import host_tags
 
@@ -116,7 +138,7 @@ class Record:
                     **owner_tags(),
                     "wif.kind": "watch",
                     "wif.device": _device_name(),
-                    "wif.script": " ".join(sys.argv)[:4000],
+                    "wif.script": " ".join(redacted(sys.argv))[:4000],
                 }
                 self.run_id = self.tracker.start_run(
                     self.run_name or f"watch {os.path.basename(sys.argv[0])}", self.params, tags, self.params
@@ -170,12 +192,34 @@ class Record:
         if run is None:
             return
         self._flush()
-        self.tracker.log_metrics(run, {**self.summary(), "sampler_cpu_pct": self.sampler.own_cost_pct()})
-        self.tracker.set_tags(
-            run, {"wif.stop_reason": self.stop_reason, **({"wif.error": self.error[:4000]} if self.error else {})}
-        )
-        if self.own:
-            self.tracker.end_run(run, self.status)
+        try:
+            self.tracker.log_metrics(run, {**self.summary(), "sampler_cpu_pct": self.sampler.own_cost_pct()})
+            error = {"wif.error": self.error[:4000]} if self.error else {}
+            self.tracker.set_tags(run, {"wif.stop_reason": self.stop_reason, **error})
+            if self.own:
+                self.tracker.end_run(run, self.status)
+        except Exception as err:  # noqa: BLE001 - at the script's exit: one line, never a traceback
+            if not self.own:
+                raise
+            self.store_failed(err)
+
+
+SECRET = re.compile(r"(token(?!izer)|secret|password|passwd|api[-_]?key|access[-_]?key|credential)", re.IGNORECASE)
+
+
+def redacted(argv: List[str]) -> List[str]:
+    """The command line as the run's tag: the value of any option whose name says it is a secret hidden
+    (`--hf-token abc`, `--api_key=abc`, `WANDB_API_KEY=abc`)."""
+    out: List[str] = []
+    for i, arg in enumerate(argv):
+        name, eq, _ = arg.partition("=")
+        if eq and SECRET.search(name):
+            out.append(f"{name}=***")
+        elif i > 0 and argv[i - 1].startswith("-") and "=" not in argv[i - 1] and SECRET.search(argv[i - 1]):
+            out.append("***")
+        else:
+            out.append(arg)
+    return out
 
 
 def _device_name() -> str:

@@ -27,48 +27,13 @@ from torch.utils.data import DataLoader
 from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
 from wif.run.loop import TimedFeed, samples_in
+from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, settings_of
 from wif.watcher.orders import ENV, Orders
 from wif.watcher.record import Record
 
 WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
-HOLDERS = ("loader", "_loader", "dataloader", "data_loader", "_dataloader", "base_loader", "train_loader")
-_sessions: Dict[int, "Session"] = {}
-
-
-def find_dataloader(batches: Any, depth: int = 3) -> Optional[tuple]:
-    """(holder, attribute, DataLoader) for the DataLoader inside `batches` (holder None: it is one); None
-    where there is none. Wrappers are searched by the usual attribute names first, then every attribute."""
-    if isinstance(batches, DataLoader):
-        return None, "", batches
-    if depth == 0:
-        return None
-    attrs = getattr(batches, "__dict__", {})
-    for name in [n for n in HOLDERS if n in attrs] + [n for n in attrs if n not in HOLDERS]:
-        value = attrs[name]
-        if isinstance(value, DataLoader):
-            return batches, name, value
-        if value is not None and not isinstance(value, (str, bytes, int, float, torch.Tensor, dict, list, tuple)):
-            found = find_dataloader(value, depth - 1)
-            if found is not None:
-                return (found[0] or batches, found[1] or name, found[2])
-    return None
-
-
-def settings_of(batches: Any, loader: Optional[DataLoader]) -> Dict[str, Any]:
-    """The loader's settings as the run's params (what `wif-advise` keeps or changes)."""
-    if loader is None:
-        return {"loader": type(batches).__name__}
-    return {
-        "loader": type(batches).__name__,
-        "batch_size": loader.batch_size,
-        "num_workers": loader.num_workers,
-        "prefetch_factor": loader.prefetch_factor,
-        "pin_memory": loader.pin_memory,
-        "persistent_workers": loader.persistent_workers,
-        "in_order": getattr(loader, "in_order", True),
-        "drop_last": loader.drop_last,
-        "dataset_len": _len(loader.dataset),
-    }
+_sessions: Dict[int, "Session"] = {}  # by id() of the anchor (wif.watcher.found), which the session holds
+_claimed: List["Session"] = []  # under orders: the one session they went to
 
 
 def _cuda() -> torch.device:
@@ -79,8 +44,13 @@ def _cuda() -> torch.device:
 
 
 class Session:
-    """One watched loader over the whole script: its epochs, numbered on across `wif.watch` calls, and its
-    one MLflow run."""
+    """One watched loader over the whole script: its epochs, numbered on across `wif.watch` calls (a new
+    wrapper or a new DataLoader over the same dataset each epoch included), and its one MLflow run, opened
+    (with its memory sampler) at its first epoch.
+
+    Under wif-advise's orders, the orders go to the training loader: the first whose epoch starts with
+    gradients enabled. A loader first iterated under `torch.no_grad()` or `inference_mode()` (a validation
+    pass, a sanity check before training) and any other loader run as they are, unwatched."""
 
     def __init__(
         self,
@@ -89,29 +59,57 @@ class Session:
         run_name: Optional[str],
         log: bool,
         say: Callable[[str], None],
-        orders: Optional[Orders] = None,
+        ordered: bool = False,
     ) -> None:
-        self.batches, self.say, self.orders = batches, say, orders
+        self.anchor, self.say, self.ordered = anchor_of(batches), say, ordered
         found = find_dataloader(batches)
-        if self.orders is not None:
-            self.orders.take(batches, found)  # the candidate's settings, where wif-advise gives any
-            found = find_dataloader(self.orders.source(batches))
         self.loader: Optional[DataLoader] = found[2] if found else None
-        self.batch_size = int(getattr(self.loader, "batch_size", None) or getattr(batches, "batch_size", 0) or 1)
-        self.record = Record(settings_of(batches, self.loader), experiment, run_name, log, self.orders)
+        size = batch_size_of(self.loader) if self.loader is not None else getattr(batches, "batch_size", None)
+        self.batch_size = int(size or 1)  # a batch of no tensor with a batch dimension counts as this many
+        self.params = settings_of(batches, self.loader)
+        self.kept = (experiment, run_name, log)
+        self.orders: Optional[Orders] = None
+        self.record: Optional[Record] = None
+        self.passed = False  # under orders: not the training loader, run as it is
         self.epochs: List[Dict[str, float]] = []
+        self.warned = False
 
-    def epoch(self) -> Iterator[Any]:
-        """One pass: the batches as they come, timed. Under orders: as the measurement asks (wif.watcher.orders)."""
-        orders = self.orders
-        if orders is not None and orders.mode == "loader_only":  # the loader alone; the step never runs
-            while not orders.done:
-                for _ in self._timed(orders.batches(self.batches, len(self.epochs))):
-                    pass
-            orders.leave(self.record)
-        yield from self._timed(orders.batches(self.batches, len(self.epochs)) if orders else self.batches)
+    def watched(self, batches: Iterable[Any]) -> bool:
+        """At an epoch's start: whether this loader is watched (and, the first time, its record opened)."""
+        if self.record is not None or self.passed:
+            return not self.passed
+        if self.ordered:
+            if _claimed or not torch.is_grad_enabled():
+                self.passed = True
+                return False
+            _claimed.append(self)
+            self.orders = Orders.from_env()
+            if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
+                dataset = {"dataset": type(self.loader.dataset).__name__} if self.loader is not None else {}
+                self.orders.probe({**settings_of(batches, self.loader), **dataset}, self.loader is not None)
+        self.record = Record(self.params, *self.kept, self.orders)
+        return True
+
+    def epoch(self, batches: Iterable[Any]) -> Iterator[Any]:
+        """One pass over `batches` (this epoch's iterable): the batches as they come, timed. Under orders: as
+        the measurement asks (wif.watcher.orders); a measurement whose last epoch the loop left early (a
+        break, islice, zip) ends here, at the next epoch's start."""
+        if not self.watched(batches):
+            yield from batches
+            return
+        orders, record = self.orders, self.record
+        if orders is not None:
+            if orders.done:
+                orders.leave(record)
+            orders.take(batches, find_dataloader(batches))  # the candidate's settings, where wif-advise gives any
+            if orders.mode == "loader_only":  # the loader alone; the step never runs
+                while not orders.done:
+                    for _ in self._timed(orders.batches(batches, len(self.epochs))):
+                        pass
+                orders.leave(record)
+        yield from self._timed(orders.batches(batches, len(self.epochs)) if orders else batches)
         if orders is not None and orders.done:
-            orders.leave(self.record)
+            orders.leave(record)
 
     def _timed(self, source: Iterable[Any]) -> Iterator[Any]:
         """The batches of `source`, timed by the loop's clock; the figures recorded when the pass ends (however)."""
@@ -128,7 +126,17 @@ class Session:
         finally:
             synchronize(_cuda())  # sync point: the epoch's queued work is done (CUDA may have started in it)
             stats = feed.stats(t_start, t0, None, 0.0, None)
-            self._end(stats, batches, complete)
+            try:
+                self._end(stats, batches, complete)
+            except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
+                if self.orders is not None:
+                    raise
+                self._warn(err)
+
+    def _warn(self, err: Exception) -> None:
+        if not self.warned:
+            self.warned = True
+            warn_once(f"an epoch could not be recorded ({type(err).__name__}: {err}); your training goes on")
 
     def _end(self, stats: Any, batches: int, complete: bool) -> None:
         # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
@@ -165,13 +173,6 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
-def _len(dataset: Any) -> Optional[int]:
-    try:
-        return len(dataset)
-    except TypeError:  # an IterableDataset without a length
-        return None
-
-
 class Watched:
     """What `wif.watch` returns: iterate it once an epoch; everything else is the wrapped loader's."""
 
@@ -179,11 +180,13 @@ class Watched:
         self.batches, self.session = batches, session
 
     def __iter__(self) -> Iterator[Any]:
-        return self.session.epoch()
+        return self.session.epoch(self.batches)
 
     def __len__(self) -> int:
-        if self.session.orders is not None:
-            return self.session.orders.length(self.batches)
+        session = self.session
+        orders = session.orders or (Orders.from_env() if session.ordered and not session.passed else None)
+        if orders is not None:  # under orders (or before the first epoch decides them): capped
+            return orders.length(self.batches)
         return len(self.batches)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -203,16 +206,31 @@ def watch(
     default MLFLOW_EXPERIMENT_NAME or the study's; `log=False`: no MLflow). WIF_WATCH=0 turns it off."""
     if os.environ.get("WIF_WATCH", "1") == "0":
         return batches  # type: ignore[return-value]
-    session = _sessions.get(id(batches))
-    if session is None or session.batches is not batches:
-        say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
-        orders = None
-        if not _sessions and os.environ.get(ENV):  # wif-advise's orders go to the first loader watched
-            orders = Orders.from_env()
-            if orders.mode == "probe":  # wif-advise asks what the loader is, and nothing more
-                found = find_dataloader(batches)
-                orders.probe(settings_of(batches, found[2] if found else None), found is not None)
-        elif os.environ.get(ENV):  # another loader (validation, say) of a script under orders: passed through
-            return batches  # type: ignore[return-value]
-        session = _sessions[id(batches)] = Session(batches, experiment, run_name, log, say, orders)
+    ordered = bool(os.environ.get(ENV))
+    try:
+        session = _session(batches, experiment, run_name, log, quiet, ordered)
+    except Exception as err:  # noqa: BLE001 - without orders, the watch's own failure is a warning line
+        if ordered:
+            raise
+        warn_once(f"cannot watch this {type(batches).__name__} ({type(err).__name__}: {err}); it runs unwatched")
+        return batches  # type: ignore[return-value]
     return Watched(batches, session)
+
+
+def _session(
+    batches: Iterable[Any], experiment: Optional[str], run_name: Optional[str], log: bool, quiet: bool, ordered: bool
+) -> Session:
+    """The watch of this loader: the one kept by its anchor, or a new one."""
+    anchor = anchor_of(batches)
+    session = _sessions.get(id(anchor))
+    if session is not None and session.anchor is anchor:
+        return session
+    rank = os.environ.get("RANK", "0")  # under torchrun: one line an epoch, rank 0's
+    say = (lambda text: None) if quiet or rank != "0" else (lambda text: print(text, file=sys.stderr, flush=True))
+    session = _sessions[id(anchor)] = Session(batches, experiment, run_name, log, say, ordered)
+    return session
+
+
+def warn_once(text: str) -> None:
+    """The watch's own trouble: one line on stderr, never a traceback in the user's training."""
+    print(f"wif.watch: {text}", file=sys.stderr, flush=True)

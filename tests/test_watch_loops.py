@@ -1,0 +1,233 @@
+"""`wif.watch` in loops as people write them, each a real script in a subprocess on a real SQLite store: a
+new tqdm, generator or DataLoader every epoch is one watch; a loop that leaves its epochs early still ends a
+measurement where it should; a store that cannot be written never ends the training; and the settings read
+off a DataLoader with its own batch sampler."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler, TensorDataset
+
+from wif.watcher.found import anchor_of, find_dataloader, settings_of
+from wif.watcher.orders import ENV, Orders
+from wif.watcher.record import redacted
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD = """
+import sys, time, torch, wif
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):  # items that wait 2 ms, as a read from storage does
+    def __len__(self):
+        return 96
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.full((4,), float(i)), i % 2
+
+data = Slow()
+loader = DataLoader(data, batch_size=16)
+"""
+
+
+def run(tmp_path: Path, body: str, store: str, orders: Optional[dict] = None, timeout: float = 300):
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + textwrap.dedent(body))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    env.pop(ENV, None)
+    if orders is not None:
+        env[ENV] = json.dumps(orders)
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def watch_runs(store: str) -> list:
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("who_is_faster")
+    return [] if exp is None else client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'watch'")
+
+
+LOOPS = {
+    "tqdm each epoch": "from tqdm import tqdm\nfor epoch in range(3):\n    for x, y in wif.watch(tqdm(loader)):\n"
+    "        pass\n",
+    "a generator each epoch": "def batches(dl):\n    for b in dl:\n        yield b\n\nfor epoch in range(3):\n"
+    "    for x, y in wif.watch(batches(loader)):\n        pass\n",
+    "a DataLoader each epoch": "for epoch in range(3):\n    for x, y in wif.watch(DataLoader(data, batch_size=16)):\n"
+    "        pass\n",
+}
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_new_iterable_each_epoch_is_one_watch(tmp_path: Path, store: str, loop: str) -> None:
+    """Before, each epoch's new iterable was a new watch: three runs of one epoch each, none steady."""
+    done = run(tmp_path, LOOPS[loop], store)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("wif.watch: epoch")]
+    assert [line.split(":")[1] for line in lines] == [" epoch 1", " epoch 2", " epoch 3"], done.stderr
+    (watched,) = watch_runs(store)
+    assert watched.data.metrics["epochs_run"] == 3 and watched.info.status == "FINISHED"
+    assert watched.data.params["batch_size"] == "16"
+
+
+def test_a_loop_that_breaks_out_of_each_epoch_ends_its_measurement(tmp_path: Path, store: str) -> None:
+    """Orders for 2 epochs, a loop that leaves each epoch after 3 batches and would run 4 epochs: the
+    measuring run times 2 epochs of 3 batches and the script ends at the third epoch's start (before: all 4
+    epochs ran, the orders never obeyed)."""
+    client = MlflowClient(store)
+    exp = client.create_experiment("who_is_faster")
+    run_id = client.create_run(exp).info.run_id
+    body = """
+    for epoch in range(4):
+        for i, (x, y) in enumerate(wif.watch(loader)):
+            if i == 2:
+                break
+        print(f"validated {epoch}", flush=True)
+    print("the script's own end", flush=True)
+    """
+    orders = {
+        "uri": store,
+        "experiment": "who_is_faster",
+        "run_id": run_id,
+        "mode": "train",
+        "batches": 50,
+        "epochs": 2,
+    }
+    done = run(tmp_path, body, store, orders)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["validated", "0", "validated", "1"]  # left at the third epoch's start
+    history = client.get_metric_history(run_id, "batches")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == [3.0, 3.0]
+    assert client.get_run(run_id).data.tags["wif.stop_reason"] == "2 epochs (fixed)"
+
+
+def test_a_store_that_cannot_be_written_never_ends_the_training(tmp_path: Path) -> None:
+    """Before, the first epoch's end opened the store in the loop and its error ended the script with a
+    traceback; now one line says so and every epoch trains."""
+    body = """
+    for epoch in range(3):
+        for x, y in wif.watch(loader):
+            pass
+        print(f"trained {epoch}", flush=True)
+    """
+    (tmp_path / "a-file").write_text("")  # a store under a file: no folder can be made there, even by root
+    done = run(tmp_path, body, f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["trained", "0", "trained", "1", "trained", "2"]
+    said = [line for line in done.stderr.splitlines() if "cannot be written" in line]
+    assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_the_orders_go_to_the_training_loader_not_a_sanity_pass(tmp_path: Path, store: str) -> None:
+    """A validation pass over a watched loader before training (as Lightning's sanity check runs it, under
+    no_grad): wif-advise's probe names the training loader (before, the first loader watched got the orders)."""
+    body = """
+    class Val(Dataset):
+        def __len__(self):
+            return 32
+        def __getitem__(self, i):
+            return torch.zeros(4), 0
+
+    val = DataLoader(Val(), batch_size=8)
+    with torch.no_grad():
+        for x, y in wif.watch(val):
+            pass
+    for epoch in range(2):
+        for x, y in wif.watch(loader):
+            pass
+    """
+    out = tmp_path / "probed.json"
+    done = run(tmp_path, body, store, {"uri": "", "run_id": None, "mode": "probe", "out": str(out)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    probed = json.loads(out.read_text())
+    assert probed["dataset"] == "Slow" and probed["batch_size"] == 16 and probed["has_dataloader"]
+
+
+class Pairs(Dataset):
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, i: int):
+        return torch.zeros(2), i
+
+
+class Uneven:
+    """A batch sampler of its own, with no batch_size: batches of 10 and 15 alternating (100 items, 8 batches)."""
+
+    def __iter__(self):
+        starts = [0, 10, 25, 35, 50, 60, 75, 85, 100]
+        for a, b in zip(starts, starts[1:]):
+            yield list(range(a, b))
+
+    def __len__(self) -> int:
+        return 8
+
+
+def test_a_batch_samplers_batches_are_priced_at_their_size() -> None:
+    """Before, a DataLoader given batch_sampler= reported batch_size None, and wif-advise priced batches of 1."""
+    data = Pairs()
+    fixed = DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 16, drop_last=False))
+    assert settings_of(fixed, fixed)["batch_size"] == 16
+    own = DataLoader(data, batch_sampler=Uneven())
+    assert settings_of(own, own)["batch_size"] == round(100 / 8)  # the mean batch over an epoch
+    assert settings_of(data, DataLoader(data, batch_size=None))["batch_size"] is None  # each item a batch
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(torch.zeros(40, 2))
+
+
+def test_the_loader_is_found_in_a_tqdm_a_generator_and_lengthless_data_is_capped() -> None:
+    loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)
+
+    def over(dl: DataLoader):
+        yield from dl
+
+    gen = over(loader)
+    assert find_dataloader(gen) == (gen, "", loader)  # found, but a generator's local cannot be swapped
+    assert anchor_of(gen) is anchor_of(loader) is loader.dataset
+    pytest.importorskip("tqdm")
+    from tqdm import tqdm
+
+    bar = tqdm(loader, disable=True)
+    assert find_dataloader(bar) == (bar, "iterable", loader)
+    orders = Orders({"uri": "", "run_id": None, "mode": "train", "batches": 5, "epochs": 2})
+    assert orders.length(DataLoader(Stream(), batch_size=4)) == 5  # no len(): the cap is the length
+
+
+def test_the_bound_hands_each_replay_its_own_batch() -> None:
+    """A step that normalizes its batch in place, or pops a key, sees the same batch at every replay (before,
+    the replay handed it the objects the step had changed)."""
+    from wif.watcher.orders import _Keep, _Replay
+
+    kept: list = []
+    (first,) = list(_Keep([{"x": torch.ones(2), "y": torch.zeros(2)}], kept, 8))
+    first["x"].mul_(0)  # the step of the first epoch normalizes in place
+    for _ in range(3):
+        (batch,) = list(_Replay(kept, 1))
+        assert batch["x"].tolist() == [1.0, 1.0] and "y" in batch
+        batch.pop("y")  # the step pops a key
+
+
+def test_secrets_in_the_command_line_are_not_logged() -> None:
+    argv = ["train.py", "--hf-token", "abc", "--api_key=xyz", "WANDB_API_KEY=k", "--lr", "0.1", "--tokenizer=t5"]
+    assert redacted(argv) == [
+        "train.py",
+        "--hf-token",
+        "***",
+        "--api_key=***",
+        "WANDB_API_KEY=***",
+        "--lr",
+        "0.1",
+        "--tokenizer=t5",
+    ]

@@ -97,6 +97,19 @@ def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
     assert parents[0].data.tags["wif.advise.pick"].startswith("w")
 
 
+def test_data_bound_is_said_only_where_the_loader_is_slower_than_the_model() -> None:
+    """A serial loader 16x faster than the model still shows its wait (10% of the epoch): exposed, not the
+    limit (before, "Data-bound"); a loader slower than the model is data-bound."""
+    epoch = {"epoch_time_s": 1.0, "data_wait_s": 0.1, "copy_s": 0.0, "compute_s": 0.9}
+    run = Measured("configured", "current", "r", "FINISHED", {}, [epoch, epoch])
+    searched, said = where_time_goes(run, 0.9, "data=fixed", 900, 16 * 1000.0, 0.05, workers=0)
+    assert searched and "Data-bound" not in said and "exposed, not a limit" in said and "0 workers" in said
+    slow = {**epoch, "data_wait_s": 0.6, "compute_s": 0.4, "epoch_time_s": 1.0}
+    run = Measured("configured", "current", "r", "FINISHED", {}, [slow, slow])
+    searched, said = where_time_goes(run, 0.4, "data=fixed", 900, 1000.0, 0.05, workers=0)
+    assert searched and said.splitlines()[-1].startswith("Data-bound: the loader gives 1,000 img/s")
+
+
 def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -> None:
     gpu = {
         "epoch_time_s": 1.0,

@@ -219,6 +219,23 @@ def test_the_bound_hands_each_replay_its_own_batch() -> None:
         batch.pop("y")  # the step pops a key
 
 
+@pytest.mark.parametrize(("mode", "lines", "logged"), [("print", 2, False), ("quiet", 0, True), ("yes", 2, True)])
+def test_wif_watch_says_how_much_to_watch(tmp_path: Path, mode: str, lines: int, logged: bool) -> None:
+    """WIF_WATCH=print: the lines and no store (before, =0 was the only switch: every watched script wrote
+    mlflow.db where it ran); =quiet: logged, nothing said; another value is named in one line."""
+    body = "for epoch in range(2):\n    for x, y in wif.watch(loader):\n        pass\n"
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + body)
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, "MLFLOW_TRACKING_URI")}
+    env.update(WIF_WATCH=mode, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stderr.splitlines()
+    assert len([line for line in said if line.startswith("wif.watch: epoch")]) == lines, done.stderr
+    assert (tmp_path / "mlflow.db").exists() == logged
+    assert any("WIF_WATCH='yes' is not one of" in line for line in said) == (mode == "yes")
+
+
 def test_secrets_in_the_command_line_are_not_logged() -> None:
     argv = ["train.py", "--hf-token", "abc", "--api_key=xyz", "WANDB_API_KEY=k", "--lr", "0.1", "--tokenizer=t5"]
     assert redacted(argv) == [

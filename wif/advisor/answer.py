@@ -23,9 +23,17 @@ PHASES = (
 
 
 def where_time_goes(
-    now: Measured, bound_s: float, bound_source: str, items: int, loader_img_s: float, margin: float
+    now: Measured,
+    bound_s: float,
+    bound_source: str,
+    items: int,
+    loader_img_s: float,
+    margin: float,
+    workers: int = 0,
 ) -> tuple[bool, str]:
-    """(data-bound?, the sentence): the configured epoch against the bound and the loader's ceiling."""
+    """(whether the wait is worth a search, the sentence): the configured epoch against the bound and the
+    loader's ceiling. "Data-bound" is said only where the loader is slower than the model: where it is faster
+    but loads between steps (`workers` 0), its wait is exposed, not a limit, and workers would overlap it."""
     epoch = now.median()
     gap = epoch / bound_s - 1 if bound_s > 0 else math.nan
     split = ", ".join(f"{label} {now.mean(key):.3f} s" for key, label in PHASES if not math.isnan(now.mean(key)))
@@ -39,11 +47,15 @@ def where_time_goes(
             f"{gap:.0%} above the bound in the step itself, which loader settings cannot help."
         )
     model_img_s = items / bound_s if bound_s > 0 else math.nan
-    return True, (
-        f"{head}\nData-bound: the loader gives {loader_img_s:,.0f} img/s, "
-        f"the model takes {model_img_s:,.0f}; "
-        f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%})."
-    )
+    rates = f"the loader gives {loader_img_s:,.0f} img/s, the model takes {model_img_s:,.0f}"
+    waited = f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%})"
+    if loader_img_s > model_img_s:  # the loader keeps up: its time shows only because it is not overlapped
+        how = "at 0 workers each batch is loaded between two steps" if workers == 0 else "the prefetch runs dry"
+        return True, (
+            f"{head}\nThe loader's time is exposed, not a limit: {rates}, but {how}, so {waited}; "
+            "workers overlap the loading with the step."
+        )
+    return True, f"{head}\nData-bound: {rates}; {waited}."
 
 
 def _zero(x: float) -> float:

@@ -174,7 +174,13 @@ def _advise(
     else:
         trial(candidates.workers(base, 0, cuda))
     data_bound, sentence = answer.where_time_goes(
-        now, bound_s, source, items, ceilings.get("current", ceilings.get("w0", math.nan)), opts.bound_margin
+        now,
+        bound_s,
+        source,
+        items,
+        ceilings.get("current", ceilings.get("w0", math.nan)),
+        opts.bound_margin,
+        cur.workers,
     )
     say(sentence)
 

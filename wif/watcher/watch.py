@@ -34,6 +34,7 @@ from wif.watcher.record import Record
 WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
 _sessions: Dict[int, "Session"] = {}  # by id() of the anchor (wif.watcher.found), which the session holds
 _claimed: List["Session"] = []  # under orders: the one session they went to
+MODES = ("1", "0", "print", "quiet")  # WIF_WATCH
 
 
 def _cuda() -> torch.device:
@@ -203,9 +204,16 @@ def watch(
 ) -> Watched:
     """`for batch in wif.watch(train_loader):` times each pass as an epoch and logs it. Call it once, or once
     an epoch on the same loader: the epochs go on in one MLflow run (`experiment`: the store's experiment, by
-    default MLFLOW_EXPERIMENT_NAME or the study's; `log=False`: no MLflow). WIF_WATCH=0 turns it off."""
-    if os.environ.get("WIF_WATCH", "1") == "0":
+    default MLFLOW_EXPERIMENT_NAME or the study's; `log=False`: no MLflow). The environment decides without
+    touching the script: WIF_WATCH=0 turns it off, =print says each epoch's line and logs nothing (no store is
+    opened or made), =quiet logs and says nothing."""
+    mode = os.environ.get("WIF_WATCH", "1")
+    if mode == "0":
         return batches  # type: ignore[return-value]
+    if mode not in MODES:
+        warn_once(f"WIF_WATCH={mode!r} is not one of {', '.join(MODES)}: watching as WIF_WATCH=1")
+        os.environ["WIF_WATCH"] = "1"  # said once
+    log, quiet = log and mode != "print", quiet or mode == "quiet"
     ordered = bool(os.environ.get(ENV))
     try:
         session = _session(batches, experiment, run_name, log, quiet, ordered)

@@ -45,7 +45,7 @@ def test_an_epochs_figures_are_its_times_their_shares_and_its_throughput() -> No
     f = epochs.figures(clock(2.0, 0.5, 1.2, samples=100))
     assert f["throughput_img_s"] == 50.0 and f["data_wait_share"] == 0.25 and f["compute_share"] == 0.6
     assert f["gpu_idle_s"] is None and f["gpu_blocked_s"] is None  # off CUDA: not measured, never logged
-    assert set(epochs.EPOCH_KEYS) - {"cpu_util_pct", "tree_cpu_s"} <= set(f)  # what the advisor reads back
+    assert set(epochs.EPOCH_KEYS) - {"cpu_util_pct", "gpu_util_pct", "tree_cpu_s"} <= set(f)  # the sampler adds those
     empty = epochs.figures(clock(0.0, 0.0, 0.0))  # an epoch of no batches
     assert empty["throughput_img_s"] == empty["data_wait_share"] == 0.0
 

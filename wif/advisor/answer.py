@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from wif.advisor.limit import Figures, name_limit
 from wif.advisor.predict import Prediction, relative_error
 from wif.advisor.runner import Candidate, Measured
 from wif.advisor.verify import BASELINE, RaceResult
@@ -30,6 +31,8 @@ def where_time_goes(
     loader_img_s: float,
     margin: float,
     workers: int = 0,
+    bound_compute_s: float = math.nan,
+    on_gpu: bool = False,
 ) -> tuple[bool, str]:
     """(whether the wait is worth a search, the sentence): the configured epoch against the bound and the
     loader's ceiling. "Data-bound" is said only where the loader is slower than the model: where it is faster
@@ -39,12 +42,35 @@ def where_time_goes(
     split = ", ".join(f"{label} {now.mean(key):.3f} s" for key, label in PHASES if not math.isnan(now.mean(key)))
     head = f"The configured setting: {epoch:.3f} s an epoch ({split}); the bound ({bound_source}): {bound_s:.3f} s."
     wait = (now.mean("data_wait_s") + _zero(now.mean("gpu_idle_s"))) / epoch
+    busy = now.mean("gpu_util_pct") / 100.0
+    held = name_limit(
+        Figures(
+            epoch,
+            now.mean("data_wait_s"),
+            _zero(now.mean("copy_s")),
+            now.mean("compute_s"),
+            bound_compute_s,
+            _zero(now.mean("gpu_blocked_s")),
+            None if math.isnan(busy) else busy,
+            on_gpu,
+        ),
+        margin,
+    )
+    what = f"\nWhat holds the epoch: {held.said}."
     if gap <= margin:
-        return False, (f"{head}\nNot data-bound: within {max(gap, 0):.0%} of the bound; loader settings cannot help.")
-    if wait <= margin:  # slower than the bound, but not waiting: the step itself was slower (e.g. a busy CPU)
+        return (
+            False,
+            f"{head}\nNot data-bound: within {max(gap, 0):.0%} of the bound; loader settings cannot help.{what}",
+        )
+    if wait <= margin:  # slower than the bound, but not waiting: the step itself was slower
+        cause = (
+            "beside the loader (its host work), which workers or preloading can move off the step"
+            if held.kind == "interference"
+            else "itself (e.g. a busy CPU), which loader settings cannot help"
+        )
         return False, (
             f"{head}\nNot data-bound: the step waits {wait:.0%} of the epoch for data; the epoch is "
-            f"{gap:.0%} above the bound in the step itself, which loader settings cannot help."
+            f"{gap:.0%} above the bound in the step {cause}.{what}"
         )
     model_img_s = items / bound_s if bound_s > 0 else math.nan
     rates = f"the loader gives {loader_img_s:,.0f} img/s, the model takes {model_img_s:,.0f}"
@@ -53,9 +79,9 @@ def where_time_goes(
         how = "at 0 workers each batch is loaded between two steps" if workers == 0 else "the prefetch runs dry"
         return True, (
             f"{head}\nThe loader's time is exposed, not a limit: {rates}, but {how}, so {waited}; "
-            "workers overlap the loading with the step."
+            f"workers overlap the loading with the step.{what}"
         )
-    return True, f"{head}\nData-bound: {rates}; {waited}."
+    return True, f"{head}\nData-bound: {rates}; {waited}.{what}"
 
 
 def _zero(x: float) -> float:

@@ -181,6 +181,8 @@ def _advise(
         ceilings.get("current", ceilings.get("w0", math.nan)),
         opts.bound_margin,
         cur.workers,
+        fixed.mean("compute_s") if fixed is not None and fixed.ok else math.nan,
+        cuda,
     )
     say(sentence)
 

@@ -28,6 +28,7 @@ EPOCH_KEYS = (
     "gpu_idle_s",
     "first_batch_s",
     "cpu_util_pct",
+    "gpu_util_pct",
     "tree_cpu_s",
 )
 

@@ -1,0 +1,60 @@
+"""What holds an epoch back (wif.advisor.limit), named from figures given by hand: each verdict, its words
+and what moves it, and the advice's sentence carrying it. On a device the same figures come from the runs
+(the GPU issue's checks); here they are constructed with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from wif.advisor.answer import where_time_goes
+from wif.advisor.limit import LAUNCH_REMEDIES, Figures, name_limit
+from wif.advisor.runner import Measured
+
+MARGIN = 0.05
+
+
+def test_a_step_that_waits_for_its_batches_is_held_by_the_loader() -> None:
+    held = name_limit(Figures(1.0, 0.40, 0.02, 0.55, 0.55), MARGIN)
+    assert held.kind == "data" and held.share == pytest.approx(0.40) and "waits 40%" in held.said
+
+
+def test_a_copy_behind_the_gpu_is_the_copys() -> None:
+    """The copy and the wait behind the GPU's queued work (gpu_blocked_s) together: 30% of the epoch."""
+    held = name_limit(Figures(1.0, 0.02, 0.10, 0.65, 0.65, gpu_blocked_s=0.20, busy=0.9, on_gpu=True), MARGIN)
+    assert held.kind == "copy" and held.share == pytest.approx(0.30) and "non_blocking" in held.said
+
+
+def test_a_step_slowed_by_the_loaders_host_work_is_interference() -> None:
+    """No wait, no copy, but the step takes 1.25x its replayed time: the loader's work slows it."""
+    f = Figures(1.0, 0.01, 0.0, 0.90, 0.72, busy=0.5, on_gpu=True)
+    held = name_limit(f, MARGIN)
+    assert f.interference == pytest.approx(0.25)
+    assert held.kind == "interference" and held.share == pytest.approx(0.18)
+    assert "25% longer beside the loader" in held.said and "launches the step's kernels" in held.said
+    on_cpu = name_limit(Figures(1.0, 0.01, 0.0, 0.90, 0.72), MARGIN)
+    assert on_cpu.kind == "interference" and "cores the step computes on" in on_cpu.said
+
+
+def test_a_gpu_idle_between_small_kernels_is_launch_bound() -> None:
+    """The seed's GoogLeNet at 64 px on an H200: NVML busy 17-47%, no wait, the step as fast as replayed."""
+    held = name_limit(Figures(1.0, 0.01, 0.0, 0.97, 0.96, busy=0.30, on_gpu=True), MARGIN)
+    assert held.kind == "launch" and held.share == pytest.approx(0.70)
+    assert "busy 30%" in held.said and LAUNCH_REMEDIES in held.said and "0.960 s" in held.said
+
+
+def test_a_busy_gpu_or_a_cpu_step_without_waits_computes() -> None:
+    assert name_limit(Figures(1.0, 0.01, 0.0, 0.97, 0.96, busy=0.95, on_gpu=True), MARGIN).kind == "compute"
+    assert name_limit(Figures(1.0, 0.01, 0.0, 0.97, math.nan), MARGIN).kind == "compute"  # no bound measured
+    assert name_limit(Figures(1.0, 0.01, 0.0, 0.97, 0.96, busy=None, on_gpu=True), MARGIN).kind == "compute"
+
+
+def test_the_advice_names_the_limit_beside_its_split() -> None:
+    """A CPU step that waits 2% but runs 20% slower beside the loader than replayed: not data-bound, and the
+    sentence says the loader's host work (before: 'the step itself, which loader settings cannot help')."""
+    epoch = {"epoch_time_s": 1.0, "data_wait_s": 0.02, "copy_s": 0.0, "compute_s": 0.96}
+    run = Measured("configured", "current", "r", "FINISHED", {}, [epoch, epoch])
+    searched, said = where_time_goes(run, 0.8, "data=fixed", 900, 2000.0, MARGIN, 2, 0.80, False)
+    assert not searched and "beside the loader (its host work)" in said
+    assert said.splitlines()[-1].startswith("What holds the epoch: the loader's host work slows the step itself")

@@ -58,3 +58,54 @@ def test_the_advice_names_the_limit_beside_its_split() -> None:
     searched, said = where_time_goes(run, 0.8, "data=fixed", 900, 2000.0, MARGIN, 2, 0.80, False)
     assert not searched and "beside the loader (its host work)" in said
     assert said.splitlines()[-1].startswith("What holds the epoch: the loader's host work slows the step itself")
+
+
+GPU_STEP = """
+import sys, torch, wif
+from torch.utils.data import DataLoader, TensorDataset
+tiny = sys.argv[1] == "tiny"
+dev = torch.device("cuda")
+# whole batches as items (batch_size=None): next() costs microseconds, so neither case waits for data
+items, batch, width = (4096, 8, 64) if tiny else (32, 512, 4096)
+loader = DataLoader(TensorDataset(torch.randn(items, batch, width)), batch_size=None)
+layers = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(24)]).to(dev)
+for epoch in range(3):
+    for (x,) in wif.watch(loader):
+        layers(x.to(dev))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_tiny_kernels_read_as_launch_bound_and_large_ones_as_compute(tmp_path, store: str) -> None:
+    """The GPU step issue, item 1a on a device: the busy share is NVML's gpu_util_pct, read by the watch's
+    sampler; a step of 24 tiny layers on batches of 8 leaves the GPU idle between launches (launch-bound), one
+    of 4096-wide matmuls keeps it busy (compute)."""
+    import os
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    script = tmp_path / "step.py"
+    script.write_text(GPU_STEP)
+    kinds = {}
+    for case in ("tiny", "large"):
+        env = {**os.environ, "MLFLOW_TRACKING_URI": store, "MLFLOW_EXPERIMENT_NAME": case}
+        env.pop("WIF_WATCH_ORDERS", None)
+        done = subprocess.run([sys.executable, str(script), case], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        client = MlflowClient(store)
+        (run,) = client.search_runs([client.get_experiment_by_name(case).experiment_id])
+        m = run.data.metrics
+        figures = Figures(
+            m["epoch_time_s"],
+            m["data_wait_s"],
+            0.0,
+            m["compute_s"],
+            math.nan,
+            busy=m["gpu_util_pct"] / 100,
+            on_gpu=True,
+        )
+        kinds[case] = (name_limit(figures, MARGIN).kind, m["gpu_util_pct"])
+    assert kinds["tiny"][0] == "launch" and kinds["large"][0] == "compute", kinds

@@ -5,6 +5,7 @@ Dataset at 0 workers is data-bound and a worker setting is raced; a compute-boun
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -213,3 +214,75 @@ def test_sigterm_ends_the_script_and_every_run_killed(tmp_path: Path, store: str
     assert found and all(r.info.status == "KILLED" for r in found), [(r.info.run_name, r.info.status) for r in found]
     _, alive = psutil.wait_procs(script, timeout=10)  # the server leaves when wif-advise has ended
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+
+
+CTRL_C = """
+import os, signal, sys, time, torch, wif
+from torch.utils.data import DataLoader, TensorDataset
+here = sys.argv[1]
+def on_sigint(signum, frame):
+    with open(os.path.join(here, "sigints"), "a") as out:
+        out.write("SIGINT\\n")
+    if not getattr(on_sigint, "seen", False):
+        on_sigint.seen = True
+        raise KeyboardInterrupt
+signal.signal(signal.SIGINT, on_sigint)
+loader = DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=2)
+try:
+    for epoch in range(1000):
+        for (x,) in wif.watch(loader):
+            open(os.path.join(here, "running"), "a").close()
+            time.sleep(0.02)
+finally:
+    time.sleep(1.0)  # its own clean-up: a checkpoint written, a tracker closed
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_a_terminal_reaches_the_script_once(tmp_path: Path, store: str) -> None:
+    """Ctrl-C at a terminal reaches wif-advise and the script together (one foreground process group): the
+    script gets SIGINT once and ends its own way (before: wif-advise sent it a second SIGINT at once, which
+    cut its clean-up short). wif-advise runs on a pseudo-terminal here, the Ctrl-C sent to its process group."""
+    import pty
+    import threading
+
+    script = tmp_path / "train.py"
+    script.write_text(CTRL_C)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env.pop("WIF_WATCH_ORDERS", None)
+    argv = [sys.executable, "-m", "wif.advisor.advise_cli", "--", sys.executable, str(script), str(tmp_path)]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session of its own, the pseudo-terminal its controlling terminal
+        os.chdir(tmp_path)
+        os.execve(sys.executable, argv, env)
+    said: List[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the terminal's other end closed
+                return
+            if not chunk:
+                return
+            said.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "running").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (tmp_path / "running").exists(), b"".join(said)[-2000:]
+    os.killpg(pid, signal.SIGINT)  # the terminal's Ctrl-C: to its foreground process group
+    for _ in range(600):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+        pytest.fail("wif-advise did not end after Ctrl-C")
+    reader.join(5)
+    assert os.waitstatus_to_exitcode(status) == EXIT_INTERRUPTED, b"".join(said)[-2000:]
+    assert (tmp_path / "sigints").read_text().split() == ["SIGINT"]  # once, and its clean-up ran to its end
+    assert all(r.info.status != "RUNNING" for r in runs(store))

@@ -30,6 +30,7 @@ from wif.run.record import stop_rule
 from wif.run.supervise import INTERRUPT_GRACE_S
 from wif.watcher.orders import ENV
 
+TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
 LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")
 
 
@@ -63,16 +64,45 @@ def execute(
             proc.wait()
             return -1, f"the advice's --minutes ran out {timeout:.0f} s into this run, and it was stopped"
         except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(INTERRUPT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
             raise
     lines = [line.strip() for line in open(log_path, errors="replace") if line.strip()]
     said = [line for line in lines if not line.startswith("wif.watch: epoch")]
     return rc, (said or lines or [""])[-1]
+
+
+def stop(proc: Any) -> None:
+    """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once. A Ctrl-C at the
+    terminal has reached it already where it is in the terminal's foreground process group, and a second SIGINT
+    would cut its own clean-up short: it gets a moment to end, and SIGINT only if it has not (a `kill` of
+    wif-advise alone); past the grace, it is killed."""
+    if not (_at_the_terminal(proc.pid) and _ended(proc, TERMINAL_GRACE_S)):
+        proc.send_signal(signal.SIGINT)
+        if not _ended(proc, INTERRUPT_GRACE_S):
+            proc.kill()
+            proc.wait()
+
+
+def _ended(proc: Any, seconds: float) -> bool:
+    try:
+        proc.wait(seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _at_the_terminal(pid: int) -> bool:
+    """Whether `pid` is in the foreground process group of this process's terminal (where Ctrl-C lands)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY)
+    except OSError:  # no controlling terminal: no Ctrl-C reached it
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgid(pid)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class Warm:
@@ -80,6 +110,7 @@ class Warm:
 
     def __init__(self, proc: Any) -> None:
         self.proc = proc
+        self.pid = proc.pid
 
     def wait(self, timeout: Optional[float] = None) -> int:
         self.proc.join(timeout)

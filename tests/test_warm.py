@@ -28,6 +28,12 @@ if sys.argv[2] == "workers":  # persistent DataLoader workers, left running at t
           "workers", len(kids), "of the script", all(k.ppid() == os.getpid() for k in kids), flush=True)
     open(sys.argv[1] + ".pids", "w").write(" ".join(str(k.pid) for k in kids))
     sys.exit(0)
+if sys.argv[2] == "own":  # its own MLflow run left open, and a non-daemon thread still at work at its end
+    import threading, time, mlflow
+    mlflow.set_tracking_uri(os.environ["WIF_TEST_STORE"])
+    print("own run", mlflow.start_run().info.run_id, flush=True)
+    threading.Thread(target=lambda: (time.sleep(0.5), open(sys.argv[1] + ".thread", "w").write("joined"))).start()
+    sys.exit(0)
 sys.exit(int(sys.argv[2]))
 """
 
@@ -48,8 +54,8 @@ def test_a_warm_script_runs_as_python_runs_it(tmp_path: Path, monkeypatch) -> No
     script.parent.mkdir()
     script.write_text(SCRIPT)
     monkeypatch.chdir(tmp_path)
-    env = {**os.environ, "WIF_TEST_ENV": "given"}
-    for how, code in (("3", 3), ("0", 0), ("raise", 1), ("workers", 0)):
+    env = {**os.environ, "WIF_TEST_ENV": "given", "WIF_TEST_STORE": f"sqlite:///{tmp_path / 'own.db'}"}
+    for how, code in (("3", 3), ("0", 0), ("raise", 1), ("workers", 0), ("own", 0)):
         marker, log = tmp_path / f"atexit-{how}", tmp_path / f"out-{how}.log"
         rc = Warm(warm.start(("path", str(script), [str(marker), how]), env, str(log))).wait(120)
         text = log.read_text()
@@ -63,3 +69,9 @@ def test_a_warm_script_runs_as_python_runs_it(tmp_path: Path, monkeypatch) -> No
             assert "main MainProcess True workers 2 of the script True" in text, text
             pids = [int(p) for p in Path(f"{marker}.pids").read_text().split()]
             assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        if how == "own":  # as `python` ends it: the thread joined, MLflow's exit handler ends the open run
+            from mlflow.tracking import MlflowClient
+
+            run_id = text.split("own run ", 1)[1].split()[0]
+            assert Path(f"{marker}.thread").read_text() == "joined"
+            assert MlflowClient(env["WIF_TEST_STORE"]).get_run(run_id).info.status == "FINISHED"

@@ -23,6 +23,7 @@ import runpy
 import shutil
 import signal
 import sys
+import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from wif.watcher.orders import FORKED_FROM
@@ -118,6 +119,8 @@ def _run(target: Target, env: Dict[str, str], cwd: str, log_path: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.excepthook = sys.__excepthook__
     atexit._clear()  # the server's; the script's own are registered as it runs, and run at its end
+    for func, args, kwargs in getattr(sys.modules.get(PRELOAD), "REGISTERED", ()):
+        atexit.register(func, *args, **kwargs)  # those of the modules imported for it (MLflow's end of a run)
     kind, name, args = target
     code: object = 0
     try:
@@ -134,6 +137,7 @@ def _run(target: Target, env: Dict[str, str], cwd: str, log_path: str) -> None:
     except BaseException:  # noqa: BLE001 - an uncaught error: said by the excepthook (the watch's), as Python does
         sys.excepthook(*sys.exc_info())
         code = 130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
+    threading._shutdown()  # as Python's own exit: the script's non-daemon threads are joined, then atexit
     atexit._run_exitfuncs()
     _end_children()
     if code is None:

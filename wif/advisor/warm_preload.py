@@ -2,13 +2,29 @@
 training script under `wif.watch` imports before its first epoch. Nothing here starts a thread or touches
 CUDA, so a fork is as clean as a new interpreter."""
 
+import atexit
 import multiprocessing
 
-import torch  # noqa: F401 - with its CUDA libraries, about 2 s here
-import torch._dynamo  # noqa: F401 - the first optimizer imports it (about 2 s)
-import torch.utils.data  # noqa: F401
-from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - the watch's store (about 1 s)
+# The exit handlers these imports register (MLflow's, which ends a script's own run left open; torch's) are
+# the script's too: the child clears the server's handlers and registers these again (wif.advisor.warm).
+REGISTERED = []
+_register = atexit.register
 
-import wif.watcher.watch  # noqa: F401
+
+def _recorded(func, *args, **kwargs):
+    REGISTERED.append((func, args, kwargs))
+    return _register(func, *args, **kwargs)
+
+
+atexit.register = _recorded
+try:
+    import torch  # noqa: F401 - with its CUDA libraries, about 2 s here
+    import torch._dynamo  # noqa: F401 - the first optimizer imports it (about 2 s)
+    import torch.utils.data  # noqa: F401
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - the watch's store (about 1 s)
+
+    import wif.watcher.watch  # noqa: F401
+finally:
+    atexit.register = _register
 
 MAIN = multiprocessing.current_process()  # the server's: what a forked script restores, as `python` has it

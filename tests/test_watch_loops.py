@@ -218,6 +218,34 @@ def test_the_loader_is_found_in_a_tqdm_a_generator_and_lengthless_data_is_capped
     assert orders.length(DataLoader(Stream(), batch_size=4)) == 5  # no len(): the cap is the length
 
 
+class Items(IterableDataset):
+    """40 items; `sharded`: each worker yields its own share, as torch's docs ask of an IterableDataset."""
+
+    def __init__(self, sharded: bool) -> None:
+        self.sharded = sharded
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        step, start = (info.num_workers, info.id) if self.sharded and info is not None else (1, 0)
+        return iter([torch.tensor([float(i)]) for i in range(start, 40, step)])
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_an_iterable_dataset_that_does_not_shard_is_not_timed_with_workers(sharded: bool) -> None:
+    """Moved from 0 to 2 workers, an IterableDataset that ignores get_worker_info() yields every item twice:
+    the measurement ends saying so (before: its candidates were timed, and picked, on duplicated data)."""
+    loader = DataLoader(Items(sharded), batch_size=4)
+    orders = Orders(
+        {"uri": "", "run_id": None, "mode": "loader_only", "batches": 6, "epochs": 1, "loader": {"num_workers": 2}}
+    )
+    orders.take(loader, find_dataloader(loader))
+    if sharded:
+        assert len(list(orders.batches(loader, 0))) == 6
+        return
+    with pytest.raises(SystemExit, match="Items does not split its items among DataLoader workers"):
+        list(orders.batches(loader, 0))
+
+
 def test_the_bound_hands_each_replay_its_own_batch() -> None:
     """A step that normalizes its batch in place, or pops a key, sees the same batch at every replay (before,
     the replay handed it the objects the step had changed)."""

@@ -103,6 +103,14 @@ class Orders:
         if self.mode == "bound" and done > 0 and self.replay:
             return _Replay(self.replay, self.length(batches))
         capped = CappedBatches(source, self.cap) if self.cap else source
+        rebuilt = self.rebuilt
+        if (
+            done == 0
+            and rebuilt is not None
+            and isinstance(rebuilt.dataset, IterableDataset)
+            and rebuilt.num_workers > 1
+        ):
+            capped = _Sharded(capped, rebuilt.num_workers, type(rebuilt.dataset).__name__)
         return _Keep(capped, self.replay, REPLAYED) if self.mode == "bound" and done == 0 else capped
 
     # ------------------------------------------------------------------ when to leave
@@ -133,6 +141,40 @@ class _Keep:
             if len(self.kept) < self.keep:
                 self.kept.append(fresh(batch))  # before the step sees it: a step may change its batch in place
             yield batch
+
+
+class _Sharded:
+    """An IterableDataset given workers: each worker runs its own copy of the iterator, and one that does not
+    split its items by `torch.utils.data.get_worker_info()` yields every item once per worker. DataLoader takes
+    batches from the workers in turn, so the first batch of each worker is the same batch when it does not:
+    then the measurement ends, saying so, before any candidate is timed on duplicated data."""
+
+    def __init__(self, batches: Any, workers: int, name: str) -> None:
+        self.batches, self.workers, self.name = batches, workers, name
+
+    def __iter__(self) -> Iterator[Any]:
+        first: List[Any] = []
+        for batch in self.batches:
+            if len(first) < self.workers:
+                first.append(batch)
+                if len(first) == self.workers and all(_same(first[0], b) for b in first[1:]):
+                    raise SystemExit(
+                        f"wif.watch: the {self.name} does not split its items among DataLoader workers (by "
+                        f"torch.utils.data.get_worker_info()): with {self.workers} workers each would yield every "
+                        "item, so wif-advise does not time worker settings on it"
+                    )
+            yield batch
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two batches hold the same values, in the same structure."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 class _Replay:

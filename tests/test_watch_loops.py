@@ -246,6 +246,33 @@ def test_an_iterable_dataset_that_does_not_shard_is_not_timed_with_workers(shard
         list(orders.batches(loader, 0))
 
 
+class Placed(DataLoader):
+    """A framework's own DataLoader, as accelerate's DataLoaderShard: state of its own, batches it changes."""
+
+    def __init__(self, *args, device: str = "cpu", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.device = device
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            yield self.device, batch
+
+
+def test_a_frameworks_dataloader_is_rebuilt_as_itself() -> None:
+    """Before, the rebuilt loader was a plain DataLoader: accelerate's batches lost their device placement and
+    the race's runs crashed where the loader-only trials passed."""
+    from wif.watcher.orders import rebuild
+
+    loader = Placed(TensorDataset(torch.arange(8.0)), batch_size=2, device="cuda:7")
+    again = rebuild(loader, {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4})
+    assert type(again) is Placed and again.device == "cuda:7" and again.dataset is loader.dataset
+    assert (again.num_workers, again.persistent_workers, again.prefetch_factor) == (2, True, 4)
+    got = list(again)
+    assert [device for device, _ in got] == ["cuda:7"] * 4
+    assert sorted(float(v) for _, (x,) in got for v in x) == [float(i) for i in range(8)]
+    assert loader.num_workers == 0 and not loader.persistent_workers  # the script's own, untouched
+
+
 def test_the_bound_hands_each_replay_its_own_batch() -> None:
     """A step that normalizes its batch in place, or pops a key, sees the same batch at every replay (before,
     the replay handed it the objects the step had changed)."""

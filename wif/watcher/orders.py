@@ -16,6 +16,7 @@ opened (`run_id`), which wif-advise ends from the exit code.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import os
@@ -190,6 +191,21 @@ class _Replay:
         return self.count
 
 
+def _adjusted(loader: DataLoader, settings: Dict[str, Any], workers: int) -> DataLoader:
+    """A copy of a DataLoader subclass with other worker settings. DataLoader reads them when an epoch's
+    iterator is made; `persistent_workers` is guarded after __init__, so it is set in the instance's dict."""
+    new = copy.copy(loader)
+    state = new.__dict__
+    state["_iterator"] = None  # the copy starts its own workers
+    state["num_workers"] = workers
+    state["pin_memory"] = bool(settings.get("pin_memory", loader.pin_memory))
+    state["prefetch_factor"] = (settings.get("prefetch_factor") or loader.prefetch_factor or 2) if workers else None
+    state["persistent_workers"] = workers > 0 and bool(settings.get("persistent_workers", loader.persistent_workers))
+    if TAKES_IN_ORDER:
+        state["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
+    return new
+
+
 def fresh(batch: Any) -> Any:
     """A copy of a batch's tensors, in its structure (tuples, lists, dicts; anything else as it is): the bound
     hands each replay its own, so a step that pops a key, moves the batch in place or normalizes it in place
@@ -210,8 +226,12 @@ def fresh(batch: Any) -> Any:
 
 
 def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
-    """`loader` again with other worker settings; what decides its batches kept as it was."""
+    """`loader` again with other worker settings; what decides its batches kept as it was. A framework's own
+    DataLoader (accelerate's DataLoaderShard places each batch on its device) stays what it is: a copy of it,
+    its worker settings changed."""
     workers = int(settings.get("num_workers", loader.num_workers))
+    if type(loader) is not DataLoader:
+        return _adjusted(loader, settings, workers)
     kwargs: Dict[str, Any] = dict(
         num_workers=workers,
         collate_fn=loader.collate_fn,

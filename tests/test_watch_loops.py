@@ -316,3 +316,57 @@ def test_secrets_in_the_command_line_are_not_logged() -> None:
         "0.1",
         "--tokenizer=t5",
     ]
+
+
+DDP = """
+import os, sys, time, torch, torch.distributed as dist, wif
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+data = TensorDataset(torch.randn(64, 4), torch.zeros(64, dtype=torch.long))
+loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(6):
+    loader.sampler.set_epoch(epoch)
+    for x, y in wif.watch(loader):
+        time.sleep(0.03 if rank == 1 else 0.005)  # rank 1 is the slow one
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(f"rank {rank} epoch {epoch} done", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_torchrun_job_is_one_run_and_its_ranks_leave_together(tmp_path: Path, store: str) -> None:
+    """Two ranks on gloo under orders for 3 epochs: both leave at the same epoch (before: each at its own, and
+    a rank left behind waited in its next all-reduce for good), into one run with the job's epochs, the slow
+    rank's, and each rank's beside them (before: both ranks wrote their own figures into the one run)."""
+    client = MlflowClient(store)
+    run_id = client.create_run(client.create_experiment("who_is_faster")).info.run_id
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    orders = {
+        "uri": store,
+        "experiment": "who_is_faster",
+        "run_id": run_id,
+        "mode": "train",
+        "batches": 50,
+        "epochs": 3,
+    }
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONPATH": str(ROOT), ENV: json.dumps(orders)}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run([*torchrun, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    finished = sorted(line for line in done.stdout.splitlines() if "done" in line)
+    assert finished == [f"rank {r} epoch {e} done" for r in (0, 1) for e in (0, 1)], done.stdout  # left together
+    assert len([line for line in done.stderr.splitlines() if line.startswith("wif.watch: epoch")]) == 3  # rank 0's
+    run = client.get_run(run_id)
+    m = run.data.metrics
+    assert m["slowest_rank"] == 1.0 and m["rank1_epoch_time_s"] > m["rank0_data_wait_s"]
+    assert m["epoch_time_s"] == pytest.approx(max(m["rank0_epoch_time_s"], m["rank1_epoch_time_s"]))
+    history = client.get_metric_history(run_id, "epoch_time_s")
+    assert sorted(h.step for h in history) == [0, 1, 2] and run.data.tags["wif.stop_reason"] == "3 epochs (fixed)"

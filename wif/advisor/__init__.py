@@ -5,6 +5,7 @@ race that proves it.
     runner    the measuring runs: the configured setting's epochs, the compute bound, loader-only trials
     verify    the race of the current setting against the best predicted candidates (the report's rules)
     answer    the sentence, the tables, the lines to paste and the picture
+    limit     what holds the epoch, named: the loader, the copy, interference, the launches or the compute
     candidates the settings worth trying, and the rates the prediction takes from their trials
     workload  the data the advice uses (the whole folder unless told) and whether others disturbed its runs
     steps     the four steps in order, within --minutes; every run ended KILLED on an interruption

@@ -6,6 +6,8 @@ gives it through the environment, so that the user's script runs the advice's me
     orders   what a measuring run of wif-advise asks of the watch: the epochs, their cap, the bound's replayed
              batches, a loader-only pass, a probe, and the DataLoader rebuilt with a candidate's settings
     record   what the watch records beside the clock (CPU, the tree's memory, VRAM) and its MLflow run
+    found    the DataLoader inside whatever the loop iterates, and the anchor one watch is kept by
+    ranks    a distributed script's ranks: their figures gathered into the job's, and leaving together
 
 An epoch's figures and the run's summary are wif.measure.epochs', as the study's are. Imports `wif.run` and
 below (the loop's clock, the stopping rule); never the sweep, the tools or the advisor.

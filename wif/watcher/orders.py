@@ -29,6 +29,7 @@ from wif.data.loaders import TAKES_IN_ORDER
 from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
+from wif.watcher import ranks
 
 ENV = "WIF_WATCH_ORDERS"
 FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.warm): the pid it was forked from
@@ -115,13 +116,16 @@ class Orders:
         return _Keep(capped, self.replay, REPLAYED) if self.mode == "bound" and done == 0 else capped
 
     # ------------------------------------------------------------------ when to leave
-    def after_epoch(self, epochs: List[Dict[str, float]], record: Any) -> None:
+    def after_epoch(self, epochs: List[Dict[str, float]], record: Any, ranked: bool = False) -> None:
+        """Whether the measurement has what it needs; `ranked`: rank 0 decides for every rank (wif.watcher.ranks)."""
         if self.rule is not None:
             memory = {k: [e.get(k, 0.0) for e in epochs] for k in MEMORY_PEAKS if k in epochs[-1]}
             decision = decide([e["epoch_time_s"] for e in epochs], memory, self.rule)
             self.done, self.reason = decision.stop, decision.reason
         elif self.epochs is not None and len(epochs) >= self.epochs:
             self.done, self.reason = True, f"{self.epochs} epochs (fixed)"
+        if ranked:
+            self.done = ranks.decided(self.done)
         if self.done:
             record.stop_reason = self.reason
 

@@ -26,7 +26,9 @@ from torch.utils.data import DataLoader
 
 from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
+from wif.run.ddp.gather import job_epoch
 from wif.run.loop import TimedFeed, samples_in
+from wif.watcher import ranks
 from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, settings_of
 from wif.watcher.orders import ENV, Orders
 from wif.watcher.record import Record
@@ -72,6 +74,7 @@ class Session:
         self.orders: Optional[Orders] = None
         self.record: Optional[Record] = None
         self.passed = False  # under orders: not the training loader, run as it is
+        self.ranked = False  # a distributed script's training loader: the ranks' figures gathered (wif.watcher.ranks)
         self.epochs: List[Dict[str, float]] = []
         self.warned = False
 
@@ -88,7 +91,12 @@ class Session:
             if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
                 dataset = {"dataset": type(self.loader.dataset).__name__} if self.loader is not None else {}
                 self.orders.probe({**settings_of(batches, self.loader), **dataset}, self.loader is not None)
-        self.record = Record(self.params, *self.kept, self.orders)
+        rank, size = ranks.world()
+        self.ranked = size > 1 and torch.is_grad_enabled()  # every rank's training loader: one run, rank 0's
+        if rank != 0:
+            self.say = lambda text: None
+        experiment, run_name, log = self.kept
+        self.record = Record(self.params, experiment, run_name, log and rank == 0, self.orders)
         return True
 
     def epoch(self, batches: Iterable[Any]) -> Iterator[Any]:
@@ -143,12 +151,16 @@ class Session:
         # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
         step = replace(stats, copy_s=0.0, compute_s=max(stats.epoch_time_s - stats.data_wait_s, 0.0))
         e = {"epoch": len(self.epochs), **figures(asdict(step)), "samples": stats.samples, "batches": batches}
+        if self.ranked:  # the job's epoch: its slowest rank's, each rank's beside it
+            job = job_epoch(ranks.gather({**asdict(step), "samples": stats.samples}))
+            e.update(figures(job), samples=job["samples"], compute_threads=stats.compute_threads)
+            e.update({k: v for k, v in job.items() if k.startswith("rank") or k == "slowest_rank"})
         e.update(self.record.end(stats.t_start, _cuda()))
         self.epochs.append(e)
         self.record.log_epoch(e, self.epochs)
         self.say(line(e, complete))
         if self.orders is not None:
-            self.orders.after_epoch(self.epochs, self.record)
+            self.orders.after_epoch(self.epochs, self.record, self.ranked)
 
 
 def line(e: Dict[str, float], complete: bool = True) -> str:

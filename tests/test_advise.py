@@ -107,7 +107,9 @@ def test_data_bound_is_said_only_where_the_loader_is_slower_than_the_model() -> 
     slow = {**epoch, "data_wait_s": 0.6, "compute_s": 0.4, "epoch_time_s": 1.0}
     run = Measured("configured", "current", "r", "FINISHED", {}, [slow, slow])
     searched, said = where_time_goes(run, 0.4, "data=fixed", 900, 1000.0, 0.05, workers=0)
-    assert searched and said.splitlines()[-1].startswith("Data-bound: the loader gives 1,000 img/s")
+    lines = said.splitlines()
+    assert searched and lines[1].startswith("Data-bound: the loader gives 1,000 img/s")
+    assert lines[2] == "What holds the epoch: the loader: the step waits 60% of the epoch for its batches."
 
 
 def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -> None:

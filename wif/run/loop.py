@@ -43,6 +43,24 @@ def samples_in(batch: Any, fallback: int) -> int:
     return fallback
 
 
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`fn` applied to every tensor of a batch, its structure kept: tuples and namedtuples, lists, dicts and
+    mappings of a library's own (HF's BatchEncoding); anything else as it is."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        mapped = {k: map_tensors(v, fn) for k, v in batch.items()}
+        try:
+            return type(batch)(mapped)
+        except TypeError:  # a mapping whose constructor takes something else
+            return mapped
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(map_tensors(b, fn) for b in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(b, fn) for b in batch)
+    return batch
+
+
 class TimedFeed:
     """An epoch's batches, on the device, with the host's wait summed: time in `next()` plus the transfer
     call (a blocking copy blocks; a non_blocking one from pinned memory returns at once). Compute between

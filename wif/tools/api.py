@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from wif.measure import epochs as epoch_account
 from wif.measure.timing import StepClock, synchronize
-from wif.run.loop import TimedFeed, samples_in
+from wif.run.loop import TimedFeed, map_tensors, samples_in
 from wif.run.training import CappedBatches
 from wif.tools.tune import Trial, final_pick, search_workers, table
 
@@ -42,13 +42,7 @@ def _as_is(batch: Any) -> Any:
 
 
 def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_to_device(b, device, non_blocking) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
-    return batch
+    return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 # ----------------------------------------------------------------------------- tune_workers

@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from wif.data.loaders import TAKES_IN_ORDER
+from wif.run.loop import map_tensors
 from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
@@ -214,19 +215,7 @@ def fresh(batch: Any) -> Any:
     """A copy of a batch's tensors, in its structure (tuples, lists, dicts; anything else as it is): the bound
     hands each replay its own, so a step that pops a key, moves the batch in place or normalizes it in place
     sees the same batch every time (a memory copy, far below a fetch)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.clone()
-    if isinstance(batch, dict):
-        copied = {k: fresh(v) for k, v in batch.items()}
-        try:
-            return type(batch)(copied)  # an OrderedDict, or a mapping of a library's own (HF's BatchEncoding)
-        except TypeError:
-            return copied
-    if isinstance(batch, (list, tuple)) and not hasattr(batch, "_fields"):
-        return type(batch)(fresh(b) for b in batch)
-    if isinstance(batch, tuple):  # a namedtuple
-        return type(batch)(*(fresh(b) for b in batch))
-    return batch
+    return map_tensors(batch, torch.Tensor.clone)
 
 
 def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:

@@ -10,8 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Sequence
 
 import psutil
 import pytest
@@ -240,3 +241,40 @@ def holds_unless_disturbed(ok: bool, runs: Sequence[Run], claim: str) -> None:
             f"(contended above {MeasureConfig.contended_pct:g}): a timing claim needs a quiet machine"
         )
     pytest.fail(f"{claim}: does not hold, and the runs were not disturbed (others at most {others:.0f}% of a core)")
+
+
+SIDE_BY_SIDE = 3  # processes at once: each spends seconds importing torch and MLflow on one core of CI's two
+
+
+class SideBySide:
+    """Commands that time nothing (a refusal, a check of what a run logged) run a few at once on threads, each in
+    its own process: CI runs one test at a time on two cores, and a process importing torch uses one. A test
+    reads its own command's result; its claims are checked there, as if it had run the command itself."""
+
+    def __init__(self, width: int = SIDE_BY_SIDE) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=width)
+        self.started: Dict[Any, Future] = {}
+
+    def start(self, key: Any, work: Callable[[], Any]) -> None:
+        if key not in self.started:
+            self.started[key] = self.pool.submit(work)
+
+    def result(self, key: Any) -> Any:
+        return self.started[key].result()
+
+
+def selected_params(request: pytest.FixtureRequest, test: str, name: str) -> List[Any]:
+    """The values of parameter `name` of the selected cases of `test` in this module (`-k` and deselection
+    respected): a module's side-by-side fixture starts only the commands of the tests that will run."""
+    return [
+        item.callspec.params[name]
+        for item in request.session.items
+        if item.module is request.module and getattr(item, "originalname", None) == test
+    ]
+
+
+@pytest.fixture(scope="module")
+def side_by_side() -> Iterator[SideBySide]:
+    bg = SideBySide()
+    yield bg
+    bg.pool.shutdown(wait=True, cancel_futures=True)

@@ -13,7 +13,17 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import ROOT, run_train, session_of, start_train, train_runs, wait_for_workers
+from tests.conftest import (
+    ROOT,
+    SideBySide,
+    new_store,
+    run_train,
+    selected_params,
+    session_of,
+    start_train,
+    train_runs,
+    wait_for_workers,
+)
 from tests.test_data import _image_folder
 
 pytestmark = pytest.mark.slow
@@ -36,11 +46,31 @@ if not torch.cuda.is_available():
     BAD_SETTINGS.append((("device=cuda",), "device=cuda"))
 
 
+@pytest.fixture(scope="module")
+def refusals(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    cache_dir: Path,
+    side_by_side: SideBySide,
+) -> SideBySide:
+    """Each selected bad setting's train.py, in a folder and store of its own, a few at once (a refusal times
+    nothing): thirteen processes' imports, paid one after another, were a minute of this module."""
+    for overrides in selected_params(request, "test_a_bad_setting_stops_with_a_message", "overrides"):
+        work = tmp_path_factory.mktemp("bad")
+        store = new_store(work)
+        side_by_side.start(
+            overrides,
+            lambda work=work, store=store, overrides=overrides: (
+                run_train(work, store, cache_dir, "preset=smoke", *overrides, multirun=False),
+                store,
+            ),
+        )
+    return side_by_side
+
+
 @pytest.mark.parametrize("overrides,named", BAD_SETTINGS, ids=[" ".join(o) for o, _ in BAD_SETTINGS])
-def test_a_bad_setting_stops_with_a_message(
-    tmp_path: Path, store: str, cache_dir: Path, overrides: tuple, named: str
-) -> None:
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", *overrides, multirun=False)
+def test_a_bad_setting_stops_with_a_message(refusals: SideBySide, overrides: tuple, named: str) -> None:
+    proc, store = refusals.result(overrides)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert named in out, out[-2000:]
@@ -153,13 +183,14 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: 
 
 
 def test_processes_opening_one_new_sqlite_store_together_all_succeed(tmp_path: Path) -> None:
-    """MLflow migrates a new SQLite schema on first use; racing migrations used to corrupt it for good."""
+    """MLflow migrates a new SQLite schema on first use; racing migrations used to corrupt it for good. Three
+    rounds of four processes on a store of their own, the rounds side by side: each process spends seconds
+    importing before it opens its store, and one round after another paid them three times over."""
     opener = "import sys; from wif.measure.tracking import Tracker; print(Tracker(sys.argv[1], 'race').experiment_id)"
-    for round_ in range(3):
-        uri = f"sqlite:///{tmp_path / f'r{round_}' / 'mlflow.db'}"
-        procs = [
+    rounds = [
+        [
             subprocess.Popen(
-                [sys.executable, "-c", opener, uri],
+                [sys.executable, "-c", opener, f"sqlite:///{tmp_path / f'r{round_}' / 'mlflow.db'}"],
                 cwd=ROOT,
                 text=True,
                 stdout=subprocess.PIPE,
@@ -167,6 +198,9 @@ def test_processes_opening_one_new_sqlite_store_together_all_succeed(tmp_path: P
             )
             for _ in range(4)
         ]
+        for round_ in range(3)
+    ]
+    for procs in rounds:
         outs = [p.communicate(timeout=300)[0] for p in procs]
         assert all(p.returncode == 0 for p in procs), [o[-800:] for o in outs]
         assert len({o.strip().splitlines()[-1] for o in outs}) == 1, outs  # one experiment, the same id

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List
 
@@ -163,10 +164,15 @@ def clean_env(venv: Path, **extra: str) -> Dict[str, str]:
 @pytest.mark.slow
 def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache_dir: Path) -> None:
     src = checkout_copy(tmp_path / "src")
-    sdist = build("sdist", src, tmp_path / "dist")
-    with tarfile.open(sdist) as tar:
-        tar.extractall(tmp_path / "unpacked", filter="data")
-    wheel = build("wheel", tmp_path / "unpacked" / sdist.name[: -len(".tar.gz")], tmp_path / "from_sdist")
+    # The checkout's own wheel is built beside the sdist and the sdist's wheel, from a copy of its own (a build
+    # writes its egg-info and build/ into the folder it builds).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        from_tree = pool.submit(build, "wheel", checkout_copy(tmp_path / "src2"), tmp_path / "from_tree")
+        sdist = build("sdist", src, tmp_path / "dist")
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp_path / "unpacked", filter="data")
+        wheel = build("wheel", tmp_path / "unpacked" / sdist.name[: -len(".tar.gz")], tmp_path / "from_sdist")
+        tree_wheel = from_tree.result()
     shipped = files_of(wheel)
     assert {
         "wif/conf/config.yaml",
@@ -175,7 +181,7 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
         "wif/examples/models.py",
         "wif-0.1.0.dist-info/licenses/LICENSE",
     } <= set(shipped)
-    assert shipped == files_of(build("wheel", src, tmp_path / "from_tree")), "the sdist builds another wheel"
+    assert shipped == files_of(tree_wheel), "the sdist builds another wheel"
 
     bin_ = fresh_venv(tmp_path / "venv", wheel)
     work = tmp_path / "work"  # the user's project folder: empty but for their own YAML
@@ -183,27 +189,50 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
     user_conf(work)
     env = clean_env(tmp_path / "venv", WIF_CACHE_DIR=str(cache_dir))
 
-    def run(*argv: str, status: int = 0, timeout: float = 600) -> str:
-        proc = subprocess.run(
-            [str(bin_ / argv[0]), *argv[1:]], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+    def start(*argv: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [str(bin_ / argv[0]), *argv[1:]],
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == status, f"{' '.join(argv)}: exit {proc.returncode}\n{out[-4000:]}"
+
+    def finish(proc: subprocess.Popen, status: int = 0, timeout: float = 600) -> str:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        out = stdout + stderr
+        assert proc.returncode == status, f"{' '.join(map(str, proc.args))}: exit {proc.returncode}\n{out[-4000:]}"
         return out
 
-    where = run(
-        "python",
-        "-c",
-        "import wif, hydra_plugins.wif_sweeper as s; print(wif.__file__, s.__file__); "
-        "import importlib.util as u; print(u.find_spec('examples'))",
-    )
+    def run(*argv: str, status: int = 0, timeout: float = 600) -> str:
+        return finish(start(*argv), status, timeout)
+
+    smoke = ("preset=smoke", "data.fraction=0.05")
+    # The commands that time nothing and need no other's runs start with the smoke job, side by side: each
+    # spends seconds on its imports. The race and the advice follow in turn, then the report beside wif-plan
+    # (which prices the training runs of the smoke job and the race: the advice adds none).
+    first = start("wif-study", "--config-dir", "myconf", *smoke, "loader=mine")  # the smoke job, the user's loader
+    beside = [
+        start(
+            "python",
+            "-c",
+            "import wif, hydra_plugins.wif_sweeper as s; print(wif.__file__, s.__file__); "
+            "import importlib.util as u; print(u.find_spec('examples'))",
+        ),
+        start("python", "-m", "pip", "check"),
+        start("wif"),
+        start("wif-study", "--config-dir", "myconf", "loader=nosuch"),
+    ]
+    where, pip_check, usage = (finish(proc) for proc in beside[:3])
+    refused = finish(beside[3], status=2)
+    finish(first)
     assert where.split() == [str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/wif/__init__.py")] + [
         str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/hydra_plugins/wif_sweeper/__init__.py")
     ] + ["None"], f"the checkout is importable: {where}"
-    assert "No broken requirements" in run("python", "-m", "pip", "check")
-    assert "wif-advise" in run("wif")
-    smoke = ("preset=smoke", "data.fraction=0.05")
-    run("wif-study", "--config-dir", "myconf", *smoke, "loader=mine")  # the smoke job, with the user's loader
+    assert "No broken requirements" in pip_check
+    assert "wif-advise" in usage
+    assert refused.strip().splitlines() == [refused.strip()] and "Could not find 'loader/nosuch'" in refused
     out = run(
         "wif-study",
         "--config-dir",
@@ -216,9 +245,6 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
         "race.max_blocks=2",
     )
     assert "Race done" in out
-    assert "fixed grid: 4 runs" in run(
-        "wif-plan", "--config-dir", "myconf", "loader=baseline,mine", *smoke, "repeat=0,1"
-    )
     run(
         "wif-advise",
         "--config-dir",
@@ -238,10 +264,10 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
         "--max-epochs",
         "2",
     )
+    plan = start("wif-plan", "--config-dir", "myconf", "loader=baseline,mine", *smoke, "repeat=0,1")
     run("wif-report", "--keep-contended", "--out", "report")  # on a busy machine every run may be contended
+    assert "fixed grid: 4 runs" in finish(plan)
     assert (work / "report" / "summary.md").is_file()
-    refused = run("wif-study", "--config-dir", "myconf", "loader=nosuch", status=2)
-    assert refused.strip().splitlines() == [refused.strip()] and "Could not find 'loader/nosuch'" in refused
 
     assert list(tmp_path.rglob("mlflow.db")) == [work / "mlflow.db"], "every command writes where it is started"
     with sqlite3.connect(work / "mlflow.db") as db:

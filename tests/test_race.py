@@ -14,7 +14,17 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import STUDY_LOADERS, compose_cfg, run_train, start_train, train_runs, wait_for_workers
+from tests.conftest import (
+    STUDY_LOADERS,
+    SideBySide,
+    compose_cfg,
+    new_store,
+    run_train,
+    selected_params,
+    start_train,
+    train_runs,
+    wait_for_workers,
+)
 from wif.report.race import FractionState, RaceRules, replay
 from wif.report.report_cli import main as report_main
 
@@ -76,6 +86,28 @@ def test_rules_refuse_what_cannot_race() -> None:
     assert "race.margin=-0.1" in RaceRules(margin=-0.1).problems()[0]
 
 
+@pytest.fixture(scope="module")
+def refusals(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    cache_dir: Path,
+    side_by_side: SideBySide,
+) -> SideBySide:
+    """Each selected bad race setting's train.py, in a folder and store of its own, a few at once: a refusal
+    times nothing, and each process spends seconds on its imports before the race sweeper refuses."""
+    for bad in selected_params(request, "test_bad_race_settings_stop_before_any_job", "bad"):
+        work = tmp_path_factory.mktemp("bad-race")
+        store = new_store(work)
+        side_by_side.start(
+            bad,
+            lambda work=work, store=store, bad=bad: (
+                run_train(work, store, cache_dir, "preset=smoke", "hydra/sweeper=race", *bad.split()),
+                store,
+            ),
+        )
+    return side_by_side
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "bad, says",
@@ -87,8 +119,8 @@ def test_rules_refuse_what_cannot_race() -> None:
         ("loader=baseline,pin_nb device=cpu", "once the options that run the same code on this CPU race as one"),
     ],
 )
-def test_bad_race_settings_stop_before_any_job(tmp_path: Path, store: str, cache_dir: Path, bad: str, says: str):
-    proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "hydra/sweeper=race", *bad.split())
+def test_bad_race_settings_stop_before_any_job(refusals: SideBySide, bad: str, says: str):
+    proc, store = refusals.result(bad)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-2000:]
     assert "Bad setting: " in out and says in out and "Traceback" not in out

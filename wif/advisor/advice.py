@@ -8,8 +8,9 @@ one and read the other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
+from wif.advisor.limit import Limit
 from wif.advisor.runner import Measured
 
 MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs
@@ -51,6 +52,8 @@ class Advice:
     predicted: Dict[str, float] = field(default_factory=dict)
     measured: Dict[str, float] = field(default_factory=dict)
     contention: str = ""  # whether other processes disturbed the runs, with the figure
+    loader_args: Dict[str, Any] = field(default_factory=dict)  # the pick's DataLoader arguments, by name
+    limit: Optional[Limit] = None  # what holds the configured setting's epoch (wif.advisor.limit)
 
 
 def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts: Options) -> int:
@@ -63,3 +66,37 @@ def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts
     if not epoch > 0:
         return opts.max_epochs
     return int(max(min(opts.max_epochs, (per_run - start) // epoch), 0))
+
+
+def log_answer(tracker: Any, parent: str, out: Advice, runs: Sequence[Measured]) -> None:
+    """The answer on the advice's parent run: its figures as metrics, its words as tags, its table as a file
+    (docs/what-each-run-records.md#the-advices-parent-run)."""
+    limit = out.limit
+    tracker.log_metrics(
+        parent,
+        {
+            "advise_seconds": out.seconds,
+            "advise_runs": out.runs,
+            "data_bound": out.data_bound,
+            "contended_runs": sum(m.contended for m in runs),
+            **({"limit_share": limit.share, "interference": limit.interference} if limit else {}),
+            **(
+                {"speedup": out.speedup[0], "speedup_ci_low": out.speedup[1], "speedup_ci_high": out.speedup[2]}
+                if out.speedup
+                else {}
+            ),
+        },
+    )
+    tracker.set_tags(
+        parent,
+        {
+            "wif.advise.pick": out.pick or "keep",
+            "wif.advise.limit": limit.kind if limit else "",
+            "wif.advise.sentence": out.sentence[:4000],
+            "wif.advise.train_line": out.train_line or "",
+            "wif.advise.contention": out.contention[:4000],
+        },
+    )
+    tracker.client.log_text(parent, out.table, "candidates.txt")
+    if out.picture:
+        tracker.client.log_artifact(parent, out.picture)

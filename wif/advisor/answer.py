@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
-from wif.advisor.limit import Figures, name_limit
+from wif.advisor.limit import Figures, Limit, name_limit
 from wif.advisor.predict import Prediction, relative_error
 from wif.advisor.runner import Candidate, Measured
 from wif.advisor.verify import BASELINE, RaceResult
@@ -42,20 +42,7 @@ def where_time_goes(
     split = ", ".join(f"{label} {now.mean(key):.3f} s" for key, label in PHASES if not math.isnan(now.mean(key)))
     head = f"The configured setting: {epoch:.3f} s an epoch ({split}); the bound ({bound_source}): {bound_s:.3f} s."
     wait = (now.mean("data_wait_s") + _zero(now.mean("gpu_idle_s"))) / epoch
-    busy = now.mean("gpu_util_pct") / 100.0
-    held = name_limit(
-        Figures(
-            epoch,
-            now.mean("data_wait_s"),
-            _zero(now.mean("copy_s")),
-            now.mean("compute_s"),
-            bound_compute_s,
-            _zero(now.mean("gpu_blocked_s")),
-            None if math.isnan(busy) else busy,
-            on_gpu,
-        ),
-        margin,
-    )
+    held = limit_of(now, margin, bound_compute_s, on_gpu)
     what = f"\nWhat holds the epoch: {held.said}."
     if gap <= margin:
         return (
@@ -86,6 +73,24 @@ def where_time_goes(
 
 def _zero(x: float) -> float:
     return 0.0 if math.isnan(x) else x
+
+
+def limit_of(now: Measured, margin: float, bound_compute_s: float = math.nan, on_gpu: bool = False) -> Limit:
+    """What holds the configured run's steady epochs (wif.advisor.limit), from its figures and the bound's step."""
+    busy = now.mean("gpu_util_pct") / 100.0
+    return name_limit(
+        Figures(
+            now.median(),
+            now.mean("data_wait_s"),
+            _zero(now.mean("copy_s")),
+            now.mean("compute_s"),
+            bound_compute_s,
+            _zero(now.mean("gpu_blocked_s")),
+            None if math.isnan(busy) else busy,
+            on_gpu,
+        ),
+        margin,
+    )
 
 
 def candidate_table(
@@ -173,16 +178,25 @@ def train_line(overrides: Sequence[str], pick: Candidate) -> str:
     return " ".join([STUDY_COMMAND, *kept, *pick.overrides()])
 
 
+def loader_args(pick: Candidate, pin: bool) -> Dict[str, Any]:
+    """The pick's DataLoader keyword arguments, by name (a framework's own fields are made from them)."""
+    k = pick.keys
+    args: Dict[str, Any] = {"num_workers": pick.workers}
+    if pick.workers > 0:
+        args.update(persistent_workers=pick.persistent, prefetch_factor=pick.prefetch)
+    args["pin_memory"] = bool(k.get("loader.pin_memory", pin))
+    if k.get("loader.in_order") is False:
+        args["in_order"] = False
+    return args
+
+
 def dataloader_kwargs(pick: Candidate, pin: bool) -> str:
     """The DataLoader keyword arguments (and the copy's) to paste into one's own script."""
     k = pick.keys
     if k.get("engine.name") not in (None, "dataloader"):
         return f"engine={k['engine.name']} (not a DataLoader: {pick.workers} threads of torchdata.nodes)"
-    args = [f"num_workers={pick.workers}"]
-    if pick.workers > 0:
-        args += [f"persistent_workers={pick.persistent}", f"prefetch_factor={pick.prefetch}"]
-    args.append(f"pin_memory={bool(k.get('loader.pin_memory', pin))}")
-    line = f"DataLoader(dataset, batch_size=..., shuffle=True, {', '.join(args)})"
+    args = {key: value for key, value in loader_args(pick, pin).items() if key != "in_order"}
+    line = f"DataLoader(dataset, batch_size=..., shuffle=True, {', '.join(f'{k}={v}' for k, v in args.items())})"
     if k.get("data.preload"):  # the gain is partly the dataset's: the loader's arguments alone would not give it
         line = "a dataset that holds its decoded images in RAM (wif's data.preload=true), " + line
     return line + ("; copy with .to(device, non_blocking=True)" if pick.copy_hidden else "")

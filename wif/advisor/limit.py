@@ -51,6 +51,7 @@ class Limit:
     kind: str  # data | copy | interference | launch | compute
     share: float  # the share of the epoch it accounts for (launch: the GPU's idle share)
     said: str
+    interference: float = 0.0  # how much longer the step took beside the loader than replayed, whatever the limit
 
 
 def name_limit(f: Figures, margin: float) -> Limit:
@@ -61,11 +62,10 @@ def name_limit(f: Figures, margin: float) -> Limit:
         "interference": (f.compute_s - f.bound_compute_s) / f.epoch_s if f.interference > 0 else 0.0,
     }
     kind, share = max(shares.items(), key=lambda kv: kv[1])
-    if share > margin:
-        return Limit(kind, share, _said(kind, share, f))
-    if f.on_gpu and f.busy is not None and f.busy < LAUNCH_BUSY:
-        return Limit("launch", 1.0 - f.busy, _said("launch", 1.0 - f.busy, f))
-    return Limit("compute", f.compute_s / f.epoch_s, _said("compute", f.compute_s / f.epoch_s, f))
+    if share <= margin:
+        launch = f.on_gpu and f.busy is not None and f.busy < LAUNCH_BUSY
+        kind, share = ("launch", 1.0 - f.busy) if launch else ("compute", f.compute_s / f.epoch_s)
+    return Limit(kind, share, _said(kind, share, f), f.interference)
 
 
 def _said(kind: str, share: float, f: Figures) -> str:

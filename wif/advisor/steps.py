@@ -21,7 +21,7 @@ from typing import Callable, Dict, Optional, Sequence
 import psutil
 
 from wif.advisor import answer, candidates, workload
-from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, Advice, Options, race_epochs
+from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, Advice, Options, log_answer, race_epochs
 from wif.advisor.predict import Prediction, batch_sizes, predict, rank
 from wif.advisor.runner import Candidate, Measured, Runner, loader_only, training
 from wif.advisor.verify import RaceResult, run_race
@@ -69,32 +69,7 @@ def advise(
         out = _advise(base, overrides, opts, runner, cuda, cores, say)
         out.seconds, out.runs = time.monotonic() - t0, len(runner.runs)
         out.contention = workload.contention_line(runner.runs, base.measure.contended_pct, runner.reruns)
-        tracker.log_metrics(
-            parent,
-            {
-                "advise_seconds": out.seconds,
-                "advise_runs": out.runs,
-                "data_bound": out.data_bound,
-                "contended_runs": sum(m.contended for m in runner.runs),
-                **(
-                    {"speedup": out.speedup[0], "speedup_ci_low": out.speedup[1], "speedup_ci_high": out.speedup[2]}
-                    if out.speedup
-                    else {}
-                ),
-            },
-        )
-        tracker.set_tags(
-            parent,
-            {
-                "wif.advise.pick": out.pick or "keep",
-                "wif.advise.sentence": out.sentence[:4000],
-                "wif.advise.train_line": out.train_line or "",
-                "wif.advise.contention": out.contention[:4000],
-            },
-        )
-        tracker.client.log_text(parent, out.table, "candidates.txt")
-        if out.picture:
-            tracker.client.log_artifact(parent, out.picture)
+        log_answer(tracker, parent, out, runner.runs)
     except BaseException:
         with signals_held():  # a second Ctrl-C must not cut the clean-up short
             end_open_runs(tracker, advise_id, KILLED if sys.exc_info()[0] is KeyboardInterrupt else FAILED)
@@ -173,6 +148,7 @@ def _advise(
         trial(cur)
     else:
         trial(candidates.workers(base, 0, cuda))
+    bound_compute = fixed.mean("compute_s") if fixed is not None and fixed.ok else math.nan
     data_bound, sentence = answer.where_time_goes(
         now,
         bound_s,
@@ -181,7 +157,7 @@ def _advise(
         ceilings.get("current", ceilings.get("w0", math.nan)),
         opts.bound_margin,
         cur.workers,
-        fixed.mean("compute_s") if fixed is not None and fixed.ok else math.nan,
+        bound_compute,
         cuda,
     )
     say(sentence)
@@ -287,11 +263,13 @@ def _advise(
         {n: p.epoch_s for n, p in predicted.items()},
         {n: race.measured_s(n) for n in ["current"] + raced} if race else {},
     )
+    out.limit = answer.limit_of(now, opts.bound_margin, bound_compute, cuda)
     if pick is not None:
         r = race.table.loc[pick]
         out.speedup = (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
         out.train_line = answer.train_line(overrides, made[pick])
         out.dataloader = answer.dataloader_kwargs(made[pick], base.loader.pin_memory)
+        out.loader_args = answer.loader_args(made[pick], base.loader.pin_memory)
         out.why = answer.memory_cost(race, pick)
     else:
         out.why = unverified or answer.why_keep(race, raced, predicted, data_bound, not cuda, opts.margin)

@@ -42,7 +42,7 @@ def runs(store: str) -> List:
 
 BAD = {
     "missing.py": ("", "missing.py: no such script"),
-    "nowatch.py": ("print('training without the watch')\n", "ended without calling wif.watch"),
+    "nowatch.py": ("print('training without the watch')\n", "ended without a training loader"),
     "fails.py": (
         "import sys\nprint('no data here', file=sys.stderr)\nsys.exit(3)\n",
         "failed before wif.watch (exit 3): no data here",

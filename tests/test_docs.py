@@ -365,7 +365,7 @@ def check_script(
     if name == "wif":  # the list of commands: prints, exit 0
         assert module.main(list(argv)) == 0, f"{doc}: wif refuses {argv}"
         return
-    if name == "wif-advise" and "--" in argv:  # the user's own script after `--` (wif.advisor.script)
+    if name in ("wif-advise", "wif-watch") and "--" in argv:  # the user's own script after `--`
         argv, command = list(argv[: list(argv).index("--")]), list(argv[list(argv).index("--") + 1 :])
         assert command[:2] == ["python", "-m"] and command[2].startswith("examples."), f"{doc}: not an example"
         check_example(Doc(doc.page, doc.line, tuple(command)))

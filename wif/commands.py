@@ -15,6 +15,7 @@ COMMANDS = (
     ("wif-plan", "what a sweep will cost before it starts: the fixed grid against race + auto"),
     ("wif-report", "who is faster, per data fraction: tables, plots and verdicts from the runs"),
     ("wif-advise", "why is my training slow and what to change: the fix raced against my setting"),
+    ("wif-watch", "did my training wait for data: each epoch timed, no line of my script changed"),
     ("wif-tune", "how many workers feed my loader fastest, with and without pin_memory"),
     ("wif-batch-size", "the largest batch my model trains with inside a VRAM budget"),
     ("wif-bandwidth", "how fast this machine copies host to GPU and back, pinned and pageable"),

@@ -10,6 +10,7 @@ The steps (wif.advisor.steps): where the time goes, candidates predicted, the be
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -27,6 +28,7 @@ from wif.report.race import RaceRules
 from wif.run.forking import parent_threads_back, preload
 from wif.run.supervise import interrupt, resolve_device
 from wif.tools.tune import check_tunable
+from wif.watcher.origin import NAMED
 
 
 def report(a: Advice, say: Callable[[str], None] = print) -> None:
@@ -94,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             f"--{name}", type=kind, default=getattr(d, name.replace("-", "_")), help=f"{text} (default: %(default)s)"
         )
+    p.add_argument(
+        "--loader",
+        metavar="NAME",
+        help="with `-- COMMAND`: the training loader, by its dataset's class or where it is made (file:line), "
+        "where it is not the first DataLoader iterated with gradients enabled",
+    )
     return p
 
 
@@ -127,6 +135,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     mine = None  # the user's own script (wif.advisor.script), probed to its wif.watch call
     try:
         check(opts)
+        if args.loader is not None:
+            if command is None:
+                raise ConfigError("--loader names a loader of your command: give it after `--`")
+            os.environ[NAMED] = args.loader  # the script's runs inherit it (wif.watcher.watch)
         if command is not None:
             mine = script.prepare(args.overrides, command, args.config_dir)
         base = mine.base if mine else load_config(args.overrides, args.config_dir)

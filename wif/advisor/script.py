@@ -30,6 +30,7 @@ from wif.advisor.steps import PROG, Advice, Options, advise
 from wif.config import ConfigError
 from wif.config.compose import load_config
 from wif.measure.tracking import default_tracking_uri
+from wif.watcher.origin import NAMED
 
 PROBE_TIMEOUT_S = 600.0  # the command's start, up to its wif.watch call: imports, data, model
 PYTHONS = ("python", "python3", os.path.basename(sys.executable))
@@ -77,9 +78,10 @@ def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str,
     if not os.path.exists(out):
         if rc == 0:
             raise ConfigError(
-                f"`{shown}` ended without calling wif.watch on a training loader (one whose epoch starts with "
-                "gradients enabled): write `for batch in wif.watch(loader):` in its training loop "
-                "(docs/your-workload.md)"
+                f"`{shown}` ended without a training loader: no DataLoader's epoch started with gradients enabled"
+                + (f" and {NAMED}={os.environ[NAMED]}" if os.environ.get(NAMED) else "")
+                + " (--loader names one by its dataset's class; an iterable that is no DataLoader: "
+                "`for batch in wif.watch(batches):` in the loop, docs/advise.md)"
             )
         raise ConfigError(f"`{shown}` failed before wif.watch (exit {rc}): {last or 'no output'}")
     found = json.load(open(out))
@@ -100,10 +102,13 @@ class ScriptAdvice:
     base: Any
 
     def advise(self, opts: Options, say: Callable[[str], None]) -> Advice:
+        p = self.probed
+        made = f", made at {p['made_at']}" if p.get("made_at") else ""
+        run_by = {"lightning": " (run by Lightning's Trainer)", "transformers": " (run by the HF Trainer)"}
         say(
-            f"{PROG}: your command: {' '.join(self.command)}; it watches a {self.probed['loader']} over a "
-            f"{self.probed.get('dataset', 'dataset')} (batch {self.probed['batch_size']}, "
-            + ", ".join(f"{k}={self.probed[k]}" for k in LOADER_KEYS)
+            f"{PROG}: your command: {' '.join(self.command)}; its training loader{run_by.get(p.get('framework'), '')}:"
+            f" a {p['loader']} over a {p.get('dataset', 'dataset')}{made} (batch {p['batch_size']}, "
+            + ", ".join(f"{k}={p[k]}" for k in LOADER_KEYS)
             + f"); every epoch capped at {opts.batches} batches (--batches)"
         )
         say(
@@ -117,14 +122,32 @@ class ScriptAdvice:
         except RuntimeError as err:  # the script as it is failed: the command's fault, said as a bad input is
             raise ConfigError(f"`{' '.join(self.command)}` under wif.watch: {err}") from None
         if out.pick is not None:
-            line = out.dataloader.replace(
-                "DataLoader(dataset, batch_size=..., shuffle=True, ", "DataLoader(<your dataset and other arguments>, "
-            )
-            if out.pick.endswith("-unordered"):
-                line = line.replace(")", ", in_order=False)", 1)
-            out.dataloader = line
-            out.train_line = f"those DataLoader arguments in your script, then as before: {' '.join(self.command)}"
+            out.dataloader, out.train_line = paste(self.probed, out.loader_args, self.command)
         return out
+
+
+HF_FIELDS = {  # transformers.TrainingArguments' fields for DataLoader's arguments (its Trainer makes the loader)
+    "num_workers": "dataloader_num_workers",
+    "prefetch_factor": "dataloader_prefetch_factor",
+    "persistent_workers": "dataloader_persistent_workers",
+    "pin_memory": "dataloader_pin_memory",
+}
+
+
+def paste(probed: Dict[str, Any], args: Dict[str, Any], command: Sequence[str]) -> Tuple[str, str]:
+    """(the lines to paste, in the terms of whatever made the training loader; how to run it again)."""
+    again = f"then as before: {' '.join(command)}"
+    made = f" (made at {probed['made_at']})" if probed.get("made_at") else ""
+    if probed.get("framework") == "transformers":
+        fields = ", ".join(f"{HF_FIELDS[k]}={v}" for k, v in args.items() if k in HF_FIELDS)
+        line = f"TrainingArguments(<your other arguments>, {fields})"
+        if "in_order" in args:
+            line += "; in_order=False has no TrainingArguments field: it needs the Trainer's get_train_dataloader"
+        return line, f"those TrainingArguments fields, {again}"
+    line = f"DataLoader(<your dataset and other arguments>, {', '.join(f'{k}={v}' for k, v in args.items())})"
+    if probed.get("framework") == "lightning":
+        return f"in your train_dataloader(){made}: {line}", f"those DataLoader arguments in train_dataloader(), {again}"
+    return line + made, f"those DataLoader arguments in your script, {again}"
 
 
 def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Optional[Path] = None) -> ScriptAdvice:
@@ -137,6 +160,8 @@ def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Option
         base.tracking.uri = f"sqlite:///{Path('mlflow.db').resolve()}"  # the script's runs: the same store, any cwd
     t0 = time.monotonic()
     found = probe(command)
+    if found.get("modules") and warm.warm_target(command) is not None:
+        warm.warm_up(found["modules"])  # the script's frameworks imported once, in the server
     lo = base.loader
     lo.name = "script"
     for key in LOADER_KEYS:

@@ -28,6 +28,7 @@ from wif.measure.contention import is_contended
 from wif.measure.tracking import FAILED, FINISHED, KILLED
 from wif.run.record import stop_rule
 from wif.run.supervise import INTERRUPT_GRACE_S
+from wif.watcher import hook
 from wif.watcher.orders import ENV
 
 TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
@@ -42,18 +43,22 @@ def execute(
     warm_start: bool = True,
 ) -> Tuple[int, str]:
     """Run the command with `orders` (started warm where it can be and `warm_start`); (its exit code, its last
-    line of output that is not the watch's). Ctrl-C or SIGTERM here stops it too (it gets its grace to end its
-    own way), and is raised again."""
+    line of output that is not the watch's). It reads no stdin, warm or not (multiprocessing gives a forked
+    child /dev/null): a measuring run that asks a question gets an end of file, never the terminal. Ctrl-C or
+    SIGTERM here stops it too (it gets its grace to end its own way), and is raised again."""
     # WIF_ADVISE=1: the script knows it is one of the advice's measuring runs (docs/advise.md), and can skip
     # its checkpoints, uploads or auto-resume there.
     env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1", "WIF_ADVISE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([hook.BOOT, *filter(None, [os.environ.get("PYTHONPATH")])])  # no line changed
     target = warm.warm_target(command) if warm_start else None
     with open(log_path, "w") as log:
         try:
             proc: Any = (
                 Warm(warm.start(target, env, log_path))
                 if target is not None
-                else subprocess.Popen(list(command), env=env, stdout=log, stderr=subprocess.STDOUT)
+                else subprocess.Popen(
+                    list(command), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                )
             )
         except OSError as err:
             return 127, f"{command[0]}: {err.strerror}"

@@ -26,6 +26,7 @@ import sys
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from wif.watcher import hook
 from wif.watcher.orders import FORKED_FROM
 
 Target = Tuple[str, str, List[str]]  # ("path" | "module", the script or module, its arguments)
@@ -50,16 +51,29 @@ def warm_target(command: Sequence[str]) -> Optional[Target]:
     return ("path", command[1], list(command[2:]))
 
 
+_preload: List[str] = [PRELOAD]  # and the frameworks the script imports (the probe's `modules`)
+
+
 def _context() -> multiprocessing.context.BaseContext:
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([PRELOAD])
+    ctx.set_forkserver_preload(list(_preload))
     return ctx
 
 
-def warm_up() -> None:
-    """The server started now, its imports under way while the advice does other work."""
+def warm_up(frameworks: Sequence[str] = ()) -> None:
+    """The server started now, its imports under way while the advice does other work. With `frameworks` (the
+    Lightning, transformers or accelerate the probe saw the script import: 2-4 s each, paid by every run) a
+    server started without them is started again with them, where CPython's ForkServer can be stopped."""
     from multiprocessing import forkserver
 
+    wanted = [PRELOAD, *frameworks]
+    if wanted != _preload:
+        server = forkserver._forkserver  # type: ignore[attr-defined]
+        if getattr(server, "_forkserver_pid", None) is not None:
+            if not hasattr(server, "_stop"):  # a private method (CPython's Lib/multiprocessing/forkserver.py)
+                return
+            server._stop()
+        _preload[:] = wanted
     _context()
     forkserver.ensure_running()
 
@@ -121,6 +135,7 @@ def _run(target: Target, env: Dict[str, str], cwd: str, log_path: str) -> None:
     atexit._clear()  # the server's; the script's own are registered as it runs, and run at its end
     for func, args, kwargs in getattr(sys.modules.get(PRELOAD), "REGISTERED", ()):
         atexit.register(func, *args, **kwargs)  # those of the modules imported for it (MLflow's end of a run)
+    hook.install()  # every DataLoader's epoch under the watch, as the boot folder on PYTHONPATH does for a new process
     kind, name, args = target
     code: object = 0
     try:

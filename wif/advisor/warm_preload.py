@@ -1,6 +1,7 @@
 """Imported once by the forkserver that `wif.advisor.warm` forks the user's script from: what every PyTorch
-training script under `wif.watch` imports before its first epoch. Nothing here starts a thread or touches
-CUDA, so a fork is as clean as a new interpreter."""
+training script under `wif.watch` imports before its first epoch (the frameworks a script imports,
+Lightning's or transformers', are the server's further preloads: wif.advisor.warm.warm_up). Nothing here starts
+a thread or touches CUDA, so a fork is as clean as a new interpreter."""
 
 import atexit
 import multiprocessing

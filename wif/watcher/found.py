@@ -72,10 +72,11 @@ def batch_size_of(loader: DataLoader) -> Optional[int]:
 
 def settings_of(batches: Any, loader: Optional[DataLoader]) -> Dict[str, Any]:
     """The loader's settings as the run's params (what `wif-advise` keeps or changes)."""
+    name = getattr(batches, "wif_name", type(batches).__name__)  # a hooked DataLoader's epoch: its class
     if loader is None:
-        return {"loader": type(batches).__name__}
+        return {"loader": name}
     return {
-        "loader": type(batches).__name__,
+        "loader": name,
         "batch_size": batch_size_of(loader),
         "num_workers": loader.num_workers,
         "prefetch_factor": loader.prefetch_factor,

@@ -148,6 +148,9 @@ class _Keep:
                 self.kept.append(fresh(batch))  # before the step sees it: a step may change its batch in place
             yield batch
 
+    def __len__(self) -> int:
+        return len(self.batches)
+
 
 class _Sharded:
     """An IterableDataset given workers: each worker runs its own copy of the iterator, and one that does not
@@ -170,6 +173,9 @@ class _Sharded:
                         "item, so wif-advise does not time worker settings on it"
                     )
             yield batch
+
+    def __len__(self) -> int:
+        return len(self.batches)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -224,3 +224,25 @@ def redacted(argv: List[str]) -> List[str]:
 
 def _device_name() -> str:
     return "cuda" if torch.cuda.is_initialized() else "cpu"
+
+
+WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
+
+
+def line(e: Dict[str, float], complete: bool = True) -> str:
+    """The epoch's one line: its time and whether the step waited for data."""
+    share = e["data_wait_share"]
+    head = (
+        f"wif.watch: epoch {int(e['epoch']) + 1}: {e['epoch_time_s']:.3f} s, {int(e['batches'])} batches, "
+        f"{e['throughput_img_s']:,.0f} samples/s, first batch {e['first_batch_s']:.3f} s"
+    )
+    if not complete:
+        head += " (ended early)"
+    if share > WAITED:
+        verdict = f"waited for data {e['data_wait_s']:.3f} s ({share:.0%} of the epoch): the loader holds the step back"
+    else:
+        verdict = f"did not wait for data ({share:.0%} of the epoch in next())"
+    ram = next(((e[k], k[9:12].upper()) for k in ("ram_peak_pss_mb", "ram_peak_rss_mb") if k in e), None)
+    if ram is not None:
+        verdict += f"; RAM peak {ram[0]:,.0f} MB ({ram[1]}, the process and {int(e.get('workers_peak', 0))} workers)"
+    return f"{head}; {verdict}"

@@ -28,14 +28,13 @@ from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
 from wif.run.ddp.gather import job_epoch
 from wif.run.loop import TimedFeed, samples_in
-from wif.watcher import ranks
+from wif.watcher import origin, ranks
 from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, settings_of
 from wif.watcher.orders import ENV, Orders
-from wif.watcher.record import Record
+from wif.watcher.record import Record, line
 
-WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
 _sessions: Dict[int, "Session"] = {}  # by id() of the anchor (wif.watcher.found), which the session holds
-_claimed: List["Session"] = []  # under orders: the one session they went to
+_claimed: List["Session"] = []  # under orders or the hook: the one training loader's session
 MODES = ("1", "0", "print", "quiet")  # WIF_WATCH
 
 
@@ -51,7 +50,8 @@ class Session:
     wrapper or a new DataLoader over the same dataset each epoch included), and its one MLflow run, opened
     (with its memory sampler) at its first epoch.
 
-    Under wif-advise's orders, the orders go to the training loader: the first whose epoch starts with
+    Under wif-advise's orders, or with every DataLoader hooked (`claims`, wif.watcher.hook), one loader is
+    watched, the training loader: the one WIF_WATCH_LOADER names, else the first whose epoch starts with
     gradients enabled. A loader first iterated under `torch.no_grad()` or `inference_mode()` (a validation
     pass, a sanity check before training) and any other loader run as they are, unwatched."""
 
@@ -63,8 +63,9 @@ class Session:
         log: bool,
         say: Callable[[str], None],
         ordered: bool = False,
+        claims: bool = False,
     ) -> None:
-        self.anchor, self.say, self.ordered = anchor_of(batches), say, ordered
+        self.anchor, self.say, self.ordered, self.claims = anchor_of(batches), say, ordered, claims or ordered
         found = find_dataloader(batches)
         self.loader: Optional[DataLoader] = found[2] if found else None
         size = batch_size_of(self.loader) if self.loader is not None else getattr(batches, "batch_size", None)
@@ -77,27 +78,41 @@ class Session:
         self.ranked = False  # a distributed script's training loader: the ranks' figures gathered (wif.watcher.ranks)
         self.epochs: List[Dict[str, float]] = []
         self.warned = False
+        self.starting = False  # up to its first batch: a DataLoader's own epoch started there is this epoch's
+        self.handed, self.expected = 0, None  # batches handed out in this epoch, and its length where it has one
+        self.current: Optional[Iterator[Any]] = None  # a hooked epoch as the framework holds it (`hooked`)
 
     def watched(self, batches: Iterable[Any]) -> bool:
         """At an epoch's start: whether this loader is watched (and, the first time, its record opened)."""
         if self.record is not None or self.passed:
             return not self.passed
-        if self.ordered:
-            if _claimed or not torch.is_grad_enabled():
+        if self.claims:
+            if _claimed or not self._training():
                 self.passed = True
                 return False
             _claimed.append(self)
+        if self.ordered:
             self.orders = Orders.from_env()
             if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
-                dataset = {"dataset": type(self.loader.dataset).__name__} if self.loader is not None else {}
-                self.orders.probe({**settings_of(batches, self.loader), **dataset}, self.loader is not None)
+                origin_ = origin.of(self.loader) if self.loader is not None else {}
+                self.orders.probe({**settings_of(batches, self.loader), **origin_}, self.loader is not None)
         rank, size = ranks.world()
         self.ranked = size > 1 and torch.is_grad_enabled()  # every rank's training loader: one run, rank 0's
         if rank != 0:
             self.say = lambda text: None
         experiment, run_name, log = self.kept
         self.record = Record(self.params, experiment, run_name, log and rank == 0, self.orders)
+        if self.record.log and self.record.own and "MLFLOW_TRACKING_URI" not in os.environ:
+            where = os.path.abspath("mlflow.db")
+            self.say(f"wif.watch: epochs logged to {where} (or MLFLOW_TRACKING_URI; none: WIF_WATCH=print)")
         return True
+
+    def _training(self) -> bool:
+        """Whether this is the training loader (at its first epoch): named, or iterated with gradients on."""
+        named = os.environ.get(origin.NAMED)
+        if not named:
+            return torch.is_grad_enabled()
+        return self.loader is not None and origin.is_named(named, self.loader)
 
     def epoch(self, batches: Iterable[Any]) -> Iterator[Any]:
         """One pass over `batches` (this epoch's iterable): the batches as they come, timed. Under orders: as
@@ -124,23 +139,30 @@ class Session:
         """The batches of `source`, timed by the loop's clock; the figures recorded when the pass ends (however)."""
         feed = TimedFeed(source, _as_is, lambda b: samples_in(b, self.batch_size))
         self.record.begin()
-        batches, complete = 0, False
+        self.handed, self.expected, self.starting, complete = 0, _length(source), True, False
         synchronize(_cuda())  # sync point: nothing from before is counted in this epoch
         t_start, t0 = time.monotonic(), time.perf_counter()
         try:
             for batch in feed:
-                batches += 1
+                self.handed += 1
+                self.starting = False
                 yield batch
             complete = True
         finally:
+            self.starting = False
             synchronize(_cuda())  # sync point: the epoch's queued work is done (CUDA may have started in it)
             stats = feed.stats(t_start, t0, None, 0.0, None)
             try:
-                self._end(stats, batches, complete)
+                self._end(stats, self.handed, complete or self.taken())
             except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
                 if self.orders is not None:
                     raise
                 self._warn(err)
+
+    def taken(self) -> bool:
+        """Whether a hooked epoch is open with every batch handed out: a framework that counts its batches
+        (Lightning's fetcher) never asks for the end, and the epoch is over when anything else starts."""
+        return self.current is not None and self.expected is not None and self.handed >= self.expected
 
     def _warn(self, err: Exception) -> None:
         if not self.warned:
@@ -161,25 +183,6 @@ class Session:
         self.say(line(e, complete))
         if self.orders is not None:
             self.orders.after_epoch(self.epochs, self.record, self.ranked)
-
-
-def line(e: Dict[str, float], complete: bool = True) -> str:
-    """The epoch's one line: its time and whether the step waited for data."""
-    share = e["data_wait_share"]
-    head = (
-        f"wif.watch: epoch {int(e['epoch']) + 1}: {e['epoch_time_s']:.3f} s, {int(e['batches'])} batches, "
-        f"{e['throughput_img_s']:,.0f} samples/s, first batch {e['first_batch_s']:.3f} s"
-    )
-    if not complete:
-        head += " (ended early)"
-    if share > WAITED:
-        verdict = f"waited for data {e['data_wait_s']:.3f} s ({share:.0%} of the epoch): the loader holds the step back"
-    else:
-        verdict = f"did not wait for data ({share:.0%} of the epoch in next())"
-    ram = next(((e[k], k[9:12].upper()) for k in ("ram_peak_pss_mb", "ram_peak_rss_mb") if k in e), None)
-    if ram is not None:
-        verdict += f"; RAM peak {ram[0]:,.0f} MB ({ram[1]}, the process and {int(e.get('workers_peak', 0))} workers)"
-    return f"{head}; {verdict}"
 
 
 def _as_is(batch: Any) -> Any:
@@ -219,12 +222,9 @@ def watch(
     default MLFLOW_EXPERIMENT_NAME or the study's; `log=False`: no MLflow). The environment decides without
     touching the script: WIF_WATCH=0 turns it off, =print says each epoch's line and logs nothing (no store is
     opened or made), =quiet logs and says nothing."""
-    mode = os.environ.get("WIF_WATCH", "1")
-    if mode == "0":
+    mode = _mode()
+    if mode is None:
         return batches  # type: ignore[return-value]
-    if mode not in MODES:
-        warn_once(f"WIF_WATCH={mode!r} is not one of {', '.join(MODES)}: watching as WIF_WATCH=1")
-        os.environ["WIF_WATCH"] = "1"  # said once
     log, quiet = log and mode != "print", quiet or mode == "quiet"
     ordered = bool(os.environ.get(ENV))
     try:
@@ -237,8 +237,54 @@ def watch(
     return Watched(batches, session)
 
 
+def _mode() -> Optional[str]:
+    """WIF_WATCH's mode (None: off); an unknown value said once and taken as 1."""
+    mode = os.environ.get("WIF_WATCH", "1")
+    if mode == "0":
+        return None
+    if mode not in MODES:
+        warn_once(f"WIF_WATCH={mode!r} is not one of {', '.join(MODES)}: watching as WIF_WATCH=1")
+        os.environ["WIF_WATCH"] = mode = "1"  # said once
+    return mode
+
+
+def hooked(loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
+    """An epoch of `loader` started by whatever iterates it (wif.watcher.hook): the watch's epoch where it is
+    the training loader, None where it runs as it is (another loader, or one inside a watched epoch)."""
+    mode = _mode()
+    if mode is None:
+        return None
+    for other in _claimed:  # another loader's epoch begins (the validation pass): the training epoch ended
+        if other.anchor is not loader.dataset and other.taken():
+            other.current.close()
+    session = _sessions.get(id(loader.dataset))
+    if session is not None and session.anchor is loader.dataset:
+        if session.starting or session.passed:  # the watched epoch's own DataLoader epoch; or not the training one
+            return None
+        if session.current is not None:
+            session.current.close()  # its next epoch: the last one ended (the framework still holds it)
+    elif _claimed:
+        return None
+    session = _session(own, None, None, mode != "print", mode == "quiet", bool(os.environ.get(ENV)), claims=True)
+    session.current = session.epoch(own)
+    return session.current
+
+
+def _length(batches: Any) -> Optional[int]:
+    try:
+        return len(batches)
+    except TypeError:  # not sized
+        return None
+
+
 def _session(
-    batches: Iterable[Any], experiment: Optional[str], run_name: Optional[str], log: bool, quiet: bool, ordered: bool
+    batches: Iterable[Any],
+    experiment: Optional[str],
+    run_name: Optional[str],
+    log: bool,
+    quiet: bool,
+    ordered: bool,
+    claims: bool = False,
 ) -> Session:
     """The watch of this loader: the one kept by its anchor, or a new one."""
     anchor = anchor_of(batches)
@@ -247,7 +293,7 @@ def _session(
         return session
     rank = os.environ.get("RANK", "0")  # under torchrun: one line an epoch, rank 0's
     say = (lambda text: None) if quiet or rank != "0" else (lambda text: print(text, file=sys.stderr, flush=True))
-    session = _sessions[id(anchor)] = Session(batches, experiment, run_name, log, say, ordered)
+    session = _sessions[id(anchor)] = Session(batches, experiment, run_name, log, say, ordered, claims)
     return session
 
 

@@ -1,0 +1,222 @@
+"""No line changed: a script without `wif.watch` (its own loop, Lightning's `Trainer.fit`, the HF `Trainer`,
+accelerate) has its training loader watched through DataLoader itself (wif.watcher.hook), under `wif-watch --`
+and under `wif-advise --`. Real scripts in subprocesses, the real frameworks (skipped where one is not
+installed), a real MLflow store."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import SideBySide, holds_unless_disturbed
+from tests.test_advise_script import advise, runs
+from wif.advisor.script import paste
+
+ROOT = Path(__file__).resolve().parents[1]
+STEADY = ("epoch_time_s", "data_wait_s")  # per epoch, the first (the warm-up) left out
+EPOCH = re.compile(r"wif\.watch: epoch (\d+): ([\d.]+) s, (\d+) batches.*?(?:waited for data ([\d.]+) s|\((\d+)% of)")
+
+# A loop as people write it, with no wif in it: a training loader and a validation loader under no_grad (the
+# watch must pick the first), items that wait 4 ms (a read that takes no CPU), `--watch`: the same loop with
+# the one line of wif.watch, to compare the two.
+PLAIN = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Sleepy(Dataset):
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.randn(16), i % 2
+
+class Held(Sleepy):
+    pass
+
+train, val = DataLoader(Sleepy(64), batch_size=8), DataLoader(Held(16), batch_size=8)
+model = torch.nn.Linear(16, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+watch = __import__("wif").watch if "--watch" in sys.argv else (lambda loader: loader)
+for epoch in range(int(sys.argv[1])):
+    for x, y in watch(train):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        held = sum(model(x).argmax(1).eq(y).sum().item() for x, y in val)
+print(f"trained; held-out right {held}")
+sys.exit(3)
+"""
+
+
+def watch(tmp_path: Path, *command: str, loader: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
+    """`wif-watch -- COMMAND` with WIF_WATCH=print: each watched epoch's line on stderr, nothing logged."""
+    env = {**os.environ, "WIF_WATCH": "print", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env.pop("WIF_WATCH_ORDERS", None)
+    named = ["--loader", loader] if loader else []
+    return subprocess.run(
+        [sys.executable, "-m", "wif.watcher.watch_cli", *named, "--", *command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def epochs(stderr: str) -> List[Dict[str, float]]:
+    """The watch's epoch lines: time, batches, the wait (0 where it did not wait) and whether it ended early."""
+    out = []
+    for line in stderr.splitlines():
+        m = EPOCH.search(line)
+        if m:
+            wait = float(m.group(4)) if m.group(4) else 0.0
+            out.append({"time": float(m.group(2)), "batches": int(m.group(3)), "wait": wait, "early": "early" in line})
+    return out
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    """The loop run 6 epochs under `wif-watch`, then with its wif.watch line, one after the other (timed), each
+    logged to a store of its own; and 2 epochs under `wif-watch --loader Held`, said only."""
+    where = tmp_path_factory.mktemp("plain")
+    (where / "plain.py").write_text(PLAIN)
+    out: Dict[str, Any] = {}
+    for name, command, extra in (
+        ("hooked", ["-m", "wif.watcher.watch_cli", "--"], []),
+        ("lined", [], ["--watch"]),
+        ("named", ["-m", "wif.watcher.watch_cli", "--loader", "Held", "--"], []),
+    ):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        env.pop("WIF_WATCH_ORDERS", None)
+        env.update(WIF_WATCH="print") if name == "named" else env.update(
+            MLFLOW_TRACKING_URI=f"sqlite:///{where}/{name}.db"
+        )
+        epochs_ = "2" if name == "named" else "6"
+        argv = [sys.executable, *command, *([sys.executable] if command else []), "plain.py", epochs_, *extra]
+        out[name] = subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=300)
+        out[f"{name}_store"] = env.get("MLFLOW_TRACKING_URI")
+    return out
+
+
+def test_an_unchanged_loop_has_its_training_loader_watched_and_runs_as_it_would(plain: Dict) -> None:
+    """The training loader's epochs are said, the validation pass under no_grad is not; the script's output
+    and exit code are its own. `--loader Held` names the other loader: then its epochs are the ones said."""
+    done = plain["hooked"]
+    assert done.returncode == 3 and "trained; held-out right" in done.stdout, done.stderr[-2000:]
+    said = epochs(done.stderr)
+    assert [e["batches"] for e in said] == [8] * 6 and not any(e["early"] for e in said), done.stderr[-2000:]
+    assert [e["batches"] for e in epochs(plain["named"].stderr)] == [2, 2], plain["named"].stderr[-2000:]
+
+
+def test_the_figures_of_an_unchanged_loop_and_of_wif_watch_agree(plain: Dict) -> None:
+    """The same loop, watched through DataLoader (no line changed) and through `wif.watch(train)`: the steady
+    epochs' time within 5% and the share of it spent waiting for data within 5 points (their runs, as logged)."""
+    figures, found = {}, []
+    for name in ("hooked", "lined"):
+        client = MlflowClient(plain[f"{name}_store"])
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`wif.kind` = 'watch'")
+        assert len(runs) == 1, plain[name].stderr[-2000:]
+        found += runs
+        history = {k: [m.value for m in client.get_metric_history(runs[0].info.run_id, k)][1:] for k in STEADY}
+        figures[name] = (
+            statistics.median(history["epoch_time_s"]),
+            statistics.median(w / t for w, t in zip(history["data_wait_s"], history["epoch_time_s"])),
+        )
+    (t_hook, share_hook), (t_line, share_line) = figures["hooked"], figures["lined"]
+    holds_unless_disturbed(abs(t_hook / t_line - 1) < 0.05, found, f"the epochs agree within 5%: {figures}")
+    holds_unless_disturbed(abs(share_hook - share_line) < 0.05, found, f"the wait shares within 5 points: {figures}")
+
+
+FRAMEWORKS = {
+    "lightning": ("lightning", "examples.train_lightning"),
+    "hf": ("transformers", "examples.train_hf"),
+    "accelerate": ("accelerate", "examples.train_accelerate"),
+}
+
+
+@pytest.fixture(scope="module")
+def frameworks(tmp_path_factory: pytest.TempPathFactory) -> SideBySide:
+    """Each installed framework's example, 2 epochs under `wif-watch`, side by side (their claims are counts,
+    and a bound far above the step's time)."""
+    together = SideBySide()
+    for name, (package, module) in FRAMEWORKS.items():
+        if importlib.util.find_spec(package) is None:
+            continue
+        args = ["--epochs", "2", "--n-train", "128", "--batch-size", "32"]
+        if name == "lightning":
+            args += ["--val-delay-ms", "100"]  # 32 items: 3.2 s
+        where = tmp_path_factory.mktemp(name)
+        together.start(name, functools.partial(watch, where, sys.executable, "-m", module, *args))
+    return together
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_a_frameworks_training_loop_is_watched_epoch_by_epoch(frameworks: SideBySide, name: str) -> None:
+    """The framework iterates the loader: each of its 2 training epochs is one watched epoch of 4 batches, the
+    validation passes are not watched and are not in the training epoch's time (Lightning's fetcher takes its
+    batches by count and never asks for the end: the epoch ends where the validation loader starts; its one
+    validation batch waits 3.2 s here, so an epoch that counted it would be 3.2 s longer than its own wait)."""
+    pytest.importorskip(FRAMEWORKS[name][0])
+    done = frameworks.result(name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = epochs(done.stderr)
+    assert [e["batches"] for e in said] == [4, 4] and not any(e["early"] for e in said), done.stderr[-3000:]
+    if name == "lightning":  # the step's share: 4 small batches (beside two other runs), not 3.2 s more
+        assert all(e["time"] - e["wait"] < 2.5 for e in said), said
+
+
+def test_the_lines_to_paste_are_in_the_frameworks_own_terms() -> None:
+    args = {"num_workers": 4, "persistent_workers": True, "prefetch_factor": 4, "pin_memory": False}
+    hf, again = paste({"framework": "transformers", "made_at": "t.py:9 in main"}, args, ["python", "t.py"])
+    assert hf == (
+        "TrainingArguments(<your other arguments>, dataloader_num_workers=4, dataloader_persistent_workers=True, "
+        "dataloader_prefetch_factor=4, dataloader_pin_memory=False)"
+    )
+    assert again == "those TrainingArguments fields, then as before: python t.py"
+    lit, _ = paste({"framework": "lightning", "made_at": "m.py:52 in train_dataloader"}, args, ["python", "m.py"])
+    assert lit.startswith("in your train_dataloader() (made at m.py:52 in train_dataloader): DataLoader(<your ")
+    plain, _ = paste({"framework": ""}, {**args, "in_order": False}, ["python", "m.py"])
+    assert plain.endswith("pin_memory=False, in_order=False)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lightning", "hf"])
+def test_an_unchanged_framework_script_is_advised_on_its_training_loader(tmp_path: Path, store: str, name: str) -> None:
+    """`wif-advise -- python -m examples.train_<framework>`, the script unchanged, items waiting 4 ms at 0
+    workers: data-bound, a worker setting raced faster, and the lines to paste where that framework takes them
+    (Lightning: the DataLoader in train_dataloader(); the HF Trainer: TrainingArguments' fields)."""
+    package, module = FRAMEWORKS[name]
+    pytest.importorskip(package)
+    done = advise(
+        tmp_path,
+        store,
+        *("--minutes", "3", "--race-candidates", "1", "--max-epochs", "6"),
+        "--",
+        sys.executable,
+        "-m",
+        module,
+        *("--epochs", "40", "--n-train", "128", "--batch-size", "32"),
+    )
+    out = done.stdout
+    assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]
+    found = runs(store)
+    assert found and all(r.info.status == "FINISHED" for r in found)
+    where = {"lightning": "train_lightning.py:", "hf": "train_hf.py:"}[name]
+    assert "its training loader (run by" in out and "over a " in out and where in out, out[:2000]
+    holds_unless_disturbed("Pick: w" in out, found, "workers overlap the sleeps: a worker setting is picked")
+    terms = {"lightning": "In your script: in your train_dataloader() (made at", "hf": "TrainingArguments(<your"}
+    assert terms[name] in out, out[-2000:]
+    parent = next(r for r in found if r.data.tags["wif.advise_role"] == "parent")
+    assert parent.data.tags["wif.advise.limit"] == "data" and "interference" in parent.data.metrics

@@ -1,0 +1,88 @@
+"""Where a DataLoader was made, and which framework iterates it: what the advice says of the loader it measured.
+
+Standard library only: `note` runs inside DataLoader.__init__ as patched by wif.watcher.hook, which is imported
+while torch itself is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, Optional
+
+MADE_AT: Dict[int, str] = {}  # id() of a dataset -> where its first DataLoader was made
+NAMED = "WIF_WATCH_LOADER"  # the training loader named (wif-watch and wif-advise --loader): is_named
+LIBRARIES = ("torch", "wif", "lightning", "pytorch_lightning", "lightning_fabric", "transformers", "accelerate")
+PRELOADED = (
+    "lightning.pytorch",
+    "pytorch_lightning",
+    "transformers.trainer",
+    "accelerate",
+    "timm",
+)  # a warm start imports
+FRAMEWORKS = (("transformers", "transformers"), ("lightning", "lightning"), ("pytorch_lightning", "lightning"))
+
+
+def note(dataset: Any) -> None:
+    """A DataLoader over `dataset` is being made: where, if it is the first over it (a framework's copy of the
+    user's loader, accelerate's or Lightning's, keeps the user's line)."""
+    if id(dataset) not in MADE_AT:
+        MADE_AT[id(dataset)] = _site()
+
+
+def made_at(dataset: Any) -> Optional[str]:
+    """Where the first DataLoader over `dataset` was made ("file:line in function"), where the patch saw it."""
+    return MADE_AT.get(id(dataset))
+
+
+def _module(frame: Any) -> str:
+    return str(frame.f_globals.get("__name__", ""))
+
+
+def _site() -> str:
+    """The frame that made the loader: the first outside torch, wif and the frameworks (the user's line); the
+    framework's own, named beside it, where one made it (the HF Trainer's get_train_dataloader)."""
+    frame, inner = sys._getframe(3), None
+    while frame is not None:
+        top = _module(frame).split(".")[0]
+        if top not in LIBRARIES and not frame.f_code.co_filename.startswith("<frozen"):
+            break
+        if inner is None and top == "transformers":  # the HF Trainer makes the loader itself
+            inner = frame
+        frame = frame.f_back
+    here = _where(frame) if frame is not None else "?"
+    return f"{here}, by {_module(inner)}.{inner.f_code.co_name}" if inner is not None else here
+
+
+def _where(frame: Any) -> str:
+    path = frame.f_code.co_filename
+    try:
+        path = os.path.relpath(path)
+    except ValueError:  # another drive
+        pass
+    return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def framework() -> str:
+    """Which framework runs the loop that starts this epoch ("transformers", "lightning", or ""): its frames
+    on the stack. The HF Trainer runs on accelerate; a script of its own with accelerate is a plain loop."""
+    names = set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        names.add(_module(frame).split(".")[0])
+        frame = frame.f_back
+    return next((name for top, name in FRAMEWORKS if top in names), "")
+
+
+def of(loader: Any) -> Dict[str, Any]:
+    """The loader's dataset class, where it was made and the framework that iterates it (the probe's report)."""
+    out: Dict[str, Any] = {"dataset": type(loader.dataset).__name__, "framework": framework()}
+    out["modules"] = [name for name in PRELOADED if name in sys.modules]  # what a warm start may import first
+    made = made_at(loader.dataset)
+    return {**out, "made_at": made} if made else out
+
+
+def is_named(named: str, loader: Any) -> bool:
+    """Whether `named` (WIF_WATCH_LOADER, wif-advise --loader) is this loader: its dataset's class, or a part of
+    where it was made ("train.py:42")."""
+    return named == type(loader.dataset).__name__ or named in (made_at(loader.dataset) or "")

@@ -1,0 +1,229 @@
+"""Real, public training scripts advised by `wif-advise -- python SCRIPT ARGS` on image folders made here.
+
+Each script is the public file as its project publishes it (tests/real_scripts/SOURCES.md: repository, path,
+commit, licence), kept verbatim under tests/real_scripts/<name>/; a test copies its folder to tmp_path and
+changes exactly one line, the training loop's, to iterate `__import__("wif").watch(loader)`. The advice then
+runs the script for real, in subprocesses, on tiny JPEG folders (PIL only) in the layout the script reads, with
+a real MLflow SQLite store in tmp_path, and must end with exit 0 and an answer ("Pick: ..." with its interval,
+or "Keep what you have: ...") and every run of it in the store.
+
+The scripts are not committed (tests/real_scripts/.gitignore): a script whose folder is not in this checkout skips,
+saying so (SOURCES.md says where each comes from and its SHA-256); one whose packages are missing skips with
+`pytest.importorskip`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Sequence
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from benchmarks.timm_folder import make_folder
+
+ROOT = Path(__file__).resolve().parents[1]
+VENDORED = ROOT / "tests" / "real_scripts"
+PICK = re.compile(r"^Pick: .+ \(95% interval \d+\.\d+-\d+\.\d+\)", re.M)
+KEEP = re.compile(r"^Keep what you have: ", re.M)
+
+
+@dataclass(frozen=True)
+class Real:
+    folder: str  # under tests/real_scripts/
+    script: str  # the file run, in that folder
+    sha256: str  # of the file as published: the copy here is verbatim
+    old: str  # its training loop's line, whole, as published
+    new: str  # the one line the test puts in its place
+
+
+IMAGENET = Real(
+    "imagenet_example",
+    "main.py",
+    "f67ca2cd730bf91afe0504694abf07b88cbd03ac8c8a0426023620d29175c158",
+    "    for i, (images, target) in enumerate(train_loader):",
+    '    for i, (images, target) in enumerate(__import__("wif").watch(train_loader)):',
+)
+TIMM = Real(
+    "timm_train",
+    "train.py",
+    "f0bb70b9e1c8c576eb1f7beba9cb46953d01ec1308d68c59ec055a6266f76388",
+    "    for batch_idx, (input, target) in enumerate(loader):",
+    '    for batch_idx, (input, target) in enumerate(__import__("wif").watch(loader)):',
+)
+ACCELERATE = Real(
+    "accelerate_cv_example",
+    "cv_example.py",
+    "1837df7031a8f30f044f9d440695ce33e070737f73b3ef3ff6a0d1220cc642b0",
+    "        for step, batch in enumerate(train_dataloader):",
+    '        for step, batch in enumerate(__import__("wif").watch(train_dataloader)):',
+)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def one_line_changed(real: Real, tmp_path: Path) -> Path:
+    """The script's folder copied to tmp_path, its training loop's line (found exactly once) changed."""
+    source = VENDORED / real.folder
+    if not (source / real.script).exists():
+        pytest.skip(f"tests/real_scripts/{real.folder}/{real.script} is not in this checkout (SOURCES.md: its source)")
+    assert sha256(source / real.script) == real.sha256, f"{real.folder}/{real.script} is not the published file"
+    assert (source / "LICENSE").exists(), f"{real.folder}: its project's LICENSE is kept beside it"
+    copy = shutil.copytree(source, tmp_path / real.folder)
+    script = copy / real.script
+    lines = script.read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == real.old]
+    assert len(at) == 1, f"{real.script}: {real.old.strip()!r} found {len(at)} times, not once"
+    lines[at[0]] = real.new + lines[at[0]][len(lines[at[0]].rstrip("\r\n")) :]
+    script.write_text("".join(lines))
+    return script
+
+
+def advise(tmp_path: Path, store: str, options: Sequence[str], command: Sequence[str], **env: str) -> str:
+    """`wif-advise OPTIONS -- COMMAND` from tmp_path on the store; its output (stdout then stderr), said."""
+    environ = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", **env}
+    environ.pop("WIF_WATCH_ORDERS", None)
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "wif.advisor.advise_cli", *options, "--", *command],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    wall = time.monotonic() - t0
+    (tmp_path / "advise.out").write_text(done.stdout + "\n--- stderr\n" + done.stderr)
+    tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+    print(f"\n--- wif-advise on {command[1]}: exit {done.returncode}, {wall:.0f} s\n{tail}")
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    return done.stdout
+
+
+def assert_answered_and_stored(out: str, store: str) -> None:
+    assert PICK.search(out) or KEEP.search(out), out[-3000:]
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("who_is_faster")
+    assert exp is not None, "no experiment in the store"
+    found = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'advise'")
+    roles: Dict[str, int] = {}
+    for r in found:
+        roles[r.data.tags["wif.advise_role"]] = roles.get(r.data.tags["wif.advise_role"], 0) + 1
+    assert roles.get("parent") == 1 and roles.get("measure"), roles
+    assert all(r.info.status == "FINISHED" for r in found), [(r.info.run_name, r.info.status) for r in found]
+    said = re.search(r"^(\d+) runs in \d+ s, nested under MLflow run (\w+)", out, re.M)
+    assert said, out[-2000:]
+    parent = next(r for r in found if r.data.tags["wif.advise_role"] == "parent")
+    assert parent.info.run_id == said.group(2) and len(found) == int(said.group(1)) + 1, (said.group(0), roles)
+    assert all(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in found if r is not parent)
+
+
+# Every test: no rerun of a run others disturbed (the answer is what is checked here, not its timings), a small
+# epoch, and the race short; each script is given epochs enough for it and stopped by the advice.
+QUICK = ["--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "measure.contended_pct=1000"]
+
+
+@pytest.mark.slow
+def test_pytorch_imagenet_example(tmp_path: Path, store: str) -> None:
+    """pytorch/examples imagenet/main.py: ImageFolder train/ and val/, RandomResizedCrop(224), a torchvision
+    model by name; on a CPU it says "using CPU, this will be slow" and trains there."""
+    pytest.importorskip("torchvision")
+    script = one_line_changed(IMAGENET, tmp_path)
+    make_folder(tmp_path / "data", images=48, held_out=8, classes=4, size=32, held_out_name="val")
+    out = advise(
+        tmp_path,
+        store,
+        ["--minutes", "1.5", "--batches", "3", *QUICK],
+        [sys.executable, str(script.relative_to(tmp_path)), "data", "-a", "mobilenet_v3_small"]
+        + ["--epochs", "40", "-b", "8", "-j", "0", "-p", "100", "--seed", "0"],
+    )
+    assert_answered_and_stored(out, store)
+
+
+@pytest.mark.slow
+def test_timm_train(tmp_path: Path, store: str) -> None:
+    """timm's train.py: --data-dir with train/ and validation/, resnet18 at 32 px on the CPU, its own
+    PrefetchLoader around the DataLoader, checkpoints and a summary in a tmp output folder."""
+    pytest.importorskip("timm")
+    script = one_line_changed(TIMM, tmp_path)
+    make_folder(tmp_path / "data", images=48, held_out=8, classes=4, size=32, held_out_name="validation")
+    out = advise(
+        tmp_path,
+        store,
+        ["--minutes", "1.5", "--batches", "3", *QUICK],
+        [sys.executable, str(script.relative_to(tmp_path)), "--data-dir", "data", "--model", "resnet18"]
+        + ["--num-classes", "4", "--img-size", "32", "--epochs", "40", "-b", "8", "-j", "0", "--device", "cpu"]
+        + ["--log-interval", "100", "--output", "out", "--checkpoint-hist", "1", "--warmup-epochs", "0"],
+    )
+    assert_answered_and_stored(out, store)
+
+
+def pets_folder(root: Path, per_label: int = 6) -> Path:
+    """cv_example's Oxford-IIIT Pet layout: one folder of `<label>_<n>.jpg`, the label read from the name."""
+    from PIL import Image
+
+    rng = random.Random(0)
+    root.mkdir(parents=True)
+    for label, colour in (("abyssinian", (200, 120, 40)), ("beagle", (60, 90, 200))):
+        for i in range(per_label):
+            img = Image.new("RGB", (32, 32), colour)
+            pixels = img.load()
+            for y in range(0, 32, 3):
+                for x in range(32):
+                    pixels[x, y] = tuple(min(255, v + rng.randint(0, 60)) for v in colour[::-1])
+            img.save(root / f"{label}_{i}.jpg", quality=90)
+    return root
+
+
+def hub_cache_with(root: Path, repo_id: str, model_name: str) -> Path:
+    """A Hugging Face hub cache, offline, holding `repo_id`'s model.safetensors: the timm model's own freshly
+    initialised weights (half precision, half the bytes), for a script that asks for pretrained ones."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    repo = root / "hub" / ("models--" + repo_id.replace("/", "--"))
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    torch.manual_seed(0)
+    state = timm.create_model(model_name).state_dict()
+    save_file(
+        {k: v.half() if v.is_floating_point() else v for k, v in state.items()},
+        str(repo / "snapshots" / commit / "model.safetensors"),
+    )
+    return root
+
+
+@pytest.mark.slow
+def test_accelerate_cv_example(tmp_path: Path, store: str) -> None:
+    """accelerate's examples/cv_example.py: its Accelerator prepares a DataLoader of 4 workers (not persistent)
+    over a folder of pet photos, and fine-tunes timm's pretrained resnet50d's classifier, batch 64 at 224 px, 3
+    epochs: all fixed in the script. 12 images (9 to train: one batch an epoch) keep it short; the
+    pretrained weights come from an offline hub cache made here."""
+    pytest.importorskip("accelerate")
+    timm = pytest.importorskip("timm")
+    script = one_line_changed(ACCELERATE, tmp_path)
+    pets_folder(tmp_path / "pets")
+    hub_id = timm.models.get_pretrained_cfg("resnet50d").hf_hub_id
+    hf = hub_cache_with(tmp_path / "hf", hub_id, "resnet50d")
+    out = advise(
+        tmp_path,
+        store,
+        ["--minutes", "2", *QUICK],
+        [sys.executable, str(script.relative_to(tmp_path)), "--data_dir", "pets", "--cpu"],
+        HF_HOME=str(hf),
+        HF_HUB_OFFLINE="1",
+    )
+    assert_answered_and_stored(out, store)

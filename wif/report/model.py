@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
+from wif.report import draws as draws_
 from wif.report import noise
 
 DRAWS = 100_000  # Monte Carlo draws per critical value: its 95% quantile to about 0.3%
@@ -110,29 +111,29 @@ def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
 
 
 # ----------------------------------------------------------------------------- critical values
-def _draws(cov_unit: np.ndarray, df: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
-    """Estimation errors (in units of sigma) and the chi-square scale of the residual variance, seeded."""
-    rng = np.random.default_rng(SEED)
-    z = rng.multivariate_normal(np.zeros(len(cov_unit)), cov_unit, size=draws, method="eigh")
-    w = np.sqrt(rng.chisquare(df, size=draws) / df)
-    return z, w
-
-
 @functools.lru_cache(maxsize=16)  # 11 settings' draws are 9 MB; the quantiles, cached below, are what looks reuse
 def _max_t(key: bytes, k: int, df: int, controls: tuple, two_sided: bool, draws: int) -> np.ndarray:
     """Draws of max_j t(control - j) for each control (rows), unsorted; cached per design. A race looks after
     every block and each look of a new design pays this: a quantile and a tail count need no sort."""
     cov_unit = np.frombuffer(key).reshape(k, k)
-    z, w = _draws(cov_unit, df, draws)
+    z, w = draws_.errors(cov_unit, df, draws, SEED)
     z = np.ascontiguousarray(z.T)  # one setting's draws in a row: the loop below reads rows, never copies columns
     out = np.full((len(controls), draws), -np.inf)
+    row_of = {c: row for row, c in enumerate(controls)}
+    t = np.empty(draws)
     for row, c in enumerate(controls):
         for j in range(k):
-            if j != c:
-                se = np.sqrt(max(cov_unit[c, c] + cov_unit[j, j] - 2 * cov_unit[c, j], 1e-300))
-                t = (z[c] - z[j]) / se
-                np.maximum(out[row], np.abs(t) if two_sided else t, out=out[row])
-        out[row] /= w  # w > 0 scales every j alike: divide the maximum only
+            mirrored = j in row_of and cov_unit[c, j] == cov_unit[j, c]  # t(j - c) = -t(c - j), bit for bit
+            if j == c or (mirrored and row_of[j] < row):
+                continue  # j's row, done before this one, put this pair's t here already
+            se = np.sqrt(max(cov_unit[c, c] + cov_unit[j, j] - 2 * cov_unit[c, j], 1e-300))
+            np.divide(np.subtract(z[c], z[j], out=t), se, out=t)
+            if two_sided:
+                np.abs(t, out=t)
+            np.maximum(out[row], t, out=out[row])
+            if mirrored:  # row j, still to come, gets the same pair's t seen from j
+                np.maximum(out[row_of[j]], t if two_sided else np.negative(t, out=t), out=out[row_of[j]])
+        out[row] /= w  # w > 0 scales every j alike: divide the maximum only; every pair of this row is in
     return out
 
 
@@ -150,7 +151,7 @@ def _critical(key: bytes, k: int, df: int, controls: tuple, two_sided: bool, con
     a race's every look asks again for the designs it has seen."""
     rows = _max_t(key, k, df, controls, two_sided, DRAWS)
     i = min(int(np.ceil(confidence * DRAWS)) - 1, DRAWS - 1)
-    return np.partition(rows, i, axis=1)[:, i]
+    return draws_.kth_smallest(rows, i)
 
 
 def _critical_values(f: Fit, controls: Sequence[int], two_sided: bool, confidence: float) -> np.ndarray:

@@ -9,6 +9,7 @@ from wif.advisor.predict import (
     Prediction,
     Step,
     batch_sizes,
+    distinct,
     item_time,
     predict,
     rank,
@@ -124,6 +125,24 @@ def test_rank_and_error():
     assert rank([("a", 1.0), ("b", 0.5), ("c", 0.99)], current_s=1.0, margin=0.02) == [("b", 0.5)]
     assert relative_error(1.1, 1.0) == pytest.approx(0.1)
     assert math.isnan(relative_error(1.0, 0.0))
+
+
+def test_the_race_leaves_out_what_the_model_cannot_tell_from_a_faster_candidate():
+    """Four workers and four with a deeper prefetch, both predicted to feed a step that is the slower part:
+    the same epoch either way, so only one is raced; a loader-limited candidate as close is still raced (its
+    prefetch can change its epoch), and one clearly slower is too."""
+    sizes = batch_sizes(768, 32)
+    step = Step(compute_s=0.05, cores=1.0)
+    fast = Loader(4, ITEM / 4, 0.0, 2)
+    deep = Loader(4, ITEM / 4, 0.0, 4)
+    slow = Loader(1, ITEM, 0.0, 2)
+    p = {n: predict(sizes, step, lo, 2) for n, lo in (("w4", fast), ("w4-pf4", deep), ("w1", slow))}
+    assert p["w4"].bound == p["w4-pf4"].bound == "compute" and p["w1"].bound == "loader"
+    ranked = sorted(((n, x.epoch_s) for n, x in p.items()), key=lambda kv: kv[1])
+    assert distinct(ranked, p, 2, 0.02) == ["w4", "w1"]
+    assert distinct(ranked, p, 1, 0.02) == ["w4"]
+    loaders = {"a": Prediction(1.0, 1.0, 0.5, 0.0, 1.0), "b": Prediction(1.01, 1.01, 0.5, 0.0, 1.0)}
+    assert distinct([("a", 1.0), ("b", 1.01)], loaders, 2, 0.02) == ["a", "b"]  # loader-limited: both raced
 
 
 def test_with_no_race_the_answer_says_why_from_the_prediction():

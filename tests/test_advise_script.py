@@ -4,6 +4,7 @@ Dataset at 0 workers is data-bound and a worker setting is raced; a compute-boun
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -86,6 +87,31 @@ SCRIPT = (
     "for epoch in range(int(sys.argv[1])):\n    for (x,) in wif.watch(loader):\n"
     "        time.sleep(float(sys.argv[2]))\n"
 )
+
+
+def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(tmp_path: Path) -> None:
+    """The probe runs the script's first batches, each 0.3 s of step here, and reports their median; with
+    batches that slow an epoch gets fewer of them (at least 16), so that the race fits in the minutes."""
+    from wif.advisor.script import sized_cap
+
+    (tmp_path / "train.py").write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
+    code = "import json, sys; from wif.advisor.script import probe; print(json.dumps(probe(sys.argv[1:])))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, sys.executable, "train.py", "40", "0.3"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["batch_size"] == 2 and 0.3 <= found["batch_s"] < 0.6, found
+    assert sized_cap(50, 0.01, 5.0) == 50  # fast batches: --batches as given
+    assert sized_cap(50, 0.5, 5.0) == 16  # 20-s epochs of 40 batches: 8 s ones, a race within 5 minutes
+    assert sized_cap(50, 0.2, 5.0) == 33
+    assert sized_cap(8, 2.0, 5.0) == 8 and sized_cap(50, None, 5.0) == 50
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from wif.advisor.limit import Limit
 from wif.advisor.runner import Measured
 
 MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs
+TRIAL_EPOCHS = 2  # a loader-only trial: its warm-up (the workers' start) and one timed epoch, the race verifies
 
 
 @dataclass

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Mapping, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -134,3 +134,23 @@ def relative_error(predicted: float, measured: float) -> float:
 def rank(predictions: Sequence[Tuple[str, float]], current_s: float, margin: float) -> List[Tuple[str, float]]:
     """The candidates predicted faster than the current setting by more than `margin`, fastest first."""
     return sorted(((n, s) for n, s in predictions if s * (1 + margin) < current_s), key=lambda p: p[1])
+
+
+def distinct(
+    ranked: Sequence[Tuple[str, float]], predicted: Mapping[str, Prediction], count: int, margin: float
+) -> List[str]:
+    """Up to `count` of the ranked candidates to race, fastest first, leaving out one the model cannot tell from
+    a faster one already in: predicted within `margin` of it, both limited by the step (the loader keeps up in
+    both, so what differs is only the loader's, which the epoch does not wait on). A race run of it would buy
+    nothing the prediction does not already say."""
+    out: List[str] = []
+    for name, epoch in ranked:
+        if len(out) == count:
+            break
+        same = any(
+            epoch <= predicted[n].epoch_s * (1 + margin) and predicted[n].bound == predicted[name].bound == "compute"
+            for n in out
+        )
+        if not same:
+            out.append(name)
+    return out

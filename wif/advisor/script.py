@@ -103,20 +103,27 @@ class ScriptAdvice:
 
     def advise(self, opts: Options, say: Callable[[str], None]) -> Advice:
         p = self.probed
+        cap = sized_cap(opts.batches, p.get("batch_s"), opts.minutes)
+        capped = f"capped at {cap} batches (--batches)"
+        if cap < opts.batches:
+            capped = (
+                f"capped at {cap} batches (--batches {opts.batches}: fewer, so that the race fits in --minutes "
+                f"{opts.minutes:g}; its first batches took {p['batch_s']:.2f} s each)"
+            )
         made = f", made at {p['made_at']}" if p.get("made_at") else ""
         run_by = {"lightning": " (run by Lightning's Trainer)", "transformers": " (run by the HF Trainer)"}
         say(
             f"{PROG}: your command: {' '.join(self.command)}; its training loader{run_by.get(p.get('framework'), '')}:"
             f" a {p['loader']} over a {p.get('dataset', 'dataset')}{made} (batch {p['batch_size']}, "
             + ", ".join(f"{k}={p[k]}" for k in LOADER_KEYS)
-            + f"); every epoch capped at {opts.batches} batches (--batches)"
+            + f"); every epoch {capped}"
         )
         say(
             f"{PROG}: each measuring run is your command, run again: what it writes (checkpoints, logs, its own "
             "trackers) it writes each time, and a script that resumes from its checkpoints resumes; WIF_ADVISE=1 "
             "is set in its environment so that it can skip them"
         )
-        make = functools.partial(ScriptRunner, command=self.command, probed=self.probed, cap=opts.batches)
+        make = functools.partial(ScriptRunner, command=self.command, probed=self.probed, cap=cap)
         try:
             out = advise(self.base, [], opts, say, make)
         except RuntimeError as err:  # the script as it is failed: the command's fault, said as a bad input is
@@ -124,6 +131,21 @@ class ScriptAdvice:
         if out.pick is not None:
             out.dataloader, out.train_line = paste(self.probed, out.loader_args, self.command)
         return out
+
+
+MIN_CAP = 16  # batches an epoch at least: four workers' prefetch twice over, the pipeline in its steady state
+STARTS_S = 60.0  # the advice's process starts, about: a dozen or more runs of a few seconds each
+PLANNED_EPOCHS = 36  # its epochs at the current setting's pace, about: measure 3, bound 3, trials (12 at the
+# loader's pace), a race of 2 blocks of 3 runs of 3 to 4 epochs
+
+
+def sized_cap(batches: int, batch_s: Optional[float], minutes: float) -> int:
+    """An epoch's batches in every measuring run: `--batches`, or fewer where the script's batches are slow
+    enough (`batch_s`, timed by the probe) that its epochs would not leave the race time within `minutes`."""
+    if not batch_s or batch_s <= 0:
+        return batches
+    target = max(60.0 * minutes - STARTS_S, 0.0) / PLANNED_EPOCHS  # seconds an epoch may take
+    return max(min(batches, int(target / batch_s)), min(MIN_CAP, batches))
 
 
 HF_FIELDS = {  # transformers.TrainingArguments' fields for DataLoader's arguments (its Trainer makes the loader)

@@ -21,8 +21,8 @@ from typing import Callable, Dict, Optional, Sequence
 import psutil
 
 from wif.advisor import answer, candidates, workload
-from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, Advice, Options, log_answer, race_epochs
-from wif.advisor.predict import Prediction, batch_sizes, predict, rank
+from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, TRIAL_EPOCHS, Advice, Options, log_answer, race_epochs
+from wif.advisor.predict import Prediction, batch_sizes, distinct, predict, rank
 from wif.advisor.runner import Candidate, Measured, Runner, loader_only, training
 from wif.advisor.verify import RaceResult, run_race
 from wif.config import Config, as_plain
@@ -132,7 +132,7 @@ def _advise(
         if cand.workers == 0 and cur.workers == 0 and not cand.keys.keys() - {"loader.num_workers"}:
             ceilings[cand.name] = items / now.mean("data_wait_s")  # the configured run fetched in-process
             return ceilings[cand.name]
-        m = runner.run(loader_only(base, cand, n_trial, opts.epochs), "loader", cand.name)
+        m = runner.run(loader_only(base, cand, n_trial, TRIAL_EPOCHS), "loader", cand.name)
         if m.ok:
             ceilings[cand.name] = min(m.n_train, n_trial * bs) / m.median()
         say(
@@ -164,6 +164,12 @@ def _advise(
 
     made: Dict[str, Candidate] = {"current": cur}
 
+    def rated(cand: Candidate) -> Prediction:
+        """The candidate's epoch predicted from its trial (or, at 0 workers, the configured run's own fetch)."""
+        if cand.name in trials:
+            return predict(sizes, step, candidates.loader_rates(trials[cand.name], cand, bs, n_trial, cores), cores)
+        return predict(sizes, step, candidates.in_process_rates(now, cand, bs), cores)
+
     def by_workers(w: int, phase: str) -> Optional[float]:
         cand = candidates.workers(base, w, cuda)
         made[cand.name] = cand
@@ -176,22 +182,19 @@ def _advise(
         )
         best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05)
         best = candidates.workers(base, best_w or 0, cuda)
-        for extra in (runner.knobs or candidates.extras)(base, best, cuda, psutil.virtual_memory().available, items):
-            made[extra.name] = extra
-            trial(extra)
+        if best.name in trials and rated(best).bound == "compute":  # the loader keeps up: its knobs cannot gain
+            say(f"  {best.name} is predicted to feed the step faster than it computes: no other knob is tried")
+        else:
+            for extra in (runner.knobs or candidates.extras)(
+                base, best, cuda, psutil.virtual_memory().available, items
+            ):
+                made[extra.name] = extra
+                trial(extra)
     else:  # the answer is settled: no loader setting can shorten an epoch that does not wait for data
         say(f"{PROG}: 2/4 candidates: none tried (not data-bound: no loader setting can shorten the epoch)")
         if cur.workers == 0:
             by_workers(0, "coarse")  # the configured run's own fetch, no run: the table's current row
-    predicted: Dict[str, Prediction] = {}
-    for name, cand in made.items():
-        if name in trials:
-            rates = candidates.loader_rates(trials[name], cand, bs, n_trial, cores)
-        elif cand.workers == 0 and name in ceilings:
-            rates = candidates.in_process_rates(now, cand, bs)
-        else:
-            continue
-        predicted[name] = predict(sizes, step, rates, cores)
+    predicted = {name: rated(cand) for name, cand in made.items() if name in trials or name in ceilings}
     if "current" not in predicted and "w0" in predicted:
         predicted["current"] = predicted["w0"]
     ceilings.setdefault("current", ceilings.get("w0", math.nan))
@@ -201,7 +204,7 @@ def _advise(
         current_pred,
         opts.margin,
     )
-    raced = [n for n, _ in ranked[: opts.race_candidates]] if data_bound else []
+    raced = distinct(ranked, predicted, opts.race_candidates, opts.margin) if data_bound else []
     order = ["current"] + sorted(
         (n for n in predicted if n != "current" and not (n == "w0" and cur.workers == 0)),
         key=lambda n: predicted[n].epoch_s,

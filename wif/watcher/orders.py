@@ -6,7 +6,8 @@ JSON), so the script runs unchanged: which of advise's measurements this process
 - `bound`: the first batches replayed, as `data=fixed` is: the first epoch reads them (its warm-up), every
   later one hands the step the same batches again, so the loader costs nothing;
 - `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs;
-- `probe`: the loader's settings written to `out` at the `wif.watch` call, and the script ends there.
+- `probe`: the loader's settings written to `out` at its first epoch, the time of its first few batches
+  beside them, and the script ends there.
 
 With `loader` settings, the script's DataLoader (or the one inside its wrapper) is rebuilt with them, its
 dataset, sampler or batch sampler, collate_fn, worker_init_fn and generator kept. When the measurement has
@@ -20,6 +21,7 @@ import copy
 import itertools
 import json
 import os
+import time
 from typing import Any, Dict, Iterator, List, Optional
 
 import torch
@@ -35,6 +37,7 @@ from wif.watcher import ranks
 ENV = "WIF_WATCH_ORDERS"
 FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.warm): the pid it was forked from
 MODES = ("train", "bound", "loader_only", "probe")
+PROBE_BATCHES, PROBE_S = 8, 10.0  # the probe times up to this many batches after the first, within this long
 REPLAYED = 8  # batches kept for the bound: the DALI LoaderEvaluator's idea, within a few hundred MB at 224 px
 
 
@@ -59,9 +62,32 @@ class Orders:
         return cls(json.loads(text)) if text else None
 
     def probe(self, settings: Dict[str, Any], has_dataloader: bool) -> None:
-        """`probe`: what the loader is, written where wif-advise reads it; the script ends here."""
+        """`probe`: what the loader is, written where wif-advise reads it; without a DataLoader the script ends
+        here, with one its first batches are timed (`sample`)."""
+        self.found = {**settings, "has_dataloader": has_dataloader}
         with open(self.spec["out"], "w") as out:
-            json.dump({**settings, "has_dataloader": has_dataloader}, out)
+            json.dump(self.found, out)
+        if not has_dataloader:
+            raise SystemExit(0)
+
+    def sample(self, batches: Any) -> Iterator[Any]:
+        """`probe`: the first batches of the training loop as it runs, each batch's time (its fetch and its step)
+        written beside the settings (`batch_s`: their median after the first, which starts the workers), for
+        wif-advise to size its measuring runs to its minutes; then the script ends."""
+        times: List[float] = []
+        t = time.perf_counter()
+        for batch in batches:
+            yield batch
+            now = time.perf_counter()
+            times.append(now - t)
+            t = now
+            if len(times) > PROBE_BATCHES or sum(times) > PROBE_S:
+                break
+        if times:
+            steady = times[1:] or times
+            self.found["batch_s"] = sorted(steady)[len(steady) // 2]
+            with open(self.spec["out"], "w") as out:
+                json.dump(self.found, out)
         raise SystemExit(0)
 
     # ------------------------------------------------------------------ the loader

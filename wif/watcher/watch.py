@@ -96,6 +96,7 @@ class Session:
             if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
                 origin_ = origin.of(self.loader) if self.loader is not None else {}
                 self.orders.probe({**settings_of(batches, self.loader), **origin_}, self.loader is not None)
+                return True  # its first batches are timed (`epoch`), and nothing is recorded
         rank, size = ranks.world()
         self.ranked = size > 1 and torch.is_grad_enabled()  # every rank's training loader: one run, rank 0's
         if rank != 0:
@@ -122,6 +123,8 @@ class Session:
             yield from batches
             return
         orders, record = self.orders, self.record
+        if orders is not None and orders.mode == "probe":  # its first batches timed, and the script ends
+            yield from orders.sample(batches)
         if orders is not None:
             if orders.done:
                 orders.leave(record)

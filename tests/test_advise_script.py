@@ -114,6 +114,17 @@ def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(t
     assert sized_cap(8, 2.0, 5.0) == 8 and sized_cap(50, None, 5.0) == 50
 
 
+def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
+    """With the advice's minutes spent, a measurement is SKIPPED, said as such, and no run is started or
+    recorded (before: it started, was stopped "-1 s into this run" and left a FAILED run behind)."""
+    from wif.advisor.runner import SKIPPED
+    from wif.advisor.script_runner import ScriptRunner
+
+    runner = ScriptRunner(None, "cpu", "parent", "advise", time.monotonic() - 1, command=["python", "train.py"])
+    m = runner.run(None, "loader", "w4")  # a real run would need its configuration and store: none is touched
+    assert m.status == SKIPPED and not m.ok and "no time left within --minutes" in m.error and runner.runs == []
+
+
 @pytest.mark.slow
 def test_too_few_epochs_and_the_minutes_run_out_are_said(tmp_path: Path, store: str) -> None:
     """A script of one epoch: its measuring run has no measured epoch (before: FINISHED on its warm-up alone,

@@ -34,7 +34,7 @@ def test_a_step_slowed_by_the_loaders_host_work_is_interference() -> None:
     assert held.kind == "interference" and held.share == pytest.approx(0.18)
     assert "25% longer beside the loader" in held.said and "launches the step's kernels" in held.said
     on_cpu = name_limit(Figures(1.0, 0.01, 0.0, 0.90, 0.72), MARGIN)
-    assert on_cpu.kind == "interference" and "cores the step computes on" in on_cpu.said
+    assert on_cpu.kind == "interference" and "share the cores" in on_cpu.said and "workers, " not in on_cpu.said
 
 
 def test_a_gpu_idle_between_small_kernels_is_launch_bound() -> None:

@@ -2,7 +2,8 @@
 
 Each script is the public file as its project publishes it (tests/real_scripts/SOURCES.md: repository, path,
 commit, licence), kept verbatim under tests/real_scripts/<name>/; a test copies its folder to tmp_path and
-changes exactly one line, the training loop's, to iterate `__import__("wif").watch(loader)`. The advice then
+changes exactly one line, the training loop's, to iterate `__import__("wif").watch(loader)`, or runs it as
+published, not a line changed (wif.watcher.hook: `wif-advise --` watches the DataLoader itself). The advice then
 runs the script for real, in subprocesses, on tiny JPEG folders (PIL only) in the layout the script reads, with
 a real MLflow SQLite store in tmp_path, and must end with exit 0 and an answer ("Pick: ..." with its interval,
 or "Keep what you have: ...") and every run of it in the store.
@@ -72,8 +73,9 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def one_line_changed(real: Real, tmp_path: Path) -> Path:
-    """The script's folder copied to tmp_path, its training loop's line (found exactly once) changed."""
+def one_line_changed(real: Real, tmp_path: Path, changed: bool = True) -> Path:
+    """The script's folder copied to tmp_path, its training loop's line (found exactly once) changed; with
+    `changed` False the script is run as published, not a line changed (wif.watcher.hook finds its loader)."""
     source = VENDORED / real.folder
     if not (source / real.script).exists():
         pytest.skip(f"tests/real_scripts/{real.folder}/{real.script} is not in this checkout (SOURCES.md: its source)")
@@ -84,6 +86,8 @@ def one_line_changed(real: Real, tmp_path: Path) -> Path:
     lines = script.read_text().splitlines(keepends=True)
     at = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == real.old]
     assert len(at) == 1, f"{real.script}: {real.old.strip()!r} found {len(at)} times, not once"
+    if not changed:
+        return script
     lines[at[0]] = real.new + lines[at[0]][len(lines[at[0]].rstrip("\r\n")) :]
     script.write_text("".join(lines))
     return script
@@ -139,11 +143,12 @@ QUICK = ["--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "measur
 
 
 @pytest.mark.slow
-def test_pytorch_imagenet_example(tmp_path: Path, store: str) -> None:
+@pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
+def test_pytorch_imagenet_example(tmp_path: Path, store: str, changed: bool) -> None:
     """pytorch/examples imagenet/main.py: ImageFolder train/ and val/, RandomResizedCrop(224), a torchvision
     model by name; on a CPU it says "using CPU, this will be slow" and trains there."""
     pytest.importorskip("torchvision")
-    script = one_line_changed(IMAGENET, tmp_path)
+    script = one_line_changed(IMAGENET, tmp_path, changed)
     make_folder(tmp_path / "data", images=48, held_out=8, classes=4, size=32, held_out_name="val")
     out = advise(
         tmp_path,
@@ -156,11 +161,12 @@ def test_pytorch_imagenet_example(tmp_path: Path, store: str) -> None:
 
 
 @pytest.mark.slow
-def test_timm_train(tmp_path: Path, store: str) -> None:
+@pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
+def test_timm_train(tmp_path: Path, store: str, changed: bool) -> None:
     """timm's train.py: --data-dir with train/ and validation/, resnet18 at 32 px on the CPU, its own
     PrefetchLoader around the DataLoader, checkpoints and a summary in a tmp output folder."""
     pytest.importorskip("timm")
-    script = one_line_changed(TIMM, tmp_path)
+    script = one_line_changed(TIMM, tmp_path, changed)
     make_folder(tmp_path / "data", images=48, held_out=8, classes=4, size=32, held_out_name="validation")
     out = advise(
         tmp_path,
@@ -212,14 +218,15 @@ def hub_cache_with(root: Path, repo_id: str, model_name: str) -> Path:
 
 
 @pytest.mark.slow
-def test_accelerate_cv_example(tmp_path: Path, store: str) -> None:
+@pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
+def test_accelerate_cv_example(tmp_path: Path, store: str, changed: bool) -> None:
     """accelerate's examples/cv_example.py: its Accelerator prepares a DataLoader of 4 workers (not persistent)
     over a folder of pet photos, and fine-tunes timm's pretrained resnet50d's classifier, batch 64 at 224 px, 3
     epochs: all fixed in the script. 12 images (9 to train: one batch an epoch) keep it short; the
     pretrained weights come from an offline hub cache made here."""
     pytest.importorskip("accelerate")
     timm = pytest.importorskip("timm")
-    script = one_line_changed(ACCELERATE, tmp_path)
+    script = one_line_changed(ACCELERATE, tmp_path, changed)
     pets_folder(tmp_path / "pets")
     hub_id = timm.models.get_pretrained_cfg("resnet50d").hf_hub_id
     hf = hub_cache_with(tmp_path / "hf", hub_id, "resnet50d")

@@ -77,11 +77,18 @@ def _said(kind: str, share: float, f: Figures) -> str:
             "copies hide it behind the step, uint8 transfers shrink it"
         )
     if kind == "interference":
-        where = "the thread that launches the step's kernels" if f.on_gpu else "the cores the step computes on"
-        return (
+        said = (
             f"the loader's host work slows the step itself: it takes {f.interference:.0%} longer beside the loader "
-            f"than with its batches replayed ({share:.0%} of the epoch); workers, a preloaded or GPU-resident "
-            f"dataset, or uint8 transfers move that work off {where}"
+            f"than with its batches replayed ({share:.0%} of the epoch); "
+        )
+        if f.on_gpu:
+            return said + (
+                "workers, a preloaded or GPU-resident dataset, or uint8 transfers move that work off the thread "
+                "that launches the step's kernels"
+            )
+        return said + (
+            "on a CPU the loader and the step share the cores: a loader that does less per item (a preloaded "
+            "dataset, fewer workers) leaves them to the step"
         )
     if kind == "launch":
         bound = f"{f.bound_compute_s:.3f} s" if f.bound_compute_s > 0 else "the step's own time"

@@ -70,6 +70,10 @@ def apply(base: Config, cand: Candidate) -> Config:
     return conf
 
 
+SKIPPED = "SKIPPED"  # a measurement not started: the advice's minutes had run out
+MIN_RUN_S = 1.0  # a run is not started with less time than this left
+
+
 @dataclass
 class Measured:
     """One measuring run: its record, outcome and per-epoch figures (steady: the warm-up left out)."""
@@ -139,7 +143,10 @@ class Runner:
     def run(
         self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None, reruns: int = 1
     ) -> Measured:
-        """The run; a contended one is run again, up to `reruns` times, while another fits before the deadline."""
+        """The run; a contended one is run again, up to `reruns` times, while another fits before the deadline.
+        None is started past the deadline: a SKIPPED measurement, no run recorded."""
+        if self.left_s() < MIN_RUN_S:
+            return Measured(role, name, "", SKIPPED, {}, error=f"no time left within --minutes ({role} {name})")
         m = self._once(conf, role, name, extra)
         while m.contended and reruns > 0 and m.wall_s < self.left_s():
             reruns -= 1

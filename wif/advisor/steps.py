@@ -16,14 +16,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import psutil
 
 from wif.advisor import answer, candidates, workload
 from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, TRIAL_EPOCHS, Advice, Options, log_answer, race_epochs
 from wif.advisor.predict import Prediction, batch_sizes, distinct, predict, rank
-from wif.advisor.runner import Candidate, Measured, Runner, loader_only, training
+from wif.advisor.runner import SKIPPED, Candidate, Measured, Runner, loader_only, training
 from wif.advisor.verify import RaceResult, run_race
 from wif.config import Config, as_plain
 from wif.measure.lifetime import signals_held
@@ -125,6 +125,7 @@ def _advise(
         fixed = None
     ceilings: Dict[str, float] = {}
     trials: Dict[str, Measured] = {}
+    cut: List[str] = []  # candidates whose trial the minutes cut short or never started
     step = candidates.step_rates(now, fixed, bs, cores, not cuda)
     n_trial = min(len(sizes), opts.batches)
 
@@ -140,6 +141,7 @@ def _advise(
             + (f"{ceilings[cand.name]:>9,.0f} img/s" if m.ok else f"{m.status}: {m.error}")
         )
         if not m.ok:
+            cut.extend([cand.name] if m.status == SKIPPED or "ran out" in m.error else [])
             return None
         trials[cand.name] = m
         return ceilings[cand.name]
@@ -161,6 +163,10 @@ def _advise(
         cuda,
     )
     say(sentence)
+    held = answer.limit_of(now, opts.bound_margin, bound_compute, cuda)
+    # On a GPU, workers move the loader's host work off the thread that launches the step: they are tried. On a
+    # CPU they would only move it to the cores the step computes on.
+    searched = data_bound or (held.kind == "interference" and cuda)
 
     made: Dict[str, Candidate] = {"current": cur}
 
@@ -175,7 +181,7 @@ def _advise(
         made[cand.name] = cand
         return trial(cand)
 
-    if data_bound:
+    if searched:
         say(
             f"{PROG}: 2/4 candidates: loader-only trials of up to {n_trial} batches, num_workers searched as "
             f"wif-tune does (0..{2 * cores}, persistent workers)"
@@ -198,13 +204,14 @@ def _advise(
     if "current" not in predicted and "w0" in predicted:
         predicted["current"] = predicted["w0"]
     ceilings.setdefault("current", ceilings.get("w0", math.nan))
-    current_pred = predicted["current"].epoch_s
+    # The configured setting as predicted; where its trial never ran (--minutes ran out), as measured.
+    current_pred = predicted["current"].epoch_s if "current" in predicted else now.median()
     ranked = rank(
         [(n, p.epoch_s) for n, p in predicted.items() if n not in ("current", "w0" if cur.workers == 0 else "")],
         current_pred,
         opts.margin,
     )
-    raced = distinct(ranked, predicted, opts.race_candidates, opts.margin) if data_bound else []
+    raced = distinct(ranked, predicted, opts.race_candidates, opts.margin) if searched else []
     order = ["current"] + sorted(
         (n for n in predicted if n != "current" and not (n == "w0" and cur.workers == 0)),
         key=lambda n: predicted[n].epoch_s,
@@ -230,12 +237,18 @@ def _advise(
         )
         say(f"{PROG}: 3/4 the race: not run: {unverified}")
         raced = []
+    elif cut:
+        unverified = (
+            f"--minutes {opts.minutes:g} ran out while the candidates were tried ({', '.join(cut)} not measured): "
+            "give it more --minutes."
+        )
+        say(f"{PROG}: 3/4 the race: not run: {unverified}")
     else:
         say(
             f"{PROG}: 3/4 the race: nothing to race ("
             + (
                 "not data-bound"
-                if not data_bound
+                if not searched
                 else f"no candidate is predicted faster than the current setting by more than {opts.margin:.0%}"
             )
             + ")"
@@ -266,7 +279,7 @@ def _advise(
         {n: p.epoch_s for n, p in predicted.items()},
         {n: race.measured_s(n) for n in ["current"] + raced} if race else {},
     )
-    out.limit = answer.limit_of(now, opts.bound_margin, bound_compute, cuda)
+    out.limit = held
     if pick is not None:
         r = race.table.loc[pick]
         out.speedup = (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
@@ -275,5 +288,5 @@ def _advise(
         out.loader_args = answer.loader_args(made[pick], base.loader.pin_memory)
         out.why = answer.memory_cost(race, pick)
     else:
-        out.why = unverified or answer.why_keep(race, raced, predicted, data_bound, not cuda, opts.margin)
+        out.why = unverified or answer.why_keep(race, raced, predicted, searched, not cuda, opts.margin)
     return out

@@ -18,7 +18,6 @@ from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 
 from wif.sweep.blocks import shuffle_within_blocks
-from wif.sweep.composed_once import KeepsComposedJobs
 
 
 @dataclass
@@ -29,7 +28,7 @@ class BlocksSweeperConf(BasicSweeperConf):
 ConfigStore.instance().store(group="hydra/sweeper", name="blocks", node=BlocksSweeperConf, provider="wif")
 
 
-class BlocksSweeper(KeepsComposedJobs, BasicSweeper):  # each job composed once (wif/sweep/composed_once.py)
+class BlocksSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         if OmegaConf.select(self.config, "sweep.budget_min") is None and not self.config.sweep.get("probe_only"):
             return super().sweep(arguments)

@@ -22,7 +22,6 @@ from omegaconf import OmegaConf, open_dict
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
 from wif.sweep import callback
 from wif.sweep.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
-from wif.sweep.composed_once import KeepsComposedJobs
 
 if TYPE_CHECKING:  # Hydra imports every plugin at each start: the race's statistics (pandas, scipy) wait for a race
     # (and Hydra's loader does not register the module, so its dataclass cannot take postponed annotations)
@@ -40,7 +39,7 @@ class RaceSweeperConf(BasicSweeperConf):
 ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweeperConf, provider="wif")
 
 
-class RaceSweeper(KeepsComposedJobs, BasicSweeper):  # each job composed once (wif/sweep/composed_once.py)
+class RaceSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from wif.report.race import FractionState, RaceRules
         from wif.sweep.race_log import RaceLog  # the job machinery: imported once the sweep starts

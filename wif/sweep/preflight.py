@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -32,7 +32,6 @@ from wif.config.engine_checks import validate_dali_driver
 from wif.config.exits import EXIT_BAD_SETTING
 from wif.config.targets import typed
 from wif.run.targets import check_user_code
-from wif.sweep.composed_once import compose_and_keep, forget
 
 log = logging.getLogger("wif")
 
@@ -43,54 +42,32 @@ _COMPOSED: Dict[Tuple[str, ...], Config] = {}  # each job's config as checked: a
 
 class _Composer:
     """Each job's typed config as Hydra's launcher would compose it, one full composition per set of
-    config-group choices; the only job of its choices is composed in full and kept for the launcher."""
+    config-group choices."""
 
-    def __init__(self, master: DictConfig, jobs: Sequence[Job] = ()) -> None:
+    def __init__(self, master: DictConfig) -> None:
         self.master = master
         self.loader = GlobalHydra.instance().config_loader()
         self.parser = OverridesParser.create(config_loader=self.loader)
         self.bases: Dict[Tuple[str, ...], Any] = {}
-        self.sharing: Counter = Counter()  # jobs per set of group choices, where they parse
-        for job in jobs:
-            try:
-                self.sharing[self._groups(self.parser.parse_overrides(list(job)))] += 1
-            except (HydraException, OmegaConfBaseException, AttributeError, ValueError):
-                pass
 
     def config(self, job: Job) -> Config:
-        if self._alone(job):
-            return self._full(job)  # the only job of its options: its own composition is the one the launcher needs
         try:
             return self._shared(job)
         except (HydraException, OmegaConfBaseException, AttributeError, ValueError):
             pass  # not a job the shortcut can compose: Hydra composes it in full, and says what is wrong
-        return self._full(job)
-
-    def _full(self, job: Job) -> Config:
-        """Composed in full as the launcher will, and kept for it (wif.sweep.composed_once): composed once."""
         try:
-            return _typed(compose_and_keep(self.loader, self.master, list(job)))
+            return _typed(self.loader.load_sweep_config(self.master, list(job)))
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError(" ".join(str(err).split())) from None
-
-    def _alone(self, job: Job) -> bool:
-        try:
-            return self.sharing[self._groups(self.parser.parse_overrides(list(job)))] == 1
-        except (HydraException, OmegaConfBaseException, AttributeError, ValueError):
-            return False
-
-    def _groups(self, parsed: list) -> Tuple[str, ...]:
-        return tuple(o.input_line for o, g in zip(parsed, self._is_group(parsed)) if g)
-
-    def _is_group(self, parsed: list) -> List[bool]:
-        return [self.loader.repository.group_exists(o.key_or_group) and not isinstance(o.value(), dict) for o in parsed]
 
     def _shared(self, job: Job) -> Config:
         from hydra._internal.config_loader_impl import ConfigLoaderImpl  # Hydra 1.3: how it applies values
 
         parsed = self.parser.parse_overrides(list(job))
-        is_group = self._is_group(parsed)
-        groups = self._groups(parsed)
+        is_group = [
+            self.loader.repository.group_exists(o.key_or_group) and not isinstance(o.value(), dict) for o in parsed
+        ]
+        groups = tuple(o.input_line for o, g in zip(parsed, is_group) if g)
         if groups not in self.bases:
             try:
                 self.bases[groups] = _without_hydra(self.loader.load_sweep_config(self.master, list(groups)))
@@ -188,8 +165,7 @@ def runs_here(master: DictConfig) -> bool:
 
 def bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> List[Tuple[Job, str]]:
     """Every job that cannot run, with the reason, in the sweep's order."""
-    forget()
-    composer, checks, here = _Composer(master, jobs), _Checks(), runs_here(master)
+    composer, checks, here = _Composer(master), _Checks(), runs_here(master)
     bad = []
     for job in jobs:
         try:

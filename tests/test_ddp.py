@@ -246,3 +246,9 @@ def test_the_jobs_vram_is_each_ranks_their_maximum_and_the_peak_of_their_sum() -
     cpu = Series()
     cpu.add(0.0, 1, 1, None, None)
     assert "vram_peak_device_mb" not in rank_peaks(cpu, 2, 0.0, 1.0)
+    late = Series()  # rank 1 registered after the first sample: that row has rank 0's columns only (CI's
+    late.add(0.0, 0, 300.0)  # IndexError before, when a rank started later than the sampler's first tick)
+    late.add(1.0, 1, 2, 400.0, 600.0)
+    out = rank_peaks(late, 2, 0.0, 1.0)
+    assert out["rank1_vram_peak_device_mb"] == 600.0 and out["vram_peak_device_sum_mb"] == 1000.0
+    assert (out["rank0_workers_peak"], out["rank1_workers_peak"]) == (1, 2)  # the short row's 300.0 is no count

@@ -32,6 +32,11 @@ def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, fl
     for the job the largest rank's device peak (the GPU size it needs) and the peak of their sum."""
     out: Dict[str, float] = {}
     vram_sum: List[float] = []
+    whole = Series()  # rows sampled before every rank had registered hold fewer ranks' columns: left out
+    for t, row in zip(series.t, series.rows):
+        if len(row) == 2 * ranks:
+            whole.add(t, *row)
+    series = whole
     for rank in range(ranks):
         workers = series.between(t0, t1, rank)
         if workers:

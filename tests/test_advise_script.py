@@ -122,7 +122,7 @@ def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
 
     runner = ScriptRunner(None, "cpu", "parent", "advise", time.monotonic() - 1, command=["python", "train.py"])
     m = runner.run(None, "loader", "w4")  # a real run would need its configuration and store: none is touched
-    assert m.status == SKIPPED and not m.ok and "no time left within --minutes" in m.error and runner.runs == []
+    assert m.status == SKIPPED and not m.ok and "--minutes ran out before it started" in m.error and runner.runs == []
 
 
 @pytest.mark.slow

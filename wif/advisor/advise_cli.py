@@ -147,6 +147,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
+    except KeyboardInterrupt:  # Ctrl-C while the command is probed: it ended its own way, and nothing was recorded
+        print(f"{PROG}: interrupted before any run was recorded.", file=sys.stderr)
+        return EXIT_INTERRUPTED
     signal.signal(signal.SIGTERM, interrupt)  # `kill` ends the advice as Ctrl-C does: every run KILLED
     try:
         preload()

@@ -146,7 +146,9 @@ class Runner:
         """The run; a contended one is run again, up to `reruns` times, while another fits before the deadline.
         None is started past the deadline: a SKIPPED measurement, no run recorded."""
         if self.left_s() < MIN_RUN_S:
-            return Measured(role, name, "", SKIPPED, {}, error=f"no time left within --minutes ({role} {name})")
+            return Measured(
+                role, name, "", SKIPPED, {}, error=f"the --minutes ran out before it started ({role} {name})"
+            )
         m = self._once(conf, role, name, extra)
         while m.contended and reruns > 0 and m.wall_s < self.left_s():
             reruns -= 1

@@ -105,7 +105,7 @@ class Session:
         self.record = Record(self.params, experiment, run_name, log and rank == 0, self.orders)
         if self.record.log and self.record.own and "MLFLOW_TRACKING_URI" not in os.environ:
             where = os.path.abspath("mlflow.db")
-            self.say(f"wif.watch: epochs logged to {where} (or MLFLOW_TRACKING_URI; none: WIF_WATCH=print)")
+            self.say(f"wif.watch: logging to {where} (or MLFLOW_TRACKING_URI; nowhere: WIF_WATCH=print)")
         return True
 
     def _training(self) -> bool:

@@ -57,7 +57,8 @@ def _site() -> str:
 def _where(frame: Any) -> str:
     path = frame.f_code.co_filename
     try:
-        path = os.path.relpath(path)
+        near = os.path.relpath(path)
+        path = path if near.startswith("..") else near  # relative only below the working directory
     except ValueError:  # another drive
         pass
     return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"

@@ -9,6 +9,7 @@ from wif.advisor.predict import (
     Prediction,
     Step,
     batch_sizes,
+    cannot_win,
     distinct,
     item_time,
     predict,
@@ -141,8 +142,32 @@ def test_the_race_leaves_out_what_the_model_cannot_tell_from_a_faster_candidate(
     ranked = sorted(((n, x.epoch_s) for n, x in p.items()), key=lambda kv: kv[1])
     assert distinct(ranked, p, 2, 0.02) == ["w4", "w1"]
     assert distinct(ranked, p, 1, 0.02) == ["w4"]
-    loaders = {"a": Prediction(1.0, 1.0, 0.5, 0.0, 1.0), "b": Prediction(1.01, 1.01, 0.5, 0.0, 1.0)}
-    assert distinct([("a", 1.0), ("b", 1.01)], loaders, 2, 0.02) == ["a", "b"]  # loader-limited: both raced
+    # Loader-limited and as close: raced where the worker counts differ (the workers' share of the cores is
+    # what the model may get wrong), left out where they are the same workers with another knob.
+    a, b = Prediction(1.0, 1.0, 0.5, 0.0, 1.0, workers=4), Prediction(1.01, 1.01, 0.5, 0.0, 1.0, workers=3)
+    assert distinct([("a", 1.0), ("b", 1.01)], {"a": a, "b": b}, 2, 0.02) == ["a", "b"]
+    same = Prediction(1.01, 1.01, 0.5, 0.0, 1.0, workers=4)
+    assert distinct([("a", 1.0), ("b", 1.01)], {"a": a, "b": same}, 2, 0.02) == ["a"]
+    apart = Prediction(1.05, 1.05, 0.5, 0.0, 1.0, workers=4)  # the same workers, but further than the margin
+    assert distinct([("a", 1.0), ("b", 1.05)], {"a": a, "b": apart}, 2, 0.02) == ["a", "b"]
+
+
+def test_fewer_workers_that_cannot_beat_the_best_need_no_trial():
+    """The issue's 4-ms case: 768 items at 233 img/s in-process, four workers predicted at 0.865 s an epoch.
+    Three workers fetch at most 3 x 233 img/s, 1.10 s for the loader alone: they cannot win; had four been
+    predicted at 1.2 s (the step slower), three could (their loader 1.10 s), so they are tried."""
+    assert cannot_win(768, 3, 233.0, 0.865, 0.02)
+    assert cannot_win(768, 1, 233.0, 0.865, 0.02)
+    assert not cannot_win(768, 3, 233.0, 1.2, 0.02)
+    assert not cannot_win(768, 0, 233.0, 0.865, 0.02)  # 0 workers: the configured run measured it
+    assert not cannot_win(768, 3, math.nan, 0.865, 0.02)  # no in-process rate: nothing known
+    # against the model itself: a count it predicts slower than the bound says is never left untried
+    step = Step(compute_s=0.005, cores=1.0)
+    sizes = batch_sizes(768, 32)
+    four = predict(sizes, step, Loader(4, 1 / 233.0), 2).epoch_s
+    for w in (1, 2, 3):
+        mine = predict(sizes, step, Loader(w, 1 / 233.0), 2).epoch_s
+        assert not cannot_win(768, w, 233.0, four, 0.02) or mine > four * 1.02
 
 
 def test_with_no_race_the_answer_says_why_from_the_prediction():
@@ -153,3 +178,16 @@ def test_with_no_race_the_answer_says_why_from_the_prediction():
     assert "take turns with the step" in said and "stretched up to 1.6x" in said and "trainer.threads" in said
     assert "take turns" not in why_keep(None, [], turns, data_bound=True, on_cpu=False, margin=0.02)
     assert "hardly waits for data" in why_keep(None, [], turns, data_bound=False, on_cpu=True, margin=0.02)
+
+
+def test_before_the_race_the_prediction_says_the_workers_take_the_steps_cores():
+    from wif.advisor.answer import candidate_table, shared_cores
+
+    stretched = {"current": Prediction(1.0, 0.9, 0.1, 0.0, 1.0), "w2": Prediction(0.6, 0.3, 0.5, 0.0, 1.45, 2)}
+    said = shared_cores(stretched, 2, 2.0)
+    assert "2 cores, the step's threads on 2" in said
+    assert "the workers take the cores the step uses" in said and "1.45x longer (w2)" in said
+    apart = {"current": Prediction(1.0, 0.9, 0.1, 0.0, 1.0), "w2": Prediction(0.6, 0.3, 0.5, 0.0, 1.05, 2)}
+    assert "fit beside the step" in shared_cores(apart, 16, 1.0)
+    table = candidate_table(["current", "w2"], {"current": 100.0, "w2": 300.0}, stretched, None)
+    assert "step x" in table.splitlines()[0] and "1.45" in table.splitlines()[2]

@@ -144,6 +144,21 @@ def test_worker_search_goes_coarse_then_refines_and_stops_early() -> None:
     assert sorted(w for w, p in calls if p == "refine") == [1, 2, 3, 5, 6, 7]
 
 
+def test_worker_search_leaves_out_counts_the_caller_shows_cannot_win() -> None:
+    speed = {0: 100.0, 4: 400.0, 1: 100.0, 2: 200.0, 3: 300.0}
+    calls = []
+
+    def measure(w, phase):
+        calls.append(w)
+        return speed[w]
+
+    assert search_workers(measure, 4, 4, 3, 0.05, beaten=lambda w, best: w < best) == 4
+    assert calls == [0, 4]  # 1..3 shown beaten by the caller's bound: never measured
+    calls.clear()
+    assert search_workers(measure, 4, 4, 3, 0.05, beaten=lambda w, best: w < 2) == 4
+    assert calls == [0, 4, 2, 3]
+
+
 def test_worker_search_prefers_fewer_workers_and_survives_failures() -> None:
     assert pick_best({0: 100.0, 2: 103.0, 4: 104.0}, min_gain=0.05) == 0  # within 5%: fewest workers
     assert pick_best({0: None, 1: 10.0}, min_gain=0.05) == 1

@@ -13,6 +13,7 @@ from wif.advisor.runner import Candidate, Measured
 from wif.advisor.verify import BASELINE, RaceResult
 from wif.config.compose import STUDY_COMMAND
 
+STRETCH = 0.1  # a step's compute predicted or measured longer than this share beside workers: they share its cores
 # gpu_blocked_s (CUDA only): a blocking copy's wait behind the GPU's queued work, kept out of data wait and copy
 PHASES = (
     ("data_wait_s", "data wait"),
@@ -98,8 +99,8 @@ def candidate_table(
 ) -> str:
     """One row a candidate: loader-only ceiling, predicted epoch, and for raced ones measured and error."""
     rows = [
-        f"{'setting':<16}{'loader img/s':>13}{'predicted s':>12}{'limit':>9}{'measured s':>11}{'error':>8}"
-        f"{'speedup (95% CI)':>26}"
+        f"{'setting':<16}{'loader img/s':>13}{'predicted s':>12}{'limit':>9}{'step x':>8}{'measured s':>11}"
+        f"{'error':>8}{'speedup (95% CI)':>26}"
     ]
     for name in names:
         p = predicted.get(name)
@@ -112,10 +113,24 @@ def candidate_table(
         rows.append(
             f"{name:<16}{ceilings.get(name, math.nan):>13,.0f}"
             f"{(p.epoch_s if p else math.nan):>12.3f}{(p.bound if p else ''):>9}"
+            f"{(p.slowdown if p else math.nan):>8.2f}"
             + (f"{measured:>11.3f}{err:>+8.0%}" if not math.isnan(measured) else f"{'not raced':>11}{'':>8}")
             + f"{speed:>26}"
         )
     return "\n".join(rows)
+
+
+def shared_cores(predicted: Dict[str, Prediction], cores: int, step_cores: float) -> str:
+    """Before the race, what the prediction already knows of the machine: on a CPU the workers' fetches and the
+    step share its cores, so the step's compute is predicted longer beside workers (the table's `step x`)."""
+    head = f"On this CPU ({cores} cores, the step's threads on {step_cores:g})"
+    worst = max(predicted, key=lambda n: predicted[n].slowdown, default=None)
+    if worst is None or predicted[worst].slowdown <= 1 + STRETCH:
+        return f"{head}: the workers' fetches fit beside the step; its compute is predicted as it is (step x)."
+    return (
+        f"{head}: the workers take the cores the step uses: its compute is predicted up to "
+        f"{predicted[worst].slowdown:.2f}x longer ({worst}), in the predictions above (step x)."
+    )
 
 
 def memory_cost(race: RaceResult, name: str) -> str:
@@ -162,7 +177,7 @@ def why_keep(
             )
         mine = [m.mean("compute_s") for m in race.runs.get(name, [])]
         theirs = [m.mean("compute_s") for m in race.runs.get(BASELINE, [])]
-        if on_cpu and mine and theirs and sum(mine) / len(mine) > 1.1 * sum(theirs) / len(theirs):
+        if on_cpu and mine and theirs and sum(mine) / len(mine) > (1 + STRETCH) * sum(theirs) / len(theirs):
             said += (
                 f"; the step's compute took {sum(mine) / len(mine):.3f} s an epoch against "
                 f"{sum(theirs) / len(theirs):.3f} s: the workers take the cores the step uses"

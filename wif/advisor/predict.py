@@ -57,6 +57,7 @@ class Prediction:
     compute_s: float  # the step's time over the epoch (at the contention predicted)
     startup_s: float
     slowdown: float  # how much the shared cores stretch the CPU work (1: no contention)
+    workers: int = 0  # the loader's worker processes
 
     @property
     def bound(self) -> str:
@@ -113,7 +114,7 @@ def predict(sizes: Sequence[int], step: Step, loader: Loader, cores: float) -> P
     epoch = simulate(
         sizes, loader.workers, loader.item_s, compute, step.copy_s, loader.prefetch, startup, loader.copy_hidden
     )
-    return Prediction(epoch, alone, compute * len(sizes), startup, slowdown)
+    return Prediction(epoch, alone, compute * len(sizes), startup, slowdown, loader.workers)
 
 
 def item_time(
@@ -136,19 +137,32 @@ def rank(predictions: Sequence[Tuple[str, float]], current_s: float, margin: flo
     return sorted(((n, s) for n, s in predictions if s * (1 + margin) < current_s), key=lambda p: p[1])
 
 
+def cannot_win(items: int, workers: int, in_process_img_s: float, best_epoch_s: float, margin: float) -> bool:
+    """Whether `workers` workers cannot make an epoch shorter than `best_epoch_s` (a larger count's, predicted):
+    workers scale at most linearly, so their loader alone takes at least `items` over `workers` times the
+    in-process rate, and an epoch is never shorter than its loader. Such a count needs no trial."""
+    if not (workers > 0 and in_process_img_s > 0 and best_epoch_s > 0):
+        return False
+    return items / (workers * in_process_img_s) > best_epoch_s * (1 + margin)
+
+
 def distinct(
     ranked: Sequence[Tuple[str, float]], predicted: Mapping[str, Prediction], count: int, margin: float
 ) -> List[str]:
     """Up to `count` of the ranked candidates to race, fastest first, leaving out one the model cannot tell from
-    a faster one already in: predicted within `margin` of it, both limited by the step (the loader keeps up in
-    both, so what differs is only the loader's, which the epoch does not wait on). A race run of it would buy
-    nothing the prediction does not already say."""
+    a faster one already in: predicted within `margin` of it, and either both limited by the step (the loader
+    keeps up in both, so what differs is only the loader's, which the epoch does not wait on) or both with as
+    many workers (what differs is a knob of the same workers, whose rate each one's trial measured; the model's
+    uncertain part, the workers' share of the cores, is the same in both). A race run of it would buy nothing
+    the prediction does not already say."""
     out: List[str] = []
     for name, epoch in ranked:
         if len(out) == count:
             break
+        mine = predicted[name]
         same = any(
-            epoch <= predicted[n].epoch_s * (1 + margin) and predicted[n].bound == predicted[name].bound == "compute"
+            epoch <= predicted[n].epoch_s * (1 + margin)
+            and (predicted[n].bound == mine.bound == "compute" or predicted[n].workers == mine.workers)
             for n in out
         )
         if not same:

@@ -22,7 +22,7 @@ import psutil
 
 from wif.advisor import answer, candidates, workload
 from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, TRIAL_EPOCHS, Advice, Options, log_answer, race_epochs
-from wif.advisor.predict import Prediction, batch_sizes, distinct, predict, rank
+from wif.advisor.predict import Prediction, batch_sizes, cannot_win, distinct, predict, rank
 from wif.advisor.runner import SKIPPED, Candidate, Measured, Runner, loader_only, training
 from wif.advisor.verify import RaceResult, run_race
 from wif.config import Config, as_plain
@@ -181,12 +181,20 @@ def _advise(
         made[cand.name] = cand
         return trial(cand)
 
+    def beaten(w: int, best: int) -> bool:  # fewer workers than the best, predicted unable to beat it: no trial
+        top = f"w{best}"
+        return (
+            w < best
+            and top in trials
+            and cannot_win(items, w, ceilings.get("w0", math.nan), rated(made[top]).epoch_s, opts.margin)
+        )
+
     if searched:
         say(
             f"{PROG}: 2/4 candidates: loader-only trials of up to {n_trial} batches, num_workers searched as "
             f"wif-tune does (0..{2 * cores}, persistent workers)"
         )
-        best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05)
+        best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05, beaten)
         best = candidates.workers(base, best_w or 0, cuda)
         if best.name in trials and rated(best).bound == "compute":  # the loader keeps up: its knobs cannot gain
             say(f"  {best.name} is predicted to feed the step faster than it computes: no other knob is tried")
@@ -217,6 +225,8 @@ def _advise(
         key=lambda n: predicted[n].epoch_s,
     )
     say(answer.candidate_table(order, ceilings, predicted, None))
+    if not cuda:
+        say(answer.shared_cores(predicted, cores, step.cores))
 
     race: Optional[RaceResult] = None
     unverified = ""

@@ -44,10 +44,19 @@ def pick_best(scores: Dict[int, Optional[float]], min_gain: float) -> Optional[i
     return min(w for w, s in ok.items() if s * (1 + min_gain) >= top)
 
 
-def search_workers(measure: Measure, max_workers: int, step: int, radius: int, min_gain: float) -> Optional[int]:
+def search_workers(
+    measure: Measure,
+    max_workers: int,
+    step: int,
+    radius: int,
+    min_gain: float,
+    beaten: Optional[Callable[[int, int], bool]] = None,
+) -> Optional[int]:
     """The search docs/tuning.md describes: 0, step, 2*step, ... up to `max_workers`, stopping at the first
     count that is not faster than the best so far by more than `min_gain` (or fails); then every count within
-    `radius` of the best. Each count is measured once."""
+    `radius` of the best. Each count is measured once; in the second pass a count that `beaten(count, best)`
+    shows cannot beat the best (the caller's bound, e.g. wif-advise's: its loader alone slower than the best's
+    whole epoch) is not measured at all."""
     scores: Dict[int, Optional[float]] = {}
 
     def score(w: int, phase: str) -> Optional[float]:
@@ -63,7 +72,8 @@ def search_workers(measure: Measure, max_workers: int, step: int, radius: int, m
             break  # more workers stopped helping
         best = w
     for w in range(max(best - radius, 0), min(best + radius, max_workers) + 1):
-        score(w, "refine")
+        if w in scores or beaten is None or not beaten(w, best):
+            score(w, "refine")
     return pick_best(scores, min_gain)
 
 

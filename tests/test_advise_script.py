@@ -16,7 +16,7 @@ from typing import List
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import holds_unless_disturbed
+from tests.conftest import _as_in_a_terminal, holds_unless_disturbed
 from wif.config.exits import EXIT_INTERRUPTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,6 +291,7 @@ def test_ctrl_c_at_a_terminal_reaches_the_script_once(tmp_path: Path, store: str
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own, the pseudo-terminal its controlling terminal
         os.chdir(tmp_path)
+        _as_in_a_terminal()  # a test runner in the background passes SIGINT on ignored; a terminal's job has it
         os.execve(sys.executable, argv, env)
     said: List[bytes] = []
 

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from wif.advisor import script
 from wif.advisor.steps import PROG, Advice, Options, advise
@@ -26,7 +26,7 @@ from wif.data.loaders import silence_worker_count_warning
 from wif.measure.lifetime import process_age_s
 from wif.report.race import RaceRules
 from wif.run.forking import parent_threads_back, preload
-from wif.run.supervise import interrupt, resolve_device
+from wif.run.supervise import resolve_device
 from wif.tools.tune import check_tunable
 from wif.watcher.origin import NAMED
 
@@ -125,6 +125,20 @@ def process_started() -> float:
     return time.monotonic() - process_age_s()
 
 
+class _Once:
+    """The first Ctrl-C or SIGTERM raises KeyboardInterrupt; those after it are ignored. Ctrl-C held or pressed
+    again lands while the first one's clean-up begins (every run of the advice ended KILLED): raised there, it
+    left the parent run RUNNING."""
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if not self.raised:
+            self.raised = True
+            raise KeyboardInterrupt
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     quick_exit()
     started = process_started()
@@ -150,7 +164,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while the command is probed: it ended its own way, and nothing was recorded
         print(f"{PROG}: interrupted before any run was recorded.", file=sys.stderr)
         return EXIT_INTERRUPTED
-    signal.signal(signal.SIGTERM, interrupt)  # `kill` ends the advice as Ctrl-C does: every run KILLED
+    once = _Once()  # `kill` ends the advice as Ctrl-C does, every run KILLED; the signals after it change nothing
+    signal.signal(signal.SIGTERM, once)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIGINT left ignored where it was (nohup)
+        signal.signal(signal.SIGINT, once)
     try:
         preload()
         silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md, wif-tune)

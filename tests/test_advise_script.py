@@ -114,6 +114,47 @@ def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(t
     assert sized_cap(8, 2.0, 5.0) == 8 and sized_cap(50, None, 5.0) == 50
 
 
+EARLY_LEAVER = """
+import sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.zeros(40, 2)), batch_size=2)
+for epoch in range(1000):
+    with open("epochs", "a") as out:
+        out.write("started\\n")
+    if sys.argv[1] == "break":  # a per-epoch step limit: each epoch left after 3 batches
+        for i, (x,) in enumerate(__import__("wif").watch(loader)):
+            time.sleep(0.02)
+            if i == 2:
+                break
+    else:  # as Lightning's fetcher does: an epoch's batches taken by count, the end never asked for; no wif line
+        batches = iter(loader)
+        for _ in range(3):
+            next(batches)
+            time.sleep(0.02)
+"""
+
+
+@pytest.mark.parametrize("how", ["break", "by-count"])
+def test_the_probe_ends_a_script_that_leaves_each_epoch_early(tmp_path: Path, how: str) -> None:
+    """Epochs of 3 batches taken, fewer than the probe times: the probe ends the script as its second epoch
+    starts, its batch time kept (before: the probe ran every one of the script's 1,000 epochs)."""
+    (tmp_path / "train.py").write_text(EARLY_LEAVER)
+    env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
+    code = "import json, sys; from wif.advisor.script import probe; print(json.dumps(probe(sys.argv[1:])))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, sys.executable, "train.py", how],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["batch_size"] == 2 and 0.02 <= found["batch_s"] < 0.5, found
+    assert (tmp_path / "epochs").read_text().split() == ["started", "started"]
+
+
 def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
     """With the advice's minutes spent, a measurement is SKIPPED, said as such, and no run is started or
     recorded (before: it started, was stopped "-1 s into this run" and left a FAILED run behind)."""

@@ -55,6 +55,8 @@ class Orders:
         self.done, self.reason = False, ""
         self.replay: List[Any] = []
         self.rebuilt: Optional[DataLoader] = None
+        self.found: Optional[Dict[str, Any]] = None  # `probe`: the loader's settings, once
+        self.times: Optional[List[float]] = None  # `probe`: the first epoch's batch times, once it has begun
 
     @classmethod
     def from_env(cls) -> Optional["Orders"]:
@@ -64,6 +66,8 @@ class Orders:
     def probe(self, settings: Dict[str, Any], has_dataloader: bool) -> None:
         """`probe`: what the loader is, written where wif-advise reads it; without a DataLoader the script ends
         here, with one its first batches are timed (`sample`)."""
+        if self.found is not None:  # a later epoch of the same loader: `sample` ends the script there
+            return
         self.found = {**settings, "has_dataloader": has_dataloader}
         with open(self.spec["out"], "w") as out:
             json.dump(self.found, out)
@@ -73,8 +77,13 @@ class Orders:
     def sample(self, batches: Any) -> Iterator[Any]:
         """`probe`: the first batches of the training loop as it runs, each batch's time (its fetch and its step)
         written beside the settings (`batch_s`: their median after the first, which starts the workers), for
-        wif-advise to size its measuring runs to its minutes; then the script ends."""
-        times: List[float] = []
+        wif-advise to size its measuring runs to its minutes; then the script ends: after those batches, at the
+        epoch's end, or, where the loop left the epoch before either (a break, Lightning's fetcher taking an
+        epoch's batches by count, never asking for the end), as the loader's next epoch starts. Before, such a
+        script's probe ran all of its epochs."""
+        if self.times is not None:
+            self._probed()
+        times = self.times = []
         t = time.perf_counter()
         for batch in batches:
             yield batch
@@ -83,7 +92,11 @@ class Orders:
             t = now
             if len(times) > PROBE_BATCHES or sum(times) > PROBE_S:
                 break
-        if times:
+        self._probed()
+
+    def _probed(self) -> None:
+        times = self.times or []
+        if times and self.found is not None:
             steady = times[1:] or times
             self.found["batch_s"] = sorted(steady)[len(steady) // 2]
             with open(self.spec["out"], "w") as out:

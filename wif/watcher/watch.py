@@ -86,13 +86,13 @@ class Session:
         """At an epoch's start: whether this loader is watched (and, the first time, its record opened)."""
         if self.record is not None or self.passed:
             return not self.passed
-        if self.claims:
+        if self.claims and self not in _claimed:  # (a probe records nothing: its later epochs come back here)
             if _claimed or not self._training():
                 self.passed = True
                 return False
             _claimed.append(self)
         if self.ordered:
-            self.orders = Orders.from_env()
+            self.orders = self.orders or Orders.from_env()  # a probe's, kept from epoch to epoch (nothing recorded)
             if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
                 origin_ = origin.of(self.loader) if self.loader is not None else {}
                 self.orders.probe({**settings_of(batches, self.loader), **origin_}, self.loader is not None)
@@ -124,7 +124,7 @@ class Session:
             return
         orders, record = self.orders, self.record
         if orders is not None and orders.mode == "probe":  # its first batches timed, and the script ends
-            yield from orders.sample(batches)
+            yield from orders.sample(self._started(batches))
         if orders is not None:
             if orders.done:
                 orders.leave(record)
@@ -137,6 +137,16 @@ class Session:
         yield from self._timed(orders.batches(batches, len(self.epochs)) if orders else batches)
         if orders is not None and orders.done:
             orders.leave(record)
+
+    def _started(self, source: Iterable[Any]) -> Iterator[Any]:
+        """`source`'s batches, its DataLoader's own epoch (started by the first) known as this epoch's (`hooked`)."""
+        self.starting = True
+        try:
+            for batch in source:
+                self.starting = False
+                yield batch
+        finally:
+            self.starting = False
 
     def _timed(self, source: Iterable[Any]) -> Iterator[Any]:
         """The batches of `source`, timed by the loop's clock; the figures recorded when the pass ends (however)."""

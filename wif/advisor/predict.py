@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Mapping, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,19 @@ def relative_error(predicted: float, measured: float) -> float:
 def rank(predictions: Sequence[Tuple[str, float]], current_s: float, margin: float) -> List[Tuple[str, float]]:
     """The candidates predicted faster than the current setting by more than `margin`, fastest first."""
     return sorted(((n, s) for n, s in predictions if s * (1 + margin) < current_s), key=lambda p: p[1])
+
+
+CLOSE = 0.1  # predicted within this of the current setting: a close call (the CPU's predictions err 7-22%)
+
+
+def close_call(predicted_s: Mapping[str, float], current_s: float, close: float = CLOSE) -> Optional[str]:
+    """The candidate predicted fastest where none is predicted faster by the race's margin but it is within
+    `close` of the current setting: the model's error on a CPU (the workers' share of the step's cores) is
+    larger than that, so its "keep" is raced, not said (None: no candidate that close)."""
+    if not predicted_s:
+        return None
+    name = min(predicted_s, key=lambda n: predicted_s[n])
+    return name if predicted_s[name] <= current_s * (1 + close) else None
 
 
 def cannot_win(items: int, workers: int, in_process_img_s: float, best_epoch_s: float, margin: float) -> bool:

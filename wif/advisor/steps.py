@@ -22,7 +22,7 @@ import psutil
 
 from wif.advisor import answer, candidates, workload
 from wif.advisor.advice import ANSWER_S, MIN_RACE_EPOCHS, TRIAL_EPOCHS, Advice, Options, log_answer, race_epochs
-from wif.advisor.predict import Prediction, batch_sizes, cannot_win, distinct, predict, rank
+from wif.advisor.predict import CLOSE, Prediction, batch_sizes, cannot_win, close_call, distinct, predict, rank
 from wif.advisor.runner import SKIPPED, Candidate, Measured, Runner, loader_only, training
 from wif.advisor.verify import RaceResult, run_race
 from wif.config import Config, as_plain
@@ -220,6 +220,12 @@ def _advise(
         opts.margin,
     )
     raced = distinct(ranked, predicted, opts.race_candidates, opts.margin) if searched else []
+    close = (
+        close_call({n: p.epoch_s for n, p in predicted.items() if n not in ("current", "w0")}, current_pred)
+        if searched and not raced
+        else None
+    )
+    raced = [close] if close else raced  # "keep" from a prediction this close is verified by the race instead
     order = ["current"] + sorted(
         (n for n in predicted if n != "current" and not (n == "w0" and cur.workers == 0)),
         key=lambda n: predicted[n].epoch_s,
@@ -231,11 +237,19 @@ def _advise(
     race: Optional[RaceResult] = None
     unverified = ""
     epochs = race_epochs(runner.left_s(), now, [predicted[n].epoch_s for n in raced], opts)
+    if close and epochs < MIN_RACE_EPOCHS:  # no time to verify a close call: the prediction's "keep" stands
+        raced = []
     if raced and epochs >= MIN_RACE_EPOCHS:
         rules = RaceRules(opts.min_blocks, opts.max_blocks, opts.margin)
         say(
             f"{PROG}: 3/4 the race: current against {', '.join(raced)} (trainer.epochs=auto up to {epochs}, "
             f"blocks {opts.min_blocks}..{opts.max_blocks}, {runner.left_s():.0f} s left)"
+            + (
+                f"; a close call: {close} is predicted within {CLOSE:.0%} of the current setting, more closely "
+                "than the prediction can tell on this machine"
+                if close
+                else ""
+            )
         )
         race = run_race(runner, base, [cur] + [made[n] for n in raced], rules, epochs, say)
     elif raced:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -89,16 +89,14 @@ SCRIPT = (
 )
 
 
-def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(tmp_path: Path) -> None:
-    """The probe runs the script's first batches, each 0.3 s of step here, and reports their median; with
-    batches that slow an epoch gets fewer of them (at least 16), so that the race fits in the minutes."""
-    from wif.advisor.script import sized_cap
-
-    (tmp_path / "train.py").write_text(SCRIPT)
+def probed(tmp_path: Path, source: str, *args: str) -> Dict[str, Any]:
+    """`source` written as tmp_path/train.py and probed as wif-advise probes it (wif.advisor.script.probe):
+    what the probe found."""
+    (tmp_path / "train.py").write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
     code = "import json, sys; from wif.advisor.script import probe; print(json.dumps(probe(sys.argv[1:])))"
     done = subprocess.run(
-        [sys.executable, "-c", code, sys.executable, "train.py", "40", "0.3"],
+        [sys.executable, "-c", code, sys.executable, "train.py", *args],
         cwd=tmp_path,
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -106,7 +104,15 @@ def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(t
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(tmp_path: Path) -> None:
+    """The probe runs the script's first batches, each 0.3 s of step here, and reports their median; with
+    batches that slow an epoch gets fewer of them (at least 16), so that the race fits in the minutes."""
+    from wif.advisor.script import sized_cap
+
+    found = probed(tmp_path, SCRIPT, "40", "0.3")
     assert found["batch_size"] == 2 and 0.3 <= found["batch_s"] < 0.6, found
     assert sized_cap(50, 0.01, 5.0) == 50  # fast batches: --batches as given
     assert sized_cap(50, 0.5, 5.0) == 16  # 20-s epochs of 40 batches: 8 s ones, a race within 5 minutes
@@ -138,19 +144,7 @@ for epoch in range(1000):
 def test_the_probe_ends_a_script_that_leaves_each_epoch_early(tmp_path: Path, how: str) -> None:
     """Epochs of 3 batches taken, fewer than the probe times: the probe ends the script as its second epoch
     starts, its batch time kept (before: the probe ran every one of the script's 1,000 epochs)."""
-    (tmp_path / "train.py").write_text(EARLY_LEAVER)
-    env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
-    code = "import json, sys; from wif.advisor.script import probe; print(json.dumps(probe(sys.argv[1:])))"
-    done = subprocess.run(
-        [sys.executable, "-c", code, sys.executable, "train.py", how],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = probed(tmp_path, EARLY_LEAVER, how)
     assert found["batch_size"] == 2 and 0.02 <= found["batch_s"] < 0.5, found
     assert (tmp_path / "epochs").read_text().split() == ["started", "started"]
 

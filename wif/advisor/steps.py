@@ -214,17 +214,11 @@ def _advise(
     ceilings.setdefault("current", ceilings.get("w0", math.nan))
     # The configured setting as predicted; where its trial never ran (--minutes ran out), as measured.
     current_pred = predicted["current"].epoch_s if "current" in predicted else now.median()
-    ranked = rank(
-        [(n, p.epoch_s) for n, p in predicted.items() if n not in ("current", "w0" if cur.workers == 0 else "")],
-        current_pred,
-        opts.margin,
-    )
+    # the candidates: every setting predicted but the configured one (w0 is it where it has 0 workers)
+    others = {n: p.epoch_s for n, p in predicted.items() if n not in ("current", "w0" if cur.workers == 0 else "")}
+    ranked = rank(list(others.items()), current_pred, opts.margin)
     raced = distinct(ranked, predicted, opts.race_candidates, opts.margin) if searched else []
-    close = (
-        close_call({n: p.epoch_s for n, p in predicted.items() if n not in ("current", "w0")}, current_pred)
-        if searched and not raced
-        else None
-    )
+    close = close_call(others, current_pred) if searched and not raced else None
     raced = [close] if close else raced  # "keep" from a prediction this close is verified by the race instead
     order = ["current"] + sorted(
         (n for n in predicted if n != "current" and not (n == "w0" and cur.workers == 0)),

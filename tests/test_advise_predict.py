@@ -202,12 +202,19 @@ def test_a_keep_predicted_this_close_is_raced_not_said():
     assert close_call({}, 6.995) is None
 
 
-def test_race_runs_are_sized_so_that_the_blocks_fit_with_epochs_longer_than_measured():
-    """208 s left, the current setting against one candidate, 2 blocks: 4 runs of 52 s. The measuring run took
-    6.2-s epochs and 10 s to start; race epochs ran 7.7-8.5 s (timm's train.py): 5 epochs a run, not 7."""
+def test_race_runs_take_the_epochs_the_allocation_asks_and_fit_the_time_left():
+    """A race run takes its warm-up and Kalibera and Jones' steady epochs, sqrt(a run's start / an epoch's cost),
+    at least 3 in all, fewer where the blocks would not fit. timm's train.py here: 10 s to start, 6.2-s epochs
+    measured, race epochs 7.7-8.5 s: 3 epochs (not the 5 that 2 blocks in 208 s would allow: more blocks buy
+    more than longer runs). A script that takes 60 s to start 1-s epochs: 1 + ceil(sqrt(60 / 1.3)) = 8."""
     from wif.advisor.advice import Options, race_epochs
     from wif.advisor.runner import Measured
 
     now = Measured("measure", "current", "run", "FINISHED", {}, [{"epoch_time_s": 6.2}] * 3, wall_s=28.6)
-    assert race_epochs(208.0, now, [6.19], Options()) == 5
-    assert 2 * (10 + 5 * 8.5) + 2 * (10 + 5 * 7.7) <= 208  # the two blocks as they ran: within the time
+    assert race_epochs(208.0, now, [6.19], Options()) == 3
+    assert race_epochs(208.0, now, [6.19], Options(), warmup=2) == 4
+    slow_start = Measured("measure", "current", "run", "FINISHED", {}, [{"epoch_time_s": 1.0}] * 3, wall_s=63.0)
+    assert race_epochs(1000.0, slow_start, [0.5], Options()) == 8
+    assert race_epochs(1000.0, slow_start, [0.5], Options(max_epochs=6)) == 6
+    # 2 blocks of 2 runs in 100 s: 25 s a run, 60 s of it the start: no epoch fits
+    assert race_epochs(100.0, slow_start, [0.5], Options()) == 0

@@ -7,11 +7,13 @@ one and read the other.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence
 
 from wif.advisor.limit import Limit
 from wif.advisor.runner import Measured
+from wif.run.stopping import allocated_epochs
 
 MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs
 TRIAL_EPOCHS = 2  # a loader-only trial: its warm-up (the workers' start) and one timed epoch, the race verifies
@@ -60,16 +62,21 @@ class Advice:
     limit: Optional[Limit] = None  # what holds the configured setting's epoch (wif.advisor.limit)
 
 
-def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts: Options) -> int:
-    """Epochs a race run may take (up to --max-epochs) so that --min-blocks blocks fit in the time left: each
-    run costs its start (the measuring run's time beyond its epochs) and its epochs at the slowest of the
-    measured and predicted epoch times, with RACE_SLACK on top."""
+def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts: Options, warmup: int = 1) -> int:
+    """Epochs a race run takes: its `warmup` epochs (trainer.warmup_epochs) and the steady epochs Kalibera and
+    Jones' allocation asks (`wif.run.stopping.allocated_epochs`, a run's start against an epoch's cost: past
+    it, another block buys more than another epoch), at least MIN_RACE_EPOCHS; fewer where --min-blocks blocks
+    would not fit in the time left (each run costing its start, the measuring run's time beyond its epochs,
+    and its epochs at the slowest of the measured and predicted epoch times with RACE_SLACK on top); never
+    above --max-epochs."""
     epoch = max([now.median(), *predicted_s]) * RACE_SLACK
     start = max(now.wall_s - sum(e["epoch_time_s"] for e in now.epochs), 0.0)
     per_run = left_s / (opts.min_blocks * (len(predicted_s) + 1))
     if not epoch > 0:
         return opts.max_epochs
-    return int(max(min(opts.max_epochs, (per_run - start) // epoch), 0))
+    steady = math.ceil(allocated_epochs(start / epoch, 1.0, None))
+    wanted = max(MIN_RACE_EPOCHS, warmup + steady)
+    return int(max(min(opts.max_epochs, wanted, (per_run - start) // epoch), 0))
 
 
 def log_answer(tracker: Any, parent: str, out: Advice, runs: Sequence[Measured]) -> None:

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("race-candidates", int, "best predicted candidates raced"),
         ("min-blocks", int, "race: the first look after this many blocks"),
         ("max-blocks", int, "race: at most this many blocks"),
-        ("max-epochs", int, "race: trainer.epochs=auto up to this many epochs a run"),
+        ("max-epochs", int, "race: at most this many epochs a run"),
         ("margin", float, "race: tie margin; a candidate is raced if predicted this much faster"),
         ("bound-margin", float, "within this share of the bound: not data-bound"),
         (

@@ -230,7 +230,7 @@ def _advise(
 
     race: Optional[RaceResult] = None
     unverified = ""
-    epochs = race_epochs(runner.left_s(), now, [predicted[n].epoch_s for n in raced], opts)
+    epochs = race_epochs(runner.left_s(), now, [predicted[n].epoch_s for n in raced], opts, base.trainer.warmup_epochs)
     if close and epochs < MIN_RACE_EPOCHS:  # no time to verify a close call: the prediction's "keep" stands
         raced = []
     if raced and epochs >= MIN_RACE_EPOCHS:

@@ -21,6 +21,13 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 
+from tests.turns import (  # noqa: F401 (the hooks that run two tests at once)
+    pytest_collection_modifyitems,
+    pytest_configure_node,
+    pytest_runtest_protocol,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
 from wif.config import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]

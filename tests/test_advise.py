@@ -49,6 +49,7 @@ def test_a_bad_override_is_refused_in_one_line_before_anything_runs(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
     # Its items sleep: others' CPU does not change which setting is faster, so here no run counts as contended

@@ -79,6 +79,7 @@ def folder_advice(tmp_path_factory: pytest.TempPathFactory):
     return out.stdout, runs, time.monotonic() - t0
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_the_advice_uses_the_whole_folder_and_says_so_first(folder_advice) -> None:
     text, runs, _ = folder_advice
@@ -92,6 +93,7 @@ def test_the_advice_uses_the_whole_folder_and_says_so_first(folder_advice) -> No
     assert {r.data.tags["wif.n_val"] for r in measured} == {"0"}  # the folder's own held-out split is the evaluation
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_the_bound_run_takes_the_measured_workloads_batches(folder_advice) -> None:
     _, runs, _ = folder_advice
@@ -101,6 +103,7 @@ def test_the_bound_run_takes_the_measured_workloads_batches(folder_advice) -> No
     assert {(r.data.params["data.batch_size"], r.data.params["data.image_size"]) for r in bounds} == {("8", "64")}
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_the_advice_says_whether_other_processes_disturbed_it(folder_advice) -> None:
     text, runs, _ = folder_advice
@@ -113,6 +116,7 @@ def test_the_advice_says_whether_other_processes_disturbed_it(folder_advice) -> 
     assert all("host_other_cpu_pct" in r.data.metrics for r in finished)
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_the_advice_states_its_time_at_its_start(folder_advice) -> None:
     text, _, wall = folder_advice
@@ -136,6 +140,7 @@ def test_the_minutes_count_from_the_commands_start_not_from_the_first_step() -> 
     assert 1.5 <= float(out.stdout) <= wall
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_an_epoch_that_is_not_data_bound_settles_the_answer_without_trials(tmp_path: Path) -> None:
     out = _advise(tmp_path, "preset=smoke", "data=synthetic", "model=googlenet", "--epochs", "2", timeout=900)
@@ -145,6 +150,7 @@ def test_an_epoch_that_is_not_data_bound_settles_the_answer_without_trials(tmp_p
     assert roles == {"parent", "measure", "bound"}  # no loader-only trial, no race: nothing could change the answer
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_contended_runs_are_run_again_and_never_decide_the_race(tmp_path: Path) -> None:
     """A process burning a core beside the advice: every run is contended, is run again while there is time,

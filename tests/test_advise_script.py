@@ -107,6 +107,7 @@ def probed(tmp_path: Path, source: str, *args: str) -> Dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.alone
 def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(tmp_path: Path) -> None:
     """The probe runs the script's first batches, each 0.3 s of step here, and reports their median; with
     batches that slow an epoch gets fewer of them (at least 16), so that the race fits in the minutes."""
@@ -160,6 +161,7 @@ def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
     assert m.status == SKIPPED and not m.ok and "--minutes ran out before it started" in m.error and runner.runs == []
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_too_few_epochs_and_the_minutes_run_out_are_said(tmp_path: Path, store: str) -> None:
     """A script of one epoch: its measuring run has no measured epoch (before: FINISHED on its warm-up alone,
@@ -177,6 +179,7 @@ def test_too_few_epochs_and_the_minutes_run_out_are_said(tmp_path: Path, store: 
     assert all(r.info.status != "RUNNING" for r in runs(store))
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, store: str) -> None:
     """The loop as people write it: a new tqdm bar each epoch, and a per-epoch step limit that leaves each
@@ -218,6 +221,7 @@ def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, stor
     assert w4 and all(r.data.metrics["workers_peak"] == 4 for r in w4)  # the script's DataLoader, rebuilt with 4
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_compute_bound_script_is_not_data_bound(tmp_path: Path, store: str) -> None:
     done = advise(

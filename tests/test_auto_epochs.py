@@ -226,6 +226,7 @@ def _the_run(store: str):
 AUTO = ["preset=smoke", "device=cpu", "trainer.epochs=auto", "trainer.auto_confidence=0.9"]
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_steady_run_stops_before_max_epochs_at_defaults_and_logs_why(
     tmp_path: Path, store: str, cache_dir: Path
@@ -277,6 +278,7 @@ def leaky(n=96):
 '''
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_run_whose_ram_grows_runs_to_max_epochs(tmp_path: Path, store: str, cache_dir: Path) -> None:
     (tmp_path / "leaky_data.py").write_text(LEAKY_MODULE)  # the user's own module, importable from the run's cwd

@@ -130,6 +130,7 @@ def test_a_bad_budget_is_refused_in_one_line() -> None:
 STARTING = re.compile(r"Budget: starting \S+ \(block \d+\): up to ([\d.]+) s, ([\d.]+) s left")
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(
     tmp_path: Path, store: str, cache_dir: Path
@@ -184,6 +185,7 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(
     assert len(done) == 36 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 36
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
     tmp_path: Path, store: str, cache_dir: Path

@@ -39,6 +39,7 @@ def others_cpu_pct(seconds: float = 3.0) -> float:
 QUIET_PCT = 25  # measure.contended_pct's default: above it, a run is rightly tagged contended
 
 
+@pytest.mark.alone
 def test_a_run_beside_cpu_bound_processes_is_tagged_contended_and_alone_it_is_not(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
@@ -106,6 +107,7 @@ def test_workers_reaped_by_a_descendant_count_as_the_runs_own() -> None:
         root.wait()
 
 
+@pytest.mark.alone
 def test_each_epoch_logs_the_cpu_seconds_of_the_run_and_its_workers(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:

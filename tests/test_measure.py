@@ -16,6 +16,7 @@ def _metrics_by(store: str, param: str) -> dict:
     return {r.data.params[param]: r.data.metrics for r in train_runs(store, status="FINISHED")}
 
 
+@pytest.mark.alone
 def test_a_runs_ram_peak_is_its_own(tmp_path: Path, cache_dir: Path) -> None:
     """A small run measured right after a memory-heavy one in the same multirun matches it measured alone."""
     common = ("preset=smoke", "loader=baseline", "data.num_train=10000", "trainer.epochs=2")
@@ -37,6 +38,7 @@ def test_a_runs_ram_peak_is_its_own(tmp_path: Path, cache_dir: Path) -> None:
     assert abs(after[key] - solo[key]) <= 0.10 * (heavy[key] - solo[key]), (after[key], solo[key], heavy[key])
 
 
+@pytest.mark.alone
 def test_worker_start_up_shows_in_first_batch_time(tmp_path: Path, store: str, cache_dir: Path) -> None:
     """Without persistent workers every epoch starts its workers again; with them, it does not."""
     proc = run_train(
@@ -61,6 +63,7 @@ def test_worker_start_up_shows_in_first_batch_time(tmp_path: Path, store: str, c
     assert later_epochs["False"] > 2 * later_epochs["True"], later_epochs
 
 
+@pytest.mark.alone
 def test_ram_figures_are_ordered_and_grow_with_workers(tmp_path: Path, store: str, cache_dir: Path) -> None:
     """Every worker adds its private pages: RSS and PSS grow with the worker count, USS <= PSS <= RSS.
 

@@ -113,6 +113,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     return out
 
 
+@pytest.mark.alone
 def test_an_unchanged_loop_has_its_training_loader_watched_and_runs_as_it_would(plain: Dict) -> None:
     """The training loader's epochs are said, the validation pass under no_grad is not; the script's output
     and exit code are its own. `--loader Held` names the other loader: then its epochs are the ones said."""
@@ -123,6 +124,7 @@ def test_an_unchanged_loop_has_its_training_loader_watched_and_runs_as_it_would(
     assert [e["batches"] for e in epochs(plain["named"].stderr)] == [2, 2], plain["named"].stderr[-2000:]
 
 
+@pytest.mark.alone
 def test_the_figures_of_an_unchanged_loop_and_of_wif_watch_agree(plain: Dict) -> None:
     """The same loop, watched through DataLoader (no line changed) and through `wif.watch(train)`: the steady
     epochs' time within 5% and the share of it spent waiting for data within 5 points (two runs each, as logged).
@@ -199,6 +201,7 @@ def test_the_lines_to_paste_are_in_the_frameworks_own_terms() -> None:
     assert plain.endswith("pin_memory=False, in_order=False)")
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["lightning"])  # the HF Trainer's: by hand (docs/advise.md), 100 s of CI's 35 min
 def test_an_unchanged_framework_script_is_advised_on_its_training_loader(tmp_path: Path, store: str, name: str) -> None:

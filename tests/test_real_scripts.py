@@ -142,6 +142,7 @@ def assert_answered_and_stored(out: str, store: str) -> None:
 QUICK = ["--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "measure.contended_pct=1000"]
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
 def test_pytorch_imagenet_example(tmp_path: Path, store: str, changed: bool) -> None:
@@ -160,6 +161,7 @@ def test_pytorch_imagenet_example(tmp_path: Path, store: str, changed: bool) -> 
     assert_answered_and_stored(out, store)
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
 def test_timm_train(tmp_path: Path, store: str, changed: bool) -> None:
@@ -217,6 +219,7 @@ def hub_cache_with(root: Path, repo_id: str, model_name: str) -> Path:
     return root
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
 def test_accelerate_cv_example(tmp_path: Path, store: str, changed: bool) -> None:

@@ -195,6 +195,7 @@ def test_loader_only_mode_logs_the_loader_figures(tmp_path: Path, store: str, ca
         assert sorted(h.step for h in client.get_metric_history(run.info.run_id, "epoch_time_s")) == list(range(10))
 
 
+@pytest.mark.alone
 def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache_dir: Path) -> None:
     proc = run_train(tmp_path, store, cache_dir, "preset=smoke", "loader=baseline", "data=synthetic,fixed")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -17,6 +17,7 @@ from wif.config import MeasureConfig
 ITEMS, DELAY_MS, BATCH = 64, 40, 32  # 2.56 s of sleep an epoch, a few tens of ms of CPU
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_the_watch_and_the_harness_agree(tmp_path: Path, store: str, cache_dir: Path) -> None:
     harness = run_train(

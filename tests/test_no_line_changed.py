@@ -231,3 +231,28 @@ def test_an_unchanged_framework_script_is_advised_on_its_training_loader(tmp_pat
     assert terms[name] in out, out[-2000:]
     parent = next(r for r in found if r.data.tags["wif.advise_role"] == "parent")
     assert parent.data.tags["wif.advise.limit"] == "data" and "interference" in parent.data.metrics
+
+
+# accelerate's DataLoaderShard iterates its DataLoader one batch ahead: that DataLoader's epoch ends before the
+# loop's last step. One batch an epoch, a step of 0.3 s: an epoch timed at the DataLoader would be the fetch alone.
+AHEAD = """
+import time, torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, TensorDataset
+accelerator = Accelerator(cpu=True)
+train = accelerator.prepare(DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8))
+for epoch in range(3):
+    for (x,) in train:
+        time.sleep(0.3)
+print("trained")
+"""
+
+
+def test_a_loader_that_accelerate_iterates_one_batch_ahead_is_timed_to_the_loops_last_step(tmp_path: Path) -> None:
+    pytest.importorskip("accelerate")
+    (tmp_path / "ahead.py").write_text(AHEAD)
+    done = watch(tmp_path, sys.executable, "ahead.py")
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
+    said = epochs(done.stderr)
+    assert [e["batches"] for e in said] == [1, 1, 1], done.stderr[-3000:]
+    assert all(e["time"] >= 0.3 for e in said), said  # each epoch holds its step

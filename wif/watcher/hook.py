@@ -4,11 +4,13 @@ PyTorch Lightning's `Trainer.fit`, the Hugging Face `Trainer` and accelerate ite
 framework, where no `wif.watch(...)` can be written. Each of them, however it wraps the loader (accelerate's
 `DataLoaderShard` holds a `base_dataloader`, Lightning's fetchers and `CombinedLoader` call `iter()` on it),
 starts an epoch with `DataLoader.__iter__`. `patch` wraps it (and `__init__`, to note where each loader was
-made); an epoch of the training loader (the first whose epoch starts with gradients enabled, or the one
-wif-advise names) is then `wif.watch`'s epoch, with its clock, figures, record and orders
-(`wif.watcher.watch.hooked`); every other loader runs as it is. TraceML patches `DataLoader.__iter__` the same
-way to time the wait (https://github.com/traceopt-ai/traceml), and so does Lightning for its own bookkeeping
-(`lightning.pytorch.utilities.data._replace_dunder_methods`), which is why `__init__` keeps its signature.
+made; and an object that makes its DataLoader and iterates it itself, as accelerate's `DataLoaderShard` does
+one batch ahead, is watched at its own `__iter__`: `_holder`); an epoch of the training loader (the first
+whose epoch starts with gradients enabled, or the one wif-advise names) is then `wif.watch`'s epoch, with its
+clock, figures, record and orders (`wif.watcher.watch.hooked`); every other loader runs as it is. TraceML
+patches `DataLoader.__iter__` the same way to time the wait (https://github.com/traceopt-ai/traceml), and so
+does Lightning for its own bookkeeping (`lightning.pytorch.utilities.data._replace_dunder_methods`), which is
+why `__init__` keeps its signature.
 
 This module imports nothing but the standard library and wif.watcher.origin (which imports nothing either):
 it is patched in while torch itself is being imported (wif/watcher/boot/sitecustomize.py, where `wif-watch`
@@ -18,6 +20,7 @@ and `wif-advise` put it on PYTHONPATH); the watch is imported at the first epoch
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from typing import Any, Dict, Iterator
@@ -25,6 +28,7 @@ from typing import Any, Dict, Iterator
 from wif.watcher import origin
 
 ORIGINAL: Dict[str, Any] = {}  # DataLoader's own __iter__ and __init__
+HELD: Dict[type, Any] = {}  # a holder's class (below) -> its own __iter__
 ORDERS = "WIF_WATCH_ORDERS"  # wif.watcher.orders.ENV (that module imports torch)
 BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")  # the folder put on PYTHONPATH
 _said: list = []
@@ -40,24 +44,53 @@ def patch(cls: Any) -> None:
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         ORIGINAL["init"](self, dataset, *args, **kwargs)
         origin.note(dataset)
+        _holder(sys._getframe(1).f_locals.get("self"), self)
 
     @functools.wraps(cls.__iter__)
     def __iter__(self: Any) -> Any:
-        try:
-            from wif.watcher.watch import hooked
-
-            epoch = hooked(self, _Own(self))
-        except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
-            if os.environ.get(ORDERS):  # a measuring run of wif-advise: its failure is the run's, said there
-                raise
-            if not _said:
-                _said.append(err)
-                text = f"cannot watch this {type(self).__name__} ({type(err).__name__}: {err}); it runs unwatched"
-                print(f"wif.watch: {text}", file=sys.stderr, flush=True)
-            epoch = None
-        return ORIGINAL["iter"](self) if epoch is None else epoch
+        return _epoch(self)
 
     cls.__init__, cls.__iter__ = __init__, __iter__
+
+
+def _holder(maker: Any, loader: Any) -> None:
+    """Where a DataLoader is made in the `__init__` of an object that is no DataLoader but iterates it in an
+    `__iter__` of its own (accelerate's DataLoaderShard, which passes for a DataLoader and iterates its
+    `base_dataloader` one batch ahead: the DataLoader's epoch ends a step before the loop's), the epochs of
+    that class are watched, not its DataLoader's."""
+    cls = type(maker)  # not maker.__class__: accelerate's says DataLoader
+    if maker is None or maker is loader or isinstance(loader, cls) or cls in HELD:
+        return
+    own = getattr(cls, "__iter__", None)
+    if not inspect.isfunction(own) or hasattr(own, "__wrapped__"):  # none, a C slot, or watched already
+        return
+
+    @functools.wraps(own)
+    def __iter__(self: Any) -> Any:
+        return _epoch(self)
+
+    try:
+        cls.__iter__ = __iter__
+    except (TypeError, AttributeError):  # a class that cannot be patched: its DataLoader's epochs are watched
+        return
+    HELD[cls] = own
+
+
+def _epoch(loader: Any) -> Any:
+    """An epoch of `loader` as the watch has it (its own where it is not watched)."""
+    try:
+        from wif.watcher.watch import hooked
+
+        epoch = hooked(loader, _Own(loader))
+    except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
+        if os.environ.get(ORDERS):  # a measuring run of wif-advise: its failure is the run's, said there
+            raise
+        if not _said:
+            _said.append(err)
+            text = f"cannot watch this {type(loader).__name__} ({type(err).__name__}: {err}); it runs unwatched"
+            print(f"wif.watch: {text}", file=sys.stderr, flush=True)
+        epoch = None
+    return _Own(loader).own() if epoch is None else epoch
 
 
 def install() -> None:
@@ -68,15 +101,18 @@ def install() -> None:
 
 
 class _Own:
-    """A DataLoader's own epoch, as DataLoader.__iter__ makes it: what the watch times where a framework
+    """A loader's own epoch, as its class's own __iter__ makes it: what the watch times where a framework
     iterates the loader (wif.watcher.found finds the loader in it, and orders put a candidate's copy there)."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
         self.wif_name = type(loader).__name__
 
+    def own(self) -> Iterator[Any]:
+        return HELD.get(type(self.loader), ORIGINAL["iter"])(self.loader)
+
     def __iter__(self) -> Iterator[Any]:
-        return ORIGINAL["iter"](self.loader)
+        return self.own()
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -111,6 +111,10 @@ def test_data_bound_is_said_only_where_the_loader_is_slower_than_the_model() -> 
     lines = said.splitlines()
     assert searched and lines[1].startswith("Data-bound: the loader gives 1,000 img/s")
     assert lines[2] == "What holds the epoch: the loader: the step waits 60% of the epoch for its batches."
+    # the loader's trial never ran (accelerate's cv_example under --minutes 2 said "the loader gives nan img/s")
+    searched, said = where_time_goes(run, 0.4, "data=fixed", 900, float("nan"), 0.05, workers=4)
+    assert searched and said.splitlines()[1].startswith("Waiting for data: epochs are 150% slower"), said
+    assert "nan" not in said, said
 
 
 def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -> None:

@@ -63,6 +63,11 @@ def where_time_goes(
     model_img_s = items / bound_s if bound_s > 0 else math.nan
     rates = f"the loader gives {loader_img_s:,.0f} img/s, the model takes {model_img_s:,.0f}"
     waited = f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%})"
+    if math.isnan(loader_img_s):  # its trial never ran (--minutes ran out): which of the two is not known
+        return True, (
+            f"{head}\nWaiting for data: {waited}; the loader's own rate was not measured (its trial did not run), "
+            f"so whether it limits the epoch or only loads between steps is not known.{what}"
+        )
     if loader_img_s > model_img_s:  # the loader keeps up: its time shows only because it is not overlapped
         how = "at 0 workers each batch is loaded between two steps" if workers == 0 else "the prefetch runs dry"
         return True, (

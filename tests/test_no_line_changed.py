@@ -172,6 +172,7 @@ def frameworks(tmp_path_factory: pytest.TempPathFactory) -> SideBySide:
     return together
 
 
+@pytest.mark.alone  # Lightning's epoch is told from its validation's 3.2 s by time: 2.3-3.1 s beside another test
 @pytest.mark.parametrize("name", sorted(FRAMEWORKS))
 def test_a_frameworks_training_loop_is_watched_epoch_by_epoch(frameworks: SideBySide, name: str) -> None:
     """The framework iterates the loader: each of its 2 training epochs is one watched epoch of 4 batches, the

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from wif.advisor import warm
-from wif.advisor.script_runner import Warm
+from wif.advisor.script_runner import Warm, execute
 
 SCRIPT = """
 import atexit, os, sys
@@ -75,3 +76,27 @@ def test_a_warm_script_runs_as_python_runs_it(tmp_path: Path, monkeypatch) -> No
             run_id = text.split("own run ", 1)[1].split()[0]
             assert Path(f"{marker}.thread").read_text() == "joined"
             assert MlflowClient(env["WIF_TEST_STORE"]).get_run(run_id).info.status == "FINISHED"
+
+
+ASKS = "import sys\nprint('stdin', repr(sys.stdin.read()), flush=True)\n"
+
+
+@pytest.mark.parametrize("warm_start", [True, False], ids=["warm", "cold"])
+def test_a_measuring_run_reads_an_empty_stdin_warm_or_not(tmp_path: Path, warm_start: bool) -> None:
+    """A script that reads its stdin gets an end of file in a measuring run, started warm or not: what wif-advise
+    reads (here a pipe with a line in it, put on this process's stdin) is never the script's. Cold, Popen passed
+    it on; warm, multiprocessing gives /dev/null."""
+    script = tmp_path / "asks.py"
+    script.write_text(ASKS)
+    read, write = os.pipe()
+    os.write(write, b"typed\n")
+    os.close(write)
+    saved = os.dup(0)
+    os.dup2(read, 0)
+    try:
+        rc, last = execute([sys.executable, str(script)], {}, str(tmp_path / "log"), 120, warm_start)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read)
+    assert (rc, last) == (0, "stdin ''"), (tmp_path / "log").read_text()

@@ -3,6 +3,7 @@ and the next sweep closes the run record it left RUNNING and runs the job again.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,9 @@ def test_a_killed_supervisor_takes_its_run_along_and_the_next_sweep_reruns_the_j
 ) -> None:
     proc = start_train(tmp_path, store, cache_dir, *JOB)
     run_process = wait_for_workers(proc, 2)
+    deadline = time.monotonic() + 120  # on a loaded machine the run's process has children before its run is logged
+    while not train_runs(store) and time.monotonic() < deadline:
+        time.sleep(0.2)
     tree = [run_process, *run_process.children()]
     sigkill_and_expect_gone(proc, tree)
     (stale,) = train_runs(store)

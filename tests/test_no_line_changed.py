@@ -257,3 +257,33 @@ def test_a_loader_that_accelerate_iterates_one_batch_ahead_is_timed_to_the_loops
     said = epochs(done.stderr)
     assert [e["batches"] for e in said] == [1, 1, 1], done.stderr[-3000:]
     assert all(e["time"] >= 0.3 for e in said), said  # each epoch holds its step
+
+
+def test_a_subclass_of_a_held_loader_is_iterated_by_its_own_class_not_as_a_dataloader() -> None:
+    """A class the hook holds (it makes its DataLoader and iterates it itself) and a subclass of it: the epoch
+    the watch runs for either is the holder's own iteration (before, a subclass fell to DataLoader.__iter__,
+    which an object that is no DataLoader cannot run)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from wif.watcher import hook
+
+    class Holder:
+        def __init__(self) -> None:
+            self.base = DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2)
+
+        def __iter__(self):
+            for (x,) in self.base:
+                yield x.sum().item()
+
+    class Sub(Holder):
+        pass
+
+    original = Holder.__iter__
+    try:
+        hook._holder(Holder(), DataLoader(TensorDataset(torch.zeros(1))))
+        assert Holder in hook.HELD and Holder.__iter__ is not original
+        assert list(hook._Own(Sub()).own()) == [1.0, 5.0]
+    finally:
+        Holder.__iter__ = original
+        hook.HELD.pop(Holder, None)

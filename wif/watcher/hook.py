@@ -44,7 +44,10 @@ def patch(cls: Any) -> None:
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         ORIGINAL["init"](self, dataset, *args, **kwargs)
         origin.note(dataset)
-        _holder(sys._getframe(1).f_locals.get("self"), self)
+        try:
+            _holder(sys._getframe(1).f_locals.get("self"), self)
+        except Exception:  # noqa: BLE001 - the watch's own failure never stops the training: its DataLoader is watched
+            pass
 
     @functools.wraps(cls.__iter__)
     def __iter__(self: Any) -> Any:
@@ -109,7 +112,9 @@ class _Own:
         self.wif_name = type(loader).__name__
 
     def own(self) -> Iterator[Any]:
-        return HELD.get(type(self.loader), ORIGINAL["iter"])(self.loader)
+        """The epoch as the loader's class (or the nearest held class it derives from) makes it."""
+        held = next((HELD[c] for c in type(self.loader).__mro__ if c in HELD), None)
+        return (held or ORIGINAL["iter"])(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         return self.own()

@@ -9,6 +9,7 @@ The same callback checks every job before the first starts (wif.sweep.preflight)
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -41,6 +42,13 @@ class SweepTally:
         return bool(self.total) and not (self.finished or self.failed or self.killed or self.skipped or self.budget)
 
 
+def sweep_id(hydra: Any) -> str:
+    """A sweep's id (tag wif.sweep_id): its output folder, absolute. Hydra's default folder is relative,
+    `multirun/<date>/<time>`, so two sweeps started in the same second in two folders would share the relative
+    name, and one sweep's tally and between-run noise would read the other's runs."""
+    return os.path.normpath(os.path.join(str(hydra.runtime.cwd or ""), str(hydra.sweep.dir)))
+
+
 TALLY = SweepTally()
 # Jobs of this sweep that a submitting launcher saw end without a result (hydra_plugins/wif_launcher):
 # job number -> why (scancel, preemption, a time limit, a kill).
@@ -58,7 +66,7 @@ def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTall
     runs = tracker.client.search_runs(
         [tracker.experiment_id],
         max_results=SEARCH_LIMIT,
-        filter_string=f"tags.`wif.sweep_id` = '{config.hydra.sweep.dir}' and attributes.start_time >= {since_ms}",
+        filter_string=f"tags.`wif.sweep_id` = '{sweep_id(config.hydra)}' and attributes.start_time >= {since_ms}",
     )
 
     def pos(run: Any) -> int:

@@ -143,7 +143,7 @@ def _sweep_position() -> tuple:
     except ValueError:  # called outside a Hydra app (tests)
         return "none", 0, False
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
-    return (hc.sweep.dir if multirun else hc.run.dir), int(hc.job.get("num", 0) or 0), multirun
+    return (callback.sweep_id(hc) if multirun else hc.run.dir), int(hc.job.get("num", 0) or 0), multirun
 
 
 def run_job(cfg: DictConfig) -> Optional[float]:

@@ -164,6 +164,16 @@ def test_interrupting_marks_the_run_killed_and_leaves_no_orphans(
     assert not left, f"orphans: {left}"
 
 
+def most_at_once(runs: list) -> int:
+    """The most runs that were RUNNING at one moment (start and end times, in ms)."""
+    events = sorted([(r.info.start_time, 1) for r in runs] + [(r.info.end_time, -1) for r in runs])
+    level, most = 0, 0
+    for _, step in events:  # at equal times an end (-1) sorts first: touching runs do not overlap
+        level += step
+        most = max(most, level)
+    return most
+
+
 def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: Path) -> None:
     procs = []
     for i, loaders in enumerate(("baseline,pin", "bg,bg_pin", "pin_nb,bg_pin_nb", "gpu_resident,baseline")):
@@ -172,8 +182,11 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, store: str, cache_dir: 
         procs.append(start_train(work, store, cache_dir, "preset=smoke", f"loader={loaders}", f"repeat={i}"))
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[-1500:] for o in outs]
+    assert not any("database is locked" in o for o in outs)
     runs = train_runs(store, status="FINISHED")
     assert len(runs) == 8
+    print(f"SQLite: 4 sweeps, at most {most_at_once(runs)} runs RUNNING at once")
+    assert most_at_once(runs) >= 2  # they did write side by side
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(store)

@@ -255,7 +255,7 @@ SIDE_BY_SIDE = 3  # processes at once: each spends seconds importing torch and M
 
 class SideBySide:
     """Commands that time nothing (a refusal, a check of what a run logged) run a few at once on threads, each in
-    its own process: CI runs one test at a time on two cores, and a process importing torch uses one. A test
+    its own process: a process importing torch keeps one of CI's two cores busy for seconds. A test
     reads its own command's result; its claims are checked there, as if it had run the command itself."""
 
     def __init__(self, width: int = SIDE_BY_SIDE) -> None:

@@ -1,20 +1,20 @@
-"""Three tests at once, but a test of timings alone.
+"""Two tests at once, but a test of timings alone.
 
-pyproject's addopts run the suite in three pytest-xdist workers (`-n 3 --dist loadfile`: a file's tests in one
-worker, so a module's fixtures are built once): the suite's subprocesses wait much of their time (on a sleeping
-dataset, a server, a process's end), and CI must stay within 35 minutes on two cores. On a 2-core machine like
-CI's, the whole suite took 2159 s in two workers and 1947 s in three (2026-11-27; its tests' summed durations
-3534 s and 4312 s: each test is slower beside two others, and the cores are busier).
+pyproject's addopts run the suite in two pytest-xdist workers (`-n 2 --dist loadfile`: a file's tests in one
+worker, so a module's fixtures are built once): the suite's subprocesses keep one of two cores busy on average,
+and CI must stay within 35 minutes. Three workers on CI's two cores are no faster: the whole suite took 1947 s
+once and 2315 s in `.ci/run`, against 2159 s in two (2026-11-27; the tests' summed durations 4312 and 5181 s
+against 3534 s: three heavy tests at once, each of several processes of torch, slow each other down).
 
 A test marked `alone` makes a claim that another test beside it would disturb (a timing, an advice's pick, the
-CPU that other processes took): it waits for the tests running beside it to end and runs with none beside it. A
+CPU that other processes took): it waits for the test running beside it to end and runs with none beside it. A
 readers-writer lock on two files that the workers of one run share (`flock(2)`, in a folder the controller
 makes): the other tests hold the lock shared, an `alone` test exclusively; a gate taken first by everyone, and
 held by an `alone` test while it waits, keeps new tests from starving it.
 
 The `alone` tests are collected last, and the workers take the files' tests in that order (a file whose tests
-are of both kinds is two units): the tests that can share the cores run three at once first, then the `alone`
-ones one after another, instead of each `alone` test idling the other workers wherever it falls.
+are of both kinds is two units): the tests that can share the cores run two at once first, then the `alone`
+ones one after another, instead of each `alone` test idling the other worker wherever it falls.
 """
 
 from __future__ import annotations

@@ -105,6 +105,7 @@ def test_data_bound_is_said_only_where_the_loader_is_slower_than_the_model() -> 
     run = Measured("configured", "current", "r", "FINISHED", {}, [epoch, epoch])
     searched, said = where_time_goes(run, 0.9, "data=fixed", 900, 16 * 1000.0, 0.05, workers=0)
     assert searched and "Data-bound" not in said and "exposed, not a limit" in said and "0 workers" in said
+    assert said.splitlines()[-1].startswith("What holds the epoch: the wait for data, exposed: the step waits 10%")
     slow = {**epoch, "data_wait_s": 0.6, "compute_s": 0.4, "epoch_time_s": 1.0}
     run = Measured("configured", "current", "r", "FINISHED", {}, [slow, slow])
     searched, said = where_time_goes(run, 0.4, "data=fixed", 900, 1000.0, 0.05, workers=0)

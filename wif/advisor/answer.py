@@ -70,6 +70,11 @@ def where_time_goes(
         )
     if loader_img_s > model_img_s:  # the loader keeps up: its time shows only because it is not overlapped
         how = "at 0 workers each batch is loaded between two steps" if workers == 0 else "the prefetch runs dry"
+        if held.kind == "data":  # the wait, not the loader, holds it: a loader overlapped with the step keeps up
+            what = (
+                f"\nWhat holds the epoch: the wait for data, exposed: the step waits {held.share:.0%} of the epoch "
+                "for batches that a loader overlapped with the step would have ready."
+            )
         return True, (
             f"{head}\nThe loader's time is exposed, not a limit: {rates}, but {how}, so {waited}; "
             f"workers overlap the loading with the step.{what}"

@@ -287,3 +287,35 @@ def test_a_subclass_of_a_held_loader_is_iterated_by_its_own_class_not_as_a_datal
     finally:
         Holder.__iter__ = original
         hook.HELD.pop(Holder, None)
+
+
+# A DataLoader made inside an object the hook cannot look at (here its class's isinstance check raises): the
+# training runs as it would, its DataLoader's epochs are watched, and the hook says so in one line.
+UNLOOKABLE = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+class Opaque(type):
+    def __instancecheck__(cls, obj):
+        raise RuntimeError("no looking")
+
+class Maker(metaclass=Opaque):
+    def __init__(self):
+        self.loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+
+maker = Maker()
+model = torch.nn.Linear(4, 1)
+for epoch in range(2):
+    for (x,) in maker.loader:
+        model(x).sum().backward()
+print("trained")
+"""
+
+
+def test_a_dataloader_made_where_the_hook_cannot_look_is_watched_and_said_once(tmp_path: Path) -> None:
+    (tmp_path / "opaque.py").write_text(UNLOOKABLE)
+    done = watch(tmp_path, sys.executable, "opaque.py")
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
+    assert done.stderr.count("wif.watch: cannot look at what made this DataLoader (RuntimeError: no looking)") == 1
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert [e["batches"] for e in epochs(done.stderr)] == [2, 2], done.stderr[-3000:]

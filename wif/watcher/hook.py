@@ -46,8 +46,8 @@ def patch(cls: Any) -> None:
         origin.note(dataset)
         try:
             _holder(sys._getframe(1).f_locals.get("self"), self)
-        except Exception:  # noqa: BLE001 - the watch's own failure never stops the training: its DataLoader is watched
-            pass
+        except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
+            _say_once(f"cannot look at what made this DataLoader ({type(err).__name__}: {err}); its epochs are watched")
 
     @functools.wraps(cls.__iter__)
     def __iter__(self: Any) -> Any:
@@ -88,12 +88,16 @@ def _epoch(loader: Any) -> Any:
     except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
         if os.environ.get(ORDERS):  # a measuring run of wif-advise: its failure is the run's, said there
             raise
-        if not _said:
-            _said.append(err)
-            text = f"cannot watch this {type(loader).__name__} ({type(err).__name__}: {err}); it runs unwatched"
-            print(f"wif.watch: {text}", file=sys.stderr, flush=True)
+        _say_once(f"cannot watch this {type(loader).__name__} ({type(err).__name__}: {err}); it runs unwatched")
         epoch = None
     return _Own(loader).own() if epoch is None else epoch
+
+
+def _say_once(text: str) -> None:
+    """The hook's own trouble: one line on stderr, the first time only, never a traceback in the training."""
+    if not _said:
+        _said.append(text)
+        print(f"wif.watch: {text}", file=sys.stderr, flush=True)
 
 
 def install() -> None:

@@ -20,6 +20,15 @@ def test_a_step_that_waits_for_its_batches_is_held_by_the_loader() -> None:
     assert held.kind == "data" and held.share == pytest.approx(0.40) and "waits 40%" in held.said
 
 
+def test_a_wait_for_a_loader_faster_than_the_step_is_the_wait_not_the_loader() -> None:
+    """The same wait where the loader keeps up but is not overlapped with the step (0 workers): the limit is still
+    the data's, said as its exposed wait (timm's train.py here was told "exposed, not a limit" and then "What
+    holds the epoch: the loader")."""
+    held = name_limit(Figures(1.0, 0.10, 0.0, 0.90, 0.90, exposed=True), MARGIN)
+    assert held.kind == "data" and held.said.startswith("the wait for data, exposed: the step waits 10%")
+    assert not held.said.startswith("the loader")
+
+
 def test_a_copy_behind_the_gpu_is_the_copys() -> None:
     """The copy and the wait behind the GPU's queued work (gpu_blocked_s) together: 30% of the epoch."""
     held = name_limit(Figures(1.0, 0.02, 0.10, 0.65, 0.65, gpu_blocked_s=0.20, busy=0.9, on_gpu=True), MARGIN)

@@ -43,7 +43,8 @@ def where_time_goes(
     split = ", ".join(f"{label} {now.mean(key):.3f} s" for key, label in PHASES if not math.isnan(now.mean(key)))
     head = f"The configured setting: {epoch:.3f} s an epoch ({split}); the bound ({bound_source}): {bound_s:.3f} s."
     wait = (now.mean("data_wait_s") + _zero(now.mean("gpu_idle_s"))) / epoch
-    held = limit_of(now, margin, bound_compute_s, on_gpu)
+    model_img_s = items / bound_s if bound_s > 0 else math.nan
+    held = limit_of(now, margin, bound_compute_s, on_gpu, exposed=loader_img_s > model_img_s)
     what = f"\nWhat holds the epoch: {held.said}."
     if gap <= margin:
         return (
@@ -60,7 +61,6 @@ def where_time_goes(
             f"{head}\nNot data-bound: the step waits {wait:.0%} of the epoch for data; the epoch is "
             f"{gap:.0%} above the bound in the step {cause}.{what}"
         )
-    model_img_s = items / bound_s if bound_s > 0 else math.nan
     rates = f"the loader gives {loader_img_s:,.0f} img/s, the model takes {model_img_s:,.0f}"
     waited = f"epochs are {gap:.0%} slower than the bound (data wait {now.mean('data_wait_s') / epoch:.0%})"
     if math.isnan(loader_img_s):  # its trial never ran (--minutes ran out): which of the two is not known
@@ -70,11 +70,6 @@ def where_time_goes(
         )
     if loader_img_s > model_img_s:  # the loader keeps up: its time shows only because it is not overlapped
         how = "at 0 workers each batch is loaded between two steps" if workers == 0 else "the prefetch runs dry"
-        if held.kind == "data":  # the wait, not the loader, holds it: a loader overlapped with the step keeps up
-            what = (
-                f"\nWhat holds the epoch: the wait for data, exposed: the step waits {held.share:.0%} of the epoch "
-                "for batches that a loader overlapped with the step would have ready."
-            )
         return True, (
             f"{head}\nThe loader's time is exposed, not a limit: {rates}, but {how}, so {waited}; "
             f"workers overlap the loading with the step.{what}"
@@ -86,8 +81,11 @@ def _zero(x: float) -> float:
     return 0.0 if math.isnan(x) else x
 
 
-def limit_of(now: Measured, margin: float, bound_compute_s: float = math.nan, on_gpu: bool = False) -> Limit:
-    """What holds the configured run's steady epochs (wif.advisor.limit), from its figures and the bound's step."""
+def limit_of(
+    now: Measured, margin: float, bound_compute_s: float = math.nan, on_gpu: bool = False, exposed: bool = False
+) -> Limit:
+    """What holds the configured run's steady epochs (wif.advisor.limit), from its figures and the bound's step;
+    `exposed`: the loader is faster than the model (its wait is said as the wait, not as the loader)."""
     busy = now.mean("gpu_util_pct") / 100.0
     return name_limit(
         Figures(
@@ -99,6 +97,7 @@ def limit_of(now: Measured, margin: float, bound_compute_s: float = math.nan, on
             _zero(now.mean("gpu_blocked_s")),
             None if math.isnan(busy) else busy,
             on_gpu,
+            exposed,
         ),
         margin,
     )

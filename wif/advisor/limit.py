@@ -37,6 +37,7 @@ class Figures:
     gpu_blocked_s: float = 0.0
     busy: Optional[float] = None  # the GPU's busy share (0..1); None off CUDA
     on_gpu: bool = False
+    exposed: bool = False  # the loader gives batches faster than the step takes them: its wait is not overlapped
 
     @property
     def interference(self) -> float:
@@ -69,6 +70,11 @@ def name_limit(f: Figures, margin: float) -> Limit:
 
 
 def _said(kind: str, share: float, f: Figures) -> str:
+    if kind == "data" and f.exposed:  # the wait, not the loader's rate: a loader overlapped with the step keeps up
+        return (
+            f"the wait for data, exposed: the step waits {share:.0%} of the epoch for batches that a loader "
+            "overlapped with the step would have ready"
+        )
     if kind == "data":
         return f"the loader: the step waits {share:.0%} of the epoch for its batches"
     if kind == "copy":

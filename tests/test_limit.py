@@ -47,10 +47,34 @@ def test_a_step_slowed_by_the_loaders_host_work_is_interference() -> None:
 
 
 def test_a_gpu_idle_between_small_kernels_is_launch_bound() -> None:
-    """The seed's GoogLeNet at 64 px on an H200: NVML busy 17-47%, no wait, the step as fast as replayed."""
-    held = name_limit(Figures(1.0, 0.01, 0.0, 0.97, 0.96, busy=0.30, on_gpu=True), MARGIN)
-    assert held.kind == "launch" and held.share == pytest.approx(0.70)
-    assert "busy 30%" in held.said and LAUNCH_REMEDIES in held.said and "0.960 s" in held.said
+    """The seed's GoogLeNet at 64 px on an H200: NVML busy 17-47%, no wait, the step as fast as replayed. The
+    busy share is NVML's over the epoch taken over the step's part of it: 0.291 of a 1-s epoch whose step
+    takes 0.97 s is 30% of the step."""
+    held = name_limit(Figures(1.0, 0.01, 0.0, 0.97, 0.96, busy=0.291, on_gpu=True), MARGIN)
+    assert held.kind == "launch" and held.share == pytest.approx(0.70) and held.busy == pytest.approx(0.30)
+    assert "busy 30% of the step" in held.said and LAUNCH_REMEDIES in held.said and "0.960 s" in held.said
+    assert "beyond it" not in held.said and held.launch_bound
+
+
+def test_a_limit_on_a_gpu_that_idles_between_launches_says_the_launches_beyond_it() -> None:
+    """The H200's baseline at fraction 0.7 (docs/on-a-gpu.md): 11.71-s epochs, 0.90 s of data wait, 0.30 s of
+    copies, the step 1.40 s longer than replayed (10.40 against 9.00 s), NVML busy 25% of the epoch. The
+    interference holds the epoch; mended, the step still idles between launches: the sentence names the
+    interference and then the launches, busy 27% of the step (0.25 x 11.71 / 10.70), with the bound that caps
+    the gain."""
+    f = Figures(11.71, 0.90, 0.30, 10.40, 9.00, busy=0.25, on_gpu=True)
+    held = name_limit(f, MARGIN)
+    assert held.kind == "interference" and held.interference_s == pytest.approx(1.40)
+    assert held.launch_bound and held.busy == pytest.approx(0.25 * 11.71 / 10.70)
+    first, beyond = held.said.split("; beyond it, ")
+    assert first.startswith("the loader's host work slows the step itself: it takes 16% longer")
+    assert beyond.startswith("the launches: the GPU is busy 27% of the step") and "9.000 s an epoch" in beyond
+    # The same epoch with the GPU busy 90% of it (98% of the step): the interference alone, no launches
+    busy = name_limit(Figures(11.71, 0.90, 0.30, 10.40, 9.00, busy=0.90, on_gpu=True), MARGIN)
+    assert busy.kind == "interference" and not busy.launch_bound and "beyond it" not in busy.said
+    # On a CPU there is no busy share: never launch-bound
+    cpu = name_limit(Figures(11.71, 0.90, 0.30, 10.40, 9.00), MARGIN)
+    assert cpu.busy is None and not cpu.launch_bound and "beyond it" not in cpu.said
 
 
 def test_a_busy_gpu_or_a_cpu_step_without_waits_computes() -> None:

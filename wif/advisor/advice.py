@@ -90,7 +90,16 @@ def log_answer(tracker: Any, parent: str, out: Advice, runs: Sequence[Measured])
             "advise_runs": out.runs,
             "data_bound": out.data_bound,
             "contended_runs": sum(m.contended for m in runs),
-            **({"limit_share": limit.share, "interference": limit.interference} if limit else {}),
+            **(
+                {"limit_share": limit.share, "interference": limit.interference, "interference_s": limit.interference_s}
+                if limit
+                else {}
+            ),
+            **(
+                {"gpu_busy_step": limit.busy, "launch_bound": float(limit.launch_bound)}
+                if limit and limit.busy is not None
+                else {}
+            ),
             **(
                 {"speedup": out.speedup[0], "speedup_ci_low": out.speedup[1], "speedup_ci_high": out.speedup[2]}
                 if out.speedup

@@ -53,6 +53,8 @@ def log_run(
     source: str = "synthetic",
     other_cpu: float = 3.0,
     median: float | None = None,
+    compute: float | None = None,
+    busy: float | None = None,
 ) -> str:
     """One training run as train.py logs it (the MLflow contract), with a known epoch time (median and mean
     alike unless `median` is given); a run with `other_cpu` above 25 is tagged contended, as train.py does."""
@@ -84,6 +86,7 @@ def log_run(
         "ram_peak_pss_mb": ram,
         "test_acc": 0.7,
     }
+    final.update({k: v for k, v in (("compute_mean_s", compute), ("gpu_util_mean_pct", busy)) if v is not None})
     if vram is not None:
         final.update(vram_peak_allocated_mb=vram * 0.5, vram_peak_reserved_mb=vram * 0.8, vram_peak_device_mb=vram)
     metrics = [Metric(k, v, 0, 0) for k, v in final.items()]
@@ -308,6 +311,32 @@ def test_plots_and_report_run(study):
     # The report run is never read back as a training run.
     runs = load_runs(client, "who_is_faster", RunFilter())
     assert "report" not in set(runs["run_name"]) and len(runs) == 5 * 4 + 5 + 4 + 5 + 1 + 2
+
+
+def test_the_step_beside_each_loader_is_set_against_the_bounds_at_its_fraction(tmp_path):
+    """The GPU step issue, item 1b in the study: each loader's step time against the upper bound's at the same
+    fraction (as many batches), and NVML's busy share beside it. Known answers: steps of 5 and 6 s against a
+    bound of 4 s are +25% and +50%; the bound's runs at another fraction or batch size are not its reference."""
+    client, uri, exp_id = new_store(tmp_path)
+    for block in range(2):
+        log_run(client, exp_id, "baseline", 0.4, block, 8.0 + block, compute=6.0, busy=25.0)
+        log_run(client, exp_id, "gpu_resident", 0.4, block, 6.0 + block, compute=5.0, busy=31.0)
+    log_run(client, exp_id, "baseline", 0.4, 0, 4.5, source="fixed", compute=3.9)
+    log_run(client, exp_id, "baseline", 0.4, 1, 4.5, source="fixed", compute=4.1)
+    log_run(client, exp_id, "baseline", 0.1, 0, 1.2, source="fixed", compute=1.0)  # another fraction: not it
+    out = tmp_path / "report"
+    assert main(["--tracking-uri", uri, "--out", str(out), "--no-log"]) == 0
+    s = pd.read_csv(out / "summary.csv").set_index("loader")
+    assert s.loc["baseline", "step_vs_bound"] == pytest.approx(0.5)
+    assert s.loc["gpu_resident", "step_vs_bound"] == pytest.approx(0.25)
+    md = (out / "summary.md").read_text()
+    header, row = (
+        [c.strip() for c in line.strip("| ").split(" | ")]
+        for line in md.splitlines()[1:]
+        if line.startswith(("| loader |", "| baseline |"))
+    )
+    assert row[header.index("step vs bound")] == "+50%" and row[header.index("GPU busy")] == "25%"
+    assert "'step vs bound': the step's time an epoch" in md and "'GPU busy': NVML's utilization" in md
 
 
 def test_many_cells_give_taller_plots_with_every_loader_named(study, tmp_path):

@@ -33,7 +33,7 @@ EPOCH_KEYS = (
 )
 
 # The summary's means over the steady epochs: summary name -> per-epoch figure. A figure an epoch lacks
-# (gpu_idle_s and gpu_blocked_s off CUDA) has no mean.
+# (gpu_idle_s, gpu_blocked_s and gpu_util_pct off CUDA) has no mean.
 MEANS = {
     "epoch_time_mean_s": "epoch_time_s",
     "throughput_mean_img_s": "throughput_img_s",
@@ -43,6 +43,7 @@ MEANS = {
     "compute_mean_s": "compute_s",
     "gpu_idle_mean_s": "gpu_idle_s",
     "gpu_blocked_mean_s": "gpu_blocked_s",
+    "gpu_util_mean_pct": "gpu_util_pct",  # NVML's busy share, sampled: absent where a steady epoch got no sample
 }
 
 

@@ -40,6 +40,8 @@ FINAL_METRICS = (
     "val_acc",
     "test_acc",
     "copy_s",
+    "compute_mean_s",  # the step's time: against the bound's, what the loader's host work adds to it
+    "gpu_util_mean_pct",  # NVML's busy share over the steady epochs (CUDA)
     "copy_bytes_per_epoch",  # the last epoch's (per-epoch metrics): wif.report.copycost
 )
 TAGS = {  # column: tag

@@ -123,13 +123,18 @@ def summarize_fraction(
     alpha: float,
     margin: float,
     bound_img_s: float | None = None,
+    bound_compute_s: float | None = None,
 ) -> FractionSummary:
-    """The table, the model's comparisons and the outlier check of one fraction."""
+    """The table, the model's comparisons and the outlier check of one fraction; `bound_img_s` and
+    `bound_compute_s`: the upper bound's throughput and step time (same testbed and batch size; the step time at
+    this fraction, as many batches), the references of 'of bound' and 'step vs bound'."""
     f = model.fit(runs, value, baseline)
     table = summarize_cells(runs, value, metrics, confidence)
     table = table.join(comparison_columns(f, baseline, confidence, alpha, margin)).sort_values("model_time_s")
     if bound_img_s:
         table["bound_share"] = table["throughput_mean_img_s"] / bound_img_s
+    if bound_compute_s:  # the loader's host work slowing the step: its interference (wif.advisor.limit)
+        table["step_vs_bound"] = table["compute_mean_s"] / bound_compute_s - 1
     summary = FractionSummary(
         float(runs["fraction"].iloc[0]),
         table,

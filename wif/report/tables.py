@@ -67,6 +67,8 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     bound = "bound_share" in s.table
     at_bw = COPY_AT_BW in s.table  # only where wif-bandwidth measured this GPU (wif.report.copycost)
     copied = COPY_BYTES in s.table and s.table[COPY_BYTES].notna().any()  # runs older than the figure have none
+    step = "step_vs_bound" in s.table and s.table["step_vs_bound"].notna().any()
+    busy = "gpu_util_mean_pct" in s.table and s.table["gpu_util_mean_pct"].notna().any()  # CUDA runs only
     stat = "median" if s.value == "epoch_time_median_s" else "mean"
     header = [
         "loader",
@@ -81,6 +83,8 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     ]
     header += (["copied MB/epoch"] if copied else []) + ["VRAM alloc / device MB", "RAM RSS / USS / PSS MB", "test acc"]
     header += ["of bound"] if bound else []
+    header += ["step vs bound"] if step else []
+    header += ["GPU busy"] if busy else []
     header += ["copy ms/epoch: measured / at bandwidth"] if at_bw else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for loader, r in s.table.iterrows():
@@ -108,6 +112,8 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
                 num(r["test_acc"]),
             ]
             + ([num(r["bound_share"], ".0%")] if bound else [])
+            + ([num(r["step_vs_bound"], "+.0%")] if step else [])
+            + ([num(r["gpu_util_mean_pct"] / 100, ".0%")] if busy else [])
         )
         cells += [f"{num(1e3 * r['copy_s'], '.3g')} / {num(r[COPY_AT_BW], '.3g')}"] if at_bw else []
         lines.append("| " + " | ".join(cells) + " |")
@@ -123,6 +129,18 @@ def footnotes(s: FractionSummary, confidence: float) -> list[str]:
         notes.append(
             "'of bound': throughput as a share of the synthetic on-device upper bound "
             "(same testbed and batch size): near 100% means loading is not the bottleneck."
+        )
+    if "step_vs_bound" in s.table and s.table["step_vs_bound"].notna().any():
+        notes.append(
+            "'step vs bound': the step's time an epoch (compute_mean_s) against the upper bound's at this fraction, "
+            "less 1: how much longer the step takes beside this loader than on batches already on the device, the "
+            "loader's host work slowing it (on a GPU the thread that launches its kernels; on a CPU its cores)."
+        )
+    if "gpu_util_mean_pct" in s.table and s.table["gpu_util_mean_pct"].notna().any():
+        notes.append(
+            "'GPU busy': NVML's utilization over the steady epochs (the share of its sample periods in which a "
+            "kernel ran); well below 100% with little data wait, the step idles between the kernels the host "
+            "launches: it is launch-bound, and loader settings gain at most the bound."
         )
     if COPY_BYTES in s.table and s.table[COPY_BYTES].notna().any():
         notes.append(

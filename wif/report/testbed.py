@@ -45,7 +45,7 @@ def testbed_section(
                 args.confidence,
                 args.alpha,
                 args.margin,
-                _bound_img_s(bound, testbed, group),
+                *_bound_figures(bound, testbed, group),
             ),
         )
         for _, group in runs.groupby("fraction")
@@ -91,10 +91,13 @@ def _as_raced(
     return s
 
 
-def _bound_img_s(bound: pd.DataFrame, testbed: str, runs: pd.DataFrame) -> float | None:
-    """Mean throughput of the upper-bound runs with the same testbed and batch size, if there are any."""
+def _bound_figures(bound: pd.DataFrame, testbed: str, runs: pd.DataFrame) -> tuple[float | None, float | None]:
+    """The upper-bound runs' mean throughput (same testbed and batch size) and mean step time (the same, at the
+    runs' fraction: as many batches an epoch); None where there are none."""
     same = bound[(bound["testbed"] == testbed) & bound["batch_size"].isin(runs["batch_size"].mode())]
-    return float(same["throughput_mean_img_s"].mean()) if same["throughput_mean_img_s"].notna().any() else None
+    img_s = float(same["throughput_mean_img_s"].mean()) if same["throughput_mean_img_s"].notna().any() else None
+    step = same.loc[same["fraction"] == runs["fraction"].iloc[0], "compute_mean_s"]
+    return img_s, float(step.mean()) if step.notna().any() else None
 
 
 def _curves(client: MlflowClient, runs: pd.DataFrame) -> pd.DataFrame:

@@ -26,6 +26,7 @@ from wif.data.formats.splits import EpochStorage, format_datasets
 from wif.data.loaders import Batch, Batches, FixedBatches
 from wif.data.transfer import StreamPrefetcher, Transfer, make_transfer
 from wif.measure.timing import synchronize
+from wif.run.heap import keep_heap
 from wif.run.loop import evaluate, loader_epoch, train_epoch
 from wif.run.model import build_model
 from wif.run.step import Step, build_optimizer, compile_now, prepare_model
@@ -129,6 +130,8 @@ def _build_batches(
     moving the data to the device count as set-up."""
     t0 = time.perf_counter()
     if cfg.data.source is DataSource.fixed:  # no data to load: batches are made on the device
+        if device.type == "cpu":  # its activations live on the host heap, which no data load has grown
+            emit("tags", {"wif.heap_kept": str(keep_heap()).lower()})
         batches: Dict[str, Batches] = dict(_fixed_batches(cfg, device))
         emit(
             "data",

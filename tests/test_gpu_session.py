@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import List
 
@@ -51,3 +52,65 @@ def test_freeze_brings_back_the_package_list_and_the_node(tmp_path: Path) -> Non
     node = (out / "node.txt").read_text().split()  # the GPU line (or "no nvidia-smi"), then Python, torch, CUDA
     assert node[-3] == torch.__version__ and node[-1] == str(torch.cuda.is_available()), node
     assert "gpu_session.sh freeze" in (out / "log.txt").read_text()
+
+
+def _advice(client, exp_id: str, advise_id: str, fraction: float, interference_s: float, busy: float) -> None:
+    """An advice's parent and measuring runs as wif-advise records them on a GPU (docs/what-each-run-records.md)."""
+    from mlflow.entities import Metric, Param
+
+    parent = client.create_run(
+        exp_id,
+        run_name="advise",
+        tags={"wif.kind": "advise", "wif.advise_id": advise_id, "wif.advise_role": "parent"},
+    ).info.run_id
+    figures = {"interference": interference_s / 9.0, "interference_s": interference_s, "limit_share": 0.12}
+    figures.update(gpu_busy_step=busy, launch_bound=float(busy < 0.6))
+    client.log_batch(
+        parent,
+        metrics=[Metric(k, v, 0, 0) for k, v in figures.items()],
+        params=[Param("data.fraction", str(fraction))],
+    )
+    for k, v in {"wif.advise.limit": "interference", "wif.advise.pick": "keep"}.items():
+        client.set_tag(parent, k, v)
+    client.set_terminated(parent, "FINISHED")
+    client.create_run(
+        exp_id,
+        run_name="advise-measure-current",
+        tags={"wif.kind": "advise", "wif.advise_id": advise_id, "wif.advise_role": "measure", "wif.device": "cuda"},
+    )
+
+
+def test_gpu_checks_sets_each_advices_interference_against_the_measured_gap(tmp_path: Path) -> None:
+    """scripts/gpu_checks.py, the GPU step issue's last test read from a store: an advice's interference (1.4 s an
+    epoch at 0.7, 0.5 s at 0.4) against the study's baseline - gpu_resident step gap (1.5 s at both). Known
+    answers: 0.93 of the gap, within 25%; 0.33, not within."""
+    from tests.test_report import log_run, new_store
+
+    client, uri, exp_id = new_store(tmp_path)
+    for fraction in (0.4, 0.7):
+        for block in range(2):
+            log_run(client, exp_id, "baseline", fraction, block, 11.0 + block, compute=10.5, busy=25.0)
+            log_run(client, exp_id, "gpu_resident", fraction, block, 9.0 + block, compute=9.0, busy=31.0)
+    _advice(client, exp_id, "a1", 0.7, 1.4, 0.27)
+    _advice(client, exp_id, "a2", 0.4, 0.5, 0.27)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "gpu_checks.py"), "--tracking-uri", uri],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=SCRIPT.parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    said = {line.split(":")[0]: line for line in done.stdout.splitlines()}
+    at7 = said["advice on the study at fraction 0.7 (cuda, FINISHED)"]
+    assert "limit interference, GPU busy 27% of the step (launch-bound)" in at7 and "1.400 s an epoch" in at7
+    gaps = [line for line in done.stdout.splitlines() if line.startswith("  measured at")]
+    assert len(gaps) == 2 and all("baseline - gpu_resident = 1.500 s of step, 2.000 s of epoch" in g for g in gaps)
+    assert "0.93 of the step gap: within 25%" in done.stdout and "0.33 of the step gap: NOT within 25%" in done.stdout
+    empty = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "gpu_checks.py"), "--tracking-uri", f"sqlite:///{tmp_path}/none.db"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "gpu_checks.py: no MLflow store at" in empty.stderr

@@ -152,3 +152,23 @@ def test_the_line_to_paste_says_when_the_pick_holds_decoded_images_in_ram() -> N
     line = dataloader_kwargs(held, False)
     assert line.startswith("a dataset that holds its decoded images in RAM (wif's data.preload=true), DataLoader(")
     assert line.endswith("num_workers=2, persistent_workers=True, prefetch_factor=2, pin_memory=False)")
+
+
+def test_on_a_gpu_the_dataset_on_the_device_is_a_candidate_as_the_study_has_it() -> None:
+    """The GPU step issue, item 3: on the H200 gpu_resident beat baseline by more than the loader's wait and copy
+    (its step was shorter: no loader work beside it); the advice tries it on a GPU. Applied to any loader setting
+    it is the study's loader=gpu_resident; never on a CPU, nor where the data is already there or is made by the
+    user's Dataset on access."""
+    from wif.advisor.answer import dataloader_kwargs
+    from wif.advisor.candidates import resident
+    from wif.advisor.runner import apply
+    from wif.config.compose import load_config
+
+    base = load_config(["loader=pin_nb_w4_pf2", "data.fraction=0.4"])
+    (cand,) = resident(base, cuda=True)
+    got, study = apply(base, cand), load_config(["loader=gpu_resident", "data.fraction=0.4"])
+    assert got.loader == study.loader and got.transfer == study.transfer
+    assert cand.workers == 0 and cand.copy_hidden  # predicted with no copy and no worker
+    assert dataloader_kwargs(cand, False).startswith("no DataLoader: the whole dataset moved to the device once")
+    assert resident(base, cuda=False) == [] and resident(study, cuda=True) == []
+    assert resident(load_config(["data=custom", "data._target_=torchvision.datasets.FakeData"]), cuda=True) == []

@@ -113,4 +113,6 @@ def test_gpu_checks_sets_each_advices_interference_against_the_measured_gap(tmp_
         text=True,
         timeout=120,
     )
-    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "gpu_checks.py: no MLflow store at" in empty.stderr
+    assert (
+        empty.returncode == 2 and empty.stderr.count("\n") == 1 and "gpu_checks.py: no MLflow store at" in empty.stderr
+    )

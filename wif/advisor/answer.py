@@ -217,6 +217,8 @@ def loader_args(pick: Candidate, pin: bool) -> Dict[str, Any]:
 def dataloader_kwargs(pick: Candidate, pin: bool) -> str:
     """The DataLoader keyword arguments (and the copy's) to paste into one's own script."""
     k = pick.keys
+    if k.get("transfer.kind") == "resident":
+        return "no DataLoader: the whole dataset moved to the device once, each batch gathered there by index"
     if k.get("engine.name") not in (None, "dataloader"):
         return f"engine={k['engine.name']} (not a DataLoader: {pick.workers} threads of torchdata.nodes)"
     args = {key: value for key, value in loader_args(pick, pin).items() if key != "in_order"}

@@ -5,6 +5,8 @@ persistent workers (a kept worker costs nothing per epoch; a fresh one starts ev
 count also a deeper prefetch, the thread-based engine where torchdata is installed, and on a GPU pinned
 memory with non_blocking copies. `data=folder` adds `data.preload=true` (decoded images held in RAM)
 where the decoded set fits in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried.
+On a GPU the whole dataset on the device (`gpu_resident`) is tried too, whatever the workers gave: it removes
+the loader's work beside the step, the interference that a launch-bound step feels (docs/on-a-gpu.md).
 """
 
 from __future__ import annotations
@@ -67,6 +69,23 @@ def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[f
         if need < 0.5 * ram_free_bytes:
             out.append(_more(best, "preload", {"data.preload": True}))
     return [c for c in out if _accepted(base, c)]
+
+
+def resident(base: Config, cuda: bool) -> List[Candidate]:
+    """On a GPU, the whole dataset on the device (the study's `gpu_resident`): no loader works beside the step,
+    so its interference goes with its wait and copy. Where the dataset does not fit, its run says so at once
+    (wif.run.training._to_device) and the candidate drops out."""
+    if not cuda or base.transfer.kind is TransferKind.resident:
+        return []
+    keys = {
+        "loader.name": "gpu_resident",
+        "loader.num_workers": 0,
+        "loader.pin_memory": False,
+        "loader.background": False,
+        "transfer.kind": "resident",
+        "transfer.non_blocking": False,
+    }
+    return [c for c in [Candidate("gpu_resident", keys, 0, False, 2, copy_hidden=True)] if _accepted(base, c)]
 
 
 def script_extras(

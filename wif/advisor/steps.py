@@ -196,14 +196,14 @@ def _advise(
         )
         best_w = search_workers(by_workers, 2 * cores, 4, 3, 0.05, beaten)
         best = candidates.workers(base, best_w or 0, cuda)
+        knobs = [] if runner.knobs else candidates.resident(base, cuda)  # no loader beside the step at all
         if best.name in trials and rated(best).bound == "compute":  # the loader keeps up: its knobs cannot gain
-            say(f"  {best.name} is predicted to feed the step faster than it computes: no other knob is tried")
+            say(f"  {best.name} is predicted to feed the step faster than it computes: no other loader knob is tried")
         else:
-            for extra in (runner.knobs or candidates.extras)(
-                base, best, cuda, psutil.virtual_memory().available, items
-            ):
-                made[extra.name] = extra
-                trial(extra)
+            knobs[:0] = (runner.knobs or candidates.extras)(base, best, cuda, psutil.virtual_memory().available, items)
+        for extra in knobs:
+            made[extra.name] = extra
+            trial(extra)
     else:  # the answer is settled: no loader setting can shorten an epoch that does not wait for data
         say(f"{PROG}: 2/4 candidates: none tried (not data-bound: no loader setting can shorten the epoch)")
         if cur.workers == 0:

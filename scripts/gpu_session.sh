@@ -152,7 +152,8 @@ for STAGE in "${STAGES[@]}"; do
       take 1
       step "advise (script)" "$PY" -m wif.advisor.advise_cli --minutes "$BUDGET" -- \
         "$PY" -m wif.examples.train_slow_reads --epochs 40 --n-train 768 --batch-size 32
-      step "gpu checks" "$PY" scripts/gpu_checks.py
+      # a script's folder, not the checkout, heads sys.path: the checkout's wif is put first, as for `python -m`
+      step "gpu checks" env PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" scripts/gpu_checks.py
       ;;
     report)
       step report "$PY" -m wif.report --out .gpu/report --no-log

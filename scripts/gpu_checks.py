@@ -18,7 +18,7 @@ import argparse
 import math
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 from mlflow.tracking import MlflowClient
@@ -46,22 +46,21 @@ def advices(client: MlflowClient, experiment: str) -> pd.DataFrame:
                 "limit": t.get("wif.advise.limit", ""),
                 "pick": t.get("wif.advise.pick", ""),
                 **{k: m.get(k, math.nan) for k in ("interference", "interference_s", "gpu_busy_step", "launch_bound")},
-                "speedup": m.get("speedup", math.nan),
                 "status": run.info.status,
             }
         )
     return pd.DataFrame(rows)
 
 
-def gaps(runs: pd.DataFrame) -> Dict[float, Dict[str, float]]:
-    """Per fraction with both settings' finished runs: the mean step and epoch of each, and their gaps."""
+def gaps(runs: pd.DataFrame) -> Dict[Tuple[str, float], Dict[str, float]]:
+    """Per device and fraction with both settings' finished runs: the gaps between their mean step and epoch."""
     done = runs[(runs["status"] == "FINISHED") & (runs["data_source"] != "fixed")]
-    out: Dict[float, Dict[str, float]] = {}
-    for fraction, group in done.groupby("fraction"):
+    out: Dict[Tuple[str, float], Dict[str, float]] = {}
+    for (device, fraction), group in done.groupby(["device", "fraction"]):
         by = group.groupby("loader")[["compute_mean_s", "epoch_time_median_s"]].mean()
         if {"baseline", "gpu_resident"} <= set(by.index):
             b, r = by.loc["baseline"], by.loc["gpu_resident"]
-            out[float(fraction)] = {
+            out[(str(device), float(fraction))] = {
                 "step_gap_s": b["compute_mean_s"] - r["compute_mean_s"],
                 "epoch_gap_s": b["epoch_time_median_s"] - r["epoch_time_median_s"],
                 "baseline_epoch_s": b["epoch_time_median_s"],
@@ -77,7 +76,7 @@ def verdict(interference_s: float, step_gap_s: float) -> str:
     return f"{ratio:.2f} of the step gap: {'within' if abs(ratio - 1) <= WITHIN else 'NOT within'} {WITHIN:.0%}"
 
 
-def lines(advice: pd.DataFrame, measured: Dict[float, Dict[str, float]]) -> List[str]:
+def lines(advice: pd.DataFrame, measured: Dict[Tuple[str, float], Dict[str, float]]) -> List[str]:
     out = []
     for _, a in advice.iterrows():
         busy = "n/a" if math.isnan(a["gpu_busy_step"]) else f"{a['gpu_busy_step']:.0%}"
@@ -88,18 +87,20 @@ def lines(advice: pd.DataFrame, measured: Dict[float, Dict[str, float]]) -> List
             f"step ({launch}), interference {a['interference']:.1%} = {a['interference_s']:.3f} s an epoch, pick "
             f"{a['pick'] or '?'}"
         )
-        g = None if a["script"] else measured.get(a["fraction"])
+        g = None if a["script"] else measured.get((a["device"], a["fraction"]))
         if g is not None:
             out.append(
                 f"  measured at {a['fraction']:g}: baseline - gpu_resident = {g['step_gap_s']:.3f} s of step, "
                 f"{g['epoch_gap_s']:.3f} s of epoch ({g['epoch_gap_s'] / g['baseline_epoch_s']:.1%}); the "
                 f"advice's interference: {verdict(a['interference_s'], g['step_gap_s'])}"
             )
-    for fraction, g in sorted(measured.items()):
-        if advice.empty or fraction not in set(advice.loc[advice["script"] == "", "fraction"]):
+    study = advice[advice["script"] == ""] if not advice.empty else advice
+    advised = set(zip(study["device"], study["fraction"])) if not study.empty else set()
+    for (device, fraction), g in sorted(measured.items()):
+        if (device, fraction) not in advised:
             out.append(
-                f"measured at {fraction:g} (no advice): baseline - gpu_resident = {g['step_gap_s']:.3f} s of step, "
-                f"{g['epoch_gap_s']:.3f} s of epoch"
+                f"measured at {fraction:g} on {device} (no advice): baseline - gpu_resident = "
+                f"{g['step_gap_s']:.3f} s of step, {g['epoch_gap_s']:.3f} s of epoch"
             )
     return out
 

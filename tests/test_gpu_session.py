@@ -91,6 +91,11 @@ def test_gpu_checks_sets_each_advices_interference_against_the_measured_gap(tmp_
         for block in range(2):
             log_run(client, exp_id, "baseline", fraction, block, 11.0 + block, compute=10.5, busy=25.0)
             log_run(client, exp_id, "gpu_resident", fraction, block, 9.0 + block, compute=9.0, busy=31.0)
+    for block in range(2):  # the same settings on a CPU, and a fraction no advice looked at: neither mixed in
+        log_run(client, exp_id, "baseline", 0.4, block, 30.0, compute=29.0, device="cpu", vram=None)
+        log_run(client, exp_id, "gpu_resident", 0.4, block, 20.0, compute=19.0, device="cpu", vram=None)
+        log_run(client, exp_id, "baseline", 0.1, block, 3.0, compute=2.5)
+        log_run(client, exp_id, "gpu_resident", 0.1, block, 2.5, compute=2.25)
     _advice(client, exp_id, "a1", 0.7, 1.4, 0.27)
     _advice(client, exp_id, "a2", 0.4, 0.5, 0.27)
     done = subprocess.run(
@@ -107,6 +112,11 @@ def test_gpu_checks_sets_each_advices_interference_against_the_measured_gap(tmp_
     gaps = [line for line in done.stdout.splitlines() if line.startswith("  measured at")]
     assert len(gaps) == 2 and all("baseline - gpu_resident = 1.500 s of step, 2.000 s of epoch" in g for g in gaps)
     assert "0.93 of the step gap: within 25%" in done.stdout and "0.33 of the step gap: NOT within 25%" in done.stdout
+    unadvised = [line for line in done.stdout.splitlines() if line.startswith("measured at")]
+    assert sorted(unadvised) == [
+        "measured at 0.1 on cuda (no advice): baseline - gpu_resident = 0.250 s of step, 0.500 s of epoch",
+        "measured at 0.4 on cpu (no advice): baseline - gpu_resident = 10.000 s of step, 10.000 s of epoch",
+    ], done.stdout
     empty = subprocess.run(
         [sys.executable, str(SCRIPT.parent / "gpu_checks.py"), "--tracking-uri", f"sqlite:///{tmp_path}/none.db"],
         capture_output=True,

@@ -103,17 +103,18 @@ def test_data_bound_is_said_only_where_the_loader_is_slower_than_the_model() -> 
     limit (before, "Data-bound"); a loader slower than the model is data-bound."""
     epoch = {"epoch_time_s": 1.0, "data_wait_s": 0.1, "copy_s": 0.0, "compute_s": 0.9}
     run = Measured("configured", "current", "r", "FINISHED", {}, [epoch, epoch])
-    searched, said = where_time_goes(run, 0.9, "data=fixed", 900, 16 * 1000.0, 0.05, workers=0)
+    searched, said, held = where_time_goes(run, 0.9, "data=fixed", 900, 16 * 1000.0, 0.05, workers=0)
     assert searched and "Data-bound" not in said and "exposed, not a limit" in said and "0 workers" in said
     assert said.splitlines()[-1].startswith("What holds the epoch: the wait for data, exposed: the step waits 10%")
+    assert said.splitlines()[-1] == f"What holds the epoch: {held.said}."  # the limit recorded is the one said
     slow = {**epoch, "data_wait_s": 0.6, "compute_s": 0.4, "epoch_time_s": 1.0}
     run = Measured("configured", "current", "r", "FINISHED", {}, [slow, slow])
-    searched, said = where_time_goes(run, 0.4, "data=fixed", 900, 1000.0, 0.05, workers=0)
+    searched, said, _ = where_time_goes(run, 0.4, "data=fixed", 900, 1000.0, 0.05, workers=0)
     lines = said.splitlines()
     assert searched and lines[1].startswith("Data-bound: the loader gives 1,000 img/s")
     assert lines[2] == "What holds the epoch: the loader: the step waits 60% of the epoch for its batches."
     # the loader's trial never ran (accelerate's cv_example under --minutes 2 said "the loader gives nan img/s")
-    searched, said = where_time_goes(run, 0.4, "data=fixed", 900, float("nan"), 0.05, workers=4)
+    searched, said, _ = where_time_goes(run, 0.4, "data=fixed", 900, float("nan"), 0.05, workers=4)
     assert searched and said.splitlines()[1].startswith("Waiting for data: epochs are 150% slower"), said
     assert "nan" not in said, said
 
@@ -127,7 +128,7 @@ def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -
         "compute_s": 0.5,
         "gpu_idle_s": 0.05,
     }  # a CUDA run's epoch, the first of the two the warm-up
-    _, sentence = where_time_goes(
+    _, sentence, _ = where_time_goes(
         Measured("configured", "pin_nb", "r", "FINISHED", {}, [gpu, gpu]), 0.85, "data=fixed", 1000, 5000.0, 0.05
     )
     assert "GPU blocked 0.300 s" in sentence
@@ -135,7 +136,7 @@ def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -
     assert sum(float(p.rsplit(" ", 2)[1]) for p in split.split(", ")) == pytest.approx(gpu["epoch_time_s"])
     assert {key for key, _ in PHASES} <= set(EPOCH_KEYS)  # each phase is read back from the run's epochs
     cpu = {**gpu, "gpu_blocked_s": math.nan, "gpu_idle_s": math.nan, "compute_s": 0.85}  # no CUDA: not measured
-    _, sentence = where_time_goes(
+    _, sentence, _ = where_time_goes(
         Measured("configured", "pin_nb", "r", "FINISHED", {}, [cpu, cpu]), 0.85, "data=fixed", 1000, 5000.0, 0.05
     )
     assert "GPU" not in sentence and "compute 0.850 s" in sentence

@@ -34,17 +34,31 @@ def where_time_goes(
     workers: int = 0,
     bound_compute_s: float = math.nan,
     on_gpu: bool = False,
+) -> tuple[bool, str, Limit]:
+    """(whether the wait is worth a search, the sentence, what holds the epoch): the configured epoch against the
+    bound and the loader's ceiling. "Data-bound" is said only where the loader is slower than the model: where it
+    is faster but loads between steps (`workers` 0), its wait is exposed, not a limit, and workers would overlap
+    it."""
+    model_img_s = items / bound_s if bound_s > 0 else math.nan
+    held = limit_of(now, margin, bound_compute_s, on_gpu, exposed=loader_img_s > model_img_s)
+    return (*_sentence(now, bound_s, bound_source, loader_img_s, model_img_s, margin, workers, held), held)
+
+
+def _sentence(
+    now: Measured,
+    bound_s: float,
+    bound_source: str,
+    loader_img_s: float,
+    model_img_s: float,
+    margin: float,
+    workers: int,
+    held: Limit,
 ) -> tuple[bool, str]:
-    """(whether the wait is worth a search, the sentence): the configured epoch against the bound and the
-    loader's ceiling. "Data-bound" is said only where the loader is slower than the model: where it is faster
-    but loads between steps (`workers` 0), its wait is exposed, not a limit, and workers would overlap it."""
     epoch = now.median()
     gap = epoch / bound_s - 1 if bound_s > 0 else math.nan
     split = ", ".join(f"{label} {now.mean(key):.3f} s" for key, label in PHASES if not math.isnan(now.mean(key)))
     head = f"The configured setting: {epoch:.3f} s an epoch ({split}); the bound ({bound_source}): {bound_s:.3f} s."
     wait = (now.mean("data_wait_s") + _zero(now.mean("gpu_idle_s"))) / epoch
-    model_img_s = items / bound_s if bound_s > 0 else math.nan
-    held = limit_of(now, margin, bound_compute_s, on_gpu, exposed=loader_img_s > model_img_s)
     what = f"\nWhat holds the epoch: {held.said}."
     if gap <= margin:
         return (

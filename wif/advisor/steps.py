@@ -151,7 +151,7 @@ def _advise(
     else:
         trial(candidates.workers(base, 0, cuda))
     bound_compute = fixed.mean("compute_s") if fixed is not None and fixed.ok else math.nan
-    data_bound, sentence = answer.where_time_goes(
+    data_bound, sentence, held = answer.where_time_goes(
         now,
         bound_s,
         source,
@@ -163,7 +163,6 @@ def _advise(
         cuda,
     )
     say(sentence)
-    held = answer.limit_of(now, opts.bound_margin, bound_compute, cuda)
     # On a GPU, workers move the loader's host work off the thread that launches the step: they are tried. On a
     # CPU they would only move it to the cores the step computes on.
     searched = data_bound or (held.kind == "interference" and cuda)

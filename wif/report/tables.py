@@ -61,14 +61,19 @@ def _vs_fastest(r: pd.Series) -> str:
     return f"may be fastest (≤ {slower_by(at_most)} slower{', tied' if bool(r['tied']) else ''})"
 
 
+def _figured(table: pd.DataFrame, column: str) -> bool:
+    """Whether any row has this figure: runs older than it, or on a CPU (the GPU's), have none, and get no column."""
+    return column in table and table[column].notna().any()
+
+
 def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     """One row per loader, fastest first, the figures a reader compares."""
     level = f"{confidence:.0%}"
     bound = "bound_share" in s.table
     at_bw = COPY_AT_BW in s.table  # only where wif-bandwidth measured this GPU (wif.report.copycost)
-    copied = COPY_BYTES in s.table and s.table[COPY_BYTES].notna().any()  # runs older than the figure have none
-    step = "step_vs_bound" in s.table and s.table["step_vs_bound"].notna().any()
-    busy = "gpu_util_mean_pct" in s.table and s.table["gpu_util_mean_pct"].notna().any()  # CUDA runs only
+    copied = _figured(s.table, COPY_BYTES)
+    step = _figured(s.table, "step_vs_bound")
+    busy = _figured(s.table, "gpu_util_mean_pct")
     stat = "median" if s.value == "epoch_time_median_s" else "mean"
     header = [
         "loader",
@@ -130,19 +135,19 @@ def footnotes(s: FractionSummary, confidence: float) -> list[str]:
             "'of bound': throughput as a share of the synthetic on-device upper bound "
             "(same testbed and batch size): near 100% means loading is not the bottleneck."
         )
-    if "step_vs_bound" in s.table and s.table["step_vs_bound"].notna().any():
+    if _figured(s.table, "step_vs_bound"):
         notes.append(
             "'step vs bound': the step's time an epoch (compute_mean_s) against the upper bound's at this fraction, "
             "less 1: how much longer the step takes beside this loader than on batches already on the device, the "
             "loader's host work slowing it (on a GPU the thread that launches its kernels; on a CPU its cores)."
         )
-    if "gpu_util_mean_pct" in s.table and s.table["gpu_util_mean_pct"].notna().any():
+    if _figured(s.table, "gpu_util_mean_pct"):
         notes.append(
             "'GPU busy': NVML's utilization over the steady epochs (the share of its sample periods in which a "
             "kernel ran); well below 100% with little data wait, the step idles between the kernels the host "
             "launches: it is launch-bound, and loader settings gain at most the bound."
         )
-    if COPY_BYTES in s.table and s.table[COPY_BYTES].notna().any():
+    if _figured(s.table, COPY_BYTES):
         notes.append(
             "'copied MB/epoch': what the transfer moved host-to-device in a training epoch "
             "(copy_bytes_per_epoch; MB = 10^6 bytes): float32 images, uint8 images under transfer.uint8, "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import platform
+import os
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
 MMAP_MAX = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: the largest mmap threshold it accepts
@@ -21,10 +21,10 @@ TRIM = 1 << 30
 
 def keep_heap() -> bool:
     """Raise glibc's trim and mmap thresholds for this process; False where the C library is not glibc."""
-    if platform.libc_ver()[0] != "glibc":
-        return False
     try:
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):  # the C library's own word (confstr(3))
+            return False
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_MAX)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM))
-    except (OSError, AttributeError):  # no such library or symbol: the heap stays as it is
+    except (OSError, AttributeError, ValueError):  # not glibc, no such library or symbol: the heap stays
         return False

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from wif.config.compose import load_config  # noqa: E402
 from wif.data.formats.source import encoded_files  # noqa: E402
+from wif.measure import names  # noqa: E402
 
 
 def image_folder(images: int) -> Path:
@@ -44,7 +45,17 @@ def image_folder(images: int) -> Path:
     return Path(listing.where)
 
 
-def run(fmt: str, cache: str, args: argparse.Namespace, root: Path, store: str, work: Path) -> None:
+def run_cell(fmt: str, cache: str, args: argparse.Namespace, root: Path, store: str, work: Path) -> None:
+    """Run train.py loader-only on one format, warm or cold; exit with its error if it fails.
+
+    Args:
+        fmt: the data.format.
+        cache: the data.page_cache, warm or cold.
+        args: the benchmark's flags: --epochs and --workers.
+        root: the folder of JPEGs.
+        store: the MLflow store every cell logs to.
+        work: the folder train.py runs in.
+    """
     cmd = [
         sys.executable,
         str(ROOT / "train.py"),
@@ -81,20 +92,20 @@ def main() -> None:
     store = f"sqlite:///{work / 'mlflow.db'}"
     for fmt in formats:
         for cache in ("warm", "cold"):
-            run(fmt, cache, args, root, store, work)
+            run_cell(fmt, cache, args=args, root=root, store=store, work=work)
     client = MlflowClient(store)
     rate, read, size, n = {}, {}, {}, 0
     for r in client.search_runs(
-        [client.get_experiment_by_name("who_is_faster").experiment_id], "tags.`wif.kind` = 'loader'"
+        [client.get_experiment_by_name("who_is_faster").experiment_id], f"tags.`{names.TAG_KIND}` = 'loader'"
     ):
         key = (r.data.params["data.format"], r.data.params["data.page_cache"])
         rate[key] = statistics.median(
-            h.value for h in client.get_metric_history(r.info.run_id, "throughput_img_s") if h.step >= 1
+            h.value for h in client.get_metric_history(r.info.run_id, names.THROUGHPUT_IMG_S) if h.step >= 1
         )  # epoch 0: warm-up
         read[key] = statistics.median(
-            h.value for h in client.get_metric_history(r.info.run_id, "storage_read_bytes") if h.step >= 1
+            h.value for h in client.get_metric_history(r.info.run_id, names.STORAGE_READ_BYTES) if h.step >= 1
         )
-        size[key[0]], n = int(r.data.params["data.pack_bytes"]), int(r.data.tags["wif.n_train"])
+        size[key[0]], n = int(r.data.params["data.pack_bytes"]), int(r.data.tags[names.TAG_N_TRAIN])
     print(
         f"\n{args.images} generated images ({n} per epoch), loader-only, {args.workers} workers, "
         f"median of {args.epochs - 1} measured epochs"

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from wif.config import ConfigError, EngineName, register_configs, validate  # noqa: E402
 from wif.data.datasets import load_datasets  # noqa: E402
 from wif.data.engines import build_engine_batches  # noqa: E402
+from wif.data.loaders import Reading  # noqa: E402
 from wif.data.transfer import make_transfer  # noqa: E402
 from wif.run.loop import loader_epoch  # noqa: E402
 
@@ -56,11 +57,7 @@ def images_per_s(overrides: List[str], engine: str, workers: int, epochs: int) -
         data.train,
         conf.loader,
         conf.engine,
-        conf.data.batch_size,
-        train=True,
-        seed=0,
-        pin=False,
-        resident=False,
+        Reading(batch_size=conf.data.batch_size, train=True, seed=0),
         data=conf.data,
         device=cpu,
     )

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from wif.config import MeasureConfig, register_configs  # noqa: E402
 from wif.data.datasets import load_datasets  # noqa: E402
+from wif.measure import names  # noqa: E402
 from wif.run.forking import preload  # noqa: E402
 from wif.run.model import build_model, training_loss  # noqa: E402
 from wif.run.training import seed_everything  # noqa: E402
@@ -80,6 +81,27 @@ def _bootstrap_ci(values: list, level: float = 0.95, draws: int = 10_000) -> tup
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
     return medians[int((1 - level) / 2 * draws)], medians[int((1 + level) / 2 * draws) - 1]
+
+
+def wif_round(cfg, client: MlflowClient, r: int) -> list:
+    """Run round `r`'s wif job in this process, which forks it; its epoch times from its record."""
+    cfg.repeat = r  # a distinct job each round (the seed is fixed below, for both sides alike)
+    cfg.seed = 0
+    run_job(cfg)
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    run = client.search_runs([exp.experiment_id], f"tags.`{names.TAG_BLOCK}` = '{r}'")[0]
+    history = client.get_metric_history(run.info.run_id, names.EPOCH_TIME_S)
+    return [m.value for m in sorted(history, key=lambda m: m.step)]
+
+
+def bare_round(ctx, conf, device: str) -> list:
+    """Run the bare loop in a forked child; its epoch times."""
+    q = ctx.Queue()
+    p = ctx.Process(target=bare_loop, args=(conf, device, q))
+    p.start()
+    times = q.get()
+    p.join()
+    return times
 
 
 def main() -> None:
@@ -128,31 +150,12 @@ def main() -> None:
     gen.join()
     wif_times, bare_times, round_ratios = [], [], []
     client = MlflowClient(store)
-
-    def wif_round(r: int) -> list:
-        cfg.repeat = r  # a distinct job each round (the seed is fixed below, for both sides alike)
-        cfg.seed = 0
-        run_job(cfg)
-        exp = client.get_experiment_by_name(conf.tracking.experiment)
-        run = client.search_runs([exp.experiment_id], f"tags.`wif.block` = '{r}'")[0]
-        return [
-            m.value for m in sorted(client.get_metric_history(run.info.run_id, "epoch_time_s"), key=lambda m: m.step)
-        ]
-
-    def bare_round() -> list:
-        q = ctx.Queue()
-        p = ctx.Process(target=bare_loop, args=(conf, args.device, q))
-        p.start()
-        times = q.get()
-        p.join()
-        return times
-
     for r in range(args.rounds):
         # Alternate which side goes first, so that drift within a round favours neither.
         if r % 2 == 0:
-            wif, bare = wif_round(r), bare_round()
+            wif, bare = wif_round(cfg, client, r), bare_round(ctx, conf, args.device)
         else:
-            bare, wif = bare_round(), wif_round(r)
+            bare, wif = bare_round(ctx, conf, args.device), wif_round(cfg, client, r)
         wif_times += wif[warm:]
         bare_times += bare[warm:]
         round_ratios.append(statistics.median(wif[warm:]) / statistics.median(bare[warm:]))
@@ -163,7 +166,7 @@ def main() -> None:
         )
     exp = client.get_experiment_by_name(conf.tracking.experiment)
     runs = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'")
-    sampler = [run.data.metrics["sampler_cpu_pct"] for run in runs]
+    sampler = [run.data.metrics[names.SAMPLER_CPU_PCT] for run in runs]
     w, b = statistics.median(wif_times), statistics.median(bare_times)
     paired = statistics.median(round_ratios)
     print(

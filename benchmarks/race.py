@@ -23,9 +23,10 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from wif.measure import names
 from wif.report import runs as runs_io
 from wif.report.race import RaceRules
-from wif.report.stats import summarize_fraction
+from wif.report.stats import Comparison, summarize_fraction
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +105,7 @@ def main() -> None:
     _, fixed_all, fixed = usable(fixed_uri)
     client, race_all, _ = usable(race_uri)
     exp = client.get_experiment_by_name(runs_io.DEFAULT_EXPERIMENT)
-    (record,) = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race'", max_results=1)
+    (record,) = client.search_runs([exp.experiment_id], f"tags.`{names.TAG_KIND}` = 'race'", max_results=1)
     print(
         f"runs: race {len(race_all)} / fixed {len(fixed_all)} = {len(race_all) / len(fixed_all):.2f} (target <= 0.50)"
     )
@@ -116,8 +117,9 @@ def main() -> None:
     if record.data.tags.get("wif.race.same_as"):
         print(f"raced as one (the same code on this CPU): {record.data.tags['wif.race.same_as']}")
     agree = True
+    how = Comparison(baseline=a.baseline, value=runs_io.MEDIAN, confidence=0.95, alpha=0.05, margin=rules.margin)
     for fraction, runs in fixed.groupby("fraction"):
-        s = summarize_fraction(runs, a.baseline, runs_io.MEDIAN, [], 0.95, 0.05, rules.margin)
+        s = summarize_fraction(runs, metrics=[], how=how)
         raced = record.data.tags.get(f"wif.race.fastest.f{fraction:g}", "").split()
         fastest = raced[0] if raced else None  # the race lists its possibly-fastest set fastest first
         inside = fastest in s.possibly_fastest

@@ -13,7 +13,25 @@ from __future__ import annotations
 import argparse
 import random
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+
+SEED = 0  # the same folder every time
+
+
+def striped_image(colour: Tuple[int, int, int], size: int, stripe_every: int, rng: random.Random) -> "Image.Image":
+    """A square of `colour` with a noisy stripe of its reversed colour every `stripe_every` rows."""
+    from PIL import Image
+
+    img = Image.new("RGB", (size, size), colour)
+    pixels = img.load()
+    for y in range(0, size, stripe_every):
+        for x in range(size):
+            pixels[x, y] = tuple(min(255, v + rng.randint(0, 60)) for v in colour[::-1])
+    return img
 
 
 def make_folder(
@@ -23,23 +41,25 @@ def make_folder(
     classes: int = 10,
     size: int = 72,
     held_out_name: str = "validation",
-    seed: int = 0,
 ) -> Path:
-    """Write `images` training JPEGs and `held_out` held-out ones, spread evenly over `classes`."""
-    from PIL import Image
+    """Write `images` training JPEGs and `held_out` held-out ones, spread evenly over `classes`.
 
-    rng = random.Random(seed)
+    Args:
+        root: the folder to write, made if missing.
+        images: the training images.
+        held_out: the held-out images.
+        classes: the classes, one folder each.
+        size: the image side in px.
+        held_out_name: the held-out split's folder.
+    """
+    rng = random.Random(SEED)
     for part, count in (("train", images), (held_out_name, held_out)):
         for c in range(classes):
             folder = root / part / f"n{c:08d}"  # timm's (ImageNet's) class folder names
             folder.mkdir(parents=True, exist_ok=True)
             colour = ((37 * c) % 256, (91 * c + 40) % 256, (153 * c + 80) % 256)
             for i in range(count // classes + (1 if c < count % classes else 0)):
-                img = Image.new("RGB", (size, size), colour)
-                pixels = img.load()
-                for y in range(0, size, 2 + c % 4):  # the class's stripes
-                    for x in range(size):
-                        pixels[x, y] = tuple(min(255, v + rng.randint(0, 60)) for v in colour[::-1])
+                img = striped_image(colour, size, stripe_every=2 + c % 4, rng=rng)
                 img.save(folder / f"{part}_{c}_{i:05d}.JPEG", quality=90)
     return root
 
@@ -58,7 +78,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="the held-out split's folder (default: %(default)s, timm's)",
     )
     args = p.parse_args(argv)
-    make_folder(args.root, args.images, args.held_out, args.classes, args.size, args.held_out_name)
+    make_folder(
+        args.root,
+        images=args.images,
+        held_out=args.held_out,
+        classes=args.classes,
+        size=args.size,
+        held_out_name=args.held_out_name,
+    )
     print(
         f"{args.root}: {args.images} training and {args.held_out} held-out ({args.held_out_name}/) JPEGs, "
         f"{args.classes} classes, {args.size} px"

@@ -7,6 +7,7 @@ examples build their own data and model and train them with this loop (`train`) 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 import torch
@@ -50,9 +51,18 @@ def parser(doc: str, batch_size: int = 64, n_train: int = 1024) -> argparse.Argu
     return p
 
 
-def loop_options(args: argparse.Namespace) -> dict:
+@dataclass(frozen=True)
+class LoopOptions:
+    """How the loop is written: `bar` wraps the loader in a new tqdm each epoch; `max_steps` leaves each epoch
+    after that many batches, as loops with a per-epoch step limit do."""
+
+    bar: bool = False
+    max_steps: Optional[int] = None
+
+
+def loop_options(args: argparse.Namespace) -> LoopOptions:
     """How the loop is written (the flags --tqdm and --max-steps), for `train`."""
-    return {"bar": args.tqdm, "max_steps": args.max_steps}
+    return LoopOptions(bar=args.tqdm, max_steps=args.max_steps)
 
 
 def train(
@@ -62,12 +72,19 @@ def train(
     device: torch.device,
     lr: float = 0.05,
     *,
-    bar: bool = False,
-    max_steps: Optional[int] = None,
+    loop: LoopOptions = LoopOptions(),
 ) -> None:
-    """The loop: SGD on cross-entropy, the loss kept on the device and read once an epoch. `bar`: the loader
-    wrapped in a new tqdm each epoch; `max_steps`: each epoch left after that many batches, as loops with a
-    per-epoch step limit do."""
+    """The loop: SGD on cross-entropy, the loss kept on the device and read once an epoch.
+
+    Args:
+        model: the model to train, moved to `device`.
+        loader: the batches of (x, y).
+        epochs: the epochs to run.
+        device: where the model trains.
+        lr: SGD's learning rate.
+        loop: how the loop is written: a progress bar, a step limit.
+    """
+    bar, max_steps = loop.bar, loop.max_steps
     if bar and tqdm is None:
         raise SystemExit("--tqdm needs tqdm: pip install tqdm")
     model.to(device)
@@ -109,7 +126,7 @@ def main() -> None:
         nn.Flatten(),
         nn.Linear(32, 4),
     )
-    train(model, loader, args.epochs, device, **loop_options(args))
+    train(model, loader, args.epochs, device, loop=loop_options(args))
 
 
 if __name__ == "__main__":

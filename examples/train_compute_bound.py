@@ -29,7 +29,7 @@ def main() -> None:
         args.epochs,
         torch.device("cuda" if torch.cuda.is_available() else "cpu"),
         lr=0.01,
-        **loop_options(args),
+        loop=loop_options(args),
     )
 
 

@@ -24,7 +24,7 @@ def main() -> None:
     loader = DataLoader(
         data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, persistent_workers=args.workers > 0
     )
-    train(small_cnn(num_classes=4, width=8), loader, args.epochs, torch.device("cpu"), **loop_options(args))
+    train(small_cnn(num_classes=4, width=8), loader, args.epochs, torch.device("cpu"), loop=loop_options(args))
 
 
 if __name__ == "__main__":

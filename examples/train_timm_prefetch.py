@@ -44,7 +44,7 @@ def main() -> None:
     )
     loader = PrefetchLoader(base, device=device)  # the loop is handed the wrapper: wif.watch(loader) sees through it
     model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
-    train(model, loader, args.epochs, device, lr=0.1, **loop_options(args))
+    train(model, loader, args.epochs, device, lr=0.1, loop=loop_options(args))
 
 
 if __name__ == "__main__":

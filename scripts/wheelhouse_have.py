@@ -28,7 +28,7 @@ import re
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 from urllib.parse import unquote, urlparse
 
 try:
@@ -53,48 +53,80 @@ def warn(message: str) -> None:
     print(f"wheelhouse.sh: {message}", file=sys.stderr)
 
 
+def quiet(message: str) -> None:
+    """Say nothing: a second reading of the same file."""
+
+
+class Pin(NamedTuple):
+    """A package line of a pip freeze: its canonical name and version, or None where the line gives none."""
+
+    name: str
+    version: Optional[str]
+    listed_as: Optional[str] = None  # the name as written, where the line is a name alone: said once for all
+
+
+def editable_pin(line: str, where: str, say: Callable[[str], None]) -> Optional[Pin]:
+    """A `-e` line's package by its #egg= name, kept as the node has it; None without one."""
+    egg = re.search(r"[#&]egg=([A-Za-z0-9_.-]+)", line)
+    if not egg:
+        say(f"{where}: an editable install with no #egg= name, skipped")
+        return None
+    say(f"{where}: editable, not a constraint; the node's {egg.group(1)} is kept as it is")
+    return Pin(canonicalize_name(egg.group(1)), None)
+
+
+def requirement_pin(line: str, where: str, say: Callable[[str], None]) -> Optional[Pin]:
+    """A requirement line's package and its pinned version; None where the line is no requirement."""
+    try:
+        req = Requirement(line)
+    except Exception:  # noqa: BLE001 - packaging's InvalidRequirement, or an older packaging's own error
+        say(f"{where}: not a requirement, skipped")
+        return None
+    name = canonicalize_name(req.name)
+    pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+    if pins:
+        return Pin(name, pins[0])
+    if req.url:  # pip freeze's `name @ file:///...`: the version is in a wheel's or sdist's file name
+        match = ARCHIVE.match(unquote(urlparse(req.url).path.rsplit("/", 1)[-1]))
+        version = match.group(2) if match and canonicalize_name(match.group(1)) == name else None
+        if version is None:
+            say(f"{where}: no version in it, not a constraint; the node's {req.name} is kept as it is")
+        return Pin(name, version)
+    return Pin(name, None, listed_as=req.name)  # a list of names known beforehand: the node's image as documented
+
+
+def line_pin(line: str, where: str, say: Callable[[str], None]) -> Optional[Pin]:
+    """The package a pip freeze line names; None, said, where it names none."""
+    if line.startswith(("-e ", "--editable")):
+        return editable_pin(line, where, say)
+    if line.startswith("-"):
+        say(f"{where}: a pip option, skipped")
+        return None
+    return requirement_pin(line, where, say)
+
+
 def read_have(path: str, loud: bool = True) -> Dict[str, Optional[str]]:
     """{canonical name: version, or None where the line names the package but no version} of a pip freeze.
-    What cannot be read as a package (options, a `-e` without #egg=) is skipped with a warning (once: `loud`)."""
-    warn = globals()["warn"] if loud else (lambda message: None)
+
+    What cannot be read as a package, such as options or a `-e` without #egg=, is skipped with a warning. The
+    warnings are said once: `loud` is False on a second reading.
+    """
+    say = warn if loud else quiet
     have: Dict[str, Optional[str]] = {}
     unversioned: List[str] = []
     for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
         line = raw.split(" #")[0].strip()
         if not line or line.startswith("#"):
             continue
-        where = f"{path}:{number}: {line}"
-        if line.startswith(("-e ", "--editable")):
-            egg = re.search(r"[#&]egg=([A-Za-z0-9_.-]+)", line)
-            if not egg:
-                warn(f"{where}: an editable install with no #egg= name, skipped")
-                continue
-            have[canonicalize_name(egg.group(1))] = None
-            warn(f"{where}: editable, not a constraint; the node's {egg.group(1)} is kept as it is")
+        pin = line_pin(line, f"{path}:{number}: {line}", say)
+        if pin is None:
             continue
-        if line.startswith("-"):
-            warn(f"{where}: a pip option, skipped")
-            continue
-        try:
-            req = Requirement(line)
-        except Exception:  # noqa: BLE001 - packaging's InvalidRequirement, or an older packaging's own error
-            warn(f"{where}: not a requirement, skipped")
-            continue
-        name = canonicalize_name(req.name)
-        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
-        if pins:
-            have[name] = pins[0]
-        elif req.url:  # pip freeze's `name @ file:///...`: the version is in a wheel's or sdist's file name
-            match = ARCHIVE.match(unquote(urlparse(req.url).path.rsplit("/", 1)[-1]))
-            have[name] = match.group(2) if match and canonicalize_name(match.group(1)) == name else None
-            if have[name] is None:
-                warn(f"{where}: no version in it, not a constraint; the node's {req.name} is kept as it is")
-        else:  # a list of names known beforehand (the node's image as documented), said once below
-            have[name] = None
-            unversioned.append(req.name)
+        have[pin.name] = pin.version
+        if pin.listed_as is not None:
+            unversioned.append(pin.listed_as)
     if unversioned:
         shown = ", ".join(unversioned[:UNVERSIONED_SHOWN]) + (", ..." if len(unversioned) > UNVERSIONED_SHOWN else "")
-        warn(
+        say(
             f"{path}: {len(unversioned)} packages with no version ({shown}): not constraints; the node's are kept "
             "as they are"
         )

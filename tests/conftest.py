@@ -29,6 +29,7 @@ from tests.turns import (  # noqa: F401 (the hooks that run two tests at once)
     pytest_xdist_make_scheduler,
 )
 from wif.config import register_configs
+from wif.measure import names
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -115,7 +116,7 @@ def train_runs(store: str, experiment: str = "who_is_faster", status: str | None
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    filt = "tags.`wif.kind` = 'train'" + (f" and attributes.status = '{status}'" if status else "")
+    filt = f"tags.`{names.TAG_KIND}` = 'train'" + (f" and attributes.status = '{status}'" if status else "")
     return list(client.search_runs([exp.experiment_id], filter_string=filt, max_results=5000))
 
 
@@ -241,7 +242,7 @@ def holds_unless_disturbed(ok: bool, runs: Sequence[Run], claim: str) -> None:
 
     if ok:
         return
-    others = max((r.data.metrics.get("host_other_cpu_pct", 0.0) for r in runs), default=0.0)
+    others = max((r.data.metrics.get(names.HOST_OTHER_CPU_PCT, 0.0) for r in runs), default=0.0)
     if others > MeasureConfig.contended_pct:
         pytest.skip(
             f"{claim}: not shown, other processes used up to {others:.0f}% of a core during the runs "

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import holds_unless_disturbed, new_store
-from wif.advisor.answer import PHASES, where_time_goes
+from wif.advisor.answer import PHASES, Bound, where_time_goes
 from wif.advisor.runner import Measured
 from wif.measure.epochs import EPOCH_KEYS
 
@@ -103,18 +103,20 @@ def test_data_bound_is_said_only_where_the_loader_is_slower_than_the_model() -> 
     limit (before, "Data-bound"); a loader slower than the model is data-bound."""
     epoch = {"epoch_time_s": 1.0, "data_wait_s": 0.1, "copy_s": 0.0, "compute_s": 0.9}
     run = Measured("configured", "current", "r", "FINISHED", {}, [epoch, epoch])
-    searched, said, held = where_time_goes(run, 0.9, "data=fixed", 900, 16 * 1000.0, 0.05, workers=0)
+    bound = Bound(epoch_s=0.9, source="data=fixed", items=900)
+    searched, said, held = where_time_goes(run, bound, loader_img_s=16 * 1000.0, margin=0.05, workers=0)
     assert searched and "Data-bound" not in said and "exposed, not a limit" in said and "0 workers" in said
     assert said.splitlines()[-1].startswith("What holds the epoch: the wait for data, exposed: the step waits 10%")
     assert said.splitlines()[-1] == f"What holds the epoch: {held.said}."  # the limit recorded is the one said
     slow = {**epoch, "data_wait_s": 0.6, "compute_s": 0.4, "epoch_time_s": 1.0}
     run = Measured("configured", "current", "r", "FINISHED", {}, [slow, slow])
-    searched, said, _ = where_time_goes(run, 0.4, "data=fixed", 900, 1000.0, 0.05, workers=0)
+    bound = Bound(epoch_s=0.4, source="data=fixed", items=900)
+    searched, said, _ = where_time_goes(run, bound, loader_img_s=1000.0, margin=0.05, workers=0)
     lines = said.splitlines()
     assert searched and lines[1].startswith("Data-bound: the loader gives 1,000 img/s")
     assert lines[2] == "What holds the epoch: the loader: the step waits 60% of the epoch for its batches."
     # the loader's trial never ran (accelerate's cv_example under --minutes 2 said "the loader gives nan img/s")
-    searched, said, _ = where_time_goes(run, 0.4, "data=fixed", 900, float("nan"), 0.05, workers=4)
+    searched, said, _ = where_time_goes(run, bound, loader_img_s=float("nan"), margin=0.05, workers=4)
     assert searched and said.splitlines()[1].startswith("Waiting for data: epochs are 150% slower"), said
     assert "nan" not in said, said
 
@@ -128,8 +130,9 @@ def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -
         "compute_s": 0.5,
         "gpu_idle_s": 0.05,
     }  # a CUDA run's epoch, the first of the two the warm-up
+    bound = Bound(epoch_s=0.85, source="data=fixed", items=1000)
     _, sentence, _ = where_time_goes(
-        Measured("configured", "pin_nb", "r", "FINISHED", {}, [gpu, gpu]), 0.85, "data=fixed", 1000, 5000.0, 0.05
+        Measured("configured", "pin_nb", "r", "FINISHED", {}, [gpu, gpu]), bound, loader_img_s=5000.0, margin=0.05
     )
     assert "GPU blocked 0.300 s" in sentence
     split = sentence.split("(", 1)[1].split(")", 1)[0]  # "data wait 0.100 s, copy 0.050 s, ..."
@@ -137,18 +140,26 @@ def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -
     assert {key for key, _ in PHASES} <= set(EPOCH_KEYS)  # each phase is read back from the run's epochs
     cpu = {**gpu, "gpu_blocked_s": math.nan, "gpu_idle_s": math.nan, "compute_s": 0.85}  # no CUDA: not measured
     _, sentence, _ = where_time_goes(
-        Measured("configured", "pin_nb", "r", "FINISHED", {}, [cpu, cpu]), 0.85, "data=fixed", 1000, 5000.0, 0.05
+        Measured("configured", "pin_nb", "r", "FINISHED", {}, [cpu, cpu]), bound, loader_img_s=5000.0, margin=0.05
     )
     assert "GPU" not in sentence and "compute 0.850 s" in sentence
 
 
 def test_the_line_to_paste_says_when_the_pick_holds_decoded_images_in_ram() -> None:
     """A preload pick's gain is the dataset's as much as the loader's: its DataLoader line alone would not give it."""
-    from wif.advisor.answer import dataloader_kwargs
-    from wif.advisor.runner import Candidate
+    from wif.advisor.paste import dataloader_kwargs
+    from wif.advisor.settings import Candidate
 
-    plain = Candidate("w2", {"loader.num_workers": 2, "loader.persistent_workers": True}, 2, True, 2, False)
-    held = Candidate("w2-preload", {**plain.keys, "data.preload": True}, 2, True, 2, False)
+    keys = {"loader.num_workers": 2, "loader.persistent_workers": True}
+    plain = Candidate(name="w2", keys=keys, workers=2, persistent=True, prefetch=2, copy_hidden=False)
+    held = Candidate(
+        name="w2-preload",
+        keys={**keys, "data.preload": True},
+        workers=2,
+        persistent=True,
+        prefetch=2,
+        copy_hidden=False,
+    )
     assert dataloader_kwargs(plain, False).startswith("DataLoader(dataset, batch_size=..., shuffle=True, num_workers=2")
     line = dataloader_kwargs(held, False)
     assert line.startswith("a dataset that holds its decoded images in RAM (wif's data.preload=true), DataLoader(")
@@ -160,9 +171,9 @@ def test_on_a_gpu_the_dataset_on_the_device_is_a_candidate_as_the_study_has_it()
     (its step was shorter: no loader work beside it); the advice tries it on a GPU. Applied to any loader setting
     it is the study's loader=gpu_resident; never on a CPU, nor where the data is already there or is made by the
     user's Dataset on access."""
-    from wif.advisor.answer import dataloader_kwargs
     from wif.advisor.candidates import resident
-    from wif.advisor.runner import apply
+    from wif.advisor.paste import dataloader_kwargs
+    from wif.advisor.settings import apply
     from wif.config.compose import load_config
 
     base = load_config(["loader=pin_nb_w4_pf2", "data.fraction=0.4"])

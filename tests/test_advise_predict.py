@@ -112,14 +112,15 @@ def test_cpu_workers_take_the_cores_the_step_uses():
 
 def test_prefetch_depth_lets_a_fast_worker_run_ahead_of_a_bursty_step():
     sizes = [64] * 8
-    shallow = simulate(sizes, 1, 0.001, 0.064, prefetch=1)
-    assert shallow == pytest.approx(simulate(sizes, 1, 0.001, 0.064, prefetch=4))  # step-bound: depth is free
-    assert simulate(sizes, 2, 0.002, 0.0, prefetch=1) == pytest.approx(4 * 64 * 0.002)
+    shallow = simulate(sizes, Loader(workers=1, item_s=0.001, prefetch=1), compute_s=0.064)
+    deep = simulate(sizes, Loader(workers=1, item_s=0.001, prefetch=4), compute_s=0.064)
+    assert shallow == pytest.approx(deep)  # step-bound: depth is free
+    assert simulate(sizes, Loader(workers=2, item_s=0.002, prefetch=1)) == pytest.approx(4 * 64 * 0.002)
 
 
 def test_item_time_inverts_a_loader_only_epoch():
     sizes = batch_sizes(768, 64, batches=6)
-    epoch = simulate(sizes, 4, ITEM, 0.0) + 0.2
+    epoch = simulate(sizes, Loader(workers=4, item_s=ITEM)) + 0.2
     assert item_time(sizes, 4, epoch, startup_s=0.2) == pytest.approx(ITEM)
 
 

@@ -153,10 +153,11 @@ def test_the_probe_ends_a_script_that_leaves_each_epoch_early(tmp_path: Path, ho
 def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
     """With the advice's minutes spent, a measurement is SKIPPED, said as such, and no run is started or
     recorded (before: it started, was stopped "-1 s into this run" and left a FAILED run behind)."""
-    from wif.advisor.runner import SKIPPED
+    from wif.advisor.runner import SKIPPED, Recording
     from wif.advisor.script_runner import ScriptRunner
 
-    runner = ScriptRunner(None, "cpu", "parent", "advise", time.monotonic() - 1, command=["python", "train.py"])
+    recording = Recording(tracker=None, device="cpu", parent_id="parent", advise_id="advise")
+    runner = ScriptRunner(recording, deadline=time.monotonic() - 1, command=["python", "train.py"])
     m = runner.run(None, "loader", "w4")  # a real run would need its configuration and store: none is touched
     assert m.status == SKIPPED and not m.ok and "--minutes ran out before it started" in m.error and runner.runs == []
 

@@ -16,17 +16,15 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, holds_unless_disturbed, run_train, train_runs
 from wif.config import ConfigError
 from wif.config.compose import load_config
+from wif.run.between import Between, between_run_noise, read_between
 from wif.run.stopping import (
-    Between,
     StopRule,
     allocated_epochs,
     auto_target,
-    between_run_noise,
     decide,
     drift,
     median_interval,
     min_steady_epochs,
-    read_between,
     still_growing,
 )
 

@@ -12,13 +12,23 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import compose_cfg, holds_unless_disturbed, run_train, train_runs
+from wif.measure.names import Cell
 from wif.sweep import budget as b
 from wif.sweep.budget import batches_per_epoch
 from wif.sweep.probe import probe_job
 
 
 def job(cell: str, block: int = 0, batches: int = 10, epochs: int | None = 3, done: bool = False) -> b.Job:
-    return b.Job((cell, f"repeat={block}"), cell, float(cell.rpartition("@")[2]), block, batches, epochs, done)
+    fraction = float(Cell.parse(cell).fraction)
+    return b.Job(
+        key=(cell, f"repeat={block}"),
+        cell=cell,
+        fraction=fraction,
+        block=block,
+        batches=batches,
+        epochs=epochs,
+        done=done,
+    )
 
 
 def test_a_probe_extrapolates_to_a_full_epoch_and_keeps_the_rest_fixed() -> None:

@@ -15,6 +15,7 @@ from tests.test_engines import _samples_per_epoch
 from wif.config import ConfigError, validate, warnings_for
 from wif.data.datasets import load_datasets
 from wif.data.engines import build_engine_batches
+from wif.data.loaders import Reading
 
 pytest.importorskip("nvidia.dali")  # the `dali` extra (and `dev`): CI installs it, so these run there
 
@@ -55,11 +56,7 @@ def _epochs(conf, device=None, epochs: int = 2):
         data.train,
         conf.loader,
         conf.engine,
-        64,
-        train=True,
-        seed=3,
-        pin=False,
-        resident=False,
+        Reading(batch_size=64, train=True, seed=3),
         data=conf.data,
         device=device,
     )

@@ -20,7 +20,7 @@ from wif.config.targets import typed
 from wif.data.datasets import load_datasets
 from wif.data.decode import Collate, DeviceDecode, Plan, encoded_datasets, jpeg_kind
 from wif.data.formats.source import encoded_files
-from wif.data.loaders import Batch, build_batches
+from wif.data.loaders import Batch, Reading, build_batches
 from wif.data.transfer import StreamPrefetcher, batch_nbytes, make_transfer
 
 CPU = torch.device("cpu")
@@ -36,7 +36,7 @@ def _conf(cache_dir: Path, *overrides: str) -> Config:
 def _epoch(conf: Config, split, transfer, train: bool, seed: int = 7) -> List[Batch]:
     """Every batch of one pass after the transfer; the loader and the augmentation seeded the same each pass."""
     torch.manual_seed(seed)
-    loader = build_batches(split, conf.loader, conf.data.batch_size, train=train, seed=0, pin=False, resident=False)
+    loader = build_batches(split, conf.loader, Reading(batch_size=conf.data.batch_size, train=train, seed=0))
     return [transfer(b) for b in loader]
 
 
@@ -330,7 +330,7 @@ def test_the_stream_prefetcher_decodes_as_a_synchronous_decode_does(cache_dir: P
     train = encoded_datasets(load_datasets(conf.data), conf.data).train
 
     def loader():
-        return build_batches(train, conf.loader, 32, train=True, seed=0, pin=True, resident=False)
+        return build_batches(train, conf.loader, Reading(batch_size=32, train=True, seed=0, pin=True))
 
     sync = DeviceDecode(device)
     want = [sync(b) for b in loader()]

@@ -438,31 +438,50 @@ def check_external(doc: Doc) -> None:
         assert doc.argv == prefix, f"{doc}: only `{' '.join(prefix)}` is allowed"
 
 
+def is_export(argv: Tuple[str, ...]) -> bool:
+    """`export NAME=value ...`: environment variables alone."""
+    return argv[0] == "export" and len(argv) > 1 and all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", a) for a in argv[1:])
+
+
+# Each kind of documented command and how its argv reads; the first that matches names it.
+KINDS: Sequence[Tuple[str, Callable[[Tuple[str, ...]], bool]]] = (
+    ("train", lambda argv: argv[:2] == ("python", "train.py") or argv[0] == "wif-study"),
+    ("report-module", lambda argv: argv[:3] == ("python", "-m", "wif.report")),
+    ("benchmark", lambda argv: argv[0] == "python" and len(argv) > 1 and argv[1].startswith("benchmarks/")),
+    ("example", lambda argv: argv[:2] == ("python", "-m") and len(argv) > 2 and argv[2].startswith("examples.")),
+    ("script", lambda argv: argv[0] in SCRIPTS),
+    ("pip-extra", lambda argv: argv[:3] == ("pip", "install", "-e")),
+    (
+        "pip-wheel",
+        lambda argv: argv[:2] == ("pip", "wheel") or (argv[:2] == ("pip", "install") and argv[-1].endswith(".whl")),
+    ),
+    # wif from a wheelhouse (scripts/wheelhouse.sh; rehearsed as docs/ddp.md says)
+    ("pip-offline", lambda argv: argv[:4] == ("pip", "install", "--no-index", "--find-links") and argv[5:] == ("wif",)),
+    ("project-script", lambda argv: argv[0].startswith("scripts/")),
+    ("export", is_export),
+    ("external", lambda argv: any(argv[: len(p)] == p for p in EXTERNAL)),
+)
+
+
 def kind_of(doc: Doc) -> str:
-    argv = doc.argv
-    if argv[:2] == ("python", "train.py") or argv[0] == "wif-study":
-        return "train"
-    if argv[:3] == ("python", "-m", "wif.report"):
-        return "report-module"
-    if argv[0] == "python" and len(argv) > 1 and argv[1].startswith("benchmarks/"):
-        return "benchmark"
-    if argv[:2] == ("python", "-m") and len(argv) > 2 and argv[2].startswith("examples."):
-        return "example"
-    if argv[0] in SCRIPTS:
-        return "script"
-    if argv[:3] == ("pip", "install", "-e"):
-        return "pip-extra"
-    if argv[:2] == ("pip", "wheel") or (argv[:2] == ("pip", "install") and argv[-1].endswith(".whl")):
-        return "pip-wheel"
-    if argv[:4] == ("pip", "install", "--no-index", "--find-links") and argv[5:] == ("wif",):
-        return "pip-offline"  # wif from a wheelhouse (scripts/wheelhouse.sh; rehearsed as docs/ddp.md says)
-    if argv[0].startswith("scripts/"):
-        return "project-script"
-    if argv[0] == "export" and len(argv) > 1 and all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", a) for a in argv[1:]):
-        return "export"
-    if any(argv[: len(p)] == p for p in EXTERNAL):
-        return "external"
-    return "unknown"
+    """The first of KINDS whose pattern `doc` matches, or 'unknown'."""
+    return next((kind for kind, matches in KINDS if matches(doc.argv)), "unknown")
+
+
+def check_nothing(doc: Doc) -> None:
+    """For a kind whose form is its whole check."""
+
+
+# The checks that need only the command, by kind.
+DOC_CHECKS: Dict[str, Callable[[Doc], None]] = {
+    "example": check_example,
+    "pip-extra": check_pip,
+    "pip-wheel": check_pip_wheel,
+    "project-script": check_project_script,
+    "pip-offline": check_nothing,  # its form is the check (KINDS): wif, with no index, from one folder
+    "external": check_external,
+    "export": check_nothing,  # applies to the commands after it in its block (doc_env)
+}
 
 
 # --- processes, started together beside the in-process checks ------------------------------------------
@@ -567,29 +586,17 @@ def test_documented_command(
     kind = kind_of(doc)
     if kind == "train":
         try:
-            check_train(doc, image_roots, background, user_conf)
+            check_train(doc, roots=image_roots, background=background, user_conf=user_conf)
         except ValueError as err:
             pytest.fail(str(err))
     elif kind == "script":
-        check_script(doc, doc.argv[0], doc.argv[1:], image_roots, user_conf)
+        check_script(doc, doc.argv[0], doc.argv[1:], roots=image_roots, user_conf=user_conf)
     elif kind == "report-module":
         check_script(doc, "wif-report", doc.argv[3:], user_conf=user_conf)
     elif kind == "benchmark":
         check_benchmark(doc, background)
-    elif kind == "example":
-        check_example(doc)
-    elif kind == "pip-extra":
-        check_pip(doc)
-    elif kind == "pip-wheel":
-        check_pip_wheel(doc)
-    elif kind == "project-script":
-        check_project_script(doc)
-    elif kind == "pip-offline":
-        pass  # its form is the check (kind_of): wif, with no index, from one folder
-    elif kind == "external":
-        check_external(doc)
-    elif kind == "export":
-        pass  # applies to the commands after it in its block (doc_env)
+    elif kind in DOC_CHECKS:
+        DOC_CHECKS[kind](doc)
     else:
         pytest.fail(
             f"{doc}: no test covers this documented command: teach tests/test_docs.py to check it "

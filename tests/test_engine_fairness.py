@@ -64,10 +64,11 @@ from omegaconf import OmegaConf
 from tests.conftest import compose_cfg
 from wif.data.datasets import Split
 from wif.data.engines import build_engine_batches
+from wif.data.loaders import Reading
 conf = OmegaConf.to_object(compose_cfg("engine=nodes_threads", "loader=pin_nb_w4_pf2", "loader.num_workers=2"))
 # from numpy: nothing here has used torch's thread pool before the engine's workers start
 split = Split(torch.from_numpy(np.ones((256, 3, 8, 8), np.float32)), torch.from_numpy(np.zeros(256, np.int64)))
-batches = build_engine_batches(split, conf.loader, conf.engine, 64, train=True, seed=0, pin=False, resident=False)
+batches = build_engine_batches(split, conf.loader, conf.engine, Reading(batch_size=64, train=True, seed=0))
 for epoch in range(2):
     assert sum(len(y) for _, y in batches) == 256
 print(torch.get_num_threads())

@@ -14,6 +14,7 @@ from tests.conftest import CONF, compose_cfg, engine_case, needs, run_train, tra
 from wif.config import ConfigError, EngineName, validate
 from wif.data.datasets import load_datasets
 from wif.data.engines import build_engine_batches
+from wif.data.loaders import Reading
 from wif.sweep.job import cell_name
 
 ENGINES = [e.value for e in EngineName]
@@ -70,7 +71,7 @@ def _epochs(split, engine: str, workers: int, epochs: int = 2):
     conf = _conf(
         f"engine={engine}", "loader=pin_nb_w4_pf2" if workers else "loader=pin_nb", f"loader.num_workers={workers}"
     )
-    batches = build_engine_batches(split, conf.loader, conf.engine, 64, train=True, seed=3, pin=False, resident=False)
+    batches = build_engine_batches(split, conf.loader, conf.engine, Reading(batch_size=64, train=True, seed=3))
     out = []
     for _ in range(epochs):
         xs, ys = zip(*[(x, y) for x, y in batches])
@@ -181,7 +182,7 @@ def test_an_engine_pins_its_batches_on_cuda(engine: str, cache_dir: Path) -> Non
     conf = _conf(f"engine={engine}", "loader=pin_nb_w4_pf2", "loader.num_workers=2", f"data.cache_dir={cache_dir}")
     data = load_datasets(conf.data)
     batches = build_engine_batches(
-        data.train, conf.loader, conf.engine, 64, train=True, seed=0, pin=True, resident=False
+        data.train, conf.loader, conf.engine, Reading(batch_size=64, train=True, seed=0, pin=True)
     )
     x, y = next(iter(batches))
     assert x.is_pinned() and y.is_pinned()

@@ -163,6 +163,7 @@ def test_issue47_item11_dali_hands_over_its_labels_on_the_device(cache_dir) -> N
     from wif.config.targets import typed
     from wif.data.datasets import load_datasets
     from wif.data.engines import build_engine_batches
+    from wif.data.loaders import Reading
     from wif.data.transfer import copies_from_host
 
     cfg = typed(
@@ -181,11 +182,7 @@ def test_issue47_item11_dali_hands_over_its_labels_on_the_device(cache_dir) -> N
         load_datasets(cfg.data).train,
         cfg.loader,
         cfg.engine,
-        64,
-        train=True,
-        seed=3,
-        pin=False,
-        resident=False,
+        Reading(batch_size=64, train=True, seed=3),
         data=cfg.data,
         device=device,
     )

@@ -113,7 +113,7 @@ def _item8_batches(cache_dir, device: torch.device, overrides: tuple):
     from wif.config import TransferKind, validate
     from wif.config.targets import typed
     from wif.data.transfer import StreamPrefetcher, make_transfer
-    from wif.run.training import _build_batches
+    from wif.run.batches import build_loaders
 
     cfg = typed(
         compose_cfg(
@@ -127,7 +127,7 @@ def _item8_batches(cache_dir, device: torch.device, overrides: tuple):
         )
     )
     validate(cfg)
-    loaders, _, _, train_set = _build_batches(cfg, device, lambda kind, payload: None)
+    loaders, _, _, train_set = build_loaders(cfg, device, lambda kind, payload: None)
     train = loaders["train"]
     if cfg.transfer.kind is TransferKind.stream:
         train = StreamPrefetcher(train, device, cfg.transfer.non_blocking, cfg.transfer.uint8)

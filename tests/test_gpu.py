@@ -40,27 +40,28 @@ def test_the_timed_loop_never_synchronizes(cache_dir: Path) -> None:
     """With pinned memory and non_blocking copies, the only implicit syncs of an epoch are the reads
     after its end: their count must not grow with the number of steps (sync debug mode reports each)."""
     from wif.data.datasets import load_datasets
-    from wif.data.loaders import build_batches
+    from wif.data.loaders import Reading, build_batches
     from wif.data.transfer import make_transfer
     from wif.run.loop import train_epoch
     from wif.run.model import build_model
+    from wif.run.step import Step
 
     conf = OmegaConf.to_object(
         compose_cfg("preset=smoke", "loader=pin_nb", "data.fraction=0.7", f"data.cache_dir={cache_dir}")
     )
     device = torch.device("cuda", 0)
     data = load_datasets(conf.data)
-    batches = build_batches(data.train, conf.loader, 32, train=True, seed=0, pin=True, resident=False)
+    batches = build_batches(data.train, conf.loader, Reading(batch_size=32, train=True, seed=0, pin=True))
     model = build_model(conf.model, data.num_classes).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     transfer = make_transfer(conf.transfer, device)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    train_epoch(model, batches, transfer, opt, loss_fn, 0.3, device)  # warm-up: allocator, cuDNN
+    step = Step(model=model, optimizer=opt, loss_fn=torch.nn.CrossEntropyLoss(), aux_weight=0.3, device=device)
+    train_epoch(step, batches, transfer)  # warm-up: allocator, cuDNN
     torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            stats = train_epoch(model, batches, transfer, opt, loss_fn, 0.3, device)
+            stats = train_epoch(step, batches, transfer)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]

@@ -12,6 +12,8 @@ from typing import List
 
 import pytest
 
+from wif.measure import names
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_session.sh"
 
 
@@ -54,16 +56,27 @@ def test_freeze_brings_back_the_package_list_and_the_node(tmp_path: Path) -> Non
     assert "gpu_session.sh freeze" in (out / "log.txt").read_text()
 
 
-def _advice(client, exp_id: str, advise_id: str, fraction: float, interference_s: float, busy: float) -> None:
-    """An advice's parent and measuring runs as wif-advise records them on a GPU (docs/what-each-run-records.md)."""
+def log_advice(client, exp_id: str, advise_id: str, fraction: float, interference_s: float, busy: float) -> None:
+    """Log an advice's parent and measuring runs as wif-advise records them on a GPU.
+
+    docs/what-each-run-records.md gives the record.
+
+    Args:
+        client: the MLflow client of the store.
+        exp_id: the experiment the runs go in.
+        advise_id: the advice's id, tagged on both runs.
+        fraction: the data fraction the advice measured.
+        interference_s: the advice's interference, in seconds an epoch.
+        busy: the GPU's busy share of a step; below 0.6 is launch-bound.
+    """
     from mlflow.entities import Metric, Param
 
     parent = client.create_run(
         exp_id,
         run_name="advise",
-        tags={"wif.kind": "advise", "wif.advise_id": advise_id, "wif.advise_role": "parent"},
+        tags={names.TAG_KIND: "advise", names.TAG_ADVISE_ID: advise_id, names.TAG_ADVISE_ROLE: "parent"},
     ).info.run_id
-    figures = {"interference": interference_s / 9.0, "interference_s": interference_s, "limit_share": 0.12}
+    figures = {"interference": interference_s / 9.0, names.INTERFERENCE_S: interference_s, names.LIMIT_SHARE: 0.12}
     figures.update(gpu_busy_step=busy, launch_bound=float(busy < 0.6))
     client.log_batch(
         parent,
@@ -76,7 +89,12 @@ def _advice(client, exp_id: str, advise_id: str, fraction: float, interference_s
     client.create_run(
         exp_id,
         run_name="advise-measure-current",
-        tags={"wif.kind": "advise", "wif.advise_id": advise_id, "wif.advise_role": "measure", "wif.device": "cuda"},
+        tags={
+            names.TAG_KIND: "advise",
+            names.TAG_ADVISE_ID: advise_id,
+            names.TAG_ADVISE_ROLE: "measure",
+            names.TAG_DEVICE: "cuda",
+        },
     )
 
 
@@ -89,15 +107,15 @@ def test_gpu_checks_sets_each_advices_interference_against_the_measured_gap(tmp_
     client, uri, exp_id = new_store(tmp_path)
     for fraction in (0.4, 0.7):
         for block in range(2):
-            log_run(client, exp_id, "baseline", fraction, block, 11.0 + block, compute=10.5, busy=25.0)
-            log_run(client, exp_id, "gpu_resident", fraction, block, 9.0 + block, compute=9.0, busy=31.0)
+            log_run(client, exp_id, "baseline", fraction, block=block, time=11.0 + block, compute=10.5, busy=25.0)
+            log_run(client, exp_id, "gpu_resident", fraction, block=block, time=9.0 + block, compute=9.0, busy=31.0)
     for block in range(2):  # the same settings on a CPU, and a fraction no advice looked at: neither mixed in
-        log_run(client, exp_id, "baseline", 0.4, block, 30.0, compute=29.0, device="cpu", vram=None)
-        log_run(client, exp_id, "gpu_resident", 0.4, block, 20.0, compute=19.0, device="cpu", vram=None)
-        log_run(client, exp_id, "baseline", 0.1, block, 3.0, compute=2.5)
-        log_run(client, exp_id, "gpu_resident", 0.1, block, 2.5, compute=2.25)
-    _advice(client, exp_id, "a1", 0.7, 1.4, 0.27)
-    _advice(client, exp_id, "a2", 0.4, 0.5, 0.27)
+        log_run(client, exp_id, "baseline", 0.4, block=block, time=30.0, compute=29.0, device="cpu", vram=None)
+        log_run(client, exp_id, "gpu_resident", 0.4, block=block, time=20.0, compute=19.0, device="cpu", vram=None)
+        log_run(client, exp_id, "baseline", 0.1, block=block, time=3.0, compute=2.5)
+        log_run(client, exp_id, "gpu_resident", 0.1, block=block, time=2.5, compute=2.25)
+    log_advice(client, exp_id, advise_id="a1", fraction=0.7, interference_s=1.4, busy=0.27)
+    log_advice(client, exp_id, advise_id="a2", fraction=0.4, interference_s=0.5, busy=0.27)
     done = subprocess.run(
         [sys.executable, str(SCRIPT.parent / "gpu_checks.py"), "--tracking-uri", uri],
         capture_output=True,

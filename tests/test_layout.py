@@ -10,6 +10,7 @@ import ast
 import re
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Set, Tuple
 
@@ -34,7 +35,7 @@ MAY_IMPORT: Mapping[str, Set[str]] = {
     "watcher": {"config", "measure", "data", "run"},
     "commands": set(),  # wif.commands: `wif`, the list of commands; imports nothing of wif
 }
-REPORT_MAY_IMPORT = {"wif.measure.tracking", "wif.measure.lifetime"}  # the store's address, and what it imports
+REPORT_MAY_IMPORT = {"wif.measure.tracking", "wif.measure.lifetime", "wif.measure.names"}  # the store, its names
 HEAVY = {"torch", "torchvision", "prefetch_generator", "spdl", "torchdata"}
 
 
@@ -74,39 +75,51 @@ def import_graph(root: Path, top: str) -> Tuple[Dict[str, Set[str]], Dict[str, S
     return internal, external
 
 
+@dataclass
+class Tarjan:
+    """Tarjan's search for strongly connected components over one import graph."""
+
+    graph: Mapping[str, Iterable[str]]
+    index: Dict[str, int] = field(default_factory=dict)
+    low: Dict[str, int] = field(default_factory=dict)
+    stack: List[str] = field(default_factory=list)
+    on_stack: Set[str] = field(default_factory=set)
+    found: List[List[str]] = field(default_factory=list)
+
+    def visit(self, v: str) -> None:
+        """Number `v`, search what it imports, and close its component when `v` is its root."""
+        self.index[v] = self.low[v] = len(self.index)
+        self.stack.append(v)
+        self.on_stack.add(v)
+        for w in self.graph.get(v, ()):
+            if w not in self.index:
+                self.visit(w)
+                self.low[v] = min(self.low[v], self.low[w])
+            elif w in self.on_stack:
+                self.low[v] = min(self.low[v], self.index[w])
+        if self.low[v] == self.index[v]:
+            self.close_component(v)
+
+    def close_component(self, root: str) -> None:
+        """Pop the stack down to `root`; keep the component if it is a circle."""
+        component = []
+        while True:
+            w = self.stack.pop()
+            self.on_stack.discard(w)
+            component.append(w)
+            if w == root:
+                break
+        if len(component) > 1 or root in self.graph.get(root, ()):
+            self.found.append(sorted(component))
+
+
 def cycles(graph: Mapping[str, Iterable[str]]) -> List[List[str]]:
     """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on_stack: Set[str] = set()
-    found: List[List[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1 or v in graph.get(v, ()):
-                found.append(sorted(component))
-
+    search = Tarjan(graph)
     for v in list(graph):
-        if v not in index:
-            visit(v)
-    return found
+        if v not in search.index:
+            search.visit(v)
+    return search.found
 
 
 def package_of(module: str) -> str:
@@ -209,3 +222,42 @@ def test_no_file_is_long() -> None:
         str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+# A function fits on a screen; hand-offs go by keyword (CONTRIBUTING.md). validate's flat list of checks is the one
+# function allowed past 100 lines; a call of 6 or more positional arguments is kept for APIs that take no keywords.
+MAX_FUNCTION_LINES, MAX_LONG_FUNCTIONS, MAX_POSITIONAL_CALLS = 60, 3, 10
+
+
+def long_functions_and_positional_calls(root: Path) -> Tuple[Dict[str, int], List[str]]:
+    """({'path:line name': lines} of functions past MAX_FUNCTION_LINES, ['path:line callee'] of calls passing 6 or
+    more positional arguments) in the tree below `root`."""
+    long: Dict[str, int] = {}
+    calls: List[str] = []
+    for path in sorted(p for p in root.rglob("*.py") if not any(q.is_symlink() for q in [p, *p.parents])):
+        where = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long[f"{where}:{node.lineno} {node.name}"] = n
+            elif isinstance(node, ast.Call):
+                if sum(not isinstance(a, ast.Starred) for a in node.args) >= 6:
+                    calls.append(f"{where}:{node.lineno} {ast.unparse(node.func)}")
+    return long, calls
+
+
+def test_the_checker_counts_long_functions_and_positional_calls(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "m.py").write_text(
+        f"def long():\n{body}\n\n\ndef short():\n    f(1, 2, 3, 4, 5, 6)\n    f(1, *a, b=2)\n"
+    )
+    long, calls = long_functions_and_positional_calls(tmp_path)
+    assert long == {"m.py:1 long": MAX_FUNCTION_LINES + 1}
+    assert calls == [f"m.py:{MAX_FUNCTION_LINES + 5} f"]  # short() starts 3 lines after long()'s last
+
+
+def test_functions_fit_on_a_screen_and_hand_offs_go_by_keyword() -> None:
+    long, calls = long_functions_and_positional_calls(PACKAGE)
+    assert len(long) <= MAX_LONG_FUNCTIONS, long
+    assert {name.split()[-1] for name, n in long.items() if n > 100} <= {"validate"}, long
+    assert len(calls) <= MAX_POSITIONAL_CALLS, calls

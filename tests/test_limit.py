@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from wif.advisor.answer import where_time_goes
+from wif.advisor.answer import Bound, where_time_goes
 from wif.advisor.limit import LAUNCH_REMEDIES, Figures, name_limit
 from wif.advisor.runner import Measured
 
@@ -88,7 +88,8 @@ def test_the_advice_names_the_limit_beside_its_split() -> None:
     sentence says the loader's host work (before: 'the step itself, which loader settings cannot help')."""
     epoch = {"epoch_time_s": 1.0, "data_wait_s": 0.02, "copy_s": 0.0, "compute_s": 0.96}
     run = Measured("configured", "current", "r", "FINISHED", {}, [epoch, epoch])
-    searched, said, _ = where_time_goes(run, 0.8, "data=fixed", 900, 2000.0, MARGIN, 2, 0.80, False)
+    bound = Bound(epoch_s=0.8, source="data=fixed", items=900, compute_s=0.80)
+    searched, said, _ = where_time_goes(run, bound, loader_img_s=2000.0, margin=MARGIN, workers=2, on_gpu=False)
     assert not searched and "beside the loader (its host work)" in said
     assert said.splitlines()[-1].startswith("What holds the epoch: the loader's host work slows the step itself")
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from tests.conftest import compose_cfg, run_train, train_runs
 from wif.config import ConfigError, validate
 from wif.data.datasets import DecodedSplit, load_datasets
-from wif.data.loaders import build_batches
+from wif.data.loaders import Reading, build_batches
 from wif.data.synthetic import encoded_arrays
 from wif.report.report_cli import main as report
 
@@ -40,7 +40,7 @@ def test_decoding_happens_in_the_workers(tmp_path: Path) -> None:
     """With workers the main process only receives batches: the decode and augment CPU time is theirs."""
     conf = _conf(tmp_path, "data=encoded", "data.augment=standard", "data.fraction=1.0", "loader.num_workers=2")
     data = load_datasets(conf.data)
-    batches = build_batches(data.train, conf.loader, 64, train=True, seed=0, pin=False, resident=False)
+    batches = build_batches(data.train, conf.loader, Reading(batch_size=64, train=True, seed=0))
     me = psutil.Process()
     before = me.cpu_times()
     n = sum(len(y) for _, y in batches)  # workers exit and are reaped at the end of the epoch

@@ -5,33 +5,29 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Dict
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import new_store
-from wif.sweep.plan import RunCost, main, price
+from wif.measure import names
+from wif.sweep.plan import main
+from wif.sweep.pricing import price
+from wif.sweep.probe import RunCost
 
 
 def _fake_run(
-    client: MlflowClient,
-    exp: str,
-    cell: str,
-    epochs: str,
-    run_s: float,
-    overhead_s: float,
-    epochs_run: int | None = None,
-    race_id: str | None = None,
+    client: MlflowClient, exp: str, cell: str, epochs: str, metrics: Dict[str, float], race_id: str | None = None
 ) -> None:
-    tags = {"wif.kind": "train", "wif.device": "cpu", "wif.model": "tiny", "wif.cell": cell}
+    """A FINISHED training run of `cell` on the cpu/tiny testbed, with trainer.epochs=`epochs` and `metrics`."""
+    tags = {names.TAG_KIND: "train", names.TAG_DEVICE: "cpu", names.TAG_MODEL: "tiny", names.TAG_CELL: cell}
     if race_id:
-        tags["wif.race_id"] = race_id
+        tags[names.TAG_RACE_ID] = race_id
     run = client.create_run(exp, tags=tags)
     client.log_param(run.info.run_id, "trainer.epochs", epochs)
-    client.log_metric(run.info.run_id, "time_total_s", run_s)
-    client.log_metric(run.info.run_id, "job_overhead_s", overhead_s)
-    if epochs_run is not None:
-        client.log_metric(run.info.run_id, "epochs_run", epochs_run)
+    for key, value in metrics.items():
+        client.log_metric(run.info.run_id, key, value)
     client.set_terminated(run.info.run_id, "FINISHED")
 
 
@@ -52,7 +48,7 @@ def test_a_probe_prices_each_cell_at_its_own_fraction_and_batches() -> None:
     s). (The cells' batches were once read as their block, and every epoch priced at one batch: half the grid's
     time.)"""
     from wif.sweep.budget import ProbeCost
-    from wif.sweep.plan import probe_price
+    from wif.sweep.pricing import probe_price
 
     probe = ProbeCost(
         wall_s=0.3 + 0.1 + 2 * (0.05 + 0.02),
@@ -80,15 +76,16 @@ def test_wif_plan_prices_a_grid_from_the_store(tmp_path: Path, capsys: pytest.Ca
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(store)
     exp = client.create_experiment("who_is_faster")
-    for _ in range(2):
-        _fake_run(client, exp, "baseline@0.1", "3", run_s=3.0, overhead_s=1.0)  # 1 s an epoch
-        _fake_run(client, exp, "pin@0.1", "3", run_s=6.0, overhead_s=1.0)  # 2 s an epoch
-    _fake_run(client, exp, "baseline@0.1", "auto", run_s=8.0, overhead_s=1.0, epochs_run=8, race_id="r1")
+    for _ in range(2):  # baseline: 1 s an epoch, pin: 2 s
+        _fake_run(client, exp, "baseline@0.1", "3", {names.TIME_TOTAL_S: 3.0, names.JOB_OVERHEAD_S: 1.0})
+        _fake_run(client, exp, "pin@0.1", "3", {names.TIME_TOTAL_S: 6.0, names.JOB_OVERHEAD_S: 1.0})
+    auto = {names.TIME_TOTAL_S: 8.0, names.JOB_OVERHEAD_S: 1.0, names.EPOCHS_RUN: 8}
+    _fake_run(client, exp, "baseline@0.1", "auto", auto, race_id="r1")
     race = client.create_run(exp, tags={"wif.kind": "race", "wif.race_id": "r1"})
     client.log_param(race.info.run_id, "race.cells", 2)
     client.log_param(race.info.run_id, "race.max_blocks", 2)
     client.set_terminated(race.info.run_id, "FINISHED")
-    _fake_run(client, exp, "baseline@0.1", "3", run_s=300.0, overhead_s=1.0)
+    _fake_run(client, exp, "baseline@0.1", "3", {names.TIME_TOTAL_S: 300.0, names.JOB_OVERHEAD_S: 1.0})
     client.set_tag(client.search_runs([exp], "metrics.time_total_s = 300")[0].info.run_id, "wif.model", "googlenet")
 
     assert (

@@ -213,12 +213,12 @@ def test_an_interrupted_race_marks_its_running_job_killed_and_resumes(tmp_path: 
 def test_on_a_cpu_only_pin_memory_and_non_blocking_are_ignored_when_cells_are_merged() -> None:
     from omegaconf import OmegaConf
 
-    from hydra_plugins.wif_sweeper.race_sweeper import _what_runs_on_cpu
+    from wif.sweep.race_cells import what_runs_on_cpu
 
-    key = {name: _what_runs_on_cpu(OmegaConf.to_object(compose_cfg(f"loader={name}"))) for name in STUDY_LOADERS}
+    key = {name: what_runs_on_cpu(OmegaConf.to_object(compose_cfg(f"loader={name}"))) for name in STUDY_LOADERS}
     same = {name for name in STUDY_LOADERS if key[name] == key["baseline"]}
     assert same == {"baseline", "pin", "pin_nb"}
     assert {name for name in STUDY_LOADERS if key[name] == key["bg"]} == {"bg", "bg_pin", "bg_pin_nb"}
     assert len(set(key.values())) == 7  # gpu_resident differs by its transfer, the worker options by their workers
     other_fraction = OmegaConf.to_object(compose_cfg("loader=baseline", "data.fraction=0.4"))
-    assert key["baseline"] != _what_runs_on_cpu(other_fraction)
+    assert key["baseline"] != what_runs_on_cpu(other_fraction)

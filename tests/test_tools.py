@@ -23,7 +23,7 @@ from wif.data.transfer import StreamPrefetcher, make_transfer
 from wif.run.training import CappedBatches
 from wif.tools.batch_probe import out_of_memory
 from wif.tools.batch_size import find_largest
-from wif.tools.tune import pick_best, search_workers
+from wif.tools.worker_search import pick_best, search_workers
 
 # cpu_util_pct and workers_peak come from the sampler's 0.5 s tree samples: a smoke loader-only run is shorter.
 LOADER_FIGURES = {
@@ -153,10 +153,10 @@ def test_worker_search_leaves_out_counts_the_caller_shows_cannot_win() -> None:
         calls.append(w)
         return speed[w]
 
-    assert search_workers(measure, 4, 4, 3, 0.05, beaten=lambda w, best: w < best) == 4
+    assert search_workers(measure, max_workers=4, step=4, radius=3, min_gain=0.05, beaten=lambda w, best: w < best) == 4
     assert calls == [0, 4]  # 1..3 shown beaten by the caller's bound: never measured
     calls.clear()
-    assert search_workers(measure, 4, 4, 3, 0.05, beaten=lambda w, best: w < 2) == 4
+    assert search_workers(measure, max_workers=4, step=4, radius=3, min_gain=0.05, beaten=lambda w, best: w < 2) == 4
     assert calls == [0, 4, 2, 3]
 
 

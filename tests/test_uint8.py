@@ -16,7 +16,7 @@ from tests.test_data import _image_folder
 from wif.config import Config, TransferConfig
 from wif.config.targets import typed
 from wif.data.datasets import load_datasets
-from wif.data.loaders import Batch, build_batches
+from wif.data.loaders import Batch, Reading, build_batches
 from wif.data.transfer import StreamPrefetcher, batch_nbytes, copy_to, make_transfer, on_device
 from wif.run.loop import TimedFeed, loader_epoch
 
@@ -31,7 +31,7 @@ def _conf(cache_dir: Path, *overrides: str) -> Config:
 
 def _batches(conf: Config, split, train: bool):
     """The configured loader over a split, rebuilt for each pass: its shuffle starts from the same seed."""
-    return build_batches(split, conf.loader, conf.data.batch_size, train=train, seed=0, pin=False, resident=False)
+    return build_batches(split, conf.loader, Reading(batch_size=conf.data.batch_size, train=train, seed=0))
 
 
 def _seeded(batches, transfer) -> List[Batch]:
@@ -162,7 +162,7 @@ def test_the_copies_and_conversions_of_an_epoch_never_wait_for_the_device(cache_
     conf = _conf(cache_dir, "data.fraction=0.7", "loader=pin_nb", f"transfer={transfer}", "transfer.uint8=true")
     device = torch.device("cuda", 0)
     train = load_datasets(conf.data, uint8=True).train
-    batches = build_batches(train, conf.loader, 32, train=True, seed=0, pin=True, resident=False)
+    batches = build_batches(train, conf.loader, Reading(batch_size=32, train=True, seed=0, pin=True))
     if transfer == "stream":
         batches = StreamPrefetcher(batches, device, non_blocking=True, uint8=True)
     to_device = make_transfer(conf.transfer, device)
@@ -187,7 +187,7 @@ def test_the_stream_prefetcher_converts_as_a_synchronous_copy_does(cache_dir: Pa
     train = load_datasets(conf.data, uint8=True).train
 
     def loader():  # rebuilt for each pass: its shuffle starts from the same seed
-        return build_batches(train, conf.loader, 32, train=True, seed=0, pin=True, resident=False)
+        return build_batches(train, conf.loader, Reading(batch_size=32, train=True, seed=0, pin=True))
 
     sync = copy_to(device, non_blocking=False, uint8=True)
     want = [sync(b) for b in loader()]

@@ -1,12 +1,14 @@
 """hydra-submitit-launcher's Slurm and Local launchers, waiting for every job however it ends.
 
-The plugin collects `job.results()` job by job, and the first job that ended without a result (scancel,
-preemption, a time limit, an out-of-memory or SIGKILL, a run marked KILLED, whose job exits on purpose)
-raises there (as Hydra's sweeper does on a job whose task raised): the sweep command dies with a traceback
-while the jobs behind it run on, and nothing says how the sweep ended. These launchers await every job; one
-that ended without a result is logged in one line, remembered in `wif.sweep.callback.LOST` (job number ->
-why) and handed to Hydra as done with no value, so that the sweep's tally (read from the store) counts it as
-killed, closes a run it left RUNNING, and the command fails as for any killed run.
+The plugin collects `job.results()` job by job. The first job that ended without a result raises there,
+as Hydra's sweeper does on a job whose task raised. Such a job met scancel, preemption, a time limit, an
+out-of-memory or SIGKILL, or is a run marked KILLED, whose job exits on purpose. The sweep command then dies
+with a traceback while the jobs behind it run on, and nothing says how the sweep ended.
+
+These launchers await every job. One that ended without a result is logged in one line, remembered in
+`wif.sweep.callback.LOST` as job number -> why, and handed to Hydra as done with no value. So the sweep's
+tally, read from the store, counts it as killed and closes a run it left RUNNING. The command fails as
+for any killed run.
 """
 
 from __future__ import annotations

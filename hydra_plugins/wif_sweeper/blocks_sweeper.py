@@ -29,14 +29,20 @@ ConfigStore.instance().store(group="hydra/sweeper", name="blocks", node=BlocksSw
 
 
 class BlocksSweeper(BasicSweeper):
+    """Hydra's basic sweeper, the grid shuffled within each block; under a budget, one job at a time."""
+
     def sweep(self, arguments: List[str]) -> Any:
+        """The basic sweep, or the budgeted one under sweep.budget_min or sweep.probe_only."""
         if OmegaConf.select(self.config, "sweep.budget_min") is None and not self.config.sweep.get("probe_only"):
             return super().sweep(arguments)
         return self._sweep_in_budget(arguments)
 
     def _sweep_in_budget(self, arguments: List[str]) -> Any:
-        """sweep.budget_min: the jobs priced (a probe first where the store has no price), the plan said, then
-        the jobs in their order, each only if it can finish in what is left (wif.sweep.budget)."""
+        """sweep.budget_min: price the jobs, say the plan, then run them in order while each can finish.
+
+        A probe runs first where the store has no price. A job starts only if it can finish in what is left
+        (wif.sweep.budget).
+        """
         from wif.sweep import callback
         from wif.sweep.budget import blocks_line
         from wif.sweep.sweep_budget import SweepBudget
@@ -61,6 +67,7 @@ class BlocksSweeper(BasicSweeper):
         return [r for r in returns if r is not None]
 
     def split_arguments(self, overrides: List[Override], max_batch_size: Optional[int]) -> List[List[List[str]]]:
+        """The basic sweeper's jobs, shuffled within blocks, in batches of `max_batch_size`."""
         (jobs,) = BasicSweeper.split_arguments(overrides, None)
         if self._shuffle():
             jobs = shuffle_within_blocks(jobs)
@@ -70,5 +77,6 @@ class BlocksSweeper(BasicSweeper):
         return [chunk for chunk in iter(lambda: list(itertools.islice(it, max_batch_size)), [])]
 
     def _shuffle(self) -> bool:
+        """sweep.shuffle, true unless set."""
         sweep: Any = self.config.get("sweep") if self.config is not None else None
         return True if sweep is None else bool(sweep.get("shuffle", True))

@@ -4,15 +4,14 @@ slower than those that may be fastest (wif.report.race), until each fraction is 
 Each block is one repeat of every cell still in the race, in the order `sweep.shuffle` gives, launched
 through whatever launcher is configured. The race reads its runs back from MLflow (tag wif.race_id), so
 the same command again recomputes every look from the store and launches only what is missing: finished
-runs are skipped by the job itself. Hydra finds it in the `hydra_plugins` namespace package.
+runs are skipped by the job itself. Hydra finds it in the `hydra_plugins` namespace package. Its cells,
+named and merged, are wif.sweep.race_cells'.
 """
 
-import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
 from hydra.core.config_store import ConfigStore
@@ -22,13 +21,29 @@ from omegaconf import OmegaConf, open_dict
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
 from wif.sweep import callback
 from wif.sweep.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
+from wif.sweep.race_budget import States, budget_tags, decided_line, plan_fractions, undone_jobs
+from wif.sweep.race_cells import (
+    Overrides,
+    Race,
+    RacedCell,
+    cpu_only,
+    fractions,
+    merged_settings,
+    race_id_of,
+    same_names,
+    single_settings,
+    twin_cells,
+    what_runs_on_cpu,
+)
 
-if TYPE_CHECKING:  # Hydra imports every plugin at each start: the race's statistics (pandas, scipy) wait for a race
-    # (and Hydra's loader does not register the module, so its dataclass cannot take postponed annotations)
-    from wif.report.race import FractionState, RaceRules
+# NOTE [ Hydra imports every plugin ]
+# Hydra imports every plugin at each start, so the race's statistics (pandas, scipy) and the job machinery
+# are imported once a race starts. Hydra's loader does not register this module either: its dataclass
+# cannot take postponed annotations, so this module has no `from __future__ import annotations`.
+if TYPE_CHECKING:  # See NOTE [ Hydra imports every plugin ]
+    from wif.report.race import RaceRules
 
 log = logging.getLogger("wif")
-Cell = Tuple[str, ...]  # a cell's overrides, without the block
 
 
 @dataclass
@@ -41,61 +56,71 @@ ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweepe
 
 class RaceSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
-        from wif.report.race import FractionState, RaceRules
-        from wif.sweep.race_log import RaceLog  # the job machinery: imported once the sweep starts
+        """Name the cells, refuse a race that cannot run, merge twins, price it if budgeted, then race."""
+        from wif.report.race import RaceRules
+        from wif.sweep.race_log import RaceLog  # See NOTE [ Hydra imports every plugin ]
 
-        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        (grid,) = BasicSweeper.split_arguments(parser.parse_overrides(self._parse_config() + arguments), None)
-        cells = list(dict.fromkeys(tuple(o for o in job if block_of([o]) == "") for job in grid))
         cfg = self.config
-        rules = RaceRules(cfg.race.min_blocks, cfg.race.max_blocks, cfg.race.margin, cfg.race.confidence)
-        names, runs_as = self._name_cells(cells)
-        problems = rules.problems() + _single_settings(names) + _same_names(names)
-        if problems:
-            for problem in problems:
-                log.error("Bad setting: %s", problem)
-            raise SystemExit(EXIT_BAD_SETTING)
-        same_as = _same_as(cells, names, runs_as) if cfg.race.merge_identical and _cpu_only(cfg) else {}
-        twins, fixed_cells = _twins(same_as, names), len(cells)
-        cells = [cell for cell in cells if cell not in same_as]
-        names = {cell: names[cell] for cell in cells}
-        if same_as and _single_settings(names):
-            for problem in _single_settings(names):
-                log.error(
-                    "Bad setting: %s, once the options that run the same code on this CPU race as one (%s; "
-                    "race.merge_identical=false races them apart)",
-                    problem,
-                    "; ".join(f"{', '.join(m)} as {s}" for s, m in twins.items()),
-                )
-            raise SystemExit(EXIT_BAD_SETTING)
-        key = [sorted(cells), [rules.min_blocks, rules.max_blocks, rules.margin, rules.confidence]]
-        key += [sorted(same_as)] if same_as else []  # merging or not is another race
-        race_id = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+        c = cfg.race
+        rules = RaceRules(min_blocks=c.min_blocks, max_blocks=c.max_blocks, margin=c.margin, confidence=c.confidence)
+        cells = self._grid_cells(arguments)
+        names, on_cpu = self._name_cells(cells)
+        refuse(rules.problems() + single_settings(names) + same_names(names))
+        twin_of = twin_cells(cells, names, on_cpu) if c.merge_identical and cpu_only(cfg) else {}
+        twins = merged_settings(twin_of, names)
+        raced = [cell for cell in cells if cell not in twin_of]
+        names = {cell: names[cell] for cell in raced}
+        if twin_of:
+            refuse_merged(single_settings(names), twins)
+        race_id = race_id_of(raced, rules, twin_of)
         shuffle = bool(OmegaConf.select(cfg, "sweep.shuffle", default=True))
-        callback.TALLY.total = len(cells) * rules.max_blocks  # at most: the progress label counts against it
-        states = {fr: FractionState(fr, sorted({s for s, f in names.values() if f == fr})) for fr in _fractions(names)}
+        callback.TALLY.total = len(raced) * rules.max_blocks  # at most: the progress label counts against it
         self._launched, budget = 0, None
         if OmegaConf.select(cfg, "sweep.budget_min") is not None or cfg.sweep.get("probe_only"):
-            budget = self._budget(cells, rules, race_id)  # priced (probed) before the race's record exists
+            budget = self._budget(raced, rules, race_id)  # priced (probed) before the race's record exists
             if cfg.sweep.get("probe_only"):
                 callback.TALLY.total = 0
                 return []
-        record = RaceLog(cfg.tracking.uri, cfg.tracking.experiment, race_id, rules, fixed_cells, twins)
+        record = RaceLog(
+            uri=cfg.tracking.uri,
+            experiment=cfg.tracking.experiment,
+            race_id=race_id,
+            rules=rules,
+            n_cells=len(cells),
+            twins=twins,
+        )
+        race = Race(cells=raced, names=names, rules=rules, race_id=race_id, shuffle=shuffle, record=record)
+        return self._run_race(race, budget)
+
+    def _grid_cells(self, arguments: List[str]) -> List[Overrides]:
+        """The grid's cells, in its order: each job's overrides without its block."""
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        (grid,) = BasicSweeper.split_arguments(parser.parse_overrides(self._parse_config() + arguments), None)
+        return list(dict.fromkeys(tuple(o for o in job if block_of([o]) == "") for job in grid))
+
+    def _run_race(self, race: Race, budget: Any) -> List[Any]:
+        """The race to its end, its record finished; stopped early, its record KILLED or FAILED."""
+        from wif.report.race import FractionState
+
+        states = {
+            fr: FractionState(fr, sorted({s for s, f in race.names.values() if f == fr}))
+            for fr in fractions(race.names)
+        }
         try:
             if budget is None:
-                states, returns = self._run_blocks(cells, names, states, rules, race_id, shuffle, record)
+                states, returns = self._run_blocks(race, states)
             else:
-                states, returns = self._race_in_budget(cells, names, states, rules, race_id, shuffle, record, budget)
+                states, returns = self._race_in_budget(race, states, budget)
         except BaseException as stop:  # Ctrl-C, SIGTERM (a job exits 130) or a crash: the record must not stay RUNNING
             interrupted = isinstance(stop, KeyboardInterrupt) or getattr(stop, "code", None) == EXIT_INTERRUPTED
-            record.abandon(interrupted)
+            race.record.abandon(interrupted)
             if isinstance(stop, KeyboardInterrupt):  # between jobs, e.g. during a look: exit as a job would
                 raise SystemExit(EXIT_INTERRUPTED) from None
             raise
-        record.finish(states, budget_tags(budget, self._undone) if budget else None)
+        race.record.finish(states, budget_tags(budget, self._undone) if budget else None)
         return returns
 
-    def _budget(self, cells: Sequence[Cell], rules: "RaceRules", race_id: str) -> Any:
+    def _budget(self, cells: Sequence[Overrides], rules: "RaceRules", race_id: str) -> Any:
         """sweep.budget_min: every job the race may run priced (a probe first where the store has no price)."""
         from wif.sweep.sweep_budget import SweepBudget
 
@@ -108,87 +133,44 @@ class RaceSweeper(BasicSweeper):
         budget.price_with_probe(lambda batch: self.launcher.launch(batch, initial_job_idx=0))
         return budget
 
-    def _race_in_budget(
-        self,
-        cells: Sequence[Cell],
-        names: Dict[Cell, Tuple[str, float]],
-        states: "Dict[float, FractionState]",
-        rules: "RaceRules",
-        race_id: str,
-        shuffle: bool,
-        record: Any,
-        budget: Any,
-    ) -> "Tuple[Dict[float, FractionState], List[Any]]":
-        """The fractions whose first look fits go first, cheapest first (wif.sweep.budget.choose_fractions),
-        each raced to its end, a job started only if it can finish in time; then the next fractions."""
-        from wif.sweep.budget import choose_fractions, minutes
+    def _race_in_budget(self, race: Race, states: States, budget: Any) -> Tuple[States, List[Any]]:
+        """Race the fractions whose first look fits first, cheapest first, each to its end; then the next.
 
+        wif.sweep.budget.choose_fractions picks them. A job starts only if it can finish in time.
+        """
         returns: List[Any] = []
         tried: set = set()
         while True:
             waiting = [fr for fr, st in states.items() if not st.settled and fr not in tried]
             if not waiting:
                 break
-            first_look = {fr: budget.undone_s(_race_jobs(budget, states, fr, rules.min_blocks)) for fr in waiting}
-            focus = choose_fractions(first_look, budget.left_s())
-            log.info(
-                "Budget plan: fractions %s now (to their first look, after block %d: %s); %s",
-                ", ".join(f"{fr:g}" for fr in focus),
-                rules.min_blocks,
-                ", ".join(minutes(first_look[fr]) for fr in focus),
-                "; ".join(
-                    f"{fr:g} waits ({minutes(first_look[fr])} to its first look)" for fr in waiting if fr not in focus
-                )
-                or "none waits",
-            )
-            budget.log_plan(
-                [j for fr in focus for j in _race_jobs(budget, states, fr, rules.max_blocks)],
-                f"the race at {', '.join(f'{fr:g}' for fr in focus)} (no setting dropped: at most)",
-            )
-            states, more = self._run_blocks(cells, names, states, rules, race_id, shuffle, record, budget, set(focus))
+            focus = plan_fractions(rules=race.rules, states=states, budget=budget, waiting=waiting)
+            states, more = self._run_blocks(race, states, budget, set(focus))
             returns += more
             tried.update(focus)
-        undone = [
-            j for fr, st in states.items() if not st.settled for j in _race_jobs(budget, states, fr, rules.max_blocks)
-        ]
-        undone += [j for j in budget.refused if j not in undone]  # in a settled fraction too: its last blocks
-        self._undone = [j for j in undone if not budget.jobs[j.key].done]
-        decided = "; ".join(
-            f"f{fr:g} {f'decided ({st.settled})' if st.settled else 'not decided'}: possibly "
-            f"fastest {', '.join(st.alive)}"
-            for fr, st in sorted(states.items())
-        )
-        callback.TALLY.budget = budget.outcome(self._undone, decided)
+        self._undone = undone_jobs(race.rules, states, budget)
+        callback.TALLY.budget = budget.outcome(self._undone, decided_line(states))
         return states, returns
 
     def _run_blocks(
-        self,
-        cells: Sequence[Tuple[str, ...]],
-        names: Dict[Tuple[str, ...], Tuple[str, float]],
-        states: "Dict[float, FractionState]",
-        rules: "RaceRules",
-        race_id: str,
-        shuffle: bool,
-        record: Any,
-        budget: Any = None,
-        only: Any = None,
-    ) -> "Tuple[Dict[float, FractionState], List[Any]]":
-        """Block after block of the cells still in the race (of the fractions `only`, if given), a look after
-        each from race.min_blocks on; under a budget each job starts only if it can finish in time."""
-        from wif.report import race
+        self, race: Race, states: States, budget: Any = None, only: Optional[Set[float]] = None
+    ) -> Tuple[States, List[Any]]:
+        """Run block after block of the cells still in the race, a look after each from race.min_blocks on.
 
+        Under a budget each job starts only if it can finish in time.
+
+        Args:
+            race: the race.
+            states: each fraction's state.
+            budget: the sweep's budget; None for none.
+            only: the fractions to race now; None for all.
+        """
         t0, returns = time.monotonic(), []
-        for block in range(rules.max_blocks):
+        for block in range(race.rules.max_blocks):
             alive = {fr: set(st.alive) for fr, st in states.items() if not st.settled and (not only or fr in only)}
             if not alive:
                 break
-            jobs = [
-                list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race_id}"]
-                for cell in cells
-                if names[cell][0] in alive.get(names[cell][1], set())
-            ]
-            jobs = shuffle_within_blocks(jobs) if shuffle else jobs
-            self.validate_batch_is_legal(jobs)
+            jobs = self._block_jobs(race, alive, block)
             if budget is None:
                 returns.append(self.launcher.launch(jobs, initial_job_idx=self._launched))
                 self._launched += len(jobs)
@@ -197,34 +179,34 @@ class RaceSweeper(BasicSweeper):
                 returns += ran
                 if not ran and any(not budget.job(job).done for job in jobs):
                     break  # no job of this block could start in time: the next block's cost the same
-            runs = record.usable_runs()
-            for fr in alive:
-                states[fr] = race.look(states[fr], runs[runs["fraction"] == fr], record.value, rules, block + 1)
-            if block + 1 >= rules.min_blocks:
-                record.look(block + 1, states, runs, time.monotonic() - t0)
-            else:
-                log.info(
-                    "Race: block %d of at least %d done, %d runs; the first look comes after block %d",
-                    block + 1,
-                    rules.min_blocks,
-                    len(runs),
-                    rules.min_blocks,
-                )
+            states = look_at_block(race, states, alive, block, t0)
         return states, returns
+
+    def _block_jobs(self, race: Race, alive: Dict[float, Set[str]], block: int) -> List[List[str]]:
+        """One block's jobs: every cell whose setting is still in the race at its fraction, in the race's order."""
+        jobs = [
+            list(cell) + [f"{BLOCK_KEY}={block}", f"race.id={race.race_id}"]
+            for cell in race.cells
+            if race.names[cell].setting in alive.get(race.names[cell].fraction, set())
+        ]
+        jobs = shuffle_within_blocks(jobs) if race.shuffle else jobs
+        self.validate_batch_is_legal(jobs)
+        return jobs
 
     def _launch_in_budget(self, jobs: List[List[str]], budget: Any) -> List[Any]:
         """One job at a time, each only if it can finish in what is left; finished ones skipped unlaunched."""
+        return [r for r in (budget.launch(job, self._launch_one) for job in jobs) if r is not None]
 
-        def launch(job: List[str]) -> Any:
-            self._launched += 1
-            return self.launcher.launch([job], initial_job_idx=self._launched - 1)
+    def _launch_one(self, job: List[str]) -> Any:
+        self._launched += 1
+        return self.launcher.launch([job], initial_job_idx=self._launched - 1)
 
-        return [r for r in (budget.launch(job, launch) for job in jobs) if r is not None]
+    def _name_cells(self, cells: Sequence[Overrides]) -> Tuple[Dict[Overrides, RacedCell], Dict[Overrides, str]]:
+        """Each cell's setting and fraction, and what its run does on a CPU, from its composed config.
 
-    def _name_cells(self, cells: Sequence[Cell]) -> Tuple[Dict[Cell, Tuple[str, float]], Dict[Cell, str]]:
-        """Each cell's setting (the report's row name) and fraction, and what its run does on a CPU (a key:
-        cells with the same key run the same code there), from its composed configuration."""
-        from wif.sweep.job import cell_name
+        Cells with the same CPU key run the same code there.
+        """
+        from wif.sweep.identity import cell_of
 
         loader = self.hydra_context.config_loader
         names, on_cpu = {}, {}
@@ -233,108 +215,58 @@ class RaceSweeper(BasicSweeper):
             with open_dict(composed):
                 del composed["hydra"]
             conf = OmegaConf.to_object(composed)
-            setting, _, fraction = cell_name(conf).rpartition("@")
-            names[cell] = (setting, float(fraction))
-            on_cpu[cell] = _what_runs_on_cpu(conf)
+            named = cell_of(conf)
+            names[cell] = RacedCell(named.setting, float(named.fraction))
+            on_cpu[cell] = what_runs_on_cpu(conf)
         return names, on_cpu
 
 
-def _race_jobs(budget: Any, states: "Dict[float, FractionState]", fraction: float, blocks: int) -> List[Any]:
-    """The budget's jobs of a fraction's settings still in the race, blocks 0..blocks-1, block-major."""
-    alive = set(states[fraction].alive)
-    return sorted(
-        (j for j in budget.jobs.values() if j.fraction == fraction and j.setting in alive and j.block < blocks),
-        key=lambda j: j.block,
-    )
+def refuse(problems: List[str]) -> None:
+    """Exit 2 on a race that cannot run, one line per problem."""
+    if problems:
+        for problem in problems:
+            log.error("Bad setting: %s", problem)
+        raise SystemExit(EXIT_BAD_SETTING)
 
 
-def budget_tags(budget: Any, undone: List[Any]) -> Dict[str, str]:
-    """The budget's outcome on the race's record: what ended it, and what finishing would cost."""
-    return {
-        "wif.budget.min": f"{budget.budget_s / 60:g}",
-        "wif.budget.probe_s": f"{budget.probe_s:.1f}",
-        "wif.budget.ended": callback.TALLY.budget,
-        "wif.budget.undone_min": f"{budget.undone_s(undone) / 60:.2f}",
-        "wif.budget.by_budget": str(bool(budget.refused)).lower(),
-    }
+def refuse_merged(problems: List[str], twins: Dict[str, List[str]]) -> None:
+    """Exit 2 on a fraction left with one setting once the cells a CPU runs the same race as one."""
+    if not problems:
+        return
+    merged = "; ".join(f"{', '.join(m)} as {s}" for s, m in twins.items())
+    for problem in problems:
+        log.error(
+            "Bad setting: %s, once the options that run the same code on this CPU race as one (%s; "
+            "race.merge_identical=false races them apart)",
+            problem,
+            merged,
+        )
+    raise SystemExit(EXIT_BAD_SETTING)
 
 
-def _same_names(names: Dict[Cell, Tuple[str, float]]) -> List[str]:
-    """Cells the race would pool as one setting: they differ in something other than the loader option and
-    the fraction (a model, a precision, a batch size), and the race compares loader settings alone."""
-    seen: Dict[Tuple[str, float], Cell] = {}
-    for cell, name in names.items():
-        if name in seen:
-            differ = sorted(set(cell) ^ set(seen[name]))
-            return [
-                f"a race compares loader settings of one workload, but {' / '.join(differ)} would race as the "
-                f"same setting {name[0]} at fraction {name[1]:g}. Race each of them separately "
-                "(hydra/sweeper=blocks sweeps them all, and the report keeps each model in its own testbed)."
-            ]
-        seen[name] = cell
-    return []
+def look_at_block(race: Race, states: States, alive: Dict[float, Set[str]], block: int, t0: float) -> States:
+    """After a block: each fraction still racing looked at, the look recorded from race.min_blocks on.
 
+    Args:
+        race: the race.
+        states: each fraction's state before the look.
+        alive: the fractions still racing, each with its settings.
+        block: the block just done, from 0.
+        t0: when the blocks started, on the monotonic clock.
+    """
+    from wif.report.race import look
 
-def _what_runs_on_cpu(conf: Any) -> str:
-    """The cell's configuration as a CPU runs it: pin_memory and non_blocking do nothing without CUDA, and
-    an option's name is only a name (gpu_resident differs by its transfer, not by its name)."""
-    from wif.sweep.job import run_identity
-
-    job = run_identity(conf, "cpu")
-    job.pop(BLOCK_KEY)
-    job["loader"] = {**job["loader"], "name": "", "pin_memory": False}
-    job["transfer"] = {**job["transfer"], "non_blocking": False}
-    return json.dumps(job, sort_keys=True, default=str)
-
-
-def _cpu_only(cfg: Any) -> bool:
-    """Whether every job of this sweep runs on a CPU: device=cpu, or jobs run here and here is no CUDA.
-    A submitting launcher (slurm, local_gpus) runs them elsewhere: nothing is assumed."""
-    from wif.run.supervise import cuda_present
-    from wif.sweep.cluster import SUBMITTING_LAUNCHERS
-
-    device = OmegaConf.select(cfg, "device", default="auto")
-    if getattr(device, "name", device) == "cpu":
-        return True
-    launcher = str(OmegaConf.select(cfg, "hydra.runtime.choices.hydra/launcher", default="basic") or "basic")
-    if launcher in SUBMITTING_LAUNCHERS:
-        return False
-    return not cuda_present()
-
-
-def _same_as(cells: Sequence[Cell], names: Dict[Cell, Tuple[str, float]], on_cpu: Dict[Cell, str]) -> Dict[Cell, Cell]:
-    """Cell -> the earlier cell of its fraction whose run would be the same on a CPU; only cells that have one."""
-    first: Dict[Tuple[float, str], Cell] = {}
-    out = {}
-    for cell in cells:
-        twin = first.setdefault((names[cell][1], on_cpu[cell]), cell)
-        if twin != cell:
-            out[cell] = twin
-    return out
-
-
-def _twins(same_as: Dict[Cell, Cell], names: Dict[Cell, Tuple[str, float]]) -> Dict[str, List[str]]:
-    """Per raced setting, the settings that race as it ({'baseline': ['pin', 'pin_nb']}), over all fractions."""
-    out: Dict[str, List[str]] = {}
-    for cell, twin in same_as.items():
-        merged = out.setdefault(names[twin][0], [])
-        if names[cell][0] not in merged:
-            merged.append(names[cell][0])
-    return out
-
-
-def _fractions(names: Dict[Any, Tuple[str, float]]) -> List[float]:
-    return sorted({fr for _, fr in names.values()})
-
-
-def _single_settings(names: Dict[Any, Tuple[str, float]]) -> List[str]:
-    """A race needs rivals: a fraction with one setting has nothing to race against."""
-    out = []
-    for fr in _fractions(names):
-        settings = {s for s, f in names.values() if f == fr}
-        if len(settings) < 2:
-            out.append(
-                f"hydra/sweeper=race at data.fraction={fr:g} has one setting ({settings.pop()}): a race needs "
-                "at least two; sweep more loader options, or use the default sweeper"
-            )
-    return out
+    runs = race.record.usable_runs()
+    done = block + 1
+    states = dict(states)
+    for fr in alive:
+        at = runs[runs["fraction"] == fr]
+        states[fr] = look(state=states[fr], runs=at, value=race.record.value, rules=race.rules, blocks_done=done)
+    if done >= race.rules.min_blocks:
+        race.record.look(blocks=done, states=states, runs=runs, wall_s=time.monotonic() - t0)
+    else:
+        log.info(
+            f"Race: block {done} of at least {race.rules.min_blocks} done, {len(runs)} runs; "
+            f"the first look comes after block {race.rules.min_blocks}"
+        )
+    return states

@@ -1,8 +1,9 @@
-"""What `wif-advise` is asked and what it answers: its Options (the trials' size, the race's shape and margins,
-and the minutes the whole advice takes), the share of those minutes each part gets (the answer's reserve, the
-epochs a race run may take in the time left: `race_epochs`), and the Advice it returns. Apart from the four
-steps (`steps`) that run between the two; the command line (`advise_cli`) and the script's runs fill in the
-one and read the other.
+"""What `wif-advise` is asked, its Options, and what it answers, its Advice; and the minutes each part gets.
+
+The Options set the trials' size, the race's shape and margins, and the minutes the whole advice takes. Of
+those minutes the answer keeps ANSWER_S, and a race run takes `race_epochs` epochs in the time left. The
+steps between the two are `steps`'; the command line, `advise_cli`, and the script's runs fill in the one
+and read the other.
 """
 
 from __future__ import annotations
@@ -13,14 +14,18 @@ from typing import Any, Dict, Optional, Sequence
 
 from wif.advisor.limit import Limit
 from wif.advisor.runner import Measured
+from wif.measure import names
 from wif.run.stopping import allocated_epochs
 
+PROG = "wif-advise"
 MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs
-TRIAL_EPOCHS = 2  # a loader-only trial: its warm-up (the workers' start) and one timed epoch, the race verifies
+TRIAL_EPOCHS = 2  # a loader-only trial: its warm-up, the workers' start, and one timed epoch; the race verifies
 
 
 @dataclass
 class Options:
+    """What the advice is asked: its runs' sizes, its race's shape and margins, and its minutes."""
+
     epochs: int = 3  # measuring runs: epochs each, the first left out
     batches: int = 50  # loader-only trials: batches an epoch at most
     race_candidates: int = 2  # the best predicted raced against the current setting
@@ -30,13 +35,20 @@ class Options:
     margin: float = 0.02  # the race's tie margin, and the predicted gain a candidate needs to be raced
     bound_margin: float = 0.05  # within this of the bound: not data-bound
     minutes: float = 5.0  # the whole advice: the race takes what the measuring steps leave
-    started: Optional[float] = None  # time.monotonic() the minutes count from (the command's start; None: now)
+    started: Optional[float] = None  # time.monotonic() the minutes count from: the command's start; None: now
 
 
-# A race run's epochs, longer than the measuring run's on this machine: timm's train.py 7.7-8.5 s against 6.2 s
-# (its later epochs slower, and the workers beside the step); sized without this, its second block never fit.
-RACE_SLACK = 1.3
+RACE_SLACK = 1.3  # a race run's epoch against the measuring run's. See NOTE [ How long a race run is ]
 ANSWER_S = 10.0  # kept back from --minutes for the answer: the picture, the parent run's figures and artifacts
+
+# NOTE [ How long a race run is ]
+# A race run takes its warm-up epochs, then the steady epochs of Kalibera and Jones' allocation,
+# `wif.run.stopping.allocated_epochs`: a run's start against an epoch's cost. Past it, another block buys
+# more than another epoch. Each run costs its start, the measuring run's time beyond its epochs, and its
+# epochs. An epoch is priced at the slowest of the measured and predicted epochs, with RACE_SLACK on top.
+# A race run's epochs are longer than the measuring run's on this machine: timm's train.py took 7.7-8.5 s
+# against 6.2 s, its later epochs slower and the workers beside the step. Sized without the slack, the
+# race's second block never fit.
 
 
 @dataclass
@@ -46,7 +58,7 @@ class Advice:
     data_bound: bool
     sentence: str
     pick: Optional[str]
-    speedup: Optional[tuple]  # (estimate, low, high) against the current setting
+    speedup: Optional[tuple]  # estimate, low, high: against the current setting
     train_line: Optional[str]
     dataloader: Optional[str]
     why: str
@@ -59,18 +71,24 @@ class Advice:
     measured: Dict[str, float] = field(default_factory=dict)
     contention: str = ""  # whether other processes disturbed the runs, with the figure
     loader_args: Dict[str, Any] = field(default_factory=dict)  # the pick's DataLoader arguments, by name
-    limit: Optional[Limit] = None  # what holds the configured setting's epoch (wif.advisor.limit)
+    limit: Optional[Limit] = None  # what holds the configured setting's epoch: wif.advisor.limit
 
 
 def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts: Options, warmup: int = 1) -> int:
-    """Epochs a race run takes: its `warmup` epochs (trainer.warmup_epochs) and the steady epochs Kalibera and
-    Jones' allocation asks (`wif.run.stopping.allocated_epochs`, a run's start against an epoch's cost: past
-    it, another block buys more than another epoch), at least MIN_RACE_EPOCHS; fewer where --min-blocks blocks
-    would not fit in the time left (each run costing its start, the measuring run's time beyond its epochs,
-    and its epochs at the slowest of the measured and predicted epoch times with RACE_SLACK on top); never
-    above --max-epochs."""
+    """Epochs one race run takes: its warm-up, then the steady epochs worth more than another block.
+
+    At least MIN_RACE_EPOCHS, at most --max-epochs, and fewer where --min-blocks blocks would not fit in
+    `left_s`. See NOTE [ How long a race run is ].
+
+    Args:
+        left_s: the seconds left for the race.
+        now: the configured setting's measuring run.
+        predicted_s: the raced candidates' predicted epochs.
+        opts: the advice's options: --min-blocks and --max-epochs.
+        warmup: trainer.warmup_epochs.
+    """
     epoch = max([now.median(), *predicted_s]) * RACE_SLACK
-    start = max(now.wall_s - sum(e["epoch_time_s"] for e in now.epochs), 0.0)
+    start = max(now.wall_s - sum(e[names.EPOCH_TIME_S] for e in now.epochs), 0.0)
     per_run = left_s / (opts.min_blocks * (len(predicted_s) + 1))
     if not epoch > 0:
         return opts.max_epochs
@@ -80,8 +98,10 @@ def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts
 
 
 def log_answer(tracker: Any, parent: str, out: Advice, runs: Sequence[Measured]) -> None:
-    """The answer on the advice's parent run: its figures as metrics, its words as tags, its table as a file
-    (docs/what-each-run-records.md#the-advices-parent-run)."""
+    """The answer on the advice's parent run: its figures as metrics, its words as tags, its table as a file.
+
+    docs/what-each-run-records.md#the-advices-parent-run lists them.
+    """
     limit = out.limit
     tracker.log_metrics(
         parent,
@@ -91,7 +111,11 @@ def log_answer(tracker: Any, parent: str, out: Advice, runs: Sequence[Measured])
             "data_bound": out.data_bound,
             "contended_runs": sum(m.contended for m in runs),
             **(
-                {"limit_share": limit.share, "interference": limit.interference, "interference_s": limit.interference_s}
+                {
+                    names.LIMIT_SHARE: limit.share,
+                    "interference": limit.interference,
+                    names.INTERFERENCE_S: limit.interference_s,
+                }
                 if limit
                 else {}
             ),

@@ -3,8 +3,9 @@
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
     wif-advise -- python my_train.py ARGS...      (your own script, under wif.watch: wif.advisor.script)
 
-The steps (wif.advisor.steps): where the time goes, candidates predicted, the best raced, the answer, within
-`--minutes`; here the command line, its refusals (one line, exit 2, before anything runs) and its output.
+The steps are wif.advisor.steps': where the time goes, candidates predicted, the best raced, the answer,
+within `--minutes`. Here are the command line, its refusals and its output. A refusal is one line, exit 2,
+before anything runs.
 """
 
 from __future__ import annotations
@@ -54,8 +55,14 @@ def report(a: Advice, say: Callable[[str], None] = print) -> None:
 def advise_overrides(
     overrides: Sequence[str] = (), config_dir: Optional[Path] = None, quiet: bool = False, **options: object
 ) -> Advice:
-    """`wif.advise(...)`: the command from a script or notebook; a bad override raises ConfigError before
-    anything runs. `options` are Options' fields (epochs, race_candidates, max_blocks, ...)."""
+    """`wif.advise(...)`: the command from a script or notebook; a bad override raises ConfigError first.
+
+    Args:
+        overrides: train.py's overrides.
+        config_dir: the user's own config folder.
+        quiet: say nothing while it runs.
+        options: Options' fields: epochs, race_candidates, max_blocks, ...
+    """
     opts = Options(**options)  # an unknown option is a TypeError naming it
     check(opts)
     base = load_config(list(overrides), config_dir)
@@ -64,7 +71,7 @@ def advise_overrides(
     silence_worker_count_warning()
     say = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
     try:
-        result = advise(base, list(overrides), opts, say)
+        result = advise(base, list(overrides), opts, say=say)
     finally:
         parent_threads_back()
     report(result, say)
@@ -72,6 +79,7 @@ def advise_overrides(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """wif-advise's options, with train.py's overrides."""
     p = tool_parser(
         PROG,
         "Find where an epoch's time goes, predict which loader setting helps, race the best "
@@ -120,15 +128,20 @@ def check(opts: Options) -> None:
 
 
 def process_started() -> float:
-    """This process's start on time.monotonic()'s clock: --minutes counts the command's start-up (importing torch,
-    composing, probing a script) as the user's wall clock does."""
+    """This process's start on time.monotonic()'s clock.
+
+    --minutes counts the command's start-up as the user's wall clock does: importing torch, composing, probing
+    a script.
+    """
     return time.monotonic() - process_age_s()
 
 
 class _Once:
-    """The first Ctrl-C or SIGTERM raises KeyboardInterrupt; those after it are ignored. Ctrl-C held or pressed
-    again lands while the first one's clean-up begins (every run of the advice ended KILLED): raised there, it
-    left the parent run RUNNING."""
+    """The first Ctrl-C or SIGTERM raises KeyboardInterrupt; those after it are ignored.
+
+    Ctrl-C held or pressed again lands while the first one's clean-up begins, which ends every run KILLED.
+    Raised there, it left the parent run RUNNING.
+    """
 
     def __init__(self) -> None:
         self.raised = False
@@ -140,6 +153,7 @@ class _Once:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """wif-advise: its exit code."""
     quick_exit()
     started = process_started()
     setup_logging(PROG)
@@ -172,7 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         preload()
         silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md, wif-tune)
         say = lambda line: print(line, flush=True)  # noqa: E731
-        result = mine.advise(opts, say) if mine else advise(base, args.overrides, opts, say)
+        result = mine.advise(opts, say) if mine else advise(base, args.overrides, opts, say=say)
     except KeyboardInterrupt:
         for sig in (signal.SIGINT, signal.SIGTERM):  # its runs are ended: Ctrl-C again changes nothing
             signal.signal(sig, signal.SIG_IGN)

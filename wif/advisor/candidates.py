@@ -1,12 +1,12 @@
 """The settings worth trying, and the measured rates the prediction model takes from their trials.
 
-Worker counts are searched as `wif-tune` searches them (`wif.tools.tune.search_workers`), each with
-persistent workers (a kept worker costs nothing per epoch; a fresh one starts every epoch); at the best
-count also a deeper prefetch, the thread-based engine where torchdata is installed, and on a GPU pinned
-memory with non_blocking copies. `data=folder` adds `data.preload=true` (decoded images held in RAM)
-where the decoded set fits in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried.
-On a GPU the whole dataset on the device (`gpu_resident`) is tried too, whatever the workers gave: it removes
-the loader's work beside the step, the interference that a launch-bound step feels (docs/on-a-gpu.md).
+Worker counts are searched as `wif-tune` searches them, `wif.tools.tune.search_workers`, each with
+persistent workers: a kept worker costs nothing per epoch, a fresh one starts every epoch. At the best count
+come a deeper prefetch, the thread-based engine where torchdata is installed, and on a GPU pinned memory with
+non_blocking copies. `data=folder` adds `data.preload=true`, decoded images held in RAM, where the decoded
+set fits in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried. On a GPU the whole
+dataset on the device, `gpu_resident`, is tried too, whatever the workers gave. It removes the loader's work
+beside the step: the interference that a launch-bound step feels (docs/on-a-gpu.md).
 """
 
 from __future__ import annotations
@@ -16,47 +16,59 @@ import math
 from typing import List, Optional
 
 from wif.advisor.predict import Loader, Step, batch_sizes, item_time
-from wif.advisor.runner import Candidate, Measured
+from wif.advisor.runner import Measured
+from wif.advisor.settings import Candidate, apply
 from wif.config import Config, ConfigError, DataSource, TransferKind, validate
 from wif.data.loaders import TAKES_IN_ORDER
+from wif.measure import names
 
 
 def current(base: Config, cuda: bool) -> Candidate:
     """The configured setting, as it is."""
     lo = base.loader
     return Candidate(
-        "current",
-        {},
-        lo.num_workers,
-        lo.persistent_workers,
-        lo.prefetch_factor or base.engine.prefetch_factor,
-        _hidden(base, cuda, lo.pin_memory),
+        name="current",
+        keys={},
+        workers=lo.num_workers,
+        persistent=lo.persistent_workers,
+        prefetch=lo.prefetch_factor or base.engine.prefetch_factor,
+        copy_hidden=_hidden(base, cuda, lo.pin_memory),
     )
 
 
 def _hidden(base: Config, cuda: bool, pin: bool) -> bool:
+    """Whether the copy overlaps the step: pinned memory, copied non-blocking or on a stream, on a GPU."""
     t = base.transfer
     return cuda and pin and (t.non_blocking or t.kind is TransferKind.stream)
 
 
 def workers(base: Config, count: int, cuda: bool) -> Candidate:
     """`count` persistent workers, the rest of the configured setting kept."""
+    hidden = _hidden(base, cuda, base.loader.pin_memory)
     if count == 0:
-        return Candidate("w0", {"loader.num_workers": 0}, 0, False, 2, _hidden(base, cuda, base.loader.pin_memory))
-    keys = {"loader.num_workers": count, "loader.persistent_workers": True}
+        return Candidate(
+            name="w0", keys={"loader.num_workers": 0}, workers=0, persistent=False, prefetch=2, copy_hidden=hidden
+        )
     return Candidate(
-        f"w{count}",
-        keys,
-        count,
-        True,
-        base.loader.prefetch_factor or base.engine.prefetch_factor,
-        _hidden(base, cuda, base.loader.pin_memory),
+        name=f"w{count}",
+        keys={"loader.num_workers": count, "loader.persistent_workers": True},
+        workers=count,
+        persistent=True,
+        prefetch=base.loader.prefetch_factor or base.engine.prefetch_factor,
+        copy_hidden=hidden,
     )
 
 
 def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int) -> List[Candidate]:
-    """The other knobs, at the best worker count: those the configuration accepts (`items`: the images an
-    epoch takes, as the measuring run counted them)."""
+    """The other knobs at the best worker count, those the configuration accepts.
+
+    Args:
+        base: the configuration.
+        best: the best worker count's candidate.
+        cuda: whether the step runs on a GPU.
+        ram_free_bytes: the RAM free for a preloaded dataset; None: not known.
+        items: the images an epoch takes, as the measuring run counted them.
+    """
     out = _deeper(best)
     if best.workers > 0:
         if importlib.util.find_spec("torchdata") is not None and base.engine.name.value == "dataloader":
@@ -72,9 +84,11 @@ def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[f
 
 
 def resident(base: Config, cuda: bool) -> List[Candidate]:
-    """On a GPU, the whole dataset on the device (the study's `gpu_resident`): no loader works beside the step,
-    so its interference goes with its wait and copy. Where the dataset does not fit, its run says so at once
-    (wif.run.training._to_device) and the candidate drops out."""
+    """On a GPU, the whole dataset on the device: the study's `gpu_resident`.
+
+    No loader works beside the step, so its interference goes with its wait and copy. Where the dataset does
+    not fit, its run says so at once, in wif.run.training._to_device, and the candidate drops out.
+    """
     if not cuda or base.transfer.kind is TransferKind.resident:
         return []
     keys = {
@@ -85,15 +99,18 @@ def resident(base: Config, cuda: bool) -> List[Candidate]:
         "transfer.kind": "resident",
         "transfer.non_blocking": False,
     }
-    return [c for c in [Candidate("gpu_resident", keys, 0, False, 2, copy_hidden=True)] if _accepted(base, c)]
+    cand = Candidate(name="gpu_resident", keys=keys, workers=0, persistent=False, prefetch=2, copy_hidden=True)
+    return [cand] if _accepted(base, cand) else []
 
 
 def script_extras(
     base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int
 ) -> List[Candidate]:
-    """The other knobs for a user's script (wif-advise --), at the best count: DataLoader's own only, since
-    the script's copy and data stay its own: a deeper prefetch, batches out of order where torch has them,
-    pinned memory on a GPU."""
+    """The other knobs for a user's script, `wif-advise --`, at the best count: DataLoader's own only.
+
+    The script's copy and data stay its own. So: a deeper prefetch, batches out of order where torch has
+    them, pinned memory on a GPU. The arguments are `extras`'.
+    """
     out = _deeper(best)
     if best.workers > 0 and TAKES_IN_ORDER and base.loader.in_order:
         out.append(_more(best, "unordered", {"loader.in_order": False}))
@@ -108,16 +125,16 @@ def _deeper(best: Candidate) -> List[Candidate]:
 
 
 def _more(best: Candidate, suffix: str, keys: dict, **changes) -> Candidate:
+    """`best` with more `keys` set, named with `suffix`; `changes`: its other fields that differ."""
     fields = dict(
         workers=best.workers, persistent=best.persistent, prefetch=best.prefetch, copy_hidden=best.copy_hidden
     )
     fields.update(changes)
-    return Candidate(f"{best.name}-{suffix}", {**best.keys, **keys}, **fields)
+    return Candidate(name=f"{best.name}-{suffix}", keys={**best.keys, **keys}, **fields)
 
 
 def _accepted(base: Config, cand: Candidate) -> bool:
-    from wif.advisor.runner import apply
-
+    """Whether the configuration with the candidate's keys is valid."""
     try:
         validate(apply(base, cand))
     except ConfigError:
@@ -127,31 +144,68 @@ def _accepted(base: Config, cand: Candidate) -> bool:
 
 # ----------------------------------------------------------------------------- rates from trials
 def loader_rates(trial: Measured, cand: Candidate, batch_size: int, batches: int, cores: int) -> Loader:
-    """The candidate's rates from its loader-only trial of `batches` batches an epoch."""
+    """The candidate's rates from its loader-only trial of `batches` batches an epoch.
+
+    Args:
+        trial: the loader-only run.
+        cand: the candidate it tried.
+        batch_size: the configured batch size.
+        batches: the trial's batches an epoch.
+        cores: the host's usable cores.
+    """
     sizes = batch_sizes(trial.n_train, batch_size, batches)
-    epoch = trial.median("epoch_time_s")
+    epoch = trial.median(names.EPOCH_TIME_S)
     startup = 0.0
     if cand.workers > 0 and not cand.persistent:  # its steady epochs' first batch waits on the start-up
         first = item_time(sizes, cand.workers, epoch, cand.prefetch) * max(sizes)
-        startup = max(trial.mean("first_batch_s") - first, 0.0)
+        startup = max(trial.mean(names.FIRST_BATCH_S) - first, 0.0)
     item = item_time(sizes, cand.workers, epoch, cand.prefetch, startup)
-    cpu = trial.mean("tree_cpu_s") / trial.mean("epoch_time_s")  # exact: the trial's processes' CPU seconds
-    if math.isnan(cpu):  # a run from before tree_cpu_s: the sampled utilization (it missed ~40% of 0.15 s epochs)
-        cpu = trial.mean("cpu_util_pct") / 100.0 * cores
+    cpu = trial.mean(names.TREE_CPU_S) / trial.mean(names.EPOCH_TIME_S)  # exact: the trial's processes' CPU seconds
+    if math.isnan(cpu):  # a run from before tree_cpu_s: the sampler missed ~40% of 0.15 s epochs
+        cpu = trial.mean(names.CPU_UTIL_PCT) / 100.0 * cores
     if math.isnan(cpu):  # an epoch shorter than the sampler's interval: count the fetch as all CPU
         cpu = float(min(max(cand.workers, 1), cores))
-    return Loader(cand.workers, item, cpu, cand.prefetch, cand.persistent, startup, cand.copy_hidden)
+    return Loader(
+        workers=cand.workers,
+        item_s=item,
+        cpu_cores=cpu,
+        prefetch=cand.prefetch,
+        persistent=cand.persistent,
+        startup_s=startup,
+        copy_hidden=cand.copy_hidden,
+    )
 
 
 def in_process_rates(run: Measured, cand: Candidate, batch_size: int) -> Loader:
     """A 0-worker setting's rates from its training run: its data wait is its fetch."""
-    return Loader(0, run.mean("data_wait_s") / max(run.n_train, 1), 0.0, cand.prefetch, False, 0.0, cand.copy_hidden)
+    return Loader(
+        workers=0,
+        item_s=run.mean(names.DATA_WAIT_S) / max(run.n_train, 1),
+        cpu_cores=0.0,
+        prefetch=cand.prefetch,
+        persistent=False,
+        startup_s=0.0,
+        copy_hidden=cand.copy_hidden,
+    )
 
 
 def step_rates(run: Measured, bound: Optional[Measured], batch_size: int, cores: int, on_cpu: bool) -> Step:
-    """The step's time per batch at the bound (data=fixed), or from the configured run's own step time."""
+    """The step's time per batch at the bound, data=fixed, or from the configured run's own step time.
+
+    Args:
+        run: the configured setting's run.
+        bound: the bound's run; None or failed: the configured run's step stands for it.
+        batch_size: the configured batch size.
+        cores: the host's usable cores.
+        on_cpu: whether the step computes on the host's cores.
+    """
     src = bound if bound is not None and bound.ok else run
-    per_batch = src.mean("compute_s") / max(len(batch_sizes(src.n_train, batch_size)), 1)
-    copy = run.mean("copy_s") / max(len(batch_sizes(run.n_train, batch_size)), 1)
-    threads = int(run.tags.get("wif.torch_threads", cores) or cores)
-    return Step(per_batch, 0.0 if math.isnan(copy) else copy, float(min(threads, cores)) if on_cpu else 1.0, on_cpu)
+    per_batch = src.mean(names.COMPUTE_S) / max(len(batch_sizes(src.n_train, batch_size)), 1)
+    copy = run.mean(names.COPY_S) / max(len(batch_sizes(run.n_train, batch_size)), 1)
+    threads = int(run.tags.get(names.TAG_TORCH_THREADS, cores) or cores)
+    return Step(
+        compute_s=per_batch,
+        copy_s=0.0 if math.isnan(copy) else copy,
+        cores=float(min(threads, cores)) if on_cpu else 1.0,
+        on_cpu=on_cpu,
+    )

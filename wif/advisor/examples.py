@@ -1,23 +1,37 @@
 """A Dataset whose items wait on storage: `data=custom data._target_=wif.advisor.examples.slow_reads`.
 
-Each item sleeps `delay_ms` (a network or disk read that takes no CPU) and then returns a small image,
-so at 0 workers the step waits on the data and workers overlap the waits even on 2 cores. The default
-sizes give 12 batches of 64 at data.fraction=0.1 (the issue's measured case) and small validation and
-test sets, so `wif-advise` on it finishes in a few minutes.
+Each item sleeps `delay_ms`, a network or disk read that takes no CPU, then returns a small image. So at 0
+workers the step waits on the data, and workers overlap the waits even on 2 cores. The default sizes give 12
+batches of 64 at data.fraction=0.1, the issue's measured case, and small validation and test sets. So
+`wif-advise` on it finishes in a few minutes.
 
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
 
-With `+data.kwargs.burn=true` each item spends its `delay_ms` computing instead (a decode that takes a core):
-workers then compete with the step for the cores.
+With `+data.kwargs.burn=true` each item spends its `delay_ms` computing instead, as a decode that takes a
+core: workers then compete with the step for the cores.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Dict, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Tuple
 
 import torch
 from torch.utils.data import Dataset
+
+
+@dataclass(frozen=True)
+class Item:
+    """What each item is: a `size` px image of one of `num_classes` classes, after `delay_ms` of waiting.
+
+    With `burn`, the item spends its `delay_ms` computing instead.
+    """
+
+    size: int = 32
+    num_classes: int = 4
+    delay_ms: float = 4.0
+    burn: bool = False
 
 
 class SlowReads(Dataset):
@@ -46,18 +60,20 @@ class SlowReads(Dataset):
         return image, label
 
 
-def slow_reads(
-    n_train: int = 7680,
-    n_val: int = 64,
-    n_test: int = 64,
-    size: int = 32,
-    num_classes: int = 4,
-    delay_ms: float = 4.0,
-    burn: bool = False,
-) -> Dict[str, Dataset]:
-    """Train (7,680 items: 768 at data.fraction=0.1), and small val and test sets that wait as long."""
+def slow_reads(n_train: int = 7680, n_val: int = 64, n_test: int = 64, **item: Any) -> Dict[str, Dataset]:
+    """Train, 7,680 items: 768 at data.fraction=0.1; and small val and test sets that wait as long.
+
+    Args:
+        n_train: the training set's items.
+        n_val: the validation set's items.
+        n_test: the test set's items.
+        item: `Item`'s fields, as data.kwargs gives them: size, num_classes, delay_ms, burn.
+    """
+    each = Item(**item)  # an unknown key is a TypeError naming it
+    sets = {"train": (n_train, 0), "val": (n_val, 1), "test": (n_test, 2)}
     return {
-        "train": SlowReads(n_train, size, num_classes, delay_ms, seed=0, burn=burn),
-        "val": SlowReads(n_val, size, num_classes, delay_ms, seed=1, burn=burn),
-        "test": SlowReads(n_test, size, num_classes, delay_ms, seed=2, burn=burn),
+        split: SlowReads(
+            n, size=each.size, num_classes=each.num_classes, delay_ms=each.delay_ms, seed=seed, burn=each.burn
+        )
+        for split, (n, seed) in sets.items()
     }

@@ -1,23 +1,9 @@
-"""What holds an epoch back, named: the loader (data), the copy to the device (copy), the loader's host work
-slowing the step itself (interference), the GPU idling between the small kernels the host launches (launch),
-or the step's own compute (compute). Pure: the advice's measuring runs give the figures; the tests give them
-by hand.
+"""What holds an epoch back, named: the loader, the copy, interference, the launches or the compute.
 
-The figures, each a mean over the steady epochs:
-- `data_wait_s`, `copy_s`, `gpu_blocked_s`, `compute_s` of the configured run (docs/what-each-run-records.md);
-- `bound_compute_s`: the step's time over the same number of batches when they are replayed (the bound's run,
-  `data=fixed` or the script's first batches again), so the loader does no work beside it;
-- `busy`: the GPU's busy share, NVML's utilization (`gpu_util_pct`: the share of its sample periods in which
-  a kernel ran; read by the run's sampler, nothing in the loop; a coarse figure over ~1/6 s periods), over
-  the epoch; the busy share within the step (`Figures.step_busy`) takes it over the step's part of the epoch,
-  since the GPU also idles while the host waits for data. None off CUDA.
-
-Interference is `compute_s` over `bound_compute_s`, less 1: how much longer the step takes with the loader
-running than without. The limit is the largest avoidable share of the epoch above the margin (the wait, the
-copy, the interference); where none is, a GPU busy less than LAUNCH_BUSY of the step is launch-bound, and
-otherwise the step computes. A GPU that idles as much while another limit holds is launch-bound beyond it:
-the limit's sentence says so, with the bound that caps what mending the limit gains (the H200's GoogLeNet at 64
-px waited for data and idled 70% between launches at once: docs/on-a-gpu.md).
+The kinds: `data`, the step waits for the loader; `copy`, the transfer to the device; `interference`, the
+loader's host work slows the step itself; `launch`, the GPU idles between the small kernels the host
+launches; `compute`, the step's own work. Pure: the advice's measuring runs give the figures, the tests
+give them by hand. See NOTE [ The figures and the limit ].
 """
 
 from __future__ import annotations
@@ -29,9 +15,26 @@ from typing import Optional
 LAUNCH_BUSY = 0.6  # below this busy share, a step that neither waits nor copies idles between its kernels
 LAUNCH_REMEDIES = 'larger batches, torch.compile(mode="reduce-overhead") or CUDA graphs'
 
+# NOTE [ The figures and the limit ]
+# Each figure is a mean over the configured run's steady epochs:
+# - `data_wait_s`, `copy_s`, `gpu_blocked_s`, `compute_s`: as docs/what-each-run-records.md defines them.
+# - `bound_compute_s`: the step's time over as many batches, replayed: the bound's run, `data=fixed` or the
+#   script's first batches again. The loader does no work beside that step.
+# - `busy`: the GPU's busy share over the epoch, NVML's `gpu_util_pct`. It is the share of its ~1/6 s sample
+#   periods in which a kernel ran, read by the run's sampler, nothing in the loop. None off CUDA.
+#   `Figures.step_busy` takes it over the step's part of the epoch: the GPU also idles while the host waits.
+# Interference is `compute_s` over `bound_compute_s`, less 1: how much longer the step takes beside the loader.
+# The limit is the largest avoidable share of the epoch above the margin: the wait, the copy or the
+# interference. Where none is, a GPU busy less than LAUNCH_BUSY of the step is launch-bound; else the step
+# computes. A GPU that idles as much while another limit holds is launch-bound beyond it. The limit's
+# sentence then says so, with the bound that caps what mending the limit gains. The H200's GoogLeNet at
+# 64 px waited for data and idled 70% between launches at once: docs/on-a-gpu.md.
+
 
 @dataclass(frozen=True)
 class Figures:
+    """The configured run's steady figures that name its limit. See NOTE [ The figures and the limit ]."""
+
     epoch_s: float
     data_wait_s: float
     copy_s: float
@@ -40,12 +43,14 @@ class Figures:
     gpu_blocked_s: float = 0.0
     busy: Optional[float] = None  # the GPU's busy share (0..1); None off CUDA
     on_gpu: bool = False
-    exposed: bool = False  # the loader gives batches faster than the step takes them: its wait is not overlapped
+    exposed: bool = False  # the loader is faster than the step, but its wait is not overlapped
 
     @property
     def step_busy(self) -> Optional[float]:
-        """The GPU's busy share within the step: NVML's share over the epoch, taken over the step's part of it
-        (the GPU idles while the host waits for data), at most 1. None off CUDA."""
+        """The GPU's busy share within the step, at most 1; None off CUDA.
+
+        NVML's share is over the epoch; the GPU also idles while the host waits for data.
+        """
         if not self.on_gpu or self.busy is None:
             return None
         step = self.compute_s + self.copy_s + _zero(self.gpu_blocked_s)
@@ -53,8 +58,10 @@ class Figures:
 
     @property
     def launch_bound(self) -> bool:
-        """The GPU idles between the small kernels the host queues (busy below LAUNCH_BUSY within the step),
-        whatever else holds."""
+        """Whether the GPU idles between the small kernels the host queues, whatever else holds.
+
+        That is a busy share below LAUNCH_BUSY within the step.
+        """
         return self.step_busy is not None and self.step_busy < LAUNCH_BUSY
 
     @property
@@ -72,6 +79,8 @@ class Figures:
 
 @dataclass(frozen=True)
 class Limit:
+    """What holds the epoch: its kind, its share of the epoch and the sentence that says so."""
+
     kind: str  # data | copy | interference | launch | compute
     share: float  # the share of the epoch it accounts for (launch: the GPU's idle share within the step)
     said: str
@@ -95,11 +104,18 @@ def name_limit(f: Figures, margin: float) -> Limit:
     elif f.launch_bound:  # mending the limit leaves a step that idles between launches: its gain is capped
         said = "; beyond it, " + _said("launch", 1.0 - f.step_busy, f)
     return Limit(
-        kind, share, _said(kind, share, f) + said, f.interference, f.interference_s, f.step_busy, f.launch_bound
+        kind=kind,
+        share=share,
+        said=_said(kind, share, f) + said,
+        interference=f.interference,
+        interference_s=f.interference_s,
+        busy=f.step_busy,
+        launch_bound=f.launch_bound,
     )
 
 
 def _said(kind: str, share: float, f: Figures) -> str:
+    """The sentence that names the limit `kind` and what moves it."""
     if kind == "data" and f.exposed:  # the wait, not the loader's rate: a loader overlapped with the step keeps up
         return (
             f"the wait for data, exposed: the step waits {share:.0%} of the epoch for batches that a loader "

@@ -1,30 +1,34 @@
 """The prediction model: each candidate's epoch time from rates measured once (pure; no torch).
 
-A DataLoader hands each batch to one worker, round robin, and a worker fetches its batch WHOLE: with B
-batches and W workers the loader's epoch is about ceil(B/W) batch fetches, not B/W (a worker with the
-epoch's last full batch sets the pace; the issue's case: 4 ms an item, 64 an item batch, 4 workers and
-2 batches an epoch take one batch's 0.26 s, not half of it). So the epoch is simulated batch by batch:
-worker w fetches batches w, w+W, ... (never more than `prefetch` batches ahead of the step), the step
-takes batch k once it is ready and the previous step is done. What comes out is the slower of loader and
-compute, plus what does not overlap: the first batch (the pipeline's fill), the copy when it is not
-hidden (no pin_memory + non_blocking on a GPU), and the workers' start-up when they are not persistent.
-
-On a CPU the workers and the step share the cores. The fetches' CPU work (core-seconds an epoch: the loader's
-busy cores times its epoch alone; a fetch that waits on storage takes no core) first goes to the cores the
-step's threads leave free while it computes; the rest takes turns with the step on the cores it fills: the
-step's compute stretches by that work's time on as many cores as there are workers (a fetch's waits do not
-count: they hold no core). A step whose threads fill the cores waits for its slowest thread at every parallel
-region and its idle threads spin, so a worker beside it holds the whole step back, while a step that mostly
-waits leaves the workers every core. On the 2-core CPU (docs/advise.md) this predicts JPEG decoding's worker
-settings 11-22% under their measured epochs, where a model that shared the cores in proportion was 27-50%
-under, and items that compute beside a tiny step 7-9% over.
+The epoch is simulated batch by batch (see NOTE [ Whole batches, round robin ]). On a CPU the workers and
+the step share the cores (see NOTE [ The workers beside the step on a CPU ]).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Mapping, Optional, Sequence, Tuple
+
+# NOTE [ Whole batches, round robin ]
+# A DataLoader hands each batch to one worker, round robin, and a worker fetches its batch WHOLE. With B
+# batches and W workers the loader's epoch is about ceil(B/W) batch fetches, not B/W: a worker with the
+# epoch's last full batch sets the pace. The issue's case: 4 ms an item, batches of 64, 4 workers and 2
+# batches an epoch take one batch's 0.26 s, not half of it. So worker w fetches batches w, w+W, ..., never
+# more than `prefetch` batches ahead of the step. The step takes batch k once it is ready and the previous
+# step is done. The epoch is the slower of loader and compute, plus what does not overlap: the first batch,
+# which fills the pipeline; the copy when it is not hidden, without pin_memory + non_blocking on a GPU; and
+# the workers' start-up when they are not persistent.
+#
+# NOTE [ The workers beside the step on a CPU ]
+# The fetches' CPU work is in core-seconds an epoch: the loader's busy cores times its epoch alone. A fetch
+# that waits on storage takes no core. That work first goes to the cores the step's threads leave free while
+# it computes. The rest takes turns with the step on the cores it fills: the step's compute stretches by that
+# work's time on as many cores as there are workers. A step whose threads fill the cores waits for its
+# slowest thread at every parallel region, and its idle threads spin. So a worker beside it holds the whole
+# step back, while a step that mostly waits leaves the workers every core. On the 2-core CPU of
+# docs/advise.md this predicts JPEG decoding's worker settings 11-22% under their measured epochs. A model
+# that shared the cores in proportion was 27-50% under; items that compute beside a tiny step are 7-9% over.
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class Loader:
 
 @dataclass(frozen=True)
 class Prediction:
+    """A candidate's epoch as predicted, and its parts."""
+
     epoch_s: float
     loader_s: float  # the loader's epoch alone (at the contention predicted)
     compute_s: float  # the step's time over the epoch (at the contention predicted)
@@ -61,6 +67,7 @@ class Prediction:
 
     @property
     def bound(self) -> str:
+        """What limits the epoch: the "loader" or the "compute"."""
         return "loader" if self.loader_s > self.compute_s else "compute"
 
 
@@ -70,28 +77,24 @@ def batch_sizes(items: int, batch_size: int, batches: int | None = None) -> List
     return sizes if batches is None else sizes[:batches]
 
 
-def simulate(
-    sizes: Sequence[int],
-    workers: int,
-    item_s: float,
-    compute_s: float,
-    copy_s: float = 0.0,
-    prefetch: int = 2,
-    startup_s: float = 0.0,
-    copy_hidden: bool = False,
-) -> float:
-    """One epoch, batch by batch: when the step ends its last batch."""
-    copy = 0.0 if copy_hidden else copy_s
-    if workers == 0:  # the main process fetches, copies and computes in turn
-        return sum(sizes) * item_s + len(sizes) * (copy + compute_s)
-    free = [startup_s] * workers  # when each worker can start its next batch
+def simulate(sizes: Sequence[int], loader: Loader, compute_s: float = 0.0, copy_s: float = 0.0) -> float:
+    """One epoch of `loader` feeding a step of `compute_s` a batch: when the step ends its last batch.
+
+    The step's `copy_s` a batch counts unless the loader hides it. See NOTE [ Whole batches, round robin ].
+    """
+    copy = 0.0 if loader.copy_hidden else copy_s
+    if loader.workers == 0:  # the main process fetches, copies and computes in turn
+        return sum(sizes) * loader.item_s + len(sizes) * (copy + compute_s)
+    workers = loader.workers
+    startup = 0.0 if loader.persistent else loader.startup_s
+    free = [startup] * workers  # when each worker can start its next batch
     started: List[float] = []  # when the step took each batch
     end = 0.0
     for k, n in enumerate(sizes):
         w = k % workers
-        slot = k - workers * prefetch  # a worker may run this many batches ahead of the step
+        slot = k - workers * loader.prefetch  # a worker may run this many batches ahead of the step
         begin = max(free[w], started[slot] if slot >= 0 else 0.0)
-        ready = begin + n * item_s
+        ready = begin + n * loader.item_s
         free[w] = ready
         take = max(ready, end)
         started.append(take)
@@ -102,27 +105,43 @@ def simulate(
 def predict(sizes: Sequence[int], step: Step, loader: Loader, cores: float) -> Prediction:
     """The epoch time of `loader` feeding `step` over batches of `sizes`, on `cores` host cores."""
     startup = 0.0 if loader.persistent or loader.workers == 0 else loader.startup_s
-    alone = simulate(sizes, loader.workers, loader.item_s, 0.0, prefetch=loader.prefetch)
+    alone = simulate(sizes, replace(loader, startup_s=0.0))
     compute_total = step.compute_s * len(sizes)
     slowdown = 1.0
     if step.on_cpu and loader.workers > 0 and compute_total > 0 and loader.cpu_cores > 0:
+        # See NOTE [ The workers beside the step on a CPU ]
         work = loader.cpu_cores * alone  # core-seconds of fetching an epoch
         beside = max(cores - step.cores, 0.0) * compute_total  # what the cores the step leaves free can take
         turns = max(work - beside, 0.0) / min(loader.workers, cores)  # the rest: its workers, in turn with the step
         slowdown += turns / compute_total
     compute = step.compute_s * slowdown
-    epoch = simulate(
-        sizes, loader.workers, loader.item_s, compute, step.copy_s, loader.prefetch, startup, loader.copy_hidden
+    return Prediction(
+        epoch_s=simulate(sizes, loader, compute, step.copy_s),
+        loader_s=alone,
+        compute_s=compute * len(sizes),
+        startup_s=startup,
+        slowdown=slowdown,
+        workers=loader.workers,
     )
-    return Prediction(epoch, alone, compute * len(sizes), startup, slowdown, loader.workers)
 
 
 def item_time(
     sizes: Sequence[int], workers: int, epoch_s: float, prefetch: int = 2, startup_s: float = 0.0, copy_s: float = 0.0
 ) -> float:
-    """A loader-only epoch's time turned back into seconds per item per worker: the inverse of `simulate`
-    with no compute (linear in item_s), so a trial of a few batches prices an epoch of many."""
-    unit = simulate(sizes, workers, 1.0, 0.0, prefetch=prefetch)
+    """A loader-only epoch's time turned back into seconds per item per worker.
+
+    It inverts `simulate` with no compute, which is linear in the item's time. So a trial of a few batches
+    prices an epoch of many.
+
+    Args:
+        sizes: the trial's batches.
+        workers: its worker processes.
+        epoch_s: its epoch's time.
+        prefetch: batches in flight per worker.
+        startup_s: the workers' start-up, paid in that epoch.
+        copy_s: a batch's copy, paid in that epoch.
+    """
+    unit = simulate(sizes, Loader(workers=workers, item_s=1.0, prefetch=prefetch))
     spent = epoch_s - startup_s - len(sizes) * copy_s
     return max(spent, 0.0) / unit if unit > 0 else 0.0
 
@@ -137,13 +156,15 @@ def rank(predictions: Sequence[Tuple[str, float]], current_s: float, margin: flo
     return sorted(((n, s) for n, s in predictions if s * (1 + margin) < current_s), key=lambda p: p[1])
 
 
-CLOSE = 0.1  # predicted within this of the current setting: a close call (the CPU's predictions err 7-22%)
+CLOSE = 0.1  # predicted within this of the current setting: a close call; the CPU's predictions err 7-22%
 
 
 def close_call(predicted_s: Mapping[str, float], current_s: float, close: float = CLOSE) -> Optional[str]:
-    """The candidate predicted fastest where none is predicted faster by the race's margin but it is within
-    `close` of the current setting: the model's error on a CPU (the workers' share of the step's cores) is
-    larger than that, so its "keep" is raced, not said (None: no candidate that close)."""
+    """The fastest candidate where none beats the race's margin, but it is within `close` of the current setting.
+
+    The model's error on a CPU, from the workers' share of the step's cores, is larger than that. So its
+    "keep" is raced, not said. None: no candidate that close.
+    """
     if not predicted_s:
         return None
     name = min(predicted_s, key=lambda n: predicted_s[n])
@@ -151,9 +172,18 @@ def close_call(predicted_s: Mapping[str, float], current_s: float, close: float 
 
 
 def cannot_win(items: int, workers: int, in_process_img_s: float, best_epoch_s: float, margin: float) -> bool:
-    """Whether `workers` workers cannot make an epoch shorter than `best_epoch_s` (a larger count's, predicted):
-    workers scale at most linearly, so their loader alone takes at least `items` over `workers` times the
-    in-process rate, and an epoch is never shorter than its loader. Such a count needs no trial."""
+    """Whether `workers` workers cannot make an epoch shorter than `best_epoch_s`, a larger count's prediction.
+
+    Workers scale at most linearly: their loader alone takes at least `items` over `workers` times the
+    in-process rate. An epoch is never shorter than its loader. Such a count needs no trial.
+
+    Args:
+        items: the images an epoch takes.
+        workers: the count asked about.
+        in_process_img_s: the loader's rate at 0 workers.
+        best_epoch_s: the best count's predicted epoch.
+        margin: the gain a count must promise to be tried.
+    """
     if not (workers > 0 and in_process_img_s > 0 and best_epoch_s > 0):
         return False
     return items / (workers * in_process_img_s) > best_epoch_s * (1 + margin)
@@ -162,12 +192,14 @@ def cannot_win(items: int, workers: int, in_process_img_s: float, best_epoch_s: 
 def distinct(
     ranked: Sequence[Tuple[str, float]], predicted: Mapping[str, Prediction], count: int, margin: float
 ) -> List[str]:
-    """Up to `count` of the ranked candidates to race, fastest first, leaving out one the model cannot tell from
-    a faster one already in: predicted within `margin` of it, and either both limited by the step (the loader
-    keeps up in both, so what differs is only the loader's, which the epoch does not wait on) or both with as
-    many workers (what differs is a knob of the same workers, whose rate each one's trial measured; the model's
-    uncertain part, the workers' share of the cores, is the same in both). A race run of it would buy nothing
-    the prediction does not already say."""
+    """Up to `count` of the ranked candidates to race, fastest first, none the model cannot tell apart.
+
+    A candidate is left out where it is predicted within `margin` of a faster one already in, and either holds:
+    - both are limited by the step: what differs is the loader's, which the epoch does not wait on;
+    - both have as many workers: what differs is a knob of the same workers, whose rates their trials measured.
+      The model's uncertain part, the workers' share of the cores, is the same in both.
+    A race run of it would buy nothing the prediction does not already say.
+    """
     out: List[str] = []
     for name, epoch in ranked:
         if len(out) == count:

@@ -1,74 +1,34 @@
-"""The measuring steps of `wif-advise`, each one run of the study's own loop in a forked, sampled child
-(`wif.run.supervise.supervise`), recorded in MLflow nested under the advice's parent run
-(tag `mlflow.parentRunId`) and tagged `wif.kind=advise`, so the study's report never mixes them in.
+"""The measuring runs of `wif-advise`: the study's own loop in a forked, sampled child, recorded in MLflow.
+
+Each run is `wif.run.supervise.supervise`'s, nested under the advice's parent run by `mlflow.parentRunId`
+and tagged `wif.kind=advise`, so the study's report never mixes them in. The runs:
 
 - the configured setting's training epochs: the split into data wait, copy, compute and GPU idle;
-- the compute bound: `data=fixed` (the same batch on the device every step), or for `data=custom` the
-  configured run's own step time (data=fixed cannot make the user's batches);
+- the compute bound: `data=fixed`, the same batch on the device every step. For `data=custom` the configured
+  run's own step time stands for it: data=fixed cannot make the user's batches;
 - loader-only trials of each candidate: its ceiling, and its rate per item for the prediction.
 
-Other processes' CPU use during each run's measured epochs is the study's own figure (`host_other_cpu_pct`,
-`wif.measure.contention`); a run above `measure.contended_pct` is tagged `wif.contended=true` and run again
-once while the advice has time (`Runner.run`), so no answer rests on a disturbed run it could have repeated.
+Each run's `host_other_cpu_pct` is the share of a core others used during its measured epochs
+(`wif.measure.contention`). A run above `measure.contended_pct` is tagged `wif.contended=true` and run again
+once while the advice has time (`Runner.run`). So no answer rests on a disturbed run it could have repeated.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
 
-from wif.config import Augment, Config, DataSource, PageCache, TrainerMode, validate
+from wif.advisor.settings import Candidate, bound
+from wif.config import Config, validate
+from wif.measure import names
 from wif.measure.epochs import EPOCH_KEYS, steady
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
 from wif.tools.recorded import run_recorded
-from wif.tools.tune import WORKER_ONLY
-
-
-@dataclass
-class Candidate:
-    """A loader setting: the keys it sets (as train.py overrides) and what the prediction needs of it."""
-
-    name: str
-    keys: Dict[str, Any]  # dotted config key -> value, e.g. {"loader.num_workers": 4}
-    workers: int = 0
-    persistent: bool = False
-    prefetch: int = 2
-    copy_hidden: bool = False
-
-    def overrides(self) -> List[str]:
-        return [f"{k}={_text(v)}" for k, v in self.keys.items()]
-
-
-def _text(value: Any) -> str:
-    """A value as a train.py override writes it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(getattr(value, "value", value))
-
-
-def apply(base: Config, cand: Candidate) -> Config:
-    """The base configuration with the candidate's keys set (worker-only keys neutral at 0 workers)."""
-    conf = copy.deepcopy(base)
-    for key, value in cand.keys.items():
-        group, name = key.split(".", 1)
-        node = getattr(conf, group)
-        old = getattr(node, name)
-        setattr(
-            node, name, type(old)(value) if old is not None and value is not None and hasattr(old, "value") else value
-        )
-    if conf.loader.num_workers == 0:
-        for key, neutral in WORKER_ONLY:
-            setattr(conf.loader, key, neutral)
-    return conf
-
 
 SKIPPED = "SKIPPED"  # a measurement not started: the advice's minutes had run out
 MIN_RUN_S = 1.0  # a run is not started with less time than this left
@@ -93,15 +53,17 @@ class Measured:
 
     @property
     def ok(self) -> bool:
+        """Whether it finished with epochs to read."""
         return self.status == FINISHED and bool(self.epochs)
 
     @property
     def other_pct(self) -> Optional[float]:
-        """Percent of one core other processes used during its measured epochs (None: not measured)."""
-        return self.summary.get("host_other_cpu_pct")
+        """Percent of one core other processes used during its measured epochs; None: not measured."""
+        return self.summary.get(names.HOST_OTHER_CPU_PCT)
 
     @property
     def steady(self) -> List[Dict[str, float]]:
+        """Its epochs past the warm-up."""
         return steady(self.epochs, self.warmup)
 
     def mean(self, key: str) -> float:
@@ -109,29 +71,45 @@ class Measured:
         values = [e[key] for e in self.steady if e.get(key) is not None and not math.isnan(e[key])]
         return statistics.mean(values) if values else math.nan
 
-    def median(self, key: str = "epoch_time_s") -> float:
+    def median(self, key: str = names.EPOCH_TIME_S) -> float:
+        """The steady epochs' median of `key`; NaN where no epoch has it."""
         values = [e[key] for e in self.steady if e.get(key) is not None]
         return statistics.median(values) if values else math.nan
 
     @property
     def n_train(self) -> int:
-        return int(self.tags.get("wif.n_train", 0))
+        """The training images an epoch took, as the run counted them."""
+        return int(self.tags.get(names.TAG_N_TRAIN, 0))
+
+
+class Ended(NamedTuple):
+    """A measuring run as it ended: its record, its status, its summary and its error in one line."""
+
+    run_id: str
+    status: str
+    summary: Dict[str, float]
+    error: str
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Where the advice's runs are recorded: the store, the device, the parent run and the advice's id."""
+
+    tracker: Tracker
+    device: str
+    parent_id: str
+    advise_id: str
 
 
 class Runner:
-    """Runs configurations as runs nested under one parent, each contended one again while there is time
-    before `deadline` (time.monotonic())."""
+    """Runs configurations nested under one parent; a contended one again while there is time before `deadline`.
 
-    def __init__(
-        self,
-        tracker: Tracker,
-        device: str,
-        parent_id: str,
-        advise_id: str,
-        deadline: float = math.inf,
-        say: Callable[[str], None] = print,
-    ) -> None:
-        self.tracker, self.device, self.parent_id, self.advise_id = tracker, device, parent_id, advise_id
+    `deadline` is on time.monotonic()'s clock.
+    """
+
+    def __init__(self, recording: Recording, deadline: float = math.inf, say: Callable[[str], None] = print) -> None:
+        self.tracker, self.device = recording.tracker, recording.device
+        self.parent_id, self.advise_id = recording.parent_id, recording.advise_id
         self.deadline, self.say = deadline, say
         self.runs: List[Measured] = []
         self.reruns = 0  # contended runs run again
@@ -144,11 +122,19 @@ class Runner:
         self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None, reruns: int = 1
     ) -> Measured:
         """The run; a contended one is run again, up to `reruns` times, while another fits before the deadline.
-        None is started past the deadline: a SKIPPED measurement, no run recorded."""
+
+        None is started past the deadline: a SKIPPED measurement, no run recorded.
+
+        Args:
+            conf: the run's configuration.
+            role: what the advice runs it for: measure, bound, loader or race.
+            name: the setting it runs.
+            extra: more tags for its record.
+            reruns: how many times a contended run may run again.
+        """
         if self.left_s() < MIN_RUN_S:
-            return Measured(
-                role, name, "", SKIPPED, {}, error=f"the --minutes ran out before it started ({role} {name})"
-            )
+            error = f"the --minutes ran out before it started ({role} {name})"
+            return Measured(role=role, name=name, run_id="", status=SKIPPED, summary={}, error=error)
         m = self._once(conf, role, name, extra)
         while m.contended and reruns > 0 and m.wall_s < self.left_s():
             reruns -= 1
@@ -162,70 +148,69 @@ class Runner:
         return m
 
     def _once(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Measured:
+        """One run of `conf`, recorded and read back."""
         t0 = time.monotonic()
         conf.progress = False
         validate(conf)
         run_id, outcome, text = run_recorded(
             self.tracker,
             conf,
-            self.device,
-            f"advise-{role}-{name}",
-            self.tags(conf, role, name, extra),
-            f"{role} {name}",
+            device=self.device,
+            name=f"advise-{role}-{name}",
+            tags=self.tags(conf, role, name, extra=extra),
+            label=f"{role} {name}",
         )
-        return self.measured(run_id, role, name, outcome.status, outcome.summary, text, conf.trainer.warmup_epochs, t0)
+        return self.measured(conf, role, name, Ended(run_id, outcome.status, outcome.summary, text), t0)
 
     def tags(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
         """A nested run's tags: the advice it belongs to, its role and setting."""
         return {
             **host_tags(),
-            "wif.kind": "advise",
-            "wif.advise_id": self.advise_id,
-            "wif.advise_role": role,
+            names.TAG_KIND: "advise",
+            names.TAG_ADVISE_ID: self.advise_id,
+            names.TAG_ADVISE_ROLE: role,
             "mlflow.parentRunId": self.parent_id,
-            "wif.loader": name,
-            "wif.device": self.device,
-            "wif.gpu": "none",
-            "wif.model": model_label(conf.model),
-            "wif.fraction": f"{conf.data.fraction:g}",
-            "wif.cell": f"advise-{self.advise_id}-{name}",
+            names.TAG_LOADER: name,
+            names.TAG_DEVICE: self.device,
+            names.TAG_GPU: "none",
+            names.TAG_MODEL: model_label(conf.model),
+            names.TAG_FRACTION: f"{conf.data.fraction:g}",
+            names.TAG_CELL: f"advise-{self.advise_id}-{name}",
             **(extra or {}),
         }
 
-    def measured(
-        self,
-        run_id: str,
-        role: str,
-        name: str,
-        status: str,
-        summary: Dict[str, float],
-        text: str,
-        warmup: int,
-        t0: float,
-    ) -> Measured:
-        """The ended run read back: its epochs, tags and outcome (Ctrl-C's KILLED raised again, once kept)."""
-        record = self.tracker.client.get_run(run_id)
+    def measured(self, conf: Config, role: str, name: str, ended: Ended, t0: float) -> Measured:
+        """The ended run read back: its epochs, tags and outcome. Ctrl-C's KILLED is raised again, once kept.
+
+        Args:
+            conf: the run's configuration: its warm-up epochs.
+            role: what the advice ran it for.
+            name: the setting it ran.
+            ended: how it ended.
+            t0: when it started, on time.monotonic()'s clock.
+        """
+        tags = dict(self.tracker.client.get_run(ended.run_id).data.tags)
         m = Measured(
-            role,
-            name,
-            run_id,
-            status,
-            summary,
-            self._epochs(run_id),
-            dict(record.data.tags),
-            text,
-            warmup,
-            time.monotonic() - t0,
-            record.data.tags.get("wif.contended") == "true",
+            role=role,
+            name=name,
+            run_id=ended.run_id,
+            status=ended.status,
+            summary=ended.summary,
+            epochs=self._epochs(ended.run_id),
+            tags=tags,
+            error=ended.error,
+            warmup=conf.trainer.warmup_epochs,
+            wall_s=time.monotonic() - t0,
+            contended=tags.get(names.TAG_CONTENDED) == "true",
         )
         self.runs.append(m)
-        if status == KILLED:
+        if ended.status == KILLED:
             raise KeyboardInterrupt
         return m
 
-    # What the workload's own measurements are (wif.advisor.script runs a user's script instead of train.py):
+    # What the workload's own measurements are: wif.advisor.script runs a user's script instead of train.py.
     bound_label = "data=fixed"  # what the bound is, as the answer names it
-    # the other knobs at the best count (None: candidates.extras)
+    # the other knobs at the best count; None: candidates.extras
     knobs: Optional[Callable[..., List[Candidate]]] = None
 
     def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
@@ -233,45 +218,7 @@ class Runner:
         return bound(base, epochs, n_train)
 
     def _epochs(self, run_id: str) -> List[Dict[str, float]]:
+        """The run's figures, epoch by epoch, read back from its metric history."""
         history = {k: {m.step: m.value for m in self.tracker.client.get_metric_history(run_id, k)} for k in EPOCH_KEYS}
-        steps = sorted(history["epoch_time_s"])
+        steps = sorted(history[names.EPOCH_TIME_S])
         return [{k: history[k].get(s, math.nan) for k in EPOCH_KEYS} for s in steps]
-
-
-def training(base: Config, cand: Candidate, epochs: int) -> Config:
-    """A candidate's training run of `epochs` fixed epochs (the first is warm-up)."""
-    conf = apply(base, cand)
-    conf.trainer.mode, conf.trainer.epochs = TrainerMode.train, epochs
-    return conf
-
-
-def raced(base: Config, cand: Candidate, max_epochs: int) -> Config:
-    """A candidate's run in the race: trainer.epochs=auto, capped at `max_epochs`."""
-    conf = apply(base, cand)
-    tr = conf.trainer
-    tr.mode, tr.epochs, tr.max_epochs = TrainerMode.train, "auto", min(tr.max_epochs, max_epochs)
-    tr.min_epochs = min(tr.min_epochs, tr.max_epochs)
-    return conf
-
-
-def loader_only(base: Config, cand: Candidate, batches: int, epochs: int) -> Config:
-    """A candidate's loader-only trial: `batches` batches an epoch, no model."""
-    conf = apply(base, cand)
-    tr = conf.trainer
-    tr.mode, tr.epochs, tr.max_batches = TrainerMode.loader_only, epochs, batches
-    return conf
-
-
-def bound(base: Config, epochs: int, n_train: int) -> Optional[Config]:
-    """data=fixed at the configured model, step, batch and image size, `n_train` items an epoch (the measured
-    run's: the same batches an epoch as the workload it stands for, whatever data.num_train says); None where
-    it cannot stand for the data (data=custom: your Dataset decides the inputs' shape)."""
-    if base.data.source is DataSource.custom:
-        return None
-    conf = apply(base, Candidate("bound", {"loader.num_workers": 0}))
-    d = conf.data
-    d.source, d.format, d.preload, d.augment, d.page_cache = DataSource.fixed, None, False, Augment.none, PageCache.warm
-    d.num_train, d.fraction, d.val_split = max(n_train, 1), 1.0, 0.0
-    conf.transfer.uint8 = False
-    conf.trainer.mode, conf.trainer.epochs = TrainerMode.train, epochs
-    return conf

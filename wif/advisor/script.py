@@ -1,14 +1,15 @@
-"""`wif-advise [OPTIONS] [KEY=VALUE...] -- python my_train.py ARGS...`: the advice for the user's own training
-script, which runs under `wif.watch` (the one line in its loop) and is otherwise unchanged.
+"""`wif-advise [OPTIONS] [KEY=VALUE...] -- python my_train.py ARGS...`: the advice for one's own script.
 
-Before anything is recorded, the command is run once to its `wif.watch` call (the orders' `probe`: it reports
-the DataLoader it watches and ends there): a missing program or script, a command that fails, one that ends
-without calling `wif.watch`, or a watched iterable with no DataLoader inside is said in one line, exit 2, and
-leaves no run. Then `wif.advisor.steps` gives the advice as it gives it for train.py, its measurements the
-script's own (`wif.advisor.script_runner`): the script as it is, the bound (its first batches replayed),
-loader-only trials of its DataLoader rebuilt with each candidate's settings, and the race. The answer's lines
-are the `DataLoader(...)` keyword arguments to paste, and the command to run again. Overrides before `--` set
-what they set for train.py (tracking.uri, measure.contended_pct, device); the data and model are the script's.
+The script runs under `wif.watch`, the one line in its loop, and is otherwise unchanged. Before anything is
+recorded, the command runs once to its `wif.watch` call: the orders' `probe` reports the DataLoader it
+watches and ends there. A missing program or script, a command that fails, one that ends without calling
+`wif.watch`, or a watched iterable with no DataLoader inside is said in one line, exit 2, and leaves no run.
+Then `wif.advisor.steps` gives the advice as it does for train.py, its measurements the script's own
+(`wif.advisor.script_runner`). They are the script as it is, the bound with its first batches replayed,
+loader-only trials of its DataLoader rebuilt with each candidate's settings, and the race. The answer's
+lines are the `DataLoader(...)` keyword arguments to paste, and the command to run again. Overrides before
+`--` set what they set for train.py: tracking.uri, measure.contended_pct, device. The data and model are
+the script's.
 """
 
 from __future__ import annotations
@@ -67,13 +68,9 @@ def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str,
     """The DataLoader the command watches, from its run up to its `wif.watch` call; ConfigError otherwise."""
     where = tempfile.mkdtemp(prefix="wif-advise-probe-")
     out = os.path.join(where, "loader.json")
-    rc, last = execute(
-        command,
-        {"uri": "", "run_id": None, "mode": "probe", "out": out},
-        os.path.join(where, "output.log"),
-        timeout,
-        warm_start=False,
-    )  # while the server warms up
+    orders = {"uri": "", "run_id": None, "mode": "probe", "out": out}
+    # cold: the server warms up meanwhile
+    rc, last = execute(command, orders, os.path.join(where, "output.log"), timeout=timeout, warm_start=False)
     shown = " ".join(command)
     if not os.path.exists(out):
         if rc == 0:
@@ -95,13 +92,14 @@ def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str,
 
 @dataclass
 class ScriptAdvice:
-    """The advice for one command: its configuration (the probed loader's settings) and how to run it."""
+    """The advice for one command: its configuration, with the probed loader's settings, and how to run it."""
 
     command: List[str]
     probed: Dict[str, Any]
     base: Any
 
     def advise(self, opts: Options, say: Callable[[str], None]) -> Advice:
+        """The advice for the command, said; its lines in the terms of what made the training loader."""
         p = self.probed
         cap = sized_cap(opts.batches, p.get("batch_s"), opts.minutes)
         capped = f"capped at {cap} batches (--batches)"
@@ -125,7 +123,7 @@ class ScriptAdvice:
         )
         make = functools.partial(ScriptRunner, command=self.command, probed=self.probed, cap=cap)
         try:
-            out = advise(self.base, [], opts, say, make)
+            out = advise(self.base, [], opts, say=say, make_runner=make)
         except RuntimeError as err:  # the script as it is failed: the command's fault, said as a bad input is
             raise ConfigError(f"`{' '.join(self.command)}` under wif.watch: {err}") from None
         if out.pick is not None:
@@ -135,13 +133,15 @@ class ScriptAdvice:
 
 MIN_CAP = 16  # batches an epoch at least: four workers' prefetch twice over, the pipeline in its steady state
 STARTS_S = 60.0  # the advice's process starts, about: a dozen or more runs of a few seconds each
-PLANNED_EPOCHS = 36  # its epochs at the current setting's pace, about: measure 3, bound 3, trials (12 at the
-# loader's pace), a race of 2 blocks of 3 runs of 3 to 4 epochs
+# its epochs at the current setting's pace: measure 3, bound 3, trials 12 at the loader's pace, a race of 2x3 runs
+PLANNED_EPOCHS = 36
 
 
 def sized_cap(batches: int, batch_s: Optional[float], minutes: float) -> int:
-    """An epoch's batches in every measuring run: `--batches`, or fewer where the script's batches are slow
-    enough (`batch_s`, timed by the probe) that its epochs would not leave the race time within `minutes`."""
+    """An epoch's batches in every measuring run: `--batches`, or fewer where the script's batches are slow.
+
+    Slow: at `batch_s` a batch, timed by the probe, its epochs would not leave the race time within `minutes`.
+    """
     if not batch_s or batch_s <= 0:
         return batches
     target = max(60.0 * minutes - STARTS_S, 0.0) / PLANNED_EPOCHS  # seconds an epoch may take

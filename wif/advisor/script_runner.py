@@ -1,11 +1,12 @@
-"""The measurements of `wif-advise -- python my_train.py ARGS...`: each one the user's command run again, with
-orders to its `wif.watch` in the environment (`wif.watcher.orders`), the script unchanged.
+"""The measurements of `wif-advise -- python my_train.py ARGS...`: each one the user's command run again.
 
-`ScriptRunner` is the advice's `Runner` for a script: the same roles (measure, bound, loader, race), the same
-nested MLflow runs, `Measured` read back the same way, so `wif.advisor.steps` predicts, races and answers as
-it does for `train.py`. A configuration becomes orders: its trainer's mode and epochs (`trainer.epochs=auto`:
-the study's stopping rule, `wif.run.record.stop_rule`), and where its loader keys differ from the script's
-own DataLoader, the settings the watch rebuilds it with. Every epoch is capped at `--batches` batches.
+Each run gives orders to the script's `wif.watch` in the environment (`wif.watcher.orders`); the script is
+unchanged. `ScriptRunner` is the advice's `Runner` for a script: the same roles, measure, bound, loader and
+race, the same nested MLflow runs, and `Measured` read back the same way. So `wif.advisor.steps` predicts,
+races and answers as it does for `train.py`. A configuration becomes orders: its trainer's mode and epochs,
+where `trainer.epochs=auto` is the study's stopping rule (`wif.run.record.stop_rule`). Where its loader keys
+differ from the script's own DataLoader, the orders carry the settings the watch rebuilds it with. Every
+epoch is capped at `--batches` batches.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from wif.advisor import warm
 from wif.advisor.candidates import script_extras
-from wif.advisor.runner import Candidate, Measured, Runner, training
+from wif.advisor.runner import Ended, Measured, Recording, Runner
+from wif.advisor.settings import Candidate, training
 from wif.config import Config, TrainerMode, as_plain
+from wif.measure import names
 from wif.measure.contention import is_contended
 from wif.measure.tracking import FAILED, FINISHED, KILLED
 from wif.run.record import stop_rule
@@ -42,12 +45,20 @@ def execute(
     timeout: Optional[float] = None,
     warm_start: bool = True,
 ) -> Tuple[int, str]:
-    """Run the command with `orders` (started warm where it can be and `warm_start`); (its exit code, its last
-    line of output that is not the watch's). It reads no stdin, warm or not (multiprocessing gives a forked
-    child /dev/null): a measuring run that asks a question gets an end of file, never the terminal. Ctrl-C or
-    SIGTERM here stops it too (it gets its grace to end its own way), and is raised again."""
-    # WIF_ADVISE=1: the script knows it is one of the advice's measuring runs (docs/advise.md), and can skip
-    # its checkpoints, uploads or auto-resume there.
+    """Run the command with `orders`: (its exit code, its last line of output that is not the watch's).
+
+    It starts warm where it can and `warm_start` allows. It reads no stdin, warm or not: multiprocessing gives
+    a forked child /dev/null. So a measuring run that asks a question gets an end of file, never the terminal.
+    Ctrl-C or SIGTERM here stops it too, given its grace to end its own way, and is raised again.
+
+    Args:
+        command: the user's command.
+        orders: what its wif.watch is to do.
+        log_path: where its output goes.
+        timeout: seconds it may run; None: no limit.
+        warm_start: whether it may be forked from the warm server.
+    """
+    # WIF_ADVISE=1: the script can skip its checkpoints, uploads or auto-resume there (docs/advise.md).
     env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1", "WIF_ADVISE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([hook.BOOT, *filter(None, [os.environ.get("PYTHONPATH")])])  # no line changed
     target = warm.warm_target(command) if warm_start else None
@@ -77,10 +88,12 @@ def execute(
 
 
 def stop(proc: Any) -> None:
-    """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once. A Ctrl-C at the
-    terminal has reached it already where it is in the terminal's foreground process group, and a second SIGINT
-    would cut its own clean-up short: it gets a moment to end, and SIGINT only if it has not (a `kill` of
-    wif-advise alone); past the grace, it is killed."""
+    """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once.
+
+    A Ctrl-C at the terminal has reached it already where it is in the terminal's foreground process group.
+    A second SIGINT would cut its own clean-up short. So it gets a moment to end, and SIGINT only if it has
+    not: a `kill` of wif-advise alone. Past the grace, it is killed.
+    """
     if not (_at_the_terminal(proc.pid) and _ended(proc, TERMINAL_GRACE_S)):
         proc.send_signal(signal.SIGINT)
         if not _ended(proc, INTERRUPT_GRACE_S):
@@ -89,6 +102,7 @@ def stop(proc: Any) -> None:
 
 
 def _ended(proc: Any, seconds: float) -> bool:
+    """Whether `proc` ends within `seconds`."""
     try:
         proc.wait(seconds)
         return True
@@ -118,16 +132,19 @@ class Warm:
         self.pid = proc.pid
 
     def wait(self, timeout: Optional[float] = None) -> int:
+        """Its exit code, once it ends within `timeout`; else subprocess.TimeoutExpired."""
         self.proc.join(timeout)
         if self.proc.exitcode is None:
             raise subprocess.TimeoutExpired("the script", timeout or 0.0)
         return self.proc.exitcode
 
     def send_signal(self, sig: int) -> None:
+        """Send `sig` while it runs."""
         if self.proc.exitcode is None:
             os.kill(self.proc.pid, sig)
 
     def kill(self) -> None:
+        """Kill it."""
         self.proc.kill()
 
 
@@ -138,10 +155,7 @@ class ScriptRunner(Runner):
 
     def __init__(
         self,
-        tracker: Any,
-        device: str,
-        parent_id: str,
-        advise_id: str,
+        recording: Recording,
         deadline: float = math.inf,
         say: Any = print,
         *,
@@ -149,13 +163,14 @@ class ScriptRunner(Runner):
         probed: Optional[Dict[str, Any]] = None,
         cap: int = 50,
     ) -> None:
-        super().__init__(tracker, device, parent_id, advise_id, deadline, say)
+        """A runner whose runs are `command`, its loader as `probed`, each epoch capped at `cap` batches."""
+        super().__init__(recording, deadline=deadline, say=say)
         self.command, self.probed, self.cap = list(command), dict(probed or {}), cap
         self.logs = tempfile.mkdtemp(prefix="wif-advise-script-")
 
     def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
-        """The script as it is, its first batches replayed from its second epoch on (the orders' `bound`)."""
-        return training(base, Candidate("bound", {}), epochs)
+        """The script as it is, its first batches replayed from its second epoch on: the orders' `bound`."""
+        return training(base, Candidate(name="bound", keys={}), epochs)
 
     knobs = staticmethod(script_extras)  # DataLoader's own knobs: the script's copy stays its own
 
@@ -180,39 +195,56 @@ class ScriptRunner(Runner):
         return spec
 
     def _once(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Measured:
+        """One run of the command for `conf`, recorded and read back."""
         t0 = time.monotonic()
-        tags = {**self.tags(conf, role, name, extra), "wif.model": "script", "wif.script": " ".join(self.command)}
+        tags = {
+            **self.tags(conf, role, name, extra),
+            names.TAG_MODEL: "script",
+            names.TAG_SCRIPT: " ".join(self.command),
+        }
         plain = as_plain(conf)
         run_id = self.tracker.start_run(f"advise-{role}-{name}", plain, tags, plain)
         log = os.path.join(self.logs, f"{len(self.runs):03d}-{role}-{name}.log")
         status, text, summary = KILLED, "interrupted (Ctrl-C, SIGTERM)", {}
         try:
             left = self.left_s()  # every measuring run ends within the advice's deadline
-            rc, last = execute(self.command, self.orders(conf, role, run_id), log, None if math.isinf(left) else left)
+            orders = self.orders(conf, role, run_id)
+            rc, last = execute(self.command, orders, log, timeout=None if math.isinf(left) else left)
             summary = dict(self.tracker.client.get_run(run_id).data.metrics)
-            status, text = FINISHED, ""
-            run = int(summary.get("epochs_run", 0))
-            need = 1 if conf.trainer.mode is TrainerMode.loader_only else conf.trainer.warmup_epochs + 1
-            if rc != 0:
-                said = last if rc == -1 else f"the command exited {rc}: {last}"
-                status, text = FAILED, f"{said} (its output: {log})"
-            elif run < need:
-                status = FAILED
-                text = (
-                    f"the command ended after {run} epoch(s) under wif.watch; a measurement needs {need} (the first "
-                    f"is its warm-up): let the script run more epochs (its output: {log})"
-                )
+            status, text = _outcome(conf, rc, last, int(summary.get(names.EPOCHS_RUN, 0)), log)
         finally:
             contended = status == FINISHED and is_contended(
-                summary.get("host_other_cpu_pct"), conf.measure.contended_pct
+                summary.get(names.HOST_OTHER_CPU_PCT), conf.measure.contended_pct
             )
             self.tracker.set_tags(
                 run_id,
                 {
-                    "wif.contended": str(contended).lower(),
+                    names.TAG_CONTENDED: str(contended).lower(),
                     "wif.script_log": log,
-                    **({"wif.error": text[:4000]} if text else {}),
+                    **({names.TAG_ERROR: text[:4000]} if text else {}),
                 },
             )
             self.tracker.end_run(run_id, status)
-        return self.measured(run_id, role, name, status, summary, text, conf.trainer.warmup_epochs, t0)
+        return self.measured(conf, role, name, Ended(run_id, status, summary, text), t0)
+
+
+def _outcome(conf: Config, rc: int, last: str, run: int, log: str) -> Tuple[str, str]:
+    """(the run's status, its error in one line): its exit code `rc` and its `run` epochs against the need.
+
+    Args:
+        conf: the run's configuration.
+        rc: the command's exit code.
+        last: its last line of output.
+        run: the epochs it ran under wif.watch.
+        log: where its output is.
+    """
+    need = 1 if conf.trainer.mode is TrainerMode.loader_only else conf.trainer.warmup_epochs + 1
+    if rc != 0:
+        said = last if rc == -1 else f"the command exited {rc}: {last}"
+        return FAILED, f"{said} (its output: {log})"
+    if run < need:
+        return FAILED, (
+            f"the command ended after {run} epoch(s) under wif.watch; a measurement needs {need} (the first "
+            f"is its warm-up): let the script run more epochs (its output: {log})"
+        )
+    return FINISHED, ""

@@ -1,17 +1,8 @@
 """The user's Python script started warm: forked from a server that has already imported torch and the watch.
 
-`wif-advise -- python my_train.py ARGS` runs the command a dozen times (the probe, the measuring runs, the
-loader trials, the race). Each new interpreter pays its imports before the script's first line: here about
-5 s of a 6-s measurement (torch with its CUDA libraries, torch._dynamo at the first optimizer, MLflow), paid
-in no epoch but in the advice's minutes. As the study forks its runs from a warm supervisor
-(`wif.run.forking.preload`), the script is forked from a multiprocessing forkserver whose only import is
-`wif.advisor.warm_preload`, and run there as Python would run it: `sys.argv`, `sys.path[0]`, the environment
-and the working directory as the command's, `__main__` its own, its exit code and uncaught exception as they
-would be, its atexit handlers run. Its RAM is counted as a forked run's is: the pages it still shares with the
-server are added back in full (`wif.measure.proctree.fork_shared_share`), as in a script started on its own.
-
-Only a command that is this interpreter running a script or a module, with no interpreter options, starts
-warm; any other command (another Python, `torchrun`, a shell script) runs as it is, in a new process.
+Only this interpreter running a script or a module, with no interpreter options, starts warm. Any other
+command, such as another Python, `torchrun` or a shell script, runs as it is, in a new process.
+See NOTE [ Why the script starts warm ].
 """
 
 from __future__ import annotations
@@ -29,13 +20,27 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from wif.watcher import hook
 from wif.watcher.orders import FORKED_FROM
 
+# NOTE [ Why the script starts warm ]
+# `wif-advise -- python my_train.py ARGS` runs the command a dozen times: the probe, the measuring runs, the
+# loader trials and the race. Each new interpreter pays its imports before the script's first line. Here that
+# was about 5 s of a 6-s measurement: torch with its CUDA libraries, torch._dynamo at the first optimizer,
+# MLflow. It is paid in no epoch, but in the advice's minutes. The study forks its runs from a warm supervisor,
+# `wif.run.forking.preload`. So the script is forked from a multiprocessing forkserver whose only import is
+# `wif.advisor.warm_preload`, and run there as Python would run it. `sys.argv`, `sys.path[0]`, the environment
+# and the working directory are the command's, and `__main__` its own. Its exit code and uncaught exception
+# are as they would be, and its atexit handlers run. Its RAM is counted as a forked run's is: the pages it
+# still shares with the server are added back in full, `wif.measure.proctree.fork_shared_share`, as in a
+# script started on its own.
+
 Target = Tuple[str, str, List[str]]  # ("path" | "module", the script or module, its arguments)
 PRELOAD = "wif.advisor.warm_preload"
 
 
 def warm_target(command: Sequence[str]) -> Optional[Target]:
-    """What the command runs, where it is this interpreter (the same venv) with a script or `-m module` and
-    no interpreter options; None otherwise."""
+    """What the command runs, where it is this interpreter with a script or `-m module`; None otherwise.
+
+    This interpreter means the same venv, with no interpreter options.
+    """
     if len(command) < 2 or os.environ.get("WIF_ADVISE_WARM", "1") == "0":
         return None
     found = shutil.which(command[0])
@@ -55,15 +60,19 @@ _preload: List[str] = [PRELOAD]  # and the frameworks the script imports (the pr
 
 
 def _context() -> multiprocessing.context.BaseContext:
+    """The forkserver context, with its preloads."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(list(_preload))
     return ctx
 
 
 def warm_up(frameworks: Sequence[str] = ()) -> None:
-    """The server started now, its imports under way while the advice does other work. With `frameworks` (the
-    Lightning, transformers or accelerate the probe saw the script import: 2-4 s each, paid by every run) a
-    server started without them is started again with them, where CPython's ForkServer can be stopped."""
+    """Start the server now: its imports are under way while the advice does other work.
+
+    `frameworks` are the Lightning, transformers or accelerate the probe saw the script import: 2-4 s each,
+    paid by every run. A server started without them is started again with them, where CPython's ForkServer
+    can be stopped.
+    """
     from multiprocessing import forkserver
 
     wanted = [PRELOAD, *frameworks]
@@ -88,9 +97,11 @@ def start(target: Target, env: Dict[str, str], log_path: str) -> multiprocessing
 
 
 def _as_a_main_process() -> None:
-    """multiprocessing as a new interpreter has it: this process its main one, and no start method chosen yet
-    (the platform's default, as `python` would have: DataLoader workers forked from the script, not from a
-    forkserver that the server's own start method would start and leave behind)."""
+    """multiprocessing as a new interpreter has it: this process its main one, and no start method chosen yet.
+
+    The platform's default start method is what `python` would have: DataLoader workers forked from the
+    script. The server's own start method would start a forkserver and leave it behind.
+    """
     import multiprocessing.process as mp_process
 
     from wif.advisor.warm_preload import MAIN
@@ -103,8 +114,10 @@ def _as_a_main_process() -> None:
 
 
 def _end_children() -> None:
-    """The script's processes still alive at its end (persistent DataLoader workers whose loader an ending
-    interpreter would have shut down) are ended, as that shutdown would."""
+    """End the script's processes still alive at its end, as an ending interpreter's shutdown would.
+
+    They are persistent DataLoader workers whose loader that shutdown would have shut down.
+    """
     import psutil
 
     children = psutil.Process().children(recursive=True)

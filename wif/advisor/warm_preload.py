@@ -1,18 +1,19 @@
-"""Imported once by the forkserver that `wif.advisor.warm` forks the user's script from: what every PyTorch
-training script under `wif.watch` imports before its first epoch (the frameworks a script imports,
-Lightning's or transformers', are the server's further preloads: wif.advisor.warm.warm_up). Nothing here starts
-a thread or touches CUDA, so a fork is as clean as a new interpreter."""
+"""What every PyTorch script under `wif.watch` imports before its first epoch: the warm server's one preload.
+
+The forkserver that `wif.advisor.warm` forks the user's script from imports it once. The frameworks a script
+imports, Lightning's or transformers', are the server's further preloads: wif.advisor.warm.warm_up. Nothing
+here starts a thread or touches CUDA, so a fork is as clean as a new interpreter.
+"""
 
 import atexit
 import multiprocessing
 
-# The exit handlers these imports register (MLflow's, which ends a script's own run left open; torch's) are
-# the script's too: the child clears the server's handlers and registers these again (wif.advisor.warm).
-REGISTERED = []
+REGISTERED = []  # the exit handlers these imports register: the child registers them again, wif.advisor.warm
 _register = atexit.register
 
 
 def _recorded(func, *args, **kwargs):
+    """atexit.register, kept: MLflow's handler ends a script's own run left open, and is the script's too."""
     REGISTERED.append((func, args, kwargs))
     return _register(func, *args, **kwargs)
 

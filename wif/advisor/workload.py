@@ -1,12 +1,8 @@
-"""What the advice is about and under what conditions it was measured: the data it uses (with `data=folder`,
-the whole folder unless told otherwise), the line that says so before anything runs, and the line that says
-whether other processes disturbed its runs.
+"""What the advice is about, and under what conditions it was measured.
 
-Advice about the user's data uses the user's data: with `data=folder`, `wif-advise` trains on every image of
-`train/` (`data.fraction=1.0`) and cuts no validation split from it (`data.val_split=0`: the folder's own
-held-out split, `test/`, `val/` or `validation/`, is what the run evaluates on), unless the command line sets
-them; its `Use it:` line carries both, so the line pasted trains the workload measured. train.py keeps the
-study's defaults (a 10% subset, 20% of it for validation).
+The data it uses: with `data=folder`, the whole folder unless told otherwise. The line that says so before
+anything runs, and the line that says whether other processes disturbed its runs. See NOTE [ The user's
+data, whole ].
 """
 
 from __future__ import annotations
@@ -21,13 +17,22 @@ from wif.config import Config, DataSource
 from wif.data.datasets import split_indices
 from wif.data.folder import folder_files
 
+# NOTE [ The user's data, whole ]
+# Advice about the user's data uses the user's data. With `data=folder`, `wif-advise` trains on every image of
+# `train/`, `data.fraction=1.0`, and cuts no validation split from it, `data.val_split=0`. The run evaluates on
+# the folder's own held-out split: `test/`, `val/` or `validation/`. The command line may set either. Its
+# `Use it:` line carries both, so the line pasted trains the workload measured. train.py keeps the study's
+# defaults: a 10% subset, 20% of it for validation.
 WHOLE_FOLDER = {"data.fraction": 1.0, "data.val_split": 0.0}
 ALSO_SETS = {"data.fraction": ("data_fraction",)}  # a config group that sets the same key
 
 
 def whole_folder(base: Config, overrides: Sequence[str]) -> List[str]:
-    """data=folder: every image of train/ for training, none cut for validation, each unless an override
-    sets it; sets them on `base` and returns them as overrides (for the train.py line)."""
+    """data=folder: every image of train/ for training, none cut for validation, each unless an override sets it.
+
+    Sets them on `base`, and returns them as overrides for the train.py line.
+    See NOTE [ The user's data, whole ].
+    """
     said = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     if base.data.source is not DataSource.folder or base.data.path is not None:
         return []
@@ -40,8 +45,10 @@ def whole_folder(base: Config, overrides: Sequence[str]) -> List[str]:
 
 
 def training_items(base: Config) -> Optional[int]:
-    """The images a training epoch takes, as the run will split them; None where only the run can count them
-    (data=custom, or a pack given by data.path)."""
+    """The images a training epoch takes, as the run will split them.
+
+    None where only the run can count them: data=custom, or a pack given by data.path.
+    """
     d = base.data
     if d.source is DataSource.folder and d.path is None:
         total = len(folder_files(d)[0]["train_paths"])
@@ -74,7 +81,7 @@ def data_line(base: Config, items: Optional[int]) -> str:
 
 
 def contention_line(runs: Sequence[Measured], threshold_pct: float, reruns: int) -> str:
-    """Whether other processes disturbed the advice's runs, with the figure (the study's host_other_cpu_pct)."""
+    """Whether other processes disturbed the advice's runs, with the figure: the study's host_other_cpu_pct."""
     figures = [m.other_pct for m in runs if m.other_pct is not None and not math.isnan(m.other_pct)]
     if not figures:
         return "Other processes: not measured (no /proc/stat, or no run finished its measured epochs)."

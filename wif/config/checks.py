@@ -1,5 +1,8 @@
-"""The checks a type alone cannot express: combinations that cannot run (refused with one line naming the
-key, before any data is built), and settings that are legal but have no effect (warned once)."""
+"""The checks a type alone cannot express: combinations that cannot run, and settings that have no effect.
+
+A combination that cannot run is refused with one line naming the key, before any data is built. A legal
+setting that has no effect is warned of once.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,11 @@ from wif.config.trainer_checks import validate_epochs, validate_ranks
 
 
 def validate(cfg: Config, here: bool = True) -> None:
-    """Refuse combinations that cannot run, before any data is built or any run is created. `here=False`
-    (a sweep submitted to other machines) leaves out what only the machine that runs the job can tell."""
+    """Refuse combinations that cannot run, before any data is built or any run is created.
+
+    `here=False`, for a sweep submitted to other machines, leaves out what only the machine that runs the job
+    can tell.
+    """
     d, lo, tr = cfg.data, cfg.loader, cfg.trainer
     require(
         0.0 < d.fraction <= 1.0,
@@ -153,8 +159,11 @@ def validate(cfg: Config, here: bool = True) -> None:
 
 
 def validate_uint8(cfg: Config) -> None:
-    """transfer.uint8=true: wif's own images cross from the host as uint8 and wif normalizes them on the device,
-    so every batch must be copied, and be images whose dtype and normalization wif decides."""
+    """Refuse transfer.uint8=true where batches are not wif's own images, copied from the host.
+
+    Under it, wif's own images cross from the host as uint8 and wif normalizes them on the device. So every
+    batch must be copied, and be images whose dtype and normalization wif decides.
+    """
     if not cfg.transfer.uint8:
         return
     drop = "Drop transfer.uint8=true"
@@ -183,6 +192,7 @@ _NEWER_LOADER_KEYS = (("in_order", True, "2.6"),)
 
 
 def _require_supported_by_torch(lo: LoaderConfig) -> None:
+    """Refuse a DataLoader key this torch lacks, unless it is left at its default."""
     import inspect
 
     import torch
@@ -200,8 +210,13 @@ def _require_supported_by_torch(lo: LoaderConfig) -> None:
 def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[str]:
     """Settings that are legal but have no effect or work against themselves; said once, never fatal.
 
-    `cores` (the usable cores) adds the warning that the workers outnumber them; None leaves it out.
+    `cores`, the usable cores, adds the warnings that the processes outnumber them; None leaves them out.
     """
+    return _loading_warnings(cfg, cuda, cores) + _run_warnings(cfg, cores)
+
+
+def _loading_warnings(cfg: Config, cuda: bool, cores: Optional[int]) -> List[str]:
+    """The loader, transfer and decode settings that cannot act here: too many workers, or no CUDA."""
     out = []
     workers = cfg.loader.num_workers
     if cores is not None and workers > cores and cfg.data.source is not DataSource.fixed:
@@ -231,7 +246,13 @@ def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[s
         )
     if not cuda and cfg.transfer.kind is TransferKind.stream:
         out.append("transfer=stream needs CUDA for its side stream: on the CPU it falls back to a plain copy.")
-    tr = cfg.trainer
+    return out
+
+
+def _run_warnings(cfg: Config, cores: Optional[int]) -> List[str]:
+    """The settings a run's mode or data make void, and ranks that outnumber the cores."""
+    out = []
+    tr, workers = cfg.trainer, cfg.loader.num_workers
     if tr.mode.value == "loader_only" and (tr.precision.value != "fp32" or tr.channels_last or tr.compile):
         out.append(
             "trainer.mode=loader_only runs no model: trainer.precision, trainer.channels_last and "

@@ -1,8 +1,11 @@
-"""Where a run's batches come from: the generated and encoded sets and their cache (synthetic), image
-folders and their one-time check (folder, folder_check), the user's own Dataset (custom), datasets and
-splits (datasets), the loader options as iterables of batches (loaders), the copy to the device (transfer),
-decoding on the device (decode), storage formats (formats/) and pipeline engines (engines/).
+"""Where a run's batches come from. Imports `wif.config` and `wif.measure`.
 
-Imports `wif.config` and `wif.measure`. Nothing is imported here: a worker unpickling a dataset imports
-only the module that defines it.
+- synthetic: the generated and encoded sets, and their cache; folder: image folders; folder_check: their
+  one-time check; custom: the user's own Dataset.
+- datasets: datasets and splits; decoders: image i of a set, from bytes, files or RAM.
+- loaders: the loader options as iterables of batches; transfer: the copy to the device; decode: decoding on
+  the device.
+- formats/: storage formats; engines/: pipeline engines.
+
+Nothing is imported here: a worker unpickling a dataset imports only the module that defines it.
 """

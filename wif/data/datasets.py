@@ -1,29 +1,32 @@
 """The study's datasets and splits, at two operating points.
 
-- Preprocessed tensors (`data=synthetic`, or `data=folder data.preload=true` without augmentation): float32
-  tensors in host memory, the way the study holds its images, so the loader options differ only in how
-  batches reach the device. The subset is cut from the uint8 images, so only the images a run uses are
-  ever converted to float.
-- Decoded per sample (`data=encoded`, `data=folder`): JPEG bytes or image files decoded, augmented and
+- Preprocessed tensors: `data=synthetic`, or `data=folder data.preload=true` without augmentation. They are
+  float32 tensors in host memory, the way the study holds its images, so the loader options differ only in
+  how batches reach the device. The subset is cut from the uint8 images: only the images a run uses are ever
+  converted to float.
+- Decoded per sample: `data=encoded`, `data=folder`. JPEG bytes or image files are decoded, augmented and
   normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
-Under transfer.uint8=true both hold or yield uint8 images instead: every per-sample step (crops, flips) is
-the same, and the float conversion and normalization, the last steps, run on the device after the copy
+
+Under transfer.uint8=true both hold or yield uint8 images instead. Every per-sample step, crops and flips, is
+the same. The last steps, the float conversion and normalization, run on the device after the copy
 (`wif.data.transfer.to_float`, with the mean and std below).
-The fraction takes a seeded subset of the training set before the train/validation split; every source
-splits the same way. The sources themselves live in `wif.data.synthetic` and `wif.data.folder`.
+
+The fraction takes a seeded subset of the training set before the train/validation split; every source splits
+the same way. The sources themselves live in `wif.data.synthetic` and `wif.data.folder`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol, Tuple, Union
+from typing import Dict, List, NamedTuple, Tuple, Union
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from wif.config import Augment, ConfigError, DataConfig, DataSource
+from wif.data.decoders import Decoder, HeldImages, ImageFiles, JpegBlob
 from wif.data.folder import folder_files, read_image
 from wif.data.folder_check import unreadable
 from wif.data.synthetic import encoded_arrays, synthetic_arrays
@@ -34,6 +37,8 @@ NORMALIZE_MEAN, NORMALIZE_STD = 0.5, 0.25
 
 @dataclass
 class Split:
+    """A split held as tensors."""
+
     images: torch.Tensor  # float32, N x 3 x H x W, normalized (uint8 as decoded under transfer.uint8=true)
     labels: torch.Tensor  # int64, N
 
@@ -42,62 +47,21 @@ class Split:
 
     @property
     def nbytes(self) -> int:
+        """The bytes its images and labels take."""
         return self.images.element_size() * self.images.nelement() + self.labels.element_size() * len(self)
 
 
-class Decoder(Protocol):
-    """Image i of a set as uint8 C x H x W. Implementations are plain classes: they pickle into workers.
-    Those of encoded images also give image i's bytes as stored (`encoded`), for data.decode=device."""
-
-    def __call__(self, i: int) -> torch.Tensor: ...
-
-
-class JpegBlob:
-    """An encoded set as one byte blob plus offsets: cheap to send to spawned workers."""
-
-    def __init__(self, blob: torch.Tensor, offsets: torch.Tensor) -> None:
-        self.blob, self.offsets = blob, offsets
-
-    def __call__(self, i: int) -> torch.Tensor:
-        from torchvision.io import decode_jpeg
-
-        return decode_jpeg(self.encoded(i))
-
-    def encoded(self, i: int) -> torch.Tensor:
-        return self.blob[self.offsets[i] : self.offsets[i + 1]]
-
-
-class ImageFiles:
-    """Image files decoded and resized on access, as torchvision's ImageFolder would; with `size=None`
-    (data.augment=standard) at their own size, for the transform to crop as PyTorch's ImageNet example does."""
-
-    def __init__(self, paths: List[str], size: Optional[int]) -> None:
-        self.paths, self.size = paths, size
-        self.native = size is None
-
-    def __call__(self, i: int) -> torch.Tensor:
-        return read_image(Path(self.paths[i]), self.size)
-
-    def encoded(self, i: int) -> torch.Tensor:
-        from torchvision.io import read_file
-
-        return read_file(self.paths[i])
-
-
-class HeldImages:
-    """Images already decoded (uint8) and held in RAM."""
-
-    def __init__(self, images: torch.Tensor) -> None:
-        self.images = images
-
-    def __call__(self, i: int) -> torch.Tensor:
-        return self.images[i]
-
-
 def make_transform(augment: Augment, size: int, train: bool, native: bool = False, uint8: bool = False):
-    """uint8 image to normalized float; random augmentation on the training split only. `native`: images
-    at their own size, evaluated on Resize(size * 256/224) + CenterCrop(size) as PyTorch's ImageNet example.
-    `uint8`: the same steps without the last two (float conversion, normalization): the device does them."""
+    """uint8 image to normalized float; random augmentation on the training split only.
+
+    Args:
+        augment: data.augment.
+        size: the image size a batch holds.
+        train: the training split, the one augmented.
+        native: images at their own size, evaluated on Resize(size * 256/224) + CenterCrop(size), as PyTorch's
+            ImageNet example does.
+        uint8: the same steps without the float conversion and normalization: the device does them.
+    """
     from torchvision.transforms import v2
 
     steps = []
@@ -113,10 +77,12 @@ def make_transform(augment: Augment, size: int, train: bool, native: bool = Fals
 
 
 class PerSample(Dataset):
-    """A split that reads its samples one by one from `self.decoder`, a batch at a time as DataLoader's fetcher
-    asks (`__getitems__`): after each batch the decoder may let go of what it holds open between batches (an
-    LMDB pack's map under a cold page cache, which a persistent worker would otherwise hold through the
-    eviction)."""
+    """A split that reads its samples one by one from `self.decoder`, a batch at a time.
+
+    DataLoader's fetcher asks for a batch (`__getitems__`). After each one, the decoder may let go of what it
+    holds open between batches: an LMDB pack's map under a cold page cache, which a persistent worker would
+    otherwise hold through the eviction.
+    """
 
     decoder: Decoder
 
@@ -153,6 +119,8 @@ AnySplit = Union[Split, DecodedSplit]
 
 @dataclass
 class Datasets:
+    """A set's train, validation and test splits."""
+
     train: AnySplit
     val: AnySplit
     test: AnySplit
@@ -161,14 +129,14 @@ class Datasets:
 
 # ----------------------------------------------------------------------------- image folders
 def _usable_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
-    """folder_files without the unreadable files when data.skip_bad=true (wif.data.folder_check found them)."""
+    """folder_files, without the unreadable files under data.skip_bad=true: wif.data.folder_check found them."""
     if not cfg.skip_bad:
         return folder_files(cfg)
     return folder_files(cfg, unreadable(cfg))
 
 
 def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
-    """An ImageFolder decoded once into uint8 arrays (data.preload=true)."""
+    """An ImageFolder decoded once into uint8 arrays: data.preload=true."""
     files, n_classes = _usable_files(cfg)
     arrays: Dict[str, np.ndarray] = {}
     for part in ("train", "test"):
@@ -179,7 +147,14 @@ def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
 
 # ----------------------------------------------------------------------------- subsets and splits
 def split_indices(n_total: int, fraction: float, val_split: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
-    """A seeded subset of `fraction` of the training set, then its train/validation split."""
+    """A seeded subset of `fraction` of the training set, then its train/validation split.
+
+    Args:
+        n_total: the training set's images.
+        fraction: data.fraction.
+        val_split: the subset's share held out for validation.
+        seed: the subset's seed.
+    """
     g = torch.Generator().manual_seed(seed)
     subset = torch.randperm(n_total, generator=g)[: round(n_total * fraction)].numpy()
     n_val = round(len(subset) * val_split)
@@ -194,18 +169,26 @@ def _to_split(images_u8: np.ndarray, labels: np.ndarray, uint8: bool = False) ->
     return Split(x, torch.from_numpy(np.ascontiguousarray(labels)))
 
 
-def _decoded(
-    decoder: Decoder, labels: np.ndarray, idx: np.ndarray, cfg: DataConfig, train: bool, uint8: bool = False
-) -> DecodedSplit:
-    transform = make_transform(
-        cfg.augment, cfg.image_size, train, native=getattr(decoder, "native", False), uint8=uint8
-    )
-    return DecodedSplit(decoder, torch.from_numpy(labels), idx, transform)
+def _decoded(cfg: DataConfig, decoder: Decoder, labels: np.ndarray, pick: Pick, uint8: bool = False) -> DecodedSplit:
+    """The split `pick` takes, decoded per sample by `decoder`; the training split augmented.
+
+    Args:
+        cfg: the data options: augmentation and image size.
+        decoder: the part's decoder.
+        labels: the part's labels.
+        pick: the split's images.
+        uint8: images stay uint8, for the device to convert and normalize.
+    """
+    native = getattr(decoder, "native", False)
+    transform = make_transform(cfg.augment, cfg.image_size, pick.train, native=native, uint8=uint8)
+    return DecodedSplit(decoder, labels=torch.from_numpy(labels), indices=pick.indices, transform=transform)
 
 
 def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
-    """Train, validation and test splits: tensors in host memory, or images decoded per sample. `uint8`
-    (transfer.uint8=true): their images stay uint8, for the device to convert and normalize."""
+    """Train, validation and test splits: tensors in host memory, or images decoded per sample.
+
+    `uint8` (transfer.uint8=true): their images stay uint8, for the device to convert and normalize.
+    """
     if cfg.source is DataSource.encoded:
         arrays, num_classes = encoded_arrays(cfg), cfg.num_classes
         decoders = {
@@ -228,7 +211,8 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
         )
     y, test_y = arrays["train_y"], arrays["test_y"]
     if decoders is not None:
-        return decoded_datasets(decoders, y, test_y, num_classes, cfg, uint8)
+        labels = {"train": y, "test": test_y}
+        return decoded_datasets(cfg=cfg, decoders=decoders, labels=labels, num_classes=num_classes, uint8=uint8)
     train_idx, val_idx = checked_split(len(y), cfg)
     x = arrays["train_x"]
     return Datasets(
@@ -241,7 +225,7 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
 
 def checked_split(n_total: int, cfg: DataConfig) -> Tuple[np.ndarray, np.ndarray]:
     """split_indices, refusing a fraction that leaves no training image: every format splits this way."""
-    train_idx, val_idx = split_indices(n_total, cfg.fraction, cfg.val_split, cfg.seed)
+    train_idx, val_idx = split_indices(n_total, fraction=cfg.fraction, val_split=cfg.val_split, seed=cfg.seed)
     if len(train_idx) == 0:
         raise ConfigError(
             f"data.fraction={cfg.fraction} of {n_total} training images leaves an "
@@ -250,19 +234,43 @@ def checked_split(n_total: int, cfg: DataConfig) -> Tuple[np.ndarray, np.ndarray
     return train_idx, val_idx
 
 
+class Pick(NamedTuple):
+    """The images a split takes: a part of the set, their indices there, and whether it is the training split."""
+
+    part: str  # "train" or "test"
+    indices: np.ndarray
+    train: bool
+
+
+def split_picks(cfg: DataConfig, n_train: int, n_test: int) -> Dict[str, Pick]:
+    """The train, validation and test splits' images: `checked_split`'s subset, and the whole test part."""
+    train_idx, val_idx = checked_split(n_train, cfg)
+    return {
+        "train": Pick(part="train", indices=train_idx, train=True),
+        "val": Pick(part="train", indices=val_idx, train=False),
+        "test": Pick(part="test", indices=np.arange(n_test), train=False),
+    }
+
+
 def decoded_datasets(
-    decoders: Dict[str, Decoder],
-    y: np.ndarray,
-    test_y: np.ndarray,
-    num_classes: int,
     cfg: DataConfig,
+    decoders: Dict[str, Decoder],
+    labels: Dict[str, np.ndarray],
+    num_classes: int,
     uint8: bool = False,
 ) -> Datasets:
-    """The three splits of a set decoded per sample, from each part's decoder and labels."""
-    train_idx, val_idx = checked_split(len(y), cfg)
-    return Datasets(
-        train=_decoded(decoders["train"], y, train_idx, cfg, True, uint8),
-        val=_decoded(decoders["train"], y, val_idx, cfg, False, uint8),
-        test=_decoded(decoders["test"], test_y, np.arange(len(test_y)), cfg, False, uint8),
-        num_classes=num_classes,
-    )
+    """The three splits of a set decoded per sample, from each part's decoder and labels.
+
+    Args:
+        cfg: the data options: fraction, validation split, augmentation, image size.
+        decoders: each part's decoder, by part ("train", "test").
+        labels: each part's labels, by part.
+        num_classes: the set's classes.
+        uint8: images stay uint8, for the device to convert and normalize (transfer.uint8=true).
+    """
+    picks = split_picks(cfg, len(labels["train"]), len(labels["test"]))
+    splits = {
+        name: _decoded(cfg, decoder=decoders[pick.part], labels=labels[pick.part], pick=pick, uint8=uint8)
+        for name, pick in picks.items()
+    }
+    return Datasets(**splits, num_classes=num_classes)

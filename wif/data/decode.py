@@ -1,21 +1,23 @@
-"""data.decode=device: the loader's workers hand over each image's encoded bytes, and the main process decodes
-the batch on the device, then resizes, crops, flips and normalizes it there (CUDA cannot run in forked
-workers, so the decoding cannot move into them).
+"""data.decode=device: the loader's workers hand over each image's encoded bytes; the device decodes them.
 
-- A split's samples become (encoded bytes, label) (`EncodedSplit`; the shard format's own split yields them
-  with `encoded` set), and a batch is one blob of bytes with its offsets (`EncodedBatch`): three tensors
-  cross from a worker, however many images.
-- `DeviceDecode` is the run's transfer: it decodes a batch's JPEGs in one call (torchcodec's `decode_jpeg`
-  where installed, else torchvision's; a list on CUDA is one batched nvJPEG call), then applies each
-  sample the host path's own per-sample steps (`wif.data.datasets.make_transform`, without its last two:
-  random crops and flips drawn per sample as on the host) and `wif.data.transfer.to_float`. What the
-  batch copied is its encoded bytes and labels (`copy_bytes_per_epoch`).
-- Images the batched device decode does not take at full speed are counted (`decode_slow_path_images`, per
-  training epoch): JPEGs other than baseline or extended sequential (progressive, lossless, arithmetic:
-  nvJPEG's hardware engine refuses them and decodes on its slower hybrid path) and non-JPEG files (PNG...),
-  decoded on the CPU and copied.
-On a CPU device the same code decodes with device='cpu' in the main process: its figures mean nothing for the
-speed of a GPU decode (tag wif.decode_note). wif.config.decode refuses what this cannot run with.
+The main process decodes the batch on the device, then resizes, crops, flips and normalizes it there. CUDA
+cannot run in forked workers, so the decoding cannot move into them.
+
+- A split's samples become (encoded bytes, label): `EncodedSplit`, or the shard format's own split with
+  `encoded` set. A batch is one blob of bytes with its offsets (`EncodedBatch`): three tensors cross from a
+  worker, however many images.
+- `DeviceDecode` is the run's transfer. It decodes a batch's JPEGs in one call: torchcodec's `decode_jpeg`
+  where installed, else torchvision's; a list on CUDA is one batched nvJPEG call. Then it applies each sample
+  the host path's own per-sample steps (`wif.data.datasets.make_transform` without its last two), and
+  `wif.data.transfer.to_float`. Random crops and flips are drawn per sample, as on the host. What the batch
+  copied is its encoded bytes and labels (`copy_bytes_per_epoch`).
+- Images the batched device decode does not take at full speed are counted per training epoch
+  (`decode_slow_path_images`). These are JPEGs other than baseline or extended sequential, and non-JPEG
+  files such as PNG. nvJPEG's hardware engine refuses progressive, lossless and arithmetic JPEGs and decodes
+  them on its slower hybrid path. Non-JPEG files are decoded on the CPU and copied.
+
+On a CPU device the same code decodes with device='cpu' in the main process. Its figures mean nothing for the
+speed of a GPU decode: tag wif.decode_note. wif.config.decode refuses what this cannot run with.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from wif.config import Augment, DataConfig, DecodeBackend
 from wif.data.datasets import AnySplit, Datasets, DecodedSplit, PerSample, make_transform
 from wif.data.formats.shards import ShardSplit
 from wif.data.transfer import Sent, to_float
+from wif.measure import names
 from wif.measure.timing import blocking_copy
 
 FULL_SPEED_SOF = (0xC0, 0xC1)  # baseline and extended sequential Huffman: nvJPEG's hardware (batched) path
@@ -52,12 +55,12 @@ class Plan:
 
     def steps(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """The host's per-sample steps for this split, before its float conversion and normalization."""
-        return make_transform(self.augment, self.image_size, self.train, self.native, uint8=True)
+        return make_transform(self.augment, self.image_size, self.train, native=self.native, uint8=True)
 
 
 class EncodedBatch:
     """A batch as the workers hand it over: every image's encoded bytes in one blob, their offsets, the labels,
-    and the split's plan. Not a tuple: DataLoader pins it through `pin_memory` (it would make a tuple a list)."""
+    and the split's plan. Not a tuple: DataLoader pins it through `pin_memory`, and would make a tuple a list."""
 
     def __init__(self, blob: torch.Tensor, offsets: torch.Tensor, labels: torch.Tensor, plan: Plan) -> None:
         self.blob, self.offsets, self.labels, self.plan = blob, offsets, labels, plan
@@ -76,6 +79,7 @@ class EncodedBatch:
         return self.blob.nbytes + self.labels.nbytes
 
     def pin_memory(self) -> "EncodedBatch":
+        """The batch with its bytes and labels pinned."""
         return EncodedBatch(self.blob.pin_memory(), self.offsets, self.labels.pin_memory(), self.plan)
 
 
@@ -112,7 +116,13 @@ def encoded_split(split: AnySplit, cfg: DataConfig, train: bool) -> Dataset:
     source = split if isinstance(split, ShardSplit) else getattr(split, "decoder", None)
     if source is None or not (isinstance(split, ShardSplit) or hasattr(source, "encoded")):
         raise TypeError(f"data.decode=device: a {type(split).__name__} holds no encoded images")  # validate refuses
-    plan = Plan(getattr(source, "size", None), cfg.augment, cfg.image_size, train, getattr(source, "native", False))
+    plan = Plan(
+        size=getattr(source, "size", None),
+        augment=cfg.augment,
+        image_size=cfg.image_size,
+        train=train,
+        native=getattr(source, "native", False),
+    )
     if isinstance(split, ShardSplit):
         shards = copy.copy(split)
         shards.encoded, shards.collate = True, Collate(plan)
@@ -131,8 +141,10 @@ def encoded_datasets(data: Datasets, cfg: DataConfig) -> Datasets:
 
 
 def jpeg_kind(data: torch.Tensor) -> str:
-    """'fast' for a baseline or extended sequential JPEG, 'slow' for another JPEG (progressive, lossless,
-    arithmetic), 'other' for what is not a JPEG. Walks the markers up to the frame header: a few reads."""
+    """'fast' for a baseline or extended sequential JPEG, 'slow' for another JPEG, 'other' for what is not one.
+
+    Other JPEGs are progressive, lossless or arithmetic. It walks the markers up to the frame header: a few reads.
+    """
     a = data.numpy()
     n = len(a)
     if n < 4 or a[0] != 0xFF or a[1] != 0xD8:
@@ -151,12 +163,23 @@ def jpeg_kind(data: torch.Tensor) -> str:
     return "slow"
 
 
+# NOTE [ The decode stream ]
+# torchvision's decoder allocates its outputs on the current stream but writes them from a private stream that
+# never waits for it. nvJPEG's hardware engine writes ahead of work queued on its stream (pytorch/vision#9606,
+# meta-pytorch/torchcodec#1634). So a block the caller's stream freed while its queued kernels still read it
+# could be handed out and overwritten. The decoder therefore runs on a stream of its own, where no other work
+# is queued: every block the allocator hands it is free of pending readers. The images are marked as used by
+# the caller's stream (`record_stream`): their blocks return to the decode stream only once the caller's
+# kernels that read them have run. The caller's stream waits for the decode.
+
 JpegDecoder = Callable[[List[torch.Tensor], torch.device], List[torch.Tensor]]
 
 
 def jpeg_decoder(backend: DecodeBackend) -> Tuple[str, JpegDecoder]:
-    """(name, decode a list of JPEGs to RGB uint8 on a device). auto: torchcodec where it imports (its build may
-    not load with this torch), else torchvision."""
+    """(name, decode a list of JPEGs to RGB uint8 on a device).
+
+    auto: torchcodec where it imports, else torchvision. torchcodec's build may not load with this torch.
+    """
     if backend is not DecodeBackend.torchvision:
         try:
             from torchcodec.decoders import decode_jpeg as codec_jpeg
@@ -171,13 +194,11 @@ def jpeg_decoder(backend: DecodeBackend) -> Tuple[str, JpegDecoder]:
 
 
 class DeviceDecode:
-    """The transfer of a run under data.decode=device: an `EncodedBatch` in, the float batch the host path would
-    yield out, on the device. `non_blocking` copies the labels as transfer.non_blocking asks.
+    """The transfer of a run under data.decode=device: an `EncodedBatch` in, on the device the float batch out.
 
-    On CUDA the decoder runs on a stream of its own (`decode`): torchvision's allocates its outputs on the
-    current stream but writes them from a private stream that never waits for it, and nvJPEG's hardware engine
-    writes ahead of work queued on its stream (pytorch/vision#9606, meta-pytorch/torchcodec#1634), so a block
-    the caller's stream freed while its queued kernels still read it could be handed out and overwritten."""
+    The float batch is the one the host path would yield. `non_blocking` copies the labels as
+    transfer.non_blocking asks. On CUDA the decoder runs on a stream of its own: see NOTE [ The decode stream ].
+    """
 
     def __init__(
         self, device: torch.device, backend: DecodeBackend = DecodeBackend.auto, non_blocking: bool = False
@@ -189,10 +210,10 @@ class DeviceDecode:
         self._stream: Optional[torch.cuda.Stream] = None  # the run's decode stream, made on first use
 
     def decode(self, data: List[torch.Tensor]) -> List[torch.Tensor]:
-        """JPEGs to RGB uint8 images on the device. On CUDA, on the decode stream, where no other work is
-        queued, so every block the allocator hands the decoder is free of pending readers: the images are
-        marked as used by the caller's stream (`record_stream`), and their blocks return to the decode stream
-        only once the caller's kernels that read them have run; the caller's stream waits for the decode."""
+        """JPEGs to RGB uint8 images on the device; on CUDA, on the decode stream.
+
+        See NOTE [ The decode stream ].
+        """
         if self.device.type != "cuda" or not data:
             return self.decode_jpegs(data, self.device) if data else []
         caller = torch.cuda.current_stream(self.device)
@@ -206,6 +227,7 @@ class DeviceDecode:
         return images
 
     def __call__(self, batch: EncodedBatch) -> Sent:
+        """The batch decoded, transformed and normalized on the device, its labels copied there."""
         from torchvision.io import ImageReadMode, decode_image
         from torchvision.transforms.v2.functional import resize
 
@@ -232,14 +254,15 @@ class DeviceDecode:
         return Sent(to_float(torch.stack(out)), labels, batch.nbytes)
 
     def epoch_figures(self) -> Dict[str, float]:
-        """The images decoded on a slower path since the last call (the run logs them per training epoch)."""
-        out, self.slow_path = {"decode_slow_path_images": float(self.slow_path)}, 0
+        """The images decoded on a slower path since the last call; the run logs them per training epoch."""
+        out, self.slow_path = {names.DECODE_SLOW_PATH_IMAGES: float(self.slow_path)}, 0
         return out
 
     def tags(self) -> Dict[str, str]:
+        """The run's tags: the decode and its backend, and on a CPU a note on what its figures mean."""
         tags = {"wif.decode": "device", "wif.decode_backend": self.backend}
         if self.device.type != "cuda":
-            tags["wif.decode_note"] = (
+            tags[names.TAG_DECODE_NOTE] = (
                 "data.decode=device on a CPU: each batch was decoded on the CPU in the main "
                 "process; its figures mean nothing for the speed of decoding on a GPU"
             )

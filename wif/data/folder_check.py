@@ -1,10 +1,10 @@
 """An image folder (`data=folder`) checked once, before any run starts.
 
-Without it a file that is not an image stops a run only when a DataLoader worker reaches it, after hours of
-training, and a sweep pays that for every job. Here every file is decoded once, the way training decodes it
-(`wif.data.folder.read_image`), on a pool of processes forked for the check alone (the supervising process runs
-no torch compute). The verdict is cached under the data cache dir, keyed on each file's name, size and
-mtime: the next run of the same folder only lists it, and a changed or added file is decoded again alone.
+Without it, a file that is not an image stops a run only when a DataLoader worker reaches it, after hours of
+training; a sweep pays that for every job. Here every file is decoded once, the way training decodes it
+(`wif.data.folder.read_image`). A pool of processes forked for the check alone does it: the supervising
+process runs no torch compute. The verdict is cached under the data cache dir, keyed on each file's name,
+size and mtime. The next run of the same folder only lists it; a changed or added file is decoded again alone.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ Listing = Dict[str, Tuple[int, int]]  # path relative to the root -> (size, mtim
 
 @dataclass
 class Verdict:
+    """What the check found: the folder's unreadable files, and what it cost."""
+
     root: Path
     total: int
     bad: Dict[str, str]  # path relative to the root -> why it cannot be read
@@ -56,6 +58,7 @@ class Verdict:
         return frozenset(str(self.root / rel) for rel in self.bad)
 
     def message(self) -> str:
+        """The error a run stops with: the unreadable files, and what to do."""
         names = sorted(self.bad)
         more = f" and {len(names) - LIST_LIMIT} more" if len(names) > LIST_LIMIT else ""
         return (
@@ -66,13 +69,42 @@ class Verdict:
 
 
 def check_folder(cfg: DataConfig) -> Verdict:
-    """Decode every image file of the folder not already judged at its current size and mtime; raises
-    ConfigError for a folder whose layout cannot be used (no train/ or held-out split, an empty class, ...)."""
+    """Decode every image file of the folder not already judged at its current size and mtime.
+
+    Raises ConfigError for a folder whose layout cannot be used: no train/ or held-out split, an empty class.
+    """
     t0 = time.perf_counter()
     files, _ = folder_files(cfg)
     paths: List[str] = list(files["train_paths"]) + list(files["test_paths"])
     root = Path(str(cfg.root)).expanduser()
     prefix = str(root / "x")[:-1]  # "" for the root ".", else the root and a separator, as folder_files joins
+    listing = _stat_files(paths, prefix)
+    cache = _cache_file(cfg, root)
+    stamp = _fingerprint(listing)
+    bad = _read_json(cache).get(stamp)  # the whole folder as it was last checked: nothing to decode
+    todo: List[str] = []
+    if bad is None:
+        bad, todo = _judge_changes(listing, cache)
+        if todo:
+            log.info(
+                f"data=folder: checking {len(todo)} image file(s) under {root} on {_processes(len(todo))} "
+                "process(es), once: the verdict is cached"
+            )
+            bad.update(_decode_all(todo, prefix, cfg.image_size))
+        _write_json(_entries_file(cache), {rel: [*entry, bad.get(rel)] for rel, entry in listing.items()})
+        _write_json(cache, {stamp: bad})
+    verdict = Verdict(
+        root=root, total=len(listing), bad=bad, decoded=len(todo), seconds=time.perf_counter() - t0, cache=cache
+    )
+    if todo:
+        log.info(
+            "data=folder: checked in %.1f s; %d of %d files cannot be read", verdict.seconds, len(bad), verdict.total
+        )
+    return verdict
+
+
+def _stat_files(paths: List[str], prefix: str) -> Listing:
+    """Each file's size and mtime, by its path relative to the root."""
     listing: Listing = {}
     for path in paths:
         try:
@@ -80,34 +112,19 @@ def check_folder(cfg: DataConfig) -> Verdict:
             listing[path[len(prefix) :]] = (st.st_size, st.st_mtime_ns)
         except OSError:  # a dangling link, or gone since it was listed: never cached, its decode says why
             listing[path[len(prefix) :]] = (-1, time.time_ns())
-    cache = _cache_file(cfg, root)
-    stamp = _fingerprint(listing)
-    bad = _read_json(cache).get(stamp)  # the whole folder as it was last checked: nothing to decode
-    todo: List[str] = []
-    if bad is None:
-        known = _read_json(_entries_file(cache))  # file -> [size, mtime, why or None] of the last check
-        bad = {
-            rel: known[rel][2]
-            for rel, entry in listing.items()
-            if known.get(rel, [])[:2] == list(entry) and known[rel][2] is not None
-        }
-        todo = [rel for rel, entry in listing.items() if known.get(rel, [])[:2] != list(entry)]
-        if todo:
-            log.info(
-                "data=folder: checking %d image file(s) under %s on %d process(es), once: the verdict is cached",
-                len(todo),
-                root,
-                _processes(len(todo)),
-            )
-            bad.update(_decode_all(todo, prefix, cfg.image_size))
-        _write_json(_entries_file(cache), {rel: [*entry, bad.get(rel)] for rel, entry in listing.items()})
-        _write_json(cache, {stamp: bad})
-    verdict = Verdict(root, len(listing), bad, len(todo), time.perf_counter() - t0, cache)
-    if todo:
-        log.info(
-            "data=folder: checked in %.1f s; %d of %d files cannot be read", verdict.seconds, len(bad), verdict.total
-        )
-    return verdict
+    return listing
+
+
+def _judge_changes(listing: Listing, cache: Path) -> Tuple[Dict[str, str], List[str]]:
+    """(the unreadable files the last check judged, unchanged since; the files to decode again)."""
+    known = _read_json(_entries_file(cache))  # file -> [size, mtime, why or None] of the last check
+    bad = {
+        rel: known[rel][2]
+        for rel, entry in listing.items()
+        if known.get(rel, [])[:2] == list(entry) and known[rel][2] is not None
+    }
+    todo = [rel for rel, entry in listing.items() if known.get(rel, [])[:2] != list(entry)]
+    return bad, todo
 
 
 def require_readable(cfg: DataConfig) -> Verdict:
@@ -130,8 +147,10 @@ def unreadable(cfg: DataConfig) -> FrozenSet[str]:
 
 
 # ----------------------------------------------------------------------------- the cache
-# Two files per folder: the verdict, keyed on a digest of the whole listing (the next run of an unchanged
-# folder reads a few bytes), and every file's size, mtime and verdict (a changed folder decodes the changes).
+# NOTE [ Two cache files per folder ]
+# The verdict is keyed on a digest of the whole listing: the next run of an unchanged folder reads a few bytes.
+# Every file's size, mtime and verdict are kept beside it: a changed folder decodes the changes alone.
+# See NOTE [ Two cache files per folder ]
 def _cache_file(cfg: DataConfig, root: Path) -> Path:
     key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return Path(cfg.cache_dir).expanduser() / "folder-check" / f"{key}.json"
@@ -185,7 +204,7 @@ def _start_checker() -> None:
 
 
 def _decode_chunk(task: Tuple[str, Sequence[str], int]) -> Tuple[int, List[Tuple[str, str]]]:
-    """Runs in a checking process: (files done, [(relative path, why) for each unreadable one])."""
+    """Decode a chunk of files in a checking process; returns the files done and each unreadable one's why."""
     prefix, rels, size = task
     bad = []
     for rel in rels:
@@ -223,6 +242,7 @@ class _Progress:
         self.shown = self.t0
 
     def advance(self, n: int) -> None:
+        """Count `n` more files done; show the progress when it is time."""
         self.done += n
         now = time.monotonic()
         if now - self.shown < (PROGRESS_TTY_S if self.tty else PROGRESS_LOG_S):
@@ -240,6 +260,7 @@ class _Progress:
             log.info("data=folder: checked %d of %d files", self.done, self.total)
 
     def close(self) -> None:
+        """End the bar's line on a terminal."""
         if self.tty and self.shown > self.t0:
             sys.stderr.write("\n")
             sys.stderr.flush()

@@ -1,10 +1,14 @@
-"""Turn a loader option into something to iterate each epoch: a DataLoader, a BackgroundGenerator over
-one, or batches gathered from a dataset already resident on the device."""
+"""Turn a loader option into something to iterate each epoch.
+
+That is a DataLoader, a BackgroundGenerator over one, or batches gathered from a dataset already resident on
+the device. `Reading` says how a split is read: batch size, order, pinning.
+"""
 
 from __future__ import annotations
 
 import inspect
 import warnings
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Protocol, Sized, Tuple
 
 import torch
@@ -14,26 +18,42 @@ from wif.config import LoaderConfig
 from wif.data.datasets import AnySplit, Split
 from wif.measure.lifetime import dataloader_worker_init
 
-# Whether this torch's DataLoader takes `in_order` (torch >= 2.6): the one check the watch's rebuild and the
-# script's candidates read.
+# Whether this torch's DataLoader takes `in_order` (torch >= 2.6); the watch and the script's candidates read it.
 TAKES_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 Batch = Tuple[torch.Tensor, torch.Tensor]
 # A run of several ranks (trainer.nproc>1) gives each loader its shard's sampler: (dataset, shuffle) -> Sampler
 SamplerFor = Callable[[Dataset, bool], Sampler]
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How one split is read each epoch: its batch size, its order, and where its batches go."""
+
+    batch_size: int
+    train: bool  # the training split: shuffled where the loader option shuffles
+    seed: int  # the shuffle's seed
+    pin: bool = False  # loader.pin_memory, already checked against the device: pinning needs CUDA
+    resident: bool = False  # transfer=gpu_resident: the split already lives on the device
+    sampler: Optional[SamplerFor] = None  # a rank's shard (trainer.nproc>1)
+
+
 def silence_worker_count_warning() -> None:
-    """PyTorch warns at every epoch's workers when they outnumber the cores; wif says it once per job
-    (`warnings_for`), or means it (the tuner searches past the cores). Forked runs inherit the filter."""
+    """Silence PyTorch's warning, at every epoch's workers, that they outnumber the cores.
+
+    wif says it once per job (`warnings_for`), or means it: the tuner searches past the cores. Forked runs
+    inherit the filter.
+    """
     warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
 
 class Batches(Protocol, Sized):
+    """What a run iterates each epoch: batches, and how many there are."""
+
     def __iter__(self) -> Iterator[Batch]: ...
 
 
 class BackgroundBatches:
-    """prefetch_generator.BackgroundGenerator over a fresh iterator each epoch (a thread fills its queue)."""
+    """prefetch_generator's BackgroundGenerator over a fresh iterator each epoch: a thread fills its queue."""
 
     def __init__(self, loader: DataLoader, max_prefetch: int) -> None:
         self.loader, self.max_prefetch = loader, max_prefetch
@@ -69,36 +89,26 @@ class ResidentBatches:
         return -(-len(self.labels) // self.batch_size)
 
 
-def build_batches(
-    split: AnySplit,
-    cfg: LoaderConfig,
-    batch_size: int,
-    *,
-    train: bool,
-    seed: int,
-    pin: bool,
-    resident: bool,
-    sampler: Optional[SamplerFor] = None,
-) -> Batches:
+def build_batches(split: AnySplit, cfg: LoaderConfig, reading: Reading) -> Batches:
     """The one place where a loader option becomes an iterable of batches.
 
-    `pin` is `cfg.pin_memory` already checked against the device (pinning needs CUDA). Keys newer than
-    the oldest supported torch are passed only when set away from their default.
+    Keys newer than the oldest supported torch are passed only when set away from their default.
     """
-    shuffle = cfg.shuffle and train
-    if resident:
-        return ResidentBatches(split, batch_size, shuffle, seed)
+    shuffle = cfg.shuffle and reading.train
+    seed = reading.seed
+    if reading.resident:
+        return ResidentBatches(split, batch_size=reading.batch_size, shuffle=shuffle, seed=seed)
     newer = {} if cfg.in_order else {"in_order": False}
     dataset = TensorDataset(split.images, split.labels) if isinstance(split, Split) else split
-    shard = sampler(dataset, shuffle) if sampler is not None else None  # it shuffles, if asked, in its place
+    shard = reading.sampler(dataset, shuffle) if reading.sampler is not None else None  # it shuffles in its place
     loader = DataLoader(
         dataset,
-        batch_size=batch_size,
+        batch_size=reading.batch_size,
         shuffle=shuffle and shard is None and not isinstance(dataset, IterableDataset),  # shards shuffle their own
         sampler=shard,
         num_workers=cfg.num_workers,
         prefetch_factor=cfg.prefetch_factor,
-        pin_memory=pin,
+        pin_memory=reading.pin,
         persistent_workers=cfg.persistent_workers,
         multiprocessing_context=cfg.multiprocessing_context.value if cfg.multiprocessing_context else None,
         generator=torch.Generator().manual_seed(seed) if shuffle and shard is None else None,
@@ -112,9 +122,9 @@ def build_batches(
 class FixedBatches:
     """One random batch made once on the device and handed out again and again (data=fixed).
 
-    No host work and no copy: a run over these measures the model's compute alone, the upper bound a
-    loader can approach (nanoGPT's bench.py, the DALI case study's synthetic pipeline). An epoch has as
-    many batches, and the last one as few images, as the real split of `samples` images would have.
+    No host work and no copy: a run over these measures the model's compute alone. That is the upper bound a
+    loader can approach, as in nanoGPT's bench.py and the DALI case study's synthetic pipeline. An epoch has
+    as many batches, and the last one as few images, as the real split of `samples` images would have.
     """
 
     def __init__(

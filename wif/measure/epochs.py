@@ -1,7 +1,8 @@
-"""One account of an epoch and of a run: what an epoch's clock gives, the figures logged from it, the warm-up
-rule and the run's steady summary. The harness (`wif.run.record`), the watch (`wif.watcher`), the in-process
-API (`wif.tools.api`) and the advisor (which reads the figures back) all take them from here, so a new figure
-or a change of the warm-up rule is made once.
+"""One account of an epoch and of a run: an epoch's clock, its logged figures, the warm-up rule, the summary.
+
+The harness (`wif.run.record`), the watch (`wif.watcher`), the in-process API (`wif.tools.api`) and the
+advisor, which reads the figures back, all take them from here. So a new figure or a change of the warm-up
+rule is made once.
 
 Pure: plain numbers in, plain dicts out; no torch, no MLflow. docs/what-each-run-records.md defines each name.
 """
@@ -13,37 +14,36 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from wif.config.schema import TrainerConfig
+from wif.measure import names
 
-# The epochs left out of every steady figure: workers' start-up, caches filling, the allocator growing. The
-# harness takes trainer.warmup_epochs; the watch and the API take this, the schema's default.
-WARMUP_EPOCHS: int = TrainerConfig.warmup_epochs
+# The epochs left out of every steady figure: workers' start-up, caches filling, the allocator growing.
+WARMUP_EPOCHS: int = TrainerConfig.warmup_epochs  # the watch's and the API's; the harness takes trainer.warmup_epochs
 
 # The per-epoch figures the advisor reads back from a run's history (the harness and the watch log them).
 EPOCH_KEYS = (
-    "epoch_time_s",
-    "data_wait_s",
-    "copy_s",
-    "gpu_blocked_s",
-    "compute_s",
-    "gpu_idle_s",
-    "first_batch_s",
-    "cpu_util_pct",
-    "gpu_util_pct",
-    "tree_cpu_s",
+    names.EPOCH_TIME_S,
+    names.DATA_WAIT_S,
+    names.COPY_S,
+    names.GPU_BLOCKED_S,
+    names.COMPUTE_S,
+    names.GPU_IDLE_S,
+    names.FIRST_BATCH_S,
+    names.CPU_UTIL_PCT,
+    names.GPU_UTIL_PCT,
+    names.TREE_CPU_S,
 )
 
-# The summary's means over the steady epochs: summary name -> per-epoch figure. A figure an epoch lacks
-# (gpu_idle_s, gpu_blocked_s and gpu_util_pct off CUDA) has no mean.
+# Summary name -> the per-epoch figure it means over the steady epochs; none where an epoch lacks it (GPU's, off CUDA).
 MEANS = {
-    "epoch_time_mean_s": "epoch_time_s",
-    "throughput_mean_img_s": "throughput_img_s",
-    "data_wait_share_mean": "data_wait_share",
-    "first_batch_mean_s": "first_batch_s",
-    "data_wait_mean_s": "data_wait_s",
-    "compute_mean_s": "compute_s",
-    "gpu_idle_mean_s": "gpu_idle_s",
-    "gpu_blocked_mean_s": "gpu_blocked_s",
-    "gpu_util_mean_pct": "gpu_util_pct",  # NVML's busy share, sampled: absent where a steady epoch got no sample
+    names.EPOCH_TIME_MEAN_S: names.EPOCH_TIME_S,
+    names.THROUGHPUT_MEAN_IMG_S: names.THROUGHPUT_IMG_S,
+    names.DATA_WAIT_SHARE_MEAN: "data_wait_share",
+    names.FIRST_BATCH_MEAN_S: names.FIRST_BATCH_S,
+    names.DATA_WAIT_MEAN_S: names.DATA_WAIT_S,
+    names.COMPUTE_MEAN_S: names.COMPUTE_S,
+    names.GPU_IDLE_MEAN_S: names.GPU_IDLE_S,
+    names.GPU_BLOCKED_MEAN_S: names.GPU_BLOCKED_S,
+    names.GPU_UTIL_MEAN_PCT: names.GPU_UTIL_PCT,  # NVML's busy share, sampled: none where a steady epoch got no sample
 }
 
 
@@ -67,28 +67,33 @@ class EpochStats:
 
 
 def figures(clock: Mapping[str, Any]) -> Dict[str, Optional[float]]:
-    """An epoch's logged figures from its clock's (EpochStats as a dict): the times, their shares of the
-    epoch and the throughput. None: not measured here (not logged)."""
-    t = clock["epoch_time_s"]
+    """An epoch's logged figures from its clock, EpochStats as a dict: the times, their shares, the throughput.
+
+    None: not measured here, and not logged.
+    """
+    t = clock[names.EPOCH_TIME_S]
     share = (lambda s: s / t) if t > 0 else (lambda s: 0.0)
     return {
-        "epoch_time_s": t,
-        "throughput_img_s": share(clock["samples"]),
-        "data_wait_s": clock["data_wait_s"],
-        "copy_s": clock["copy_s"],
-        "gpu_blocked_s": clock.get("gpu_blocked_s"),
-        "compute_s": clock["compute_s"],
-        "data_wait_share": share(clock["data_wait_s"]),
-        "compute_share": share(clock["compute_s"]),
-        "first_batch_s": clock["first_batch_s"],
-        "gpu_idle_s": clock.get("gpu_idle_s"),
-        "compute_threads": clock.get("compute_threads"),
+        names.EPOCH_TIME_S: t,
+        names.THROUGHPUT_IMG_S: share(clock["samples"]),
+        names.DATA_WAIT_S: clock[names.DATA_WAIT_S],
+        names.COPY_S: clock[names.COPY_S],
+        names.GPU_BLOCKED_S: clock.get(names.GPU_BLOCKED_S),
+        names.COMPUTE_S: clock[names.COMPUTE_S],
+        "data_wait_share": share(clock[names.DATA_WAIT_S]),
+        "compute_share": share(clock[names.COMPUTE_S]),
+        names.FIRST_BATCH_S: clock[names.FIRST_BATCH_S],
+        names.GPU_IDLE_S: clock.get(names.GPU_IDLE_S),
+        names.COMPUTE_THREADS: clock.get(names.COMPUTE_THREADS),
     }
 
 
 def left_out(epochs_run: int, warmup: int) -> int:
-    """The warm-up rule: the first `warmup` epochs are left out where the run has more; a run of no more
-    than `warmup` epochs is summarized over all of them (its epochs_run says so)."""
+    """The warm-up rule: how many first epochs every steady figure leaves out.
+
+    The first `warmup` epochs are left out where the run has more. A run of no more than `warmup` epochs is
+    summarized over all of them; its epochs_run says so.
+    """
     return warmup if epochs_run > warmup else 0
 
 
@@ -98,13 +103,16 @@ def steady(epochs: Sequence[Mapping[str, Any]], warmup: int) -> List[Mapping[str
 
 
 def summary(epochs: Sequence[Mapping[str, Any]], warmup: int) -> Dict[str, float]:
-    """A run's steady summary from its epochs' figures: the median and means over the steady epochs, the
-    warm-up epoch's time set apart, and how many epochs ran."""
+    """A run's steady summary from its epochs' figures.
+
+    It holds the median and means over the steady epochs, the warm-up epoch's time set apart, and how many
+    epochs ran.
+    """
     measured = steady(epochs, warmup)
     out: Dict[str, float] = {
-        "epoch_time_median_s": statistics.median(e["epoch_time_s"] for e in measured),
-        "warmup_epoch_time_s": epochs[0]["epoch_time_s"],
-        "epochs_run": len(epochs),
+        names.EPOCH_TIME_MEDIAN_S: statistics.median(e[names.EPOCH_TIME_S] for e in measured),
+        names.WARMUP_EPOCH_TIME_S: epochs[0][names.EPOCH_TIME_S],
+        names.EPOCHS_RUN: len(epochs),
     }
     for name, key in MEANS.items():
         values = [e.get(key) for e in measured]

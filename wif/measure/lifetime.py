@@ -1,13 +1,14 @@
 """A run never outlives its sweep, and a run record names the process that owns it.
 
 A run is a child forked from the supervising process, and its DataLoader workers are children of the run.
-Killed with SIGKILL, the supervisor can stop nothing, so each child asks the kernel up front to kill it
-when its parent dies (`prctl(PR_SET_PDEATHSIG)`): the run dies with its supervisor, the workers with the
-run, within milliseconds, and no orphan keeps training (and holding its GPU and lock) for hours.
+Killed with SIGKILL, the supervisor can stop nothing. So each child asks the kernel up front, through
+`prctl(PR_SET_PDEATHSIG)`, to kill it when its parent dies. The run dies with its supervisor, the workers
+with the run, within milliseconds: no orphan keeps training, holding its GPU and lock, for hours.
 
-The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it (`wif.host`,
-`wif.pid`, `wif.pid_started`), so a later sweep on the same host that finds a RUNNING run whose process is
-gone knows it is stale (`wif.measure.tracking.close_stale_runs`): it marks it KILLED and runs the job again.
+The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it: `wif.host`,
+`wif.pid`, `wif.pid_started`. A later sweep on the same host may find a RUNNING run whose process is gone.
+It then knows the run is stale (`wif.measure.tracking.close_stale_runs`): it marks it KILLED and runs the
+job again.
 
 Imported by DataLoader workers (their `worker_init_fn`): this module imports neither torch nor MLflow.
 """
@@ -25,15 +26,19 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 import psutil
 
+from wif.measure import names
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 START_TIME_TOLERANCE_S = 1.0  # process start times read twice may differ by rounding, never by this much
 
 
 def process_age_s() -> float:
-    """Seconds since this process started, to a clock tick: a command's time limit counts its start-up (importing
-    torch, composing) as the user's clock does. psutil's create_time() adds the boot time, which Linux gives in
-    whole seconds, so an age taken from it may be a second too long; the uptime and the start tick are both
-    counted from boot, to 10 ms."""
+    """Seconds since this process started, to a clock tick.
+
+    A command's time limit counts its start-up, importing torch and composing, as the user's clock does.
+    psutil's create_time() adds the boot time, which Linux gives in whole seconds: an age taken from it may be
+    a second too long. The uptime and the start tick are both counted from boot, to 10 ms.
+    """
     try:
         with open("/proc/self/stat") as stat:
             start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
@@ -45,10 +50,12 @@ def process_age_s() -> float:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block ends, then act as ever (main thread only): a run record created on
-    the tracking store and interrupted before its id is known would stay RUNNING beside the one the interrupt
-    then opens. Python's handlers are swapped, not the signal mask: a mask holds one thread, and the kernel
-    hands a process's signal to any thread that does not block it (the sampler's)."""
+    """SIGINT and SIGTERM wait until the block ends, then act as ever; main thread only.
+
+    A run record created on the tracking store and interrupted before its id is known would stay RUNNING
+    beside the one the interrupt then opens. Python's handlers are swapped, not the signal mask. A mask holds
+    one thread, and the kernel hands a process's signal to any thread that does not block it: the sampler's.
+    """
     caught: list = []
     old = {
         sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -79,8 +86,11 @@ def die_with_parent(parent_pid: Optional[int] = None) -> None:
 
 
 def how_it_ended(exitcode: Optional[int]) -> str:
-    """How a process that said nothing ended, from its exit code alone: a Python exception in wif's processes is
-    always sent before they exit, so this is a signal (the kernel's OOM killer sends SIGKILL) or native code."""
+    """How a process that said nothing ended, from its exit code alone.
+
+    A Python exception in wif's processes is always sent before they exit. So this is a signal, such as the
+    kernel's OOM killer's SIGKILL, or native code.
+    """
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -91,9 +101,12 @@ def how_it_ended(exitcode: Optional[int]) -> str:
 
 
 def said_if_raised(target: Callable[..., Any], conn: Any, *args: Any) -> None:
-    """A process's `target(*args)`, whose Python exception, if one escapes it, is sent on `conn` as the message
-    ("error", {type, message, traceback}) before the process exits 1: the one line that says why a run ended
-    names the exception (one raised by the DDP launcher before its ranks started read as a process that died)."""
+    """Run a process's `target(*args)`, and send on `conn` any Python exception that escapes it.
+
+    The message is ("error", {type, message, traceback}), sent before the process exits 1. So the one line
+    that says why a run ended names the exception. One raised by the DDP launcher before its ranks started
+    once read as a process that died.
+    """
     try:
         target(*args)
     except Exception as err:  # noqa: BLE001 - SystemExit and KeyboardInterrupt leave as they are
@@ -102,21 +115,28 @@ def said_if_raised(target: Callable[..., Any], conn: Any, *args: Any) -> None:
 
 
 def dataloader_worker_init(worker_id: int) -> None:
-    """DataLoader's `worker_init_fn`: a worker dies with the run that started it (a module-level function,
-    so that spawned and forkserver workers can unpickle it)."""
+    """DataLoader's `worker_init_fn`: a worker dies with the run that started it.
+
+    Module-level, so that spawned and forkserver workers can unpickle it.
+    """
     die_with_parent()
 
 
 def run_dying(target: Callable[..., Any], parent_pid: Optional[int], *args: Any) -> None:
-    """A worker process's target behind `die_with_parent`: for pools that start workers with a target of their
-    own (torchdata.nodes), where no `worker_init_fn` exists. Module-level, so spawned workers can unpickle it."""
+    """A worker process's target behind `die_with_parent`.
+
+    For pools that start workers with a target of their own, such as torchdata.nodes, where no
+    `worker_init_fn` exists. Module-level, so spawned workers can unpickle it.
+    """
     die_with_parent(parent_pid)
     target(*args)
 
 
 class DyingContext:
-    """A multiprocessing context whose processes die with the process that started them, as DataLoader's workers
-    do through `dataloader_worker_init`. Everything but `Process` is the wrapped context's own.
+    """A multiprocessing context whose processes die with the process that started them.
+
+    DataLoader's workers do so through `dataloader_worker_init`. Everything but `Process` is the wrapped
+    context's own.
 
     A forkserver's workers are the forkserver's children, not ours: they die with it (it ends when its
     client does), and are not checked against our pid.
@@ -136,16 +156,24 @@ class DyingContext:
 def owner_tags() -> Dict[str, str]:
     """Tags naming the process that owns a run's MLflow record (the supervisor): host, pid, start time."""
     me = psutil.Process()
-    return {"wif.host": socket.gethostname(), "wif.pid": str(me.pid), "wif.pid_started": f"{me.create_time():.3f}"}
+    return {
+        names.TAG_HOST: socket.gethostname(),
+        names.TAG_PID: str(me.pid),
+        names.TAG_PID_STARTED: f"{me.create_time():.3f}",
+    }
 
 
 def owner_gone(tags: Mapping[str, str]) -> bool:
-    """True when a RUNNING run's owner ran on this host and is no longer alive (its pid gone, or taken by
-    another process since). A run from another host, or from before these tags existed, is never judged."""
-    if tags.get("wif.host") != socket.gethostname() or "wif.pid" not in tags or "wif.pid_started" not in tags:
+    """True when a RUNNING run's owner ran on this host and is no longer alive.
+
+    Its pid is gone, or taken by another process since. A run from another host, or from before these tags
+    existed, is never judged.
+    """
+    mine = tags.get(names.TAG_HOST) == socket.gethostname()
+    if not mine or names.TAG_PID not in tags or names.TAG_PID_STARTED not in tags:
         return False
     try:
-        owner = psutil.Process(int(tags["wif.pid"]))
+        owner = psutil.Process(int(tags[names.TAG_PID]))
         if owner.status() == psutil.STATUS_ZOMBIE:  # dead, not yet reaped by its parent
             return True
         started = owner.create_time()
@@ -153,13 +181,15 @@ def owner_gone(tags: Mapping[str, str]) -> bool:
         return True
     except (psutil.Error, ValueError):
         return False
-    return abs(started - float(tags["wif.pid_started"])) > START_TIME_TOLERANCE_S
+    return abs(started - float(tags[names.TAG_PID_STARTED])) > START_TIME_TOLERANCE_S
 
 
 def stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
-    """Terminate a run and every worker it started, even those a crashed run left behind; `is_running`
-    compares start times, so a recycled PID is never hit. The run goes first, so that it can shut its
-    DataLoader down itself; whatever is left after the grace period is terminated, then killed."""
+    """Terminate a run and every worker it started, even those a crashed run left behind.
+
+    `is_running` compares start times, so a recycled PID is never hit. The run goes first, so that it can
+    shut its DataLoader down itself. Whatever is left after the grace period is terminated, then killed.
+    """
     if procs and procs[0].is_running():
         try:
             procs[0].terminate()

@@ -13,16 +13,23 @@ import os
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from wif.measure import names
+
 PER_PROCESS = "per_process"
 FALLBACK = "device_minus_baseline"
-# Why the fallback was taken: the listed PIDs are not this PID namespace's (a container); the run's processes
-# are not among those listed; NVML listed no process at all; the run's processes are listed without a figure.
-FOREIGN_PIDS, NOT_LISTED, NONE_LISTED, NO_FIGURE = "pid_namespace", "not_listed", "none_listed", "no_figure"
+# Why the fallback was taken (wif.vram_fallback), one constant each:
+FOREIGN_PIDS = "pid_namespace"  # the listed PIDs are not this PID namespace's: a container
+NOT_LISTED = "not_listed"  # the run's processes are not among those listed
+NONE_LISTED = "none_listed"  # NVML listed no process at all
+NO_FIGURE = "no_figure"  # the run's processes are listed without a figure
 
 
 def nvml_names(uuid: str) -> List[str]:
-    """The UUIDs NVML may know a device by. torch reports a bare UUID, for a GPU and for a MIG instance alike;
-    NVML wants `GPU-...` for one and `MIG-...` for the other (a MIG UUID must never get `GPU-`)."""
+    """The UUIDs NVML may know a device by.
+
+    torch reports a bare UUID, for a GPU and for a MIG instance alike. NVML wants `GPU-...` for one and
+    `MIG-...` for the other; a MIG UUID must never get `GPU-`.
+    """
     if uuid.startswith(("GPU-", "MIG-")):
         return [uuid]
     return [f"GPU-{uuid}", f"MIG-{uuid}"]
@@ -33,8 +40,10 @@ def _text(value: Any) -> str:
 
 
 def memory_baselines() -> Dict[str, int]:
-    """Used bytes of every device NVML lists, MIG instances too, by UUID; {} without NVML. Read in the
-    supervisor before it forks a run: nothing of the run is on a device yet."""
+    """Used bytes of every device NVML lists, MIG instances too, by UUID; {} without NVML.
+
+    Read in the supervisor before it forks a run: nothing of the run is on a device yet.
+    """
     try:
         import pynvml
 
@@ -74,9 +83,18 @@ def _mig_devices(pynvml: Any, handle: Any) -> List[Any]:
 def vram_reading(
     listed: Sequence[Tuple[int, Optional[int]]], pids: set, used: int, baseline: int, exists: Callable[[int], bool]
 ) -> Tuple[float, str]:
-    """(bytes the run's tree holds, how they were read): the listed processes' own figures where the tree's
-    are listed, else the device's used bytes over the baseline and the reason (one of the reasons above).
-    `exists(pid)`: whether a PID is a process of this machine's view (in a container, host PIDs are not)."""
+    """The bytes the run's tree holds on the device, and how they were read.
+
+    Where the tree's processes are listed, their own figures are summed: PER_PROCESS. Else the device's used
+    bytes over the baseline are taken, with the reason: one of the reasons above.
+
+    Args:
+        listed: NVML's (pid, used bytes or None) of every process on the device.
+        pids: the run's processes.
+        used: the device's used bytes.
+        baseline: its used bytes before the run.
+        exists: whether a PID is a process of this machine's view; in a container, host PIDs are not.
+    """
     mine = [used_bytes for pid, used_bytes in listed if pid in pids]
     figures = [b for b in mine if b is not None]
     if figures:
@@ -91,15 +109,18 @@ def vram_reading(
 
 
 def source_tags(sources: Counter, baseline_late: bool) -> Dict[str, str]:
-    """How `vram_peak_device_mb` was read, from each sample's source: per process wherever the run's processes
-    were listed once (the samples taken before its CUDA context existed list nothing of it), else the device
-    over its baseline, and the most telling reason seen (host PIDs in a container before an empty list)."""
+    """How `vram_peak_device_mb` was read, as tags, from each sample's source.
+
+    It is per process wherever the run's processes were listed once: the samples taken before its CUDA context
+    existed list nothing of it. Else it is the device over its baseline, with the most telling reason seen:
+    host PIDs in a container come before an empty list.
+    """
     if not sources:
         return {}
     if PER_PROCESS in sources:
-        return {"wif.vram_source": PER_PROCESS}
+        return {names.TAG_VRAM_SOURCE: PER_PROCESS}
     reason = next(r for r in (FOREIGN_PIDS, NOT_LISTED, NO_FIGURE, NONE_LISTED) if r in sources)
-    tags = {"wif.vram_source": FALLBACK, "wif.vram_fallback": reason}
+    tags = {names.TAG_VRAM_SOURCE: FALLBACK, "wif.vram_fallback": reason}
     if baseline_late:
         tags["wif.vram_baseline"] = "late: read after the run's CUDA context existed"
     return tags
@@ -111,8 +132,10 @@ def _exists(pid: int) -> bool:
 
 class GpuProbe:
     """NVML reads for one device. NVML is not CUDA: using it never initializes a CUDA context here.
-    `baselines`: `memory_baselines()` read before the run started; without its device, the baseline is read
-    now, late (the run's context is then missing from a fallback figure, and the tags say so)."""
+
+    `baselines` is `memory_baselines()`, read before the run started. Without its device, the baseline is
+    read now, late: the run's context is then missing from a fallback figure, and the tags say so.
+    """
 
     def __init__(self, uuid: str, baselines: Optional[Dict[str, int]] = None) -> None:
         import pynvml
@@ -137,12 +160,15 @@ class GpuProbe:
         self.sources: Counter = Counter()  # how each memory sample was read
 
     def memory(self, pids: set) -> float:
-        """Bytes the tree holds on the device; where NVML lists none of its processes, the rise over the
-        baseline (other tenants' memory included), and why (`sources`)."""
+        """Bytes the tree holds on the device.
+
+        Where NVML lists none of its processes, this is the rise over the baseline, other tenants' memory
+        included, and `sources` counts why.
+        """
         procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
         listed = [(p.pid, p.usedGpuMemory) for p in procs]
         used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
-        value, source = vram_reading(listed, pids, used, self.baseline, _exists)
+        value, source = vram_reading(listed, pids, used=used, baseline=self.baseline, exists=_exists)
         self.sources[source] += 1
         return value
 

@@ -1,17 +1,16 @@
 """Host and device memory of a run's whole process tree, sampled from outside it.
 
-The sampler is a thread of the supervising process, so it takes no GIL time from the run it measures.
-It follows the run's process and every DataLoader worker it starts:
-- RSS summed over the tree at `rss_interval_s` (and the tree's device memory, with a GPU);
-- the worker list, CPU time, /dev/shm and GPU utilization at `tree_interval_s` (listing scans /proc);
-- USS and PSS summed over the tree at `pss_interval_s`, sooner when workers start or an epoch ends, and
-  never more than `pss_budget_pct` of a core over the run (smaps_rollup costs ~17 ms for a process with
-  torch imported): summed RSS counts shared pages once per process and overstates, summed USS leaves
-  them out and understates, summed PSS counts each page once (pages still shared with the supervising
-  process the run was forked from are counted in full, as in a run started on its own);
-/dev/shm is counted as its rise over the level at start (worker-to-main tensors travel there); device
-memory comes from NVML, CUDA context included.
-Peaks and means are taken over windows the run reports (its epochs), never over the start-up.
+A thread of the supervising process, so it takes no GIL time from the run it measures. It follows the run's
+process and every DataLoader worker it starts:
+- RSS summed over the tree at `rss_interval_s`, and its device memory on a GPU: NVML's, context included;
+- the worker list, CPU time, /dev/shm and GPU utilization at `tree_interval_s`: listing scans /proc;
+- USS and PSS summed at `pss_interval_s`, at once when an epoch ends or workers start, within `pss_budget_pct`
+  of a core over the run: smaps_rollup costs ~17 ms for a process with torch imported.
+
+Summed RSS overstates, counting shared pages once per process; summed USS leaves them out and understates;
+summed PSS counts each page once. Pages still shared with the process the run was forked from count in full,
+as in a run started on its own. /dev/shm counts as its rise since the start: worker-to-main tensors travel
+there. Peaks and means are taken over windows the run reports, its epochs, never over the start-up.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from typing import Dict, List, Optional, Tuple
 import psutil
 
 from wif.config import MeasureConfig
+from wif.measure import names
 from wif.measure.nvml import GpuProbe
 from wif.measure.proctree import HAS_CHILDREN_FILES, descendants, fork_shared_share, shm_used
 from wif.measure.series import Series, rank_peaks
@@ -34,6 +34,15 @@ MB = 1024 * 1024
 
 
 class TreeSampler(threading.Thread):
+    """The thread that samples one run's process tree; see the module's docstring.
+
+    Args:
+        pid: the run's process.
+        cfg: the cadences and the PSS budget.
+        gpu_baselines: each device's used memory before the run started (wif.measure.nvml).
+        forked_from: the process the run was forked from, where not this one; its shared pages count in full.
+    """
+
     def __init__(
         self,
         pid: int,
@@ -41,8 +50,6 @@ class TreeSampler(threading.Thread):
         gpu_baselines: Optional[Dict[str, int]] = None,
         forked_from: Optional[int] = None,
     ) -> None:
-        """`gpu_baselines`: each device's used memory before the run started (wif.measure.nvml); `forked_from`:
-        the process the run was forked from, where that is not this one (its shared pages count in full)."""
         super().__init__(name="wif-sampler", daemon=True)
         self.gpu_baselines = gpu_baselines or {}
         self.gpu_note: Optional[str] = None  # why the run's GPU has no NVML figures
@@ -56,9 +63,7 @@ class TreeSampler(threading.Thread):
         self.mid = Series()  # (workers, cpu_pct, shm_mb, gpu_util)
         self.slow = Series()  # (uss_mb, pss_mb)
         self.gpu: Optional[GpuProbe] = None
-        # trainer.nproc>1: each rank's process and its GPU, as the ranks report them. Workers are then counted
-        # under the rank that started them (the ranks themselves and the launcher are not workers), and
-        # device memory per rank, on the rank's own GPU.
+        # trainer.nproc>1: each rank's process and its GPU, as the ranks report them (_sample_ranks)
         self.ranks: Dict[int, Tuple[int, Optional[GpuProbe]]] = {}
         self.per_rank = Series()  # (workers of rank 0, 1, ..., vram MB of rank 0, 1, ...)
         self._parent: Dict[int, int] = {}
@@ -97,7 +102,7 @@ class TreeSampler(threading.Thread):
         """How the run's device memory was read (wif.measure.nvml), or why it was not."""
         if self.gpu is not None:
             return self.gpu.tags()
-        return {"wif.vram_source": f"none: {self.gpu_note}"} if self.gpu_note else {}
+        return {names.TAG_VRAM_SOURCE: f"none: {self.gpu_note}"} if self.gpu_note else {}
 
     def seen(self) -> List[psutil.Process]:
         """Every process of the tree ever sampled: what to clean up if the run dies without its workers."""
@@ -139,7 +144,7 @@ class TreeSampler(threading.Thread):
             self._sample_ranks(procs, now)
 
     def _sample_ranks(self, procs: List[psutil.Process], now: float) -> None:
-        """Per rank: its workers (descendants of the rank's process) and its device memory on its own GPU."""
+        """Per rank: its workers, its process's descendants, and its device memory on its own GPU."""
         with self._lock:
             ranks = sorted(self.ranks.items())
         slot = {pid: i for i, (_, (pid, _)) in enumerate(ranks)}  # a rank's process -> its place in the row
@@ -177,12 +182,11 @@ class TreeSampler(threading.Thread):
         self.mid.add(now, workers, cpu_pct, shm_mb, gpu_util)
 
     def _sample_slow(self, now: float) -> Optional[set]:
-        """Sum USS and PSS over the tree, keeping the sum only if the tree held still while it was read;
-        the PIDs read, or None for a dropped read.
+        """Sum USS and PSS over the tree, kept only if the tree held still; the PIDs read, or None if dropped.
 
-        A page's PSS share depends on how many processes map it at the instant each one is read: a worker
-        forked or gone between two reads splits or merges shares already counted, and the sum lands far
-        above or below the truth (measured: 175 and 562 MB around a true 390). Such a sample is dropped.
+        A page's PSS share depends on how many processes map it at the instant each one is read. A worker
+        forked or gone between two reads splits or merges shares already counted. The sum then lands far
+        above or below the truth: 175 and 562 MB were measured around a true 390. Such a sample is dropped.
         """
         procs = self._tree()
         uss = pss = 0
@@ -218,22 +222,18 @@ class TreeSampler(threading.Thread):
                 self._sample_mid(procs, now)
                 next_tree = now + cfg.tree_interval_s
                 if {p.pid for p in procs} - in_slow:
-                    # New workers (each loader's start-up, every epoch unless persistent): read PSS at the
-                    # next tick, while they live, whatever the cadence. Otherwise workers of epochs shorter
-                    # than the PSS interval are never read.
+                    # new workers, each epoch's unless persistent: read at the next tick, else a short epoch's never are
                     next_slow = min(next_slow, now + cfg.rss_interval_s)
             self._sample_fast(procs, now)
             if poked:
-                # The run waits for its ack: a still tree, and a read that costs the run nothing, so it is
-                # outside the budget. Every epoch gets a PSS figure, however short.
+                # the run waits for its ack: a still tree, and a read outside the budget that costs it nothing
                 c0 = time.thread_time()
                 read = self._sample_slow(now)
                 if read is not None:  # fresh: no periodic read is due again before the interval
                     in_slow, next_slow = read, now + cfg.pss_interval_s
                 self.paused_cpu_s += time.thread_time() - c0
                 self._poke_done.set()
-            # A PSS read costs tens of ms (smaps_rollup of every process): reads wait until the run so far
-            # has paid for them within the budget.
+            # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget
             if now >= next_slow and slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start):
                 c0 = time.thread_time()
                 read = self._sample_slow(now)
@@ -247,8 +247,10 @@ class TreeSampler(threading.Thread):
         self._poke_done.set()  # nobody waits on a sampler that has stopped
 
     def poke(self, timeout_s: float = 30.0) -> None:
-        """Sample everything now, PSS included, and return when it is done: called while the run waits
-        between epochs, so that the read disturbs nothing it measures."""
+        """Sample everything now, PSS included, and return when it is done.
+
+        Called while the run waits between epochs, the read disturbs nothing: every epoch gets a PSS figure.
+        """
         self._poke_done.clear()
         self._poked = True
         self._wake.set()
@@ -267,8 +269,9 @@ class TreeSampler(threading.Thread):
                 probe.close()
 
     def epoch_means(self, t0: float, t1: float) -> Dict[str, float]:
+        """The tree's mean CPU and GPU utilization over [t0, t1]; a figure with no sample is left out."""
         out: Dict[str, float] = {}
-        for key, column in (("cpu_util_pct", 1), ("gpu_util_pct", 3)):
+        for key, column in ((names.CPU_UTIL_PCT, 1), (names.GPU_UTIL_PCT, 3)):
             values = self.mid.between(t0, t1, column)
             if values:
                 out[key] = sum(values) / len(values)
@@ -278,12 +281,12 @@ class TreeSampler(threading.Thread):
         """High-water marks over [t0, t1]; a figure with no sample is left out rather than reported as 0."""
         out: Dict[str, float] = {}
         for key, series, column in (
-            ("ram_peak_rss_mb", self.fast, 0),
-            ("vram_peak_device_mb", self.fast, 1),
+            (names.RAM_PEAK_RSS_MB, self.fast, 0),
+            (names.VRAM_PEAK_DEVICE_MB, self.fast, 1),
             ("workers_peak", self.mid, 0),
-            ("shm_peak_mb", self.mid, 2),
-            ("ram_peak_uss_mb", self.slow, 0),
-            ("ram_peak_pss_mb", self.slow, 1),
+            (names.SHM_PEAK_MB, self.mid, 2),
+            (names.RAM_PEAK_USS_MB, self.slow, 0),
+            (names.RAM_PEAK_PSS_MB, self.slow, 1),
         ):
             values = series.between(t0, t1, column)
             if values:
@@ -292,6 +295,5 @@ class TreeSampler(threading.Thread):
         return out
 
     def own_cost_pct(self) -> float:
-        """The sampler thread's CPU time as a share of one core over its lifetime, leaving out the reads
-        taken while the run waited between epochs: what it could have taken from the run."""
+        """The sampler's CPU time in percent of a core over its life, reads while the run waited left out."""
         return 100.0 * (self.own_cpu_s - self.paused_cpu_s) / self.wall_s if self.wall_s else 0.0

@@ -1,11 +1,15 @@
-"""Timestamped samples cut into the windows a run reports (its epochs), and the per-rank memory figures of a
-data-parallel run read from them. Plain data: no processes, no NVML."""
+"""Timestamped samples cut into the windows a run reports, its epochs, and a data-parallel run's per-rank peaks.
+
+Plain data: no processes, no NVML.
+"""
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
+
+from wif.measure import names
 
 
 @dataclass
@@ -20,16 +24,27 @@ class Series:
         self.rows.append(row)
 
     def between(self, t0: float, t1: float, column: int) -> List[float]:
-        """Values sampled in [t0, t1]; if none fell inside (a window shorter than the cadence), the last
-        value sampled before t1, which held during the window."""
+        """Values sampled in [t0, t1]; if none fell inside, the last value sampled before t1.
+
+        A window shorter than the cadence holds no sample; the value before it held during the window.
+        """
         lo, hi = bisect.bisect_left(self.t, t0), bisect.bisect_right(self.t, t1)
         rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0) : hi]
         return [r[column] for r in rows if r[column] is not None]
 
 
 def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, float]:
-    """A data-parallel run's memory per rank over [t0, t1]: each rank's worker and device-memory peaks, and
-    for the job the largest rank's device peak (the GPU size it needs) and the peak of their sum."""
+    """A data-parallel run's memory per rank over [t0, t1], and the job's.
+
+    Each rank gets its worker and device-memory peaks. The job gets the largest rank's device peak, the GPU
+    size it needs, and the peak of their sum.
+
+    Args:
+        series: rows of each rank's workers, then each rank's device MB.
+        ranks: how many ranks.
+        t0: the window's start.
+        t1: its end.
+    """
     out: Dict[str, float] = {}
     vram_sum: List[float] = []
     whole = Series()  # rows sampled before every rank had registered hold fewer ranks' columns: left out
@@ -49,6 +64,6 @@ def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, fl
         if ranks and all(v is not None for v in row[ranks : 2 * ranks]):
             vram_sum.append(sum(row[ranks : 2 * ranks]))
     if vram_sum:
-        out["vram_peak_device_mb"] = max(out[f"rank{r}_vram_peak_device_mb"] for r in range(ranks))
+        out[names.VRAM_PEAK_DEVICE_MB] = max(out[f"rank{r}_vram_peak_device_mb"] for r in range(ranks))
         out["vram_peak_device_sum_mb"] = max(vram_sum)
     return out

@@ -13,6 +13,8 @@ from typing import Dict
 
 import psutil
 
+from wif.measure import names
+
 PACKAGES = (
     "torch",
     "torchvision",
@@ -76,7 +78,7 @@ def host_tags() -> Dict[str, str]:
     import torch
 
     tags = {
-        "wif.host": socket.gethostname(),
+        names.TAG_HOST: socket.gethostname(),
         "wif.cpu": _cpu_model(),
         "wif.cpu_logical_cores": str(psutil.cpu_count(logical=True)),
         "wif.ram_total_gb": f"{psutil.virtual_memory().total / 1024**3:.1f}",

@@ -22,6 +22,7 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from wif.measure import names
 from wif.measure.lifetime import owner_gone
 
 log = logging.getLogger("wif")
@@ -114,20 +115,30 @@ class Tracker:
         return list(self._runs(config_hash, "FINISHED"))
 
     def running_runs(self, config_hash: str) -> Dict[str, Dict[str, str]]:
-        """The RUNNING runs of this configuration and repeat, with their tags: live ones, or stale ones whose
-        process died without closing them (`owner_gone` tells them apart)."""
+        """The RUNNING runs of this configuration and repeat, with their tags.
+
+        They are live ones, or stale ones whose process died without closing them: `owner_gone` tells them apart.
+        """
         return self._runs(config_hash, "RUNNING")
 
     def _runs(self, config_hash: str, status: str) -> Dict[str, Dict[str, str]]:
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=f"tags.`wif.config_hash` = '{config_hash}' and attributes.status = '{status}'",
+            filter_string=f"tags.`{names.TAG_CONFIG_HASH}` = '{config_hash}' and attributes.status = '{status}'",
         )
         return {r.info.run_id: r.data.tags for r in runs}
 
     def start_run(
         self, name: str, params: Mapping[str, Any], tags: Mapping[str, str], config: Mapping[str, Any]
     ) -> str:
+        """Create a run with its tags, params and config.yaml; its id.
+
+        Args:
+            name: the run's name.
+            params: nested params, flattened to dotted keys.
+            tags: the run's tags.
+            config: the composed config, logged as config.yaml.
+        """
         run = self.client.create_run(self.experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()})
         run_id = run.info.run_id
         items = [Param(k, str(v)) for k, v in flatten(params).items()]
@@ -143,7 +154,14 @@ class Tracker:
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: int = 0, tags: Optional[Mapping[str, Any]] = None
     ) -> None:
-        """One batched call: per-epoch figures cost one round trip, outside any timed region."""
+        """Log one step's metrics and tags in one batched call: per-epoch figures cost one round trip.
+
+        Args:
+            run_id: the run.
+            metrics: name -> value; None values are left out.
+            step: the epoch.
+            tags: set with them.
+        """
         self.log_steps(run_id, [(step, metrics, tags or {})])
 
     def log_steps(self, run_id: str, rows: Sequence[Tuple[int, Mapping[str, float], Mapping[str, Any]]]) -> None:
@@ -171,15 +189,17 @@ FINISHED, FAILED, KILLED = (RunStatus.to_string(s) for s in (RunStatus.FINISHED,
 
 
 def close_stale_runs(tracker: Tracker, digest: str, label: str) -> None:
-    """RUNNING runs of this job whose owner died (SIGKILL, a crash) become KILLED, so that the job runs
-    again; a RUNNING run whose owner lives (another sweep running it now) is left alone."""
+    """Mark KILLED the RUNNING runs of this job whose owner died, of SIGKILL or a crash: the job then runs again.
+
+    A RUNNING run whose owner lives, another sweep running it now, is left alone.
+    """
     for run_id, tags in tracker.running_runs(digest).items():
         if owner_gone(tags):
             tracker.set_tags(
                 run_id,
                 {
-                    "wif.error": f"Orphaned: its process (pid {tags['wif.pid']} on "
-                    f"{tags['wif.host']}) ended without closing the run"
+                    names.TAG_ERROR: f"Orphaned: its process (pid {tags[names.TAG_PID]} on "
+                    f"{tags[names.TAG_HOST]}) ended without closing the run"
                 },
             )
             tracker.end_run(run_id, KILLED)

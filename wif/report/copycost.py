@@ -13,8 +13,10 @@ import math
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from wif.measure import names
+
 COLUMN = "copy_ms_per_epoch_at_bw"
-BYTES = "copy_bytes_per_epoch"
+BYTES = names.COPY_BYTES_PER_EPOCH
 RATE = {True: "h2d_pinned_best_gbps", False: "h2d_pageable_best_gbps"}  # by pin_memory; decimal GB/s
 GB = 1e9
 BANDWIDTH_COLUMNS = ["bw_run_id", "start_time", "gpu", "gpu_uuid", *RATE.values()]
@@ -22,13 +24,15 @@ BANDWIDTH_COLUMNS = ["bw_run_id", "start_time", "gpu", "gpu_uuid", *RATE.values(
 
 def read_bandwidth(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
     """The experiment's finished `wif.kind=bandwidth` runs: their GPU (name, uuid) and best h2d rates."""
-    found = client.search_runs([experiment_id], "tags.`wif.kind` = 'bandwidth' and attributes.status = 'FINISHED'")
+    found = client.search_runs(
+        [experiment_id], f"tags.`{names.TAG_KIND}` = 'bandwidth' and attributes.status = 'FINISHED'"
+    )
     rows = [
         {
             "bw_run_id": r.info.run_id,
             "start_time": r.info.start_time,
-            "gpu": r.data.tags.get("wif.gpu"),
-            "gpu_uuid": r.data.tags.get("wif.gpu_uuid"),
+            "gpu": r.data.tags.get(names.TAG_GPU),
+            "gpu_uuid": r.data.tags.get(names.TAG_GPU_UUID),
             **{m: r.data.metrics.get(m) for m in RATE.values()},
         }
         for r in found
@@ -37,12 +41,16 @@ def read_bandwidth(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
 
 
 def _pinned(value: object) -> bool:
+    """Whether loader.pin_memory was on."""
     return str(value).lower() == "true"  # the param loader.pin_memory, as MLflow stores it: 'True' / 'False'
 
 
 def match(run: pd.Series, bandwidth: pd.DataFrame) -> pd.Series | None:
-    """The bandwidth run measured on this run's GPU: the same `wif.gpu_uuid` (that very device), else the same
-    `wif.gpu` name (that model of GPU); the newest when several. None when there is none."""
+    """The bandwidth run measured on this run's GPU; None when there is none.
+
+    The same `wif.gpu_uuid`, that very device, comes first; else the same `wif.gpu` name, that model of GPU.
+    The newest wins when several match.
+    """
     newest = bandwidth.sort_values("start_time", ascending=False)
     for key in ("gpu_uuid", "gpu"):
         value = run.get(key)
@@ -54,9 +62,11 @@ def match(run: pd.Series, bandwidth: pd.DataFrame) -> pd.Series | None:
 
 
 def copy_ms_at_bandwidth(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.Series:
-    """Per run (the index of `runs`): its `copy_bytes_per_epoch` over the best h2d rate measured on its GPU,
-    pinned for pin_memory runs and pageable otherwise, in milliseconds; NaN where no bandwidth run matches,
-    the run logged no copy bytes, or the rate is missing."""
+    """Per run, indexed like `runs`: its `copy_bytes_per_epoch` over the best h2d rate on its GPU, in milliseconds.
+
+    The rate is the pinned one for pin_memory runs, the pageable one otherwise. NaN where no bandwidth run
+    matches, the run logged no copy bytes, or the rate is missing.
+    """
     out = pd.Series(math.nan, index=runs.index, name=COLUMN, dtype=float)
     for i, run in runs.iterrows():
         found = match(run, bandwidth)
@@ -70,8 +80,10 @@ def copy_ms_at_bandwidth(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.Seri
 
 
 def add_copy_cost(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with the column `copy_ms_per_epoch_at_bw` where a bandwidth run matches at least one of them;
-    unchanged otherwise (no bandwidth run: nothing is added, and nothing is said to be missing)."""
+    """`runs` with the column `copy_ms_per_epoch_at_bw` where a bandwidth run matches at least one of them.
+
+    Otherwise `runs` is unchanged: no column is added, and nothing is said to be missing.
+    """
     if bandwidth.empty or BYTES not in runs:
         return runs
     cost = copy_ms_at_bandwidth(runs, bandwidth)

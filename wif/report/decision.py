@@ -1,15 +1,17 @@
-"""The one place a verdict is computed: `decide(runs)` for notebooks and scripts, `columns(fit)` for the
-report and the race (pure functions on frames).
+"""The one place a verdict is computed, in pure functions on frames.
 
-Every word the report prints about a setting rests on one of these columns:
+`decide(runs)` serves notebooks and scripts; `columns(fit)` serves the report and the race. Every word the
+report prints about a setting rests on one of these columns:
 - against the baseline: `speedup` with its simultaneous interval, `p_adj`, `significant` (Dunnett);
-- against the fastest (Hsu's MCB): `possibly_fastest` (the set that holds the fastest), and the ratio to
+- against the fastest (Hsu's MCB): `possibly_fastest`, the set that holds the fastest, and the ratio to
   the fastest in [`slower_at_least`, `slower_at_most`];
 - `clearly_slower` only where that lower bound is above 1, `slower_in_practice` where it is above
-  1 + margin, `tied` where the upper bound is within the margin. A setting outside the possibly-fastest
-  set whose lower bound is 1 is *not shown to be fastest*, never "slower": ties are common here;
+  1 + margin, `tied` where the upper bound is within the margin;
 - `undecided` where neither a tie nor a gap is shown, with `more_blocks`, about how many more blocks
   would settle it at the noise seen, and `noise`, the setting's own run-to-run spread.
+
+A setting outside the possibly-fastest set whose lower bound is 1 is *not shown to be fastest*, never
+"slower": ties are common here.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from wif.measure import names
 from wif.report import model
 
 # Each setting against the fastest (multiple comparisons with the best): what the race replaces by its own.
@@ -38,13 +41,20 @@ MAX_BLOCKS_SAID = 100  # beyond this, "about N more blocks" is no advice
 
 def decide(
     runs: pd.DataFrame,
-    value: str = "epoch_time_median_s",
+    value: str = names.EPOCH_TIME_MEDIAN_S,
     baseline: str = "baseline",
     confidence: float = 0.95,
     margin: float = 0.02,
 ) -> pd.DataFrame:
-    """Who is faster among the settings of `runs` (columns `loader`, `block`, `value`; one fraction and
-    testbed), with simultaneous `confidence`: one row per setting, indexed by setting, fastest first."""
+    """Who is faster among the settings of `runs`: one row per setting, indexed by setting, fastest first.
+
+    Args:
+        runs: one fraction and testbed's runs, with the columns `loader`, `block` and `value`.
+        value: the run figure compared.
+        baseline: the setting speedups are measured against.
+        confidence: the simultaneous confidence of every statement.
+        margin: the practical tie, e.g. 0.02.
+    """
     missing = [c for c in ("loader", "block", value) if c not in runs]
     if missing:
         raise ValueError(f"decide: runs lack the column(s) {', '.join(missing)}")
@@ -56,7 +66,15 @@ def decide(
 
 
 def columns(f: model.Fit, baseline: str, confidence: float, margin: float, alpha: float | None = None) -> pd.DataFrame:
-    """The fit's answers as columns indexed by setting; `alpha` (default 1 - confidence) marks significance."""
+    """The fit's answers as columns indexed by setting.
+
+    Args:
+        f: the fit of one fraction.
+        baseline: the setting speedups are measured against; none where it did not run.
+        confidence: the simultaneous confidence of every statement.
+        margin: the practical tie, e.g. 0.02.
+        alpha: the level that marks significance; 1 - confidence when None.
+    """
     alpha = 1.0 - confidence if alpha is None else alpha
     rows: dict[str, dict] = {
         name: {"time_s": float(np.exp(f.estimate[i])), "noise": float(np.expm1(f.noise[i]))}
@@ -78,6 +96,14 @@ def columns(f: model.Fit, baseline: str, confidence: float, margin: float, alpha
 
 
 def _vs_best(f: model.Fit, name: str, b: model.VsBest, margin: float) -> dict:
+    """A setting's columns against the fastest.
+
+    Args:
+        f: the fit.
+        name: the setting.
+        b: its MCB answer.
+        margin: the practical tie.
+    """
     clearly = b.at_least > 1.0
     undecided = f.df > 0 and not b.tied and not clearly
     return dict(
@@ -93,8 +119,16 @@ def _vs_best(f: model.Fit, name: str, b: model.VsBest, margin: float) -> dict:
 
 
 def _more_blocks(f: model.Fit, name: str, b: model.VsBest, margin: float) -> float:
-    """About how many more blocks would shrink the interval to the fastest enough to show a tie or a gap,
-    intervals narrowing as 1/sqrt(blocks) at the noise seen."""
+    """About how many more blocks would shrink the interval to the fastest enough to show a tie or a gap.
+
+    Intervals narrow as 1/sqrt(blocks) at the noise seen.
+
+    Args:
+        f: the fit.
+        name: the undecided setting.
+        b: its MCB answer.
+        margin: the practical tie.
+    """
     if not np.isfinite(b.at_most):
         return np.nan
     gap = float(f.estimate[f.index(name)] - f.estimate.min())  # log ratio to the fastest estimate

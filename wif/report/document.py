@@ -1,8 +1,10 @@
-"""The report as one Markdown document: the header saying where the figures were read from, each testbed's
-warnings (mixed settings, runs that were not cold, decoding on the CPU), its fractions' verdicts and tables
-(`tables`), and the runs set apart (contended, not cold, outliers, excluded), each listed with why.
+"""The report as one Markdown document: its header, each testbed's section, and the runs set apart.
 
-Apart from `tables` because it is the page around them, not a table of figures: it lays out what `tables`,
+The header says where the figures were read from. A testbed's section gives its warnings: mixed settings,
+runs that were not cold, decoding on the CPU. Then come its fractions' verdicts and tables (`tables`). The
+runs set apart are contended, not cold, outliers and excluded, each listed with why.
+
+Apart from `tables` because it is the page around them, not a table of figures. It lays out what `tables`,
 `verdicts` and `stats` give; nothing is estimated here.
 """
 
@@ -13,6 +15,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from wif.measure import names
 from wif.report import model
 from wif.report.tables import Section, footnotes, markdown_table
 from wif.report.verdicts import Verdicts, num, verdict
@@ -75,9 +78,9 @@ def contended_table(runs: pd.DataFrame, value: str) -> str:
     if runs.empty:
         return "None."
     lines = ["| run | cell | others' CPU (% of a core) | epoch time s |", "|---|---|---|---|"]
-    for _, r in runs.sort_values("host_other_cpu_pct", ascending=False).iterrows():
+    for _, r in runs.sort_values(names.HOST_OTHER_CPU_PCT, ascending=False).iterrows():
         lines.append(
-            f"| {r['run_name']} (`{r['run_id'][:8]}`) | {r['cell']} | {num(r['host_other_cpu_pct'], '.0f')} | "
+            f"| {r['run_name']} (`{r['run_id'][:8]}`) | {r['cell']} | {num(r[names.HOST_OTHER_CPU_PCT], '.0f')} | "
             f"{num(r[value], '.4g')} |"
         )
     return "\n".join(lines)
@@ -117,6 +120,7 @@ def decode_note(runs: pd.DataFrame) -> str | None:
 
 
 def not_cold_table(sections: Sequence[Section]) -> str:
+    """Runs under data.page_cache=cold that read warm pages, with why."""
     lines = ["| run | cell | why |", "|---|---|---|"]
     for section in sections:
         for _, r in not_cold(section.runs).iterrows():
@@ -125,16 +129,18 @@ def not_cold_table(sections: Sequence[Section]) -> str:
 
 
 def outliers_table(sections: Sequence[Section]) -> str:
-    """Runs the model flags as far out, with their robust z-score (kept in the fit; each fraction's note says
-    whether leaving them out changes the answer)."""
+    """Runs the model flags as far out, with their robust z-score.
+
+    They are kept in the fit; each fraction's note says whether leaving them out changes the answer.
+    """
     lines = ["| run | cell | block | epoch time s | residual (robust SD) |", "|---|---|---|---|---|"]
     for section in sections:
-        names = section.runs.set_index("run_id")
+        by_id = section.runs.set_index("run_id")
         for s in section.summaries:
             if s.sensitivity is None:
                 continue
             for _, r in s.sensitivity.left_out.iterrows():
-                run = names.loc[r["run_id"]]
+                run = by_id.loc[r["run_id"]]
                 lines.append(
                     f"| {run['run_name']} (`{r['run_id'][:8]}`) | {run['cell']} | {r['block']} | "
                     f"{r[s.value]:.4g} | {r['z']:+.1f} |"
@@ -142,73 +148,96 @@ def outliers_table(sections: Sequence[Section]) -> str:
     return "\n".join(lines) if len(lines) > 2 else "None."
 
 
-def render(
-    header: Header,
-    sections: Sequence[Section],
-    excluded: pd.DataFrame,
-    contended: pd.DataFrame,
-    rules: Verdicts,
-    confidence: float,
-    images: bool,
-) -> str:
+@dataclass(frozen=True)
+class Document:
+    """Everything the report's page says: where from, each testbed's section and the runs set apart."""
+
+    header: Header
+    sections: Sequence[Section]
+    excluded: pd.DataFrame  # runs in no statistic, with why (column `excluded`)
+    contended: pd.DataFrame  # runs that shared the machine
+    rules: Verdicts
+    confidence: float
+
+
+def render(doc: Document, images: bool) -> str:
     """The whole report as Markdown; `images=False` gives the same text for a terminal."""
-    used = sum(len(s.runs) for s in sections)
+    out = _top(doc)
+    for section in doc.sections:
+        out += _section(doc, section, images)
+    out += _set_apart(doc)
+    return "\n".join(out) + "\n"
+
+
+def _top(doc: Document) -> list[str]:
+    """The title, where the figures come from, and how many runs were read, used and set apart."""
+    header = doc.header
+    used = sum(len(s.runs) for s in doc.sections)
     bound = f"{header.bound_runs} as the on-device upper bound, " if header.bound_runs else ""
-    apart = "" if header.contended_kept else f"{len(contended)} contended (left out), "
+    apart = "" if header.contended_kept else f"{len(doc.contended)} contended (left out), "
     out = [
         "# Who is faster",
         "",
         f"Experiment `{header.experiment}` at `{header.tracking_uri}`, generated {header.generated}. "
         f"Filter: `` {header.filter} ``. {header.runs_read} training runs read: {used} used, {bound}{apart}"
-        f"{len(excluded)} excluded (all listed at the end). Each run's figure: its "
-        f"{'median' if header.statistic == 'epoch_time_median_s' else 'mean'} epoch time, warm-up left out.",
+        f"{len(doc.excluded)} excluded (all listed at the end). Each run's figure: its "
+        f"{'median' if header.statistic == names.EPOCH_TIME_MEDIAN_S else 'mean'} epoch time, warm-up left out.",
     ]
-    if len(sections) > 1:
-        out.append(f"\nRuns come from {len(sections)} testbeds; they are never pooled: one section each.")
-    for section in sections:
-        out += ["", f"## {section.testbed}", "", device_note(section.runs)]
-        for note in (mixed_settings_note(section.runs), not_cold_note(section.runs), decode_note(section.runs)):
-            out += ["", note] if note else []
-        for s in sorted(section.summaries, key=lambda s: s.fraction):
-            out += [
-                "",
-                f"### Fraction {s.fraction:g}",
-                "",
-                f"**Verdict.** {verdict(s, rules)}",
-                "",
-                markdown_table(s, rules.alpha, confidence),
-                "",
-            ]
-            out += [f"- {note}" for note in footnotes(s, confidence)]
-        if images:
-            out += ["", "### Plots", ""] + [f"![{name}]({name})" for name in section.images]
+    if len(doc.sections) > 1:
+        out.append(f"\nRuns come from {len(doc.sections)} testbeds; they are never pooled: one section each.")
+    return out
+
+
+def _section(doc: Document, section: Section, images: bool) -> list[str]:
+    """One testbed: where it ran, its warnings, each fraction's verdict, table and notes, and its plots."""
+    out = ["", f"## {section.testbed}", "", device_note(section.runs)]
+    for note in (mixed_settings_note(section.runs), not_cold_note(section.runs), decode_note(section.runs)):
+        out += ["", note] if note else []
+    for s in sorted(section.summaries, key=lambda s: s.fraction):
+        out += [
+            "",
+            f"### Fraction {s.fraction:g}",
+            "",
+            f"**Verdict.** {verdict(s, doc.rules)}",
+            "",
+            markdown_table(s, doc.rules.alpha, doc.confidence),
+            "",
+        ]
+        out += [f"- {note}" for note in footnotes(s, doc.confidence)]
+    if images:
+        out += ["", "### Plots", ""] + [f"![{name}]({name})" for name in section.images]
+    return out
+
+
+def _set_apart(doc: Document) -> list[str]:
+    """The runs set apart, each kind under its own heading: contended, not cold, outliers, excluded."""
+    header = doc.header
     kept = (
         "kept in the fit (--keep-contended)"
         if header.contended_kept
         else "left out of the fit (--keep-contended keeps them)"
     )
-    out += [
+    return [
         "",
         "## Runs set apart",
         "",
         f"### Contended: other processes used more than {header.contended_pct} of a core during the measured "
         f"epochs; {kept}",
         "",
-        contended_table(contended, header.statistic),
+        contended_table(doc.contended, header.statistic),
         "",
         "### Not cold: data.page_cache=cold runs whose measured epochs read warm pages; kept in the fit, "
         "their cells' figures are warm ones",
         "",
-        not_cold_table(sections),
+        not_cold_table(doc.sections),
         "",
         "### Outliers: residual beyond "
         f"{model.OUTLIER_SDS:g} robust SDs in a robust fit; kept in the fit, each fraction's notes say what "
         "changes without them",
         "",
-        outliers_table(sections),
+        outliers_table(doc.sections),
         "",
         "### Excluded: failed, killed, running or incomplete; in no statistic",
         "",
-        excluded_table(excluded),
+        excluded_table(doc.excluded),
     ]
-    return "\n".join(out) + "\n"

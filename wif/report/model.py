@@ -1,19 +1,20 @@
 """One model per fraction and testbed, and the simultaneous answers drawn from it (pure functions).
 
 log(run's epoch time) = setting + block, fitted by ordinary least squares over every usable run. Settings
-differ in noise, so each gets its own variance (`wif.report.noise`: never below the pooled one, its own
-estimate read conservatively), and the estimates' covariance is the sandwich built from those variances;
-the pooled noise keeps its (k-1)(b-1) residual degrees of freedom for the critical values. Without a
-usable block structure (no block tags, one block, or blocks that do not connect the settings) the block
-term is dropped. Unbalanced designs (a failed run, settings a race dropped) are fitted as they are; every
-interval below uses the fitted covariance.
+differ in noise, so each gets its own variance (`wif.report.noise`). That variance is never below the pooled
+one, and its own estimate is read conservatively. The estimates' covariance is the sandwich built from those
+variances. The pooled noise keeps its (k-1)(b-1) residual degrees of freedom for the critical values.
+Without a usable block structure the block term is dropped: no block tags, one block, or blocks that do not
+connect the settings. Unbalanced designs, such as a failed run or settings a race dropped, are fitted as
+they are. Every interval below uses the fitted covariance.
 
 Two families of simultaneous 95% statements come out of one fit:
 - every setting against the baseline (Dunnett: two-sided max-|t| critical value);
 - multiple comparisons with the best (Hsu's constrained MCB, one-sided max-t critical values): the
   settings that may be fastest, and for each setting bounds on how much slower than the fastest it is.
-Critical values are the quantiles of the max-t statistic under the fitted design, drawn by simulation
-with a fixed seed (exact for any correlation pattern, reproducible run to run, cached per design).
+
+Critical values are the quantiles of the max-t statistic under the fitted design, drawn by simulation. The
+seed is fixed: exact for any correlation pattern, reproducible run to run, cached per design.
 """
 
 from __future__ import annotations
@@ -59,9 +60,12 @@ class Fit:
 
 
 def design(runs: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
-    """Cell-means columns for the settings, then sum-to-zero columns for the blocks (so a setting's
-    coefficient is its mean over blocks) when the blocks are usable and identifiable; the setting names and
-    the block names (none when the block term is dropped)."""
+    """The design matrix, the setting names and the block names.
+
+    Cell-means columns for the settings come first. Sum-to-zero columns for the blocks follow when the blocks
+    are usable and identifiable, so that a setting's coefficient is its mean over blocks. Without them the
+    block names are empty.
+    """
     loader = runs["loader"].to_numpy()
     settings = list(dict.fromkeys(loader))
     x = (loader[:, None] == np.array(settings, dtype=object)[None, :]).astype(float)
@@ -80,9 +84,11 @@ def design(runs: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
 
 
 def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
-    """Least squares of log(`value`) on setting (+ block where the blocks are usable and identifiable), with
-    per-setting variances and the covariance they imply; the `baseline`'s variance is read more carefully
-    (every comparison against it shares it: wif.report.noise)."""
+    """Least squares of log(`value`) on setting, plus block where the blocks are usable and identifiable.
+
+    Each setting gets its own variance, and the covariance follows from them. The `baseline`'s variance is
+    read more carefully: every comparison against it shares it (wif.report.noise).
+    """
     y = np.log(runs[value].to_numpy(dtype=float))
     x, settings, blocks = design(runs)
     k, n = len(settings), len(y)
@@ -91,71 +97,69 @@ def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
     resid = y - x @ params
     df = n - int(np.linalg.matrix_rank(x))
     who = np.array([settings.index(name) for name in runs["loader"]])
-    spread = noise.estimate(x, resid, who, k, df, settings.index(baseline) if baseline in settings else None)
+    spread = noise.estimate(
+        x=x,
+        resid=resid,
+        setting_of_run=who,
+        k=k,
+        df=df,
+        shared=settings.index(baseline) if baseline in settings else None,
+    )
     if df > 0:
         cov = (bread[:k] * spread.used[who]) @ bread[:k].T
     else:  # one run per setting: estimates without any spread to judge them by
         cov = np.full((k, k), np.nan)
     return Fit(
-        settings,
-        params[:k],
-        cov,
-        df,
-        float(np.sqrt(spread.pooled)),
-        np.sqrt(spread.own),
-        spread.used,
-        len(blocks) > 1,
-        len(blocks),
-        n,
+        settings=settings,
+        estimate=params[:k],
+        cov=cov,
+        df=df,
+        sigma=float(np.sqrt(spread.pooled)),
+        noise=np.sqrt(spread.own),
+        used=spread.used,
+        blocked=len(blocks) > 1,
+        n_blocks=len(blocks),
+        n_runs=n,
     )
 
 
 # ----------------------------------------------------------------------------- critical values
-@functools.lru_cache(maxsize=16)  # 11 settings' draws are 9 MB; the quantiles, cached below, are what looks reuse
-def _max_t(key: bytes, k: int, df: int, controls: tuple, two_sided: bool, draws: int) -> np.ndarray:
-    """Draws of max_j t(control - j) for each control (rows), unsorted; cached per design. A race looks after
-    every block and each look of a new design pays this: a quantile and a tail count need no sort."""
-    cov_unit = np.frombuffer(key).reshape(k, k)
-    z, w = draws_.errors(cov_unit, df, draws, SEED)
-    z = np.ascontiguousarray(z.T)  # one setting's draws in a row: the loop below reads rows, never copies columns
-    out = np.full((len(controls), draws), -np.inf)
-    row_of = {c: row for row, c in enumerate(controls)}
-    t = np.empty(draws)
-    for row, c in enumerate(controls):
-        for j in range(k):
-            mirrored = j in row_of and cov_unit[c, j] == cov_unit[j, c]  # t(j - c) = -t(c - j), bit for bit
-            if j == c or (mirrored and row_of[j] < row):
-                continue  # j's row, done before this one, put this pair's t here already
-            se = np.sqrt(max(cov_unit[c, c] + cov_unit[j, j] - 2 * cov_unit[c, j], 1e-300))
-            np.divide(np.subtract(z[c], z[j], out=t), se, out=t)
-            if two_sided:
-                np.abs(t, out=t)
-            np.maximum(out[row], t, out=out[row])
-            if mirrored:  # row j, still to come, gets the same pair's t seen from j
-                np.maximum(out[row_of[j]], t if two_sided else np.negative(t, out=t), out=out[row_of[j]])
-        out[row] /= w  # w > 0 scales every j alike: divide the maximum only; every pair of this row is in
-    return out
+def _design(f: Fit) -> draws_.Design:
+    return draws_.Design(cov_unit=np.round(f.cov / f.sigma**2, 10).tobytes(), k=len(f.settings), df=f.df)
 
 
-def _key(f: Fit) -> tuple[bytes, int, int]:
-    return np.round(f.cov / f.sigma**2, 10).tobytes(), len(f.settings), f.df
-
-
+# _critical and draws_.max_t are called positionally everywhere: lru_cache keys on how arguments are passed.
 def _max_t_draws(f: Fit, controls: Sequence[int], two_sided: bool) -> np.ndarray:
-    return _max_t(*_key(f), tuple(controls), two_sided, DRAWS)
+    return draws_.max_t(_design(f), tuple(controls), two_sided, DRAWS, SEED)
 
 
 @functools.lru_cache(maxsize=256)
-def _critical(key: bytes, k: int, df: int, controls: tuple, two_sided: bool, confidence: float) -> np.ndarray:
-    """Each control's `confidence` quantile of its draws (the ceil(confidence * n)-th smallest), cached per design:
-    a race's every look asks again for the designs it has seen."""
-    rows = _max_t(key, k, df, controls, two_sided, DRAWS)
+def _critical(design: draws_.Design, controls: tuple, two_sided: bool, confidence: float) -> np.ndarray:
+    """Each control's `confidence` quantile of its draws, the ceil(confidence * n)-th smallest; cached per design.
+
+    A race's every look asks again for the designs it has seen.
+
+    Args:
+        design: the fit's unit covariance and degrees of freedom.
+        controls: the settings each row compares the others against.
+        two_sided: the max of |t| instead of t.
+        confidence: the quantile.
+    """
+    rows = draws_.max_t(design, controls, two_sided, DRAWS, SEED)
     i = min(int(np.ceil(confidence * DRAWS)) - 1, DRAWS - 1)
     return draws_.kth_smallest(rows, i)
 
 
 def _critical_values(f: Fit, controls: Sequence[int], two_sided: bool, confidence: float) -> np.ndarray:
-    return _critical(*_key(f), tuple(controls), two_sided, confidence)
+    """Each control's critical value under `f`'s design.
+
+    Args:
+        f: the fit.
+        controls: the settings each value compares the others against.
+        two_sided: the max of |t| instead of t.
+        confidence: the quantile.
+    """
+    return _critical(_design(f), tuple(controls), two_sided, confidence)
 
 
 # ----------------------------------------------------------------------------- against the baseline
@@ -178,10 +182,10 @@ def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
         for j, name in enumerate(f.settings):
             if j != b:
                 r = float(np.exp(f.estimate[b] - f.estimate[j]))
-                out[name] = VsBaseline(r, np.nan, np.nan, np.nan, np.nan)
+                out[name] = VsBaseline(speedup=r, low=np.nan, high=np.nan, p_adj=np.nan, critical=np.nan)
         return out
     draws = _max_t_draws(f, [b], two_sided=True)[0]
-    c = float(_critical_values(f, [b], True, confidence)[0])
+    c = float(_critical_values(f, [b], two_sided=True, confidence=confidence)[0])
     for j, name in enumerate(f.settings):
         if j == b:
             continue
@@ -189,11 +193,11 @@ def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
         t = abs(diff) / se if se > 0 else np.inf
         p = float(np.count_nonzero(draws >= t) / len(draws))
         out[name] = VsBaseline(
-            float(np.exp(diff)),
-            float(np.exp(diff - c * se)),
-            float(np.exp(diff + c * se)),
-            max(p, 1.0 / len(draws)) if np.isfinite(t) else 0.0,
-            c,
+            speedup=float(np.exp(diff)),
+            low=float(np.exp(diff - c * se)),
+            high=float(np.exp(diff + c * se)),
+            p_adj=max(p, 1.0 / len(draws)) if np.isfinite(t) else 0.0,
+            critical=c,
         )
     return out
 
@@ -210,20 +214,21 @@ class VsBest:
 
 
 def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
-    """Hsu's constrained multiple comparisons with the best, smaller (faster) being better.
+    """Hsu's constrained multiple comparisons with the best, smaller being better: faster.
 
-    With d_j the one-sided max-t critical value when j is taken as the best, the set
-    S = {i: y_i - y_j - d_i se_ij <= 0 for every j} holds the fastest; for each i, the time ratio to the
-    fastest lies in [exp(max(0, min over j in S, j != i, of y_i - y_j - d_j se_ij)),
-    exp(max(0, max over j in S, j != i, of y_i - y_j + d_j se_ij))], all simultaneously at `confidence`
-    (Hsu, Multiple Comparisons, 1996, ch. 4). `margin` (e.g. 0.02) is the practical tie.
+    Let d_j be the one-sided max-t critical value when j is taken as the best. The set
+    S = {i: y_i - y_j - d_i se_ij <= 0 for every j} holds the fastest. For each i, the time ratio to the
+    fastest lies in [exp(low_i), exp(high_i)], all simultaneously at `confidence`:
+    - low_i = max(0, min over j in S, j != i, of y_i - y_j - d_j se_ij);
+    - high_i = max(0, max over j in S, j != i, of y_i - y_j + d_j se_ij).
+    See Hsu, Multiple Comparisons, 1996, ch. 4. `margin`, e.g. 0.02, is the practical tie.
     """
     k, y = len(f.settings), f.estimate
     if k == 1:
-        return {f.settings[0]: VsBest(True, 1.0, 1.0, True)}
+        return {f.settings[0]: VsBest(possibly_fastest=True, at_least=1.0, at_most=1.0, tied=True)}
     if f.df <= 0:
-        return {name: VsBest(True, 1.0, np.inf, False) for name in f.settings}
-    d = _critical_values(f, range(k), False, confidence)
+        return {name: VsBest(possibly_fastest=True, at_least=1.0, at_most=np.inf, tied=False) for name in f.settings}
+    d = _critical_values(f, range(k), two_sided=False, confidence=confidence)
     var = f.cov.diagonal()
     se = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2 * f.cov, 0.0))
     diff = y[:, None] - y[None, :]
@@ -233,7 +238,12 @@ def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
         rivals = [j for j in s if j != i]
         low = max(0.0, min((diff[i, j] - d[j] * se[i, j] for j in rivals), default=0.0))
         high = max(0.0, max((diff[i, j] + d[j] * se[i, j] for j in rivals), default=0.0))
-        out[name] = VsBest(i in s, float(np.exp(low)), float(np.exp(high)), bool(np.exp(high) <= 1 + margin))
+        out[name] = VsBest(
+            possibly_fastest=i in s,
+            at_least=float(np.exp(low)),
+            at_most=float(np.exp(high)),
+            tied=bool(np.exp(high) <= 1 + margin),
+        )
     return out
 
 

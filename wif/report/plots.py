@@ -1,8 +1,8 @@
-"""The report's pictures: each `draw_*` function draws one question on a given Axes, so that the same
-picture serves both its own PNG and the overview (`figures` lays them out and writes the files). Loaders keep
-one order everywhere: fastest first (at the top) at the largest fraction. Loader names run along the vertical
-axis and figures grow with the number of loaders, so a study of 48 cells (`+study=knobs`) stays as readable as
-the 11 of the main one.
+"""The report's pictures: each `draw_*` function draws one question on a given Axes.
+
+The same picture serves both its own PNG and the overview; `figures` lays them out and writes the files.
+What every chart shares, the loaders' order and axis among it, is `chart`'s. Figures grow with the number of
+loaders, so a study of 48 cells (`+study=knobs`) stays as readable as the 11 of the main one.
 """
 
 from __future__ import annotations
@@ -20,11 +20,17 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
+from wif.report.chart import (  # noqa: E402
+    empty_panel,
+    fraction_colors,
+    label_points,
+    loader_axis,
+    loader_order,
+    statistic_word,
+)
 from wif.report.stats import FractionSummary, pareto_mask  # noqa: E402
 from wif.report.verdicts import RAM_COLUMNS, VRAM_COLUMNS  # noqa: E402
 
-LABEL_INCH_PER_CHAR = 0.075  # room a loader name takes beside an axis, at the default tick font
-BAR_INCH = 0.16  # height of one bar in the bar charts
 LABEL_ALL_MAX = 15  # the time-vs-memory chart names every point up to this many; beyond, the frontier only
 CURVES_MAX = 12  # epoch-time curves drawn at most (the main study has 11); beyond, spread over the speed order
 RAM_SERIES = ("rss", "pss", "uss")  # drawn nested, widest (largest) first
@@ -32,50 +38,9 @@ VRAM_SERIES = ("device", "reserved", "allocated")
 HEATMAP_MIN_SPREAD = 1.5  # the colour scale spans at least 1/1.5x .. 1.5x
 
 
-def loader_order(summaries: Sequence[FractionSummary]) -> list[str]:
-    """Fastest first at the largest fraction, then any loader that only ran at other fractions."""
-    order: list[str] = []
-    for s in sorted(summaries, key=lambda s: -s.fraction):
-        order += [name for name in s.table.index if name not in order]
-    return order
-
-
-def _loader_axis(ax: Axes, loaders: Sequence[str], labels: bool = True) -> None:
-    """Loaders down the vertical axis, the first (fastest) at the top."""
-    ax.set_yticks(range(len(loaders)))
-    ax.set_yticklabels(loaders if labels else [])
-    ax.set_ylim(len(loaders) - 0.5, -0.5)
-
-
-def label_inches(loaders: Sequence[str]) -> float:
-    """Width the longest loader name needs beside an axis."""
-    return LABEL_INCH_PER_CHAR * max((len(name) for name in loaders), default=0)
-
-
-def bar_chart_height(loaders: Sequence[str], bars_per_loader: int) -> float:
-    """Figure height that gives every bar the same room however many loaders there are."""
-    return max(4.0, 1.6 + len(loaders) * (bars_per_loader + 0.6) * BAR_INCH)
-
-
-def _statistic(summaries: Sequence[FractionSummary]) -> str:
-    return "medians" if summaries[0].value == "epoch_time_median_s" else "means"
-
-
-def _empty(ax: Axes, message: str) -> None:
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize=13, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _fraction_colors(summaries: Sequence[FractionSummary]) -> dict[float, tuple]:
-    fractions = sorted(s.fraction for s in summaries)
-    cmap = plt.get_cmap("viridis")
-    return {f: cmap(0.15 + 0.7 * i / max(len(fractions) - 1, 1)) for i, f in enumerate(fractions)}
-
-
 def draw_epoch_times(ax: Axes, summaries: Sequence[FractionSummary], confidence: float) -> None:
     """Mean epoch time per loader, one bar per fraction, error bars the confidence interval."""
-    loaders, colors = loader_order(summaries), _fraction_colors(summaries)
+    loaders, colors = loader_order(summaries), fraction_colors(summaries)
     width = 0.8 / len(summaries)
     for i, s in enumerate(sorted(summaries, key=lambda s: s.fraction)):
         t = s.table.reindex(loaders)
@@ -90,8 +55,8 @@ def draw_epoch_times(ax: Axes, summaries: Sequence[FractionSummary], confidence:
             color=colors[s.fraction],
             label=f"fraction {s.fraction:g}",
         )
-    _loader_axis(ax, loaders)
-    ax.set_xlabel(f"epoch time (s): mean of the runs' {_statistic(summaries)}")
+    loader_axis(ax, loaders)
+    ax.set_xlabel(f"epoch time (s): mean of the runs' {statistic_word(summaries)}")
     ax.set_title(f"Epoch time per loader (warm-up excluded, {confidence:.0%} CI)")
     ax.legend(loc="best")
     ax.grid(axis="x", alpha=0.3)
@@ -103,7 +68,7 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
     ordered = sorted(summaries, key=lambda s: s.fraction)
     values = np.array([[s.table["speedup"].get(name, np.nan) for s in ordered] for name in loaders], dtype=float)
     if np.isnan(values).all():
-        _empty(ax, f"no {summaries[0].baseline} runs: no speedups")
+        empty_panel(ax, f"no {summaries[0].baseline} runs: no speedups")
         return
     # Symmetric on a log scale (2x and 0.5x alike), never so narrow that a small speedup looks large.
     spread = max(np.nanmax(values), 1 / np.nanmin(values), HEATMAP_MIN_SPREAD)
@@ -116,7 +81,7 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
         ax.text(col, row, "n/a" if np.isnan(value) else f"{value:.2f}x{mark}", ha="center", va="center", fontsize=9)
     ax.set_xticks(range(len(ordered)))
     ax.set_xticklabels([f"{s.fraction:g}" for s in ordered])
-    _loader_axis(ax, loaders)
+    loader_axis(ax, loaders)
     ax.set_xlabel("data fraction")
     ax.set_title(f"Speedup vs {summaries[0].baseline} (* significant, simultaneous, alpha={alpha:g})")
     bar = ax.figure.colorbar(image, ax=ax, label=f"{summaries[0].baseline} time / loader time")
@@ -128,7 +93,14 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
 
 
 def draw_nested_bars(ax: Axes, s: FractionSummary, loaders: Sequence[str], series: dict[str, str]) -> bool:
-    """Bars of several figures per loader drawn inside one another (largest first); False when none present."""
+    """Bars of several figures per loader drawn inside one another, largest first; False when none is present.
+
+    Args:
+        ax: where to draw.
+        s: the fraction's summary.
+        loaders: the loaders, in the order drawn.
+        series: label -> column of the figures drawn.
+    """
     t = s.table.reindex(loaders)
     present = {label: column for label, column in series.items() if column in t and t[column].notna().any()}
     for i, (label, column) in enumerate(present.items()):
@@ -144,14 +116,14 @@ def draw_nested_bars(ax: Axes, s: FractionSummary, loaders: Sequence[str], serie
 
 def draw_memory(axes: Sequence[Axes], summaries: Sequence[FractionSummary], kind: str) -> None:
     """Peak RAM or VRAM per loader, one panel per fraction, the kinds of peak nested."""
-    names, columns = (RAM_SERIES, RAM_COLUMNS) if kind == "RAM" else (VRAM_SERIES, VRAM_COLUMNS)
-    series = {name.upper() if kind == "RAM" else name: columns[name] for name in names}
+    kinds, columns = (RAM_SERIES, RAM_COLUMNS) if kind == "RAM" else (VRAM_SERIES, VRAM_COLUMNS)
+    series = {name.upper() if kind == "RAM" else name: columns[name] for name in kinds}
     loaders = loader_order(summaries)
     for i, (ax, s) in enumerate(zip(axes, sorted(summaries, key=lambda s: s.fraction))):
         if not draw_nested_bars(ax, s, loaders, series):
-            _empty(ax, "no CUDA runs" if kind == "VRAM" else f"no {kind} figures")
+            empty_panel(ax, "no CUDA runs" if kind == "VRAM" else f"no {kind} figures")
             continue
-        _loader_axis(ax, loaders, labels=i == 0)  # the panels share one loader axis
+        loader_axis(ax, loaders, labels=i == 0)  # the panels share one loader axis
         ax.set_title(f"fraction {s.fraction:g}")
         ax.set_xlabel(f"peak {kind} (MB)")
         ax.grid(axis="x", alpha=0.3)
@@ -159,14 +131,20 @@ def draw_memory(axes: Sequence[Axes], summaries: Sequence[FractionSummary], kind
 
 
 def draw_tradeoff(ax: Axes, s: FractionSummary, column: str, label: str) -> Callable[[], None]:
-    """Epoch time against peak memory, Pareto frontier (nothing both faster and leaner) in red.
+    """Epoch time against peak memory, the Pareto frontier in red: nothing both faster and leaner.
 
     Returns the labelling of the points, to call once the whole figure is laid out. Beyond
     LABEL_ALL_MAX points only the frontier and the baseline are named: dozens of names cover the points.
+
+    Args:
+        ax: where to draw.
+        s: the fraction's summary.
+        column: the memory figure.
+        label: its name on the axis.
     """
     t = s.table.dropna(subset=[column])
     if t.empty:
-        _empty(ax, "no CUDA runs" if column.startswith("vram") else f"no {label} figures")
+        empty_panel(ax, "no CUDA runs" if column.startswith("vram") else f"no {label} figures")
         return lambda: None
     x, y = t["time_s"].to_numpy(), t[column].to_numpy()
     front = pareto_mask(x, y)
@@ -176,39 +154,12 @@ def draw_tradeoff(ax: Axes, s: FractionSummary, column: str, label: str) -> Call
     order = np.argsort(x[front])
     ax.plot(x[front][order], y[front][order], color="tab:red", drawstyle="steps-post", alpha=0.6)
     ax.set_ylim(0, 1.15 * y.max())  # from zero, so small differences in memory do not look large
-    ax.set_xlabel(f"epoch time (s): mean of the runs' {_statistic([s])}")
+    ax.set_xlabel(f"epoch time (s): mean of the runs' {statistic_word([s])}")
     ax.set_ylabel(f"{label} (MB)")
     ax.set_title(f"Time vs {label}, fraction {s.fraction:g}")
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
     return lambda: label_points(ax, list(t.index[named]), x[named], y[named])
-
-
-def label_points(ax: Axes, names: Sequence[str], x: np.ndarray, y: np.ndarray, fontsize: float = 8) -> None:
-    """Names beside their points, each moved up or down in steps until it overlaps no earlier label.
-
-    Positions are measured in points on the figure as laid out when called.
-    """
-    scale = 72 / ax.figure.dpi
-    step = fontsize + 2
-    placed: list[tuple[float, float, float, float]] = []
-    for i in np.argsort(x):
-        px, py = ax.transData.transform((x[i], y[i])) * scale
-        width = 0.62 * fontsize * len(names[i])
-        for k in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5, 6, -6, 7, -7, 8, -8):
-            box = (px + 4, py + k * step, px + 4 + width, py + k * step + step)
-            if not any(b[0] < box[2] and box[0] < b[2] and b[1] < box[3] and box[1] < b[3] for b in placed):
-                break
-        placed.append(box)
-        ax.annotate(
-            names[i],
-            (x[i], y[i]),
-            xytext=(4, box[1] - py),
-            textcoords="offset points",
-            fontsize=fontsize,
-            va="bottom",
-            arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5} if box[1] != py else None,
-        )
 
 
 def curves_shown(curves: pd.DataFrame, loaders: Sequence[str], baseline: str) -> tuple[list[str], int]:
@@ -227,9 +178,17 @@ def curve_loaders(loaders: Sequence[str], baseline: str, limit: int = CURVES_MAX
 
 
 def draw_curves(ax: Axes, curves: pd.DataFrame, fraction: float, loaders: Sequence[str], baseline: str) -> None:
-    """Epoch time across epochs, mean over repeats, per loader; epoch 0 (warm-up) shaded."""
+    """Epoch time across epochs, mean over repeats, per loader; epoch 0, the warm-up, shaded.
+
+    Args:
+        ax: where to draw.
+        curves: per-epoch times: loader, step, value.
+        fraction: their fraction, for the title.
+        loaders: the loaders in speed order.
+        baseline: the setting always drawn.
+    """
     if curves.empty:
-        _empty(ax, "no per-epoch history")
+        empty_panel(ax, "no per-epoch history")
         return
     shown, present = curves_shown(curves, loaders, baseline)
     cmap = plt.get_cmap("tab10")
@@ -257,10 +216,16 @@ def draw_drift(ax: Axes, runs: pd.DataFrame, baseline: str, summaries: Sequence[
     """Baseline epoch time, relative to its cell's mean, against the position in the sweep; blocks shaded.
 
     Relative times put every fraction on one scale: a trend across the sweep means the machine drifted.
+
+    Args:
+        ax: where to draw.
+        runs: the testbed's runs.
+        baseline: the setting drawn.
+        summaries: its fractions, for their colours and the run figure.
     """
     base = runs[(runs["loader"] == baseline) & runs["sweep_pos"].notna()]
     if base.empty:
-        _empty(ax, f"no {baseline} runs with wif.sweep_pos")
+        empty_panel(ax, f"no {baseline} runs with wif.sweep_pos")
         return
     spans = runs.dropna(subset=["sweep_pos", "block"]).groupby("block")["sweep_pos"].agg(["min", "max"])
     for i, (block, span) in enumerate(spans.sort_values("min").iterrows()):
@@ -275,7 +240,7 @@ def draw_drift(ax: Axes, runs: pd.DataFrame, baseline: str, summaries: Sequence[
             fontsize=8,
             color="0.4",
         )
-    colors, value = _fraction_colors(summaries), summaries[0].value
+    colors, value = fraction_colors(summaries), summaries[0].value
     for fraction, group in base.sort_values("sweep_pos").groupby("fraction"):
         relative = group[value] / group[value].mean()
         ax.plot(

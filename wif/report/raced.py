@@ -9,16 +9,20 @@ column and verdict are the race's: the same `replay` the race uses on resume, on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from wif.measure import names
 from wif.report import decision, model
 from wif.report.race import FractionState, RaceRules, replay
 
 
 @dataclass(frozen=True)
 class RaceAnswer:
+    """Where a race ended at one fraction, and the rules it ran by."""
+
     race_id: str
     rules: RaceRules
     state: FractionState
@@ -38,44 +42,61 @@ class RaceAnswer:
         )
 
 
+class RaceRecord(NamedTuple):
+    """What a race's own MLflow run (wif.kind=race) says about it."""
+
+    race_id: str
+    rules: RaceRules
+    same_as: str  # who ran as whom: 'pin=baseline ...'
+    budget: str  # how its time budget ended (tag wif.budget.ended); '' without a budget
+
+
 def race_of(runs: pd.DataFrame) -> str | None:
     """The race these runs all come from, or None (not raced, or runs of several sweeps mixed)."""
     ids = runs["race_id"].dropna().unique() if "race_id" in runs else []
     return str(ids[0]) if len(ids) == 1 and runs["race_id"].notna().all() else None
 
 
-def record_of(client: MlflowClient, experiment_id: str, race_id: str) -> tuple[RaceRules, str, str] | None:
-    """The rules a race ran with, who ran as whom ('pin=baseline ...') and how its time budget ended (tag
-    wif.budget.ended, '' without a budget), from its own MLflow run (wif.kind=race); None when that run is gone."""
+def record_of(client: MlflowClient, experiment_id: str, race_id: str) -> RaceRecord | None:
+    """The rules a race ran with, from its own MLflow run; None when that run is gone."""
     found = client.search_runs(
         [experiment_id],
-        f"tags.`wif.kind` = 'race' and tags.`wif.race_id` = '{race_id}'",
+        f"tags.`{names.TAG_KIND}` = 'race' and tags.`{names.TAG_RACE_ID}` = '{race_id}'",
         order_by=["attributes.start_time DESC"],
         max_results=1,
     )
     if not found:
         return None
     p = found[0].data.params
-    return (
-        RaceRules(
-            int(p["race.min_blocks"]), int(p["race.max_blocks"]), float(p["race.margin"]), float(p["race.confidence"])
-        ),
-        found[0].data.tags.get("wif.race.same_as", ""),
-        found[0].data.tags.get("wif.budget.ended", ""),
+    rules = RaceRules(
+        min_blocks=int(p["race.min_blocks"]),
+        max_blocks=int(p["race.max_blocks"]),
+        margin=float(p["race.margin"]),
+        confidence=float(p["race.confidence"]),
+    )
+    tags = found[0].data.tags
+    return RaceRecord(
+        race_id=race_id,
+        rules=rules,
+        same_as=tags.get("wif.race.same_as", ""),
+        budget=tags.get("wif.budget.ended", ""),
     )
 
 
-def answer(runs: pd.DataFrame, value: str, rules: RaceRules, race_id: str, same_as: str = "") -> RaceAnswer:
+def answer(runs: pd.DataFrame, value: str, record: RaceRecord) -> RaceAnswer:
     """The race's state after its last block at this fraction, recomputed from the runs."""
     fraction = float(runs["fraction"].iloc[0])
     blocks = int(runs["block"].astype(int).max()) + 1
-    state = replay(runs, value, rules, {fraction: sorted(runs["loader"].unique())}, blocks)[fraction]
-    return RaceAnswer(race_id, rules, state, blocks, same_as)
+    state = replay(runs, value, record.rules, {fraction: sorted(runs["loader"].unique())}, blocks)[fraction]
+    return RaceAnswer(race_id=record.race_id, rules=record.rules, state=state, blocks=blocks, same_as=record.same_as)
 
 
 def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame:
-    """The table's 'vs fastest' columns as the race decided: its final look's MCB for the settings left in
-    the race, and the bound each dropped setting was dropped with."""
+    """The table's 'vs fastest' columns as the race decided them.
+
+    The settings left in the race get its final look's MCB; each dropped setting keeps the bound it was
+    dropped with.
+    """
     out = table.copy()
     final = decision.columns(fit, "", race.rules.look_confidence, race.rules.margin)
     vs_best = decision.VS_BEST

@@ -1,7 +1,7 @@
 """Reading the study's training runs from MLflow into one flat DataFrame, one row per run.
 
-The report depends on the tags and metrics training writes (its MLflow contract), never on the
-training code: this module is the only place that knows the names.
+The report depends on the tags and metrics training writes (its MLflow contract), never on the training
+code. The names are `wif.measure.names`'; this module is the only place that maps them to the report's columns.
 """
 
 from __future__ import annotations
@@ -15,53 +15,56 @@ import pandas as pd
 from mlflow.entities import Run, ViewType
 from mlflow.tracking import MlflowClient
 
+from wif.measure import names
+from wif.measure.names import Cell
+
 DEFAULT_EXPERIMENT = "who_is_faster"
-KIND_TAG = "wif.kind"
+KIND_TAG = names.TAG_KIND
 FINISHED = "FINISHED"
-MEDIAN, MEAN = "epoch_time_median_s", "epoch_time_mean_s"  # a run's figure: over its epochs, warm-up left out
+MEDIAN, MEAN = names.EPOCH_TIME_MEDIAN_S, names.EPOCH_TIME_MEAN_S  # a run's figure: over its epochs, warm-up left out
 STATISTICS = {"median": MEDIAN, "mean": MEAN}
-OTHER_CPU = "host_other_cpu_pct"
+OTHER_CPU = names.HOST_OTHER_CPU_PCT
 
 FINAL_METRICS = (
     MEDIAN,
     MEAN,
     OTHER_CPU,
-    "throughput_mean_img_s",
-    "time_total_s",
-    "setup_s",
-    "data_wait_share_mean",
-    "vram_peak_allocated_mb",
-    "vram_peak_reserved_mb",
-    "vram_peak_device_mb",
-    "ram_peak_rss_mb",
-    "ram_peak_uss_mb",
-    "ram_peak_pss_mb",
+    names.THROUGHPUT_MEAN_IMG_S,
+    names.TIME_TOTAL_S,
+    names.SETUP_S,
+    names.DATA_WAIT_SHARE_MEAN,
+    names.VRAM_PEAK_ALLOCATED_MB,
+    names.VRAM_PEAK_RESERVED_MB,
+    names.VRAM_PEAK_DEVICE_MB,
+    names.RAM_PEAK_RSS_MB,
+    names.RAM_PEAK_USS_MB,
+    names.RAM_PEAK_PSS_MB,
     "workers_peak",
-    "val_acc",
-    "test_acc",
-    "copy_s",
-    "compute_mean_s",  # the step's time: against the bound's, what the loader's host work adds to it
-    "gpu_util_mean_pct",  # NVML's busy share over the steady epochs (CUDA)
-    "copy_bytes_per_epoch",  # the last epoch's (per-epoch metrics): wif.report.copycost
+    names.VAL_ACC,
+    names.TEST_ACC,
+    names.COPY_S,
+    names.COMPUTE_MEAN_S,  # the step's time: against the bound's, what the loader's host work adds to it
+    names.GPU_UTIL_MEAN_PCT,  # NVML's busy share over the steady epochs (CUDA)
+    names.COPY_BYTES_PER_EPOCH,  # the last epoch's (per-epoch metrics): wif.report.copycost
 )
 TAGS = {  # column: tag
-    "loader": "wif.loader",
-    "fraction": "wif.fraction",
-    "cell": "wif.cell",
-    "device": "wif.device",
-    "gpu": "wif.gpu",
-    "model": "wif.model",
-    "block": "wif.block",
-    "sweep_pos": "wif.sweep_pos",
-    "sweep_id": "wif.sweep_id",
-    "error": "wif.error",
-    "contended": "wif.contended",
-    "race_id": "wif.race_id",
-    "gpu_uuid": "wif.gpu_uuid",  # the very device: wif.report.copycost matches wif-bandwidth's runs on it
-    "step": "wif.step",
-    "page_cache_cold": "wif.page_cache_cold",
-    "page_cache_note": "wif.page_cache_note",
-    "decode_note": "wif.decode_note",  # data.decode=device on a CPU: wif.report.document.decode_note
+    "loader": names.TAG_LOADER,
+    "fraction": names.TAG_FRACTION,
+    "cell": names.TAG_CELL,
+    "device": names.TAG_DEVICE,
+    "gpu": names.TAG_GPU,
+    "model": names.TAG_MODEL,
+    "block": names.TAG_BLOCK,
+    "sweep_pos": names.TAG_SWEEP_POS,
+    "sweep_id": names.TAG_SWEEP_ID,
+    "error": names.TAG_ERROR,
+    "contended": names.TAG_CONTENDED,
+    "race_id": names.TAG_RACE_ID,
+    "gpu_uuid": names.TAG_GPU_UUID,  # the very device: wif.report.copycost matches wif-bandwidth's runs on it
+    "step": names.TAG_STEP,
+    "page_cache_cold": names.TAG_PAGE_CACHE_COLD,
+    "page_cache_note": names.TAG_PAGE_CACHE_NOTE,
+    "decode_note": names.TAG_DECODE_NOTE,  # data.decode=device on a CPU: wif.report.document.decode_note
 }
 PARAMS = {
     "baseline": "tracking.baseline",
@@ -75,8 +78,11 @@ PAGE_SIZE = 1000
 
 
 def baseline_of(runs: pd.DataFrame) -> str:
-    """The setting these runs' speedups are measured against: the one most of them name (tracking.baseline,
-    which a study sets to its own reference), else `baseline`, the study's plain loader."""
+    """The setting these runs' speedups are measured against.
+
+    It is the one most of them name in tracking.baseline, which a study sets to its own reference. Else it is
+    `baseline`, the study's plain loader.
+    """
     named = runs["baseline"].dropna() if "baseline" in runs else pd.Series(dtype=object)
     return str(named.mode().iloc[0]) if len(named) else "baseline"
 
@@ -188,15 +194,21 @@ def _row(run: Run) -> dict:
 
 
 def _setting(cell: str | None, loader: str | None) -> str:
-    """The row label: the cell without its '@fraction' part (the loader option, plus any knobs that vary)."""
+    """The row label: the cell's setting, the loader option plus any knobs that vary; else the loader."""
     if cell and "@" in cell:
-        return cell.rsplit("@", 1)[0]
+        return Cell.parse(cell).setting
     return loader or "?"
 
 
 def _testbed(device: str | None, gpu: str | None, model: str | None, step: str | None = None) -> str:
-    """What figures may be pooled under: the device, its GPU model, the network trained, and its step when
-    set away from the study's (precision, channels_last, compile, optimizer: tag wif.step)."""
+    """What figures may be pooled under, as one label.
+
+    Args:
+        device: the device the run trained on.
+        gpu: its GPU model; 'none' on a CPU.
+        model: the network trained.
+        step: the step when set away from the study's: precision, channels_last, compile, optimizer (tag wif.step).
+    """
     parts = [device or "unknown device"]
     if gpu and gpu != "none":
         parts.append(gpu)

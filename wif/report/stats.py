@@ -7,12 +7,13 @@ compared as ratios (speedup = baseline time / setting time) on the log scale whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from wif.measure import names
 from wif.report import decision, model
 
 
@@ -62,7 +63,14 @@ def pareto_mask(time: Sequence[float], memory: Sequence[float]) -> np.ndarray:
 
 
 def summarize_cells(runs: pd.DataFrame, value: str, metrics: Sequence[str], confidence: float) -> pd.DataFrame:
-    """One row per loader: repeats, mean of the run figure `value` with its interval, means of `metrics`."""
+    """One row per loader: repeats, mean of the run figure `value` with its interval, means of `metrics`.
+
+    Args:
+        runs: one fraction's runs.
+        value: the run figure compared.
+        metrics: the other figures averaged.
+        confidence: the level of the interval.
+    """
     rows = []
     for loader, group in runs.groupby("loader", sort=False):
         time = mean_ci(group[value], confidence)
@@ -78,9 +86,34 @@ def summarize_cells(runs: pd.DataFrame, value: str, metrics: Sequence[str], conf
     return pd.DataFrame(rows).set_index("loader")
 
 
-def comparison_columns(f: model.Fit, baseline: str, confidence: float, alpha: float, margin: float) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Comparison:
+    """How a fraction's settings are compared: against which setting, on which run figure, at which levels."""
+
+    baseline: str
+    value: str  # the run figure compared: epoch_time_median_s or epoch_time_mean_s
+    confidence: float
+    alpha: float
+    margin: float  # the practical tie, e.g. 0.02
+
+
+class Bound(NamedTuple):
+    """The upper bound's figures a fraction is set against; None where no bound run matches.
+
+    The throughput is from the same testbed and batch size; the step time also from the same fraction.
+    """
+
+    img_s: float | None = None
+    compute_s: float | None = None
+
+
+NO_BOUND = Bound()
+
+
+def comparison_columns(f: model.Fit, how: Comparison) -> pd.DataFrame:
     """The verdict's columns (`wif.report.decide`), the model's estimate named as the table names it."""
-    return decision.columns(f, baseline, confidence, margin, alpha).rename(columns={"time_s": "model_time_s"})
+    columns = decision.columns(f, how.baseline, how.confidence, how.margin, how.alpha)
+    return columns.rename(columns={"time_s": "model_time_s"})
 
 
 @dataclass(frozen=True)
@@ -115,60 +148,49 @@ class FractionSummary:
 
 
 def summarize_fraction(
-    runs: pd.DataFrame,
-    baseline: str,
-    value: str,
-    metrics: Sequence[str],
-    confidence: float,
-    alpha: float,
-    margin: float,
-    bound_img_s: float | None = None,
-    bound_compute_s: float | None = None,
+    runs: pd.DataFrame, metrics: Sequence[str], how: Comparison, bound: Bound = NO_BOUND
 ) -> FractionSummary:
-    """The table, the model's comparisons and the outlier check of one fraction; `bound_img_s` and
-    `bound_compute_s`: the upper bound's throughput and step time (same testbed and batch size; the step time at
-    this fraction, as many batches), the references of 'of bound' and 'step vs bound'."""
-    f = model.fit(runs, value, baseline)
-    table = summarize_cells(runs, value, metrics, confidence)
-    table = table.join(comparison_columns(f, baseline, confidence, alpha, margin)).sort_values("model_time_s")
-    if bound_img_s:
-        table["bound_share"] = table["throughput_mean_img_s"] / bound_img_s
-    if bound_compute_s:  # the loader's host work slowing the step: its interference (wif.advisor.limit)
-        table["step_vs_bound"] = table["compute_mean_s"] / bound_compute_s - 1
+    """The table, the model's comparisons and the outlier check of one fraction.
+
+    Args:
+        runs: the fraction's usable runs on one testbed.
+        metrics: the run figures whose means the table shows.
+        how: the baseline, the run figure and the levels of the comparison.
+        bound: the references of 'of bound' and 'step vs bound'.
+    """
+    f = model.fit(runs, how.value, how.baseline)
+    table = summarize_cells(runs, how.value, metrics, how.confidence)
+    table = table.join(comparison_columns(f, how)).sort_values("model_time_s")
+    if bound.img_s:
+        table["bound_share"] = table[names.THROUGHPUT_MEAN_IMG_S] / bound.img_s
+    if bound.compute_s:  # the loader's host work slowing the step: its interference (wif.advisor.limit)
+        table["step_vs_bound"] = table[names.COMPUTE_MEAN_S] / bound.compute_s - 1
     summary = FractionSummary(
-        float(runs["fraction"].iloc[0]),
-        table,
-        f,
-        baseline,
-        value,
-        margin,
-        missing_in_blocks(runs, value),
-        confidence=confidence,
+        fraction=float(runs["fraction"].iloc[0]),
+        table=table,
+        fit=f,
+        baseline=how.baseline,
+        value=how.value,
+        margin=how.margin,
+        missing=missing_in_blocks(runs, how.value),
+        confidence=how.confidence,
     )
-    flagged = model.outliers(runs, value)
+    flagged = model.outliers(runs, how.value)
     if not flagged.empty:
-        summary.sensitivity = _without(
-            runs.drop(flagged.index), runs.loc[flagged.index], flagged, baseline, value, confidence, alpha, margin
-        )
+        summary.sensitivity = _without(runs, flagged, how)
     return summary
 
 
-def _without(
-    kept: pd.DataFrame,
-    dropped: pd.DataFrame,
-    z: pd.Series,
-    baseline: str,
-    value: str,
-    confidence: float,
-    alpha: float,
-    margin: float,
-) -> Sensitivity:
-    left_out = dropped[["run_id", "loader", "block", value]].assign(z=z)
-    f = model.fit(kept, value, baseline)
-    columns = comparison_columns(f, baseline, confidence, alpha, margin)
+def _without(runs: pd.DataFrame, flagged: pd.Series, how: Comparison) -> Sensitivity:
+    """The answer again with the `flagged` runs left out; `flagged` holds their robust z-scores."""
+    left_out = runs.loc[flagged.index, ["run_id", "loader", "block", how.value]].assign(z=flagged)
+    f = model.fit(runs.drop(flagged.index), how.value, how.baseline)
+    columns = comparison_columns(f, how)
     fastest = list(columns.index[columns["possibly_fastest"].fillna(False).astype(bool)])
     order = np.argsort([f.estimate[f.index(name)] for name in fastest])
-    return Sensitivity(left_out, [fastest[i] for i in order], significance(columns), f)
+    return Sensitivity(
+        left_out=left_out, possibly_fastest=[fastest[i] for i in order], significant=significance(columns), fit=f
+    )
 
 
 def significance(table: pd.DataFrame) -> dict[str, bool]:

@@ -1,5 +1,6 @@
-"""The per-fraction tables: each fraction's Markdown table and its footnotes, its CSV rows, and the testbed
-`Section` that holds them; the whole document around them, with the runs set apart, is `document`'s.
+"""The per-fraction tables: each fraction's Markdown table, its footnotes and its CSV rows.
+
+The testbed's `Section` holds them. The whole document around them, with the runs set apart, is `document`'s.
 
 Everything here formats what `stats` computed; nothing is estimated here.
 """
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from wif.measure import names
+from wif.measure.names import Cell
 from wif.report.copycost import BYTES as COPY_BYTES
 from wif.report.copycost import COLUMN as COPY_AT_BW
 from wif.report.stats import FractionSummary
@@ -49,8 +52,10 @@ def _p(p: float) -> str:
 
 
 def _vs_fastest(r: pd.Series) -> str:
-    """The MCB column: may this setting be the fastest, and how much slower than the fastest at least/most.
-    'slower' only where the lower bound shows it (`wif.report.decide`); a tie is never worded as a loss."""
+    """The MCB column: may this setting be the fastest, and how much slower than the fastest at least and most.
+
+    'slower' only where the lower bound shows it (`wif.report.decide`); a tie is never worded as a loss.
+    """
     if not bool(r["possibly_fastest"]):
         if bool(r.get("clearly_slower", r["slower_at_least"] > 1)):
             return f"≥ {slower_by(r['slower_at_least'])} slower" + (", within margin" if bool(r["tied"]) else "")
@@ -73,8 +78,8 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
     at_bw = COPY_AT_BW in s.table  # only where wif-bandwidth measured this GPU (wif.report.copycost)
     copied = _figured(s.table, COPY_BYTES)
     step = _figured(s.table, "step_vs_bound")
-    busy = _figured(s.table, "gpu_util_mean_pct")
-    stat = "median" if s.value == "epoch_time_median_s" else "mean"
+    busy = _figured(s.table, names.GPU_UTIL_MEAN_PCT)
+    stat = "median" if s.value == names.EPOCH_TIME_MEDIAN_S else "mean"
     header = [
         "loader",
         "n",
@@ -103,24 +108,24 @@ def markdown_table(s: FractionSummary, alpha: float, confidence: float) -> str:
                 str(loader),
                 str(int(r["n"])),
                 time,
-                num(r["throughput_mean_img_s"], ",.0f"),
+                num(r[names.THROUGHPUT_MEAN_IMG_S], ",.0f"),
                 _ratio(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
                 test,
                 _vs_fastest(r),
                 num(r.get("noise", float("nan")), ".1%"),
-                num(r["data_wait_share_mean"], ".1%"),
+                num(r[names.DATA_WAIT_SHARE_MEAN], ".1%"),
             ]
             + ([num(r[COPY_BYTES] / 1e6, ".3g")] if copied else [])
             + [
-                f"{mb(r['vram_peak_allocated_mb'])} / {mb(r['vram_peak_device_mb'])}",
+                f"{mb(r[names.VRAM_PEAK_ALLOCATED_MB])} / {mb(r[names.VRAM_PEAK_DEVICE_MB])}",
                 " / ".join(mb(r[c]) for c in RAM_COLUMNS.values()),
-                num(r["test_acc"]),
+                num(r[names.TEST_ACC]),
             ]
             + ([num(r["bound_share"], ".0%")] if bound else [])
             + ([num(r["step_vs_bound"], "+.0%")] if step else [])
-            + ([num(r["gpu_util_mean_pct"] / 100, ".0%")] if busy else [])
+            + ([num(r[names.GPU_UTIL_MEAN_PCT] / 100, ".0%")] if busy else [])
         )
-        cells += [f"{num(1e3 * r['copy_s'], '.3g')} / {num(r[COPY_AT_BW], '.3g')}"] if at_bw else []
+        cells += [f"{num(1e3 * r[names.COPY_S], '.3g')} / {num(r[COPY_AT_BW], '.3g')}"] if at_bw else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -141,7 +146,7 @@ def footnotes(s: FractionSummary, confidence: float) -> list[str]:
             "less 1: how much longer the step takes beside this loader than on batches already on the device, the "
             "loader's host work slowing it (on a GPU the thread that launches its kernels; on a CPU its cores)."
         )
-    if _figured(s.table, "gpu_util_mean_pct"):
+    if _figured(s.table, names.GPU_UTIL_MEAN_PCT):
         notes.append(
             "'GPU busy': NVML's utilization over the steady epochs (the share of its sample periods in which a "
             "kernel ran); well below 100% with little data wait, the step idles between the kernels the host "
@@ -171,7 +176,7 @@ def csv_rows(s: FractionSummary, runs: pd.DataFrame) -> pd.DataFrame:
     }
     for i, (column, value) in enumerate(where.items()):
         rows.insert(i, column, value)
-    rows.insert(len(where) + 1, "cell", [f"{name}@{s.fraction:g}" for name in rows["loader"]])
+    rows.insert(len(where) + 1, "cell", [str(Cell.of(name, s.fraction)) for name in rows["loader"]])
     rows.insert(len(where) + 2, "rank", range(1, len(rows) + 1))
     rows["statistic"] = s.value
     rows["blocked"] = s.fit.blocked

@@ -1,5 +1,7 @@
-"""The sentences a reader acts on: per fraction, who may be fastest, who is tied, the cheapest of those in
-memory, who is clearly slower and by how much at least; how the comparison was made; whether outliers move it.
+"""The sentences a reader acts on, per fraction: who may be fastest, who is tied, who is clearly slower.
+
+They also name the cheapest in memory of the fastest, and how much slower the slower are at least. Notes say
+how the comparison was made, and whether outliers move it.
 
 Everything here words what `stats` computed; nothing is estimated here.
 """
@@ -12,15 +14,16 @@ from typing import Sequence
 
 import pandas as pd
 
+from wif.measure import names
 from wif.report import model
 from wif.report.stats import FractionSummary, significance
 
 VERDICT_NAMES = 5  # clearly slower settings named in the verdict; the table lists them all
-RAM_COLUMNS = {"rss": "ram_peak_rss_mb", "uss": "ram_peak_uss_mb", "pss": "ram_peak_pss_mb"}
+RAM_COLUMNS = {"rss": names.RAM_PEAK_RSS_MB, "uss": names.RAM_PEAK_USS_MB, "pss": names.RAM_PEAK_PSS_MB}
 VRAM_COLUMNS = {
-    "allocated": "vram_peak_allocated_mb",
-    "reserved": "vram_peak_reserved_mb",
-    "device": "vram_peak_device_mb",
+    "allocated": names.VRAM_PEAK_ALLOCATED_MB,
+    "reserved": names.VRAM_PEAK_RESERVED_MB,
+    "device": names.VRAM_PEAK_DEVICE_MB,
 }
 
 
@@ -44,15 +47,17 @@ def mb(value: float) -> str:
 
 
 def slower_by(x: float) -> str:
-    """How much slower a ratio x >= 1 is: '2.46x' for a clear gap, '0.4%' below 1.1x, where two decimals
-    of x would read '1.00x', as if not slower at all."""
+    """How much slower a ratio x >= 1 is: '2.46x' for a clear gap, '0.4%' below 1.1x.
+
+    Below 1.1x, two decimals of x would read '1.00x', as if not slower at all.
+    """
     return f"{x:.2f}x" if x >= 1.1 else f"{100 * (x - 1):.1f}%"
 
 
 def method_note(s: FractionSummary, confidence: float) -> str:
     """How the comparisons were made, in words a practitioner can check."""
     f = s.fit
-    what = "run medians of epoch time" if s.value == "epoch_time_median_s" else "run means of epoch time"
+    what = "run medians of epoch time" if s.value == names.EPOCH_TIME_MEDIAN_S else "run means of epoch time"
     design = (
         f"setting + block ({f.n_blocks} blocks)"
         if f.blocked
@@ -189,10 +194,10 @@ def _cheapest(pool: pd.DataFrame, rules: Verdicts) -> str:
             picks[label] = (best, f"{_column_label(column)} {mb(pool.loc[best, column])} MB")
     if not picks or len(pool) < 2:
         return ""
-    names = {name for name, _ in picks.values()}
-    if len(names) == 1:
+    picked = {name for name, _ in picks.values()}
+    if len(picked) == 1:
         figures = ", ".join(f"peak {label} {what}" for label, (_, what) in picks.items())
-        return f"; the cheapest in memory among them is **{names.pop()}** ({figures})"
+        return f"; the cheapest in memory among them is **{picked.pop()}** ({figures})"
     return "; the cheapest among them " + " and ".join(
         f"in {label} is **{name}** (peak {what})" for label, (name, what) in picks.items()
     )

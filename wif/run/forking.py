@@ -1,7 +1,9 @@
-"""The process that forks runs (a sweep's jobs, wif-tune's trials, wif-advise's runs), made ready once:
-warm, its one-time imports paid before the first fork, and serial, off torch's CPU thread pool, which is not
-fork-safe; each forked run gets the thread count back before its first op, and a process wif borrowed (a
-notebook) gets it back once its runs are done. Apart from `training`, which is what each forked run does.
+"""The process that forks runs, made ready once: a sweep's jobs, wif-tune's trials, wif-advise's runs.
+
+It is made warm, its one-time imports paid before the first fork. It is made serial, off torch's CPU thread
+pool, which is not fork-safe. Each forked run gets the thread count back before its first op. A process wif
+borrowed, such as a notebook, gets it back once its runs are done. Apart from `training`, which is what each
+forked run does.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ _PARENT_THREADS: list = []  # torch's intra-op threads as they were before seria
 
 
 def serial_parent() -> None:
-    """Keep a process that forks runs off torch's CPU thread pool. GNU OpenMP (torch's intra-op threads) is not
-    fork-safe: a child forked after its parent ran a parallel op waits forever at its own first one, for pool
-    threads that exist only in the parent. wif-advise hung so on an H200 and here at data.fraction=0.4: it had
-    drawn the subset (a randperm of 50,000) on its threads, and its first run never left data generation.
-    On one thread no pool starts; each forked run gets the count back (`forked_run_threads`)."""
+    """Keep a process that forks runs off torch's CPU thread pool.
+
+    GNU OpenMP, torch's intra-op threads, is not fork-safe. A child forked after its parent ran a parallel op
+    waits forever at its own first one, for pool threads that exist only in the parent. wif-advise hung so on
+    an H200 and here at data.fraction=0.4. It had drawn the subset, a randperm of 50,000, on its threads, and
+    its first run never left data generation. On one thread no pool starts; each forked run gets the count
+    back (`forked_run_threads`).
+    """
     if not _PARENT_THREADS:
         _PARENT_THREADS.append(torch.get_num_threads())
         torch.set_num_threads(1)
@@ -48,6 +53,6 @@ def forked_run_threads() -> None:
 
 
 def parent_threads_back() -> None:
-    """A process wif borrowed (`wif.advise()` in a notebook) gets its threads back once its runs are done."""
+    """Give a process wif borrowed its threads back once its runs are done: `wif.advise()` in a notebook."""
     if _PARENT_THREADS:
         torch.set_num_threads(_PARENT_THREADS.pop())

@@ -1,20 +1,19 @@
 """One training epoch and one evaluation pass, timed without disturbing what they time.
 
-Read top to bottom: the host clock brackets the epoch between two synchronizations; inside, the host
-time spent waiting for a batch (fetch plus the transfer call) is summed, and compute is bracketed by
-`StepClock`. Losses and accuracy stay on the device and are read once, after the epoch's sync. On CUDA a
-blocking copy also waits for the kernels already queued (the previous step's): `CopyClock` takes that part
-out of the data wait into `gpu_blocked_s`, so the data wait is the loader's alone.
+Read top to bottom. The host clock brackets the epoch between two synchronizations. Inside, the host's wait
+for a batch is summed: the fetch plus the transfer call. `StepClock` brackets the compute. Losses and
+accuracy stay on the device and are read once, after the epoch's sync.
+
+On CUDA a blocking copy also waits for the kernels already queued, the previous step's. `CopyClock` moves
+that part out of the data wait into `gpu_blocked_s`, so the data wait is the loader's alone.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import torch
-from torch import nn
 
 from wif.data.loaders import Batch, Batches
 from wif.data.transfer import Transfer, batch_nbytes, copies_from_host
@@ -24,12 +23,16 @@ from wif.run.step import Step
 
 
 def _labels(batch: Batch) -> int:
+    """The samples in one of wif's own batches: its labels."""
     return len(batch[1])
 
 
 def samples_in(batch: Any, fallback: int) -> int:
-    """How many samples a batch holds: the length of its first tensor with a batch dimension, searched depth
-    first through tuples, lists and dicts (a dict's first value may be a list of file names: its length)."""
+    """How many samples a batch holds: the length of its first tensor with a batch dimension.
+
+    The search is depth first through tuples, lists and dicts. A dict's first value may be a list of file
+    names: its length counts.
+    """
     if isinstance(batch, torch.Tensor):
         return len(batch) if batch.dim() else fallback
     values = list(batch.values()) if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else []
@@ -44,8 +47,11 @@ def samples_in(batch: Any, fallback: int) -> int:
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """`fn` applied to every tensor of a batch, its structure kept: tuples and namedtuples, lists, dicts and
-    mappings of a library's own (HF's BatchEncoding); anything else as it is."""
+    """`fn` applied to every tensor of a batch, its structure kept.
+
+    Tuples, namedtuples, lists, dicts and a library's own mappings such as HF's BatchEncoding are rebuilt;
+    anything else is kept as it is.
+    """
     if isinstance(batch, torch.Tensor):
         return fn(batch)
     if isinstance(batch, dict):
@@ -62,15 +68,16 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 
 
 class TimedFeed:
-    """An epoch's batches, on the device, with the host's wait summed: time in `next()` plus the transfer
-    call (a blocking copy blocks; a non_blocking one from pinned memory returns at once). Compute between
-    two batches is not counted: the clock restarts when the next batch is asked for. With `copies`, the bytes
-    of every batch are summed too (shape times item size: host metadata, no sync).
+    """An epoch's batches, on the device, with the host's wait summed.
 
-    With a CUDA `device`, each blocking copy in a transfer call is bracketed by events (`CopyClock`): the
-    host's time in it beyond the copy's own device time was spent behind the GPU's queued work, and
-    `data_wait`, `copy` and `gpu_blocked` (read after the epoch's synchronization) keep it apart from the
-    loader's part."""
+    The wait is the time in `next()` plus the transfer call. A blocking copy blocks; a non_blocking one from
+    pinned memory returns at once. Compute between two batches is not counted: the clock restarts when the
+    next batch is asked for. With `copies`, every batch's bytes are summed too, from host metadata: no sync.
+
+    With a CUDA `device`, events bracket each blocking copy in a transfer call (`CopyClock`). The host's time
+    in it beyond the copy's own device time was spent behind the GPU's queued work. `data_wait`, `copy` and
+    `gpu_blocked` keep that apart from the loader's part; read them after the epoch's synchronization.
+    """
 
     def __init__(
         self,
@@ -80,10 +87,15 @@ class TimedFeed:
         copies: bool = False,
         device: Optional[torch.device] = None,
     ) -> None:
-        """`count`: the samples in a batch as `transfer` returns it (wif's own: its labels; a user's batch
-        of any structure: wif.tools.api counts it its own way). `copies`: the batches crossed from the host
-        (`wif.data.transfer.copies_from_host`), so their bytes are what the epoch copied. `device`: where the
-        transfer queues its copies (None: the transfer copies nothing, as the user's batches in time_epochs)."""
+        """Time `batches` as `transfer` sends them.
+
+        Args:
+            batches: the epoch's host batches.
+            transfer: sends a batch to the device.
+            count: the samples in a sent batch; wif.tools.api counts a user's batch its own way.
+            copies: the batches cross from the host (`wif.data.transfer.copies_from_host`): their bytes count.
+            device: where the transfer queues its copies; None where it copies nothing (time_epochs).
+        """
         self.batches, self.transfer, self.count, self.copies = batches, transfer, count, copies
         self.samples, self.host_wait, self.host_copy, self.first_batch = 0, 0.0, 0.0, float("nan")
         self.copy_bytes = 0
@@ -119,7 +131,9 @@ class TimedFeed:
 
     def gpu_blocked(self) -> Optional[float]:
         """The host's time in transfer calls spent behind the GPU's queued work; None without a CUDA device.
-        Read after the epoch's synchronization (the events must have completed)."""
+
+        Read it after the epoch's synchronization: the events must have completed.
+        """
         if self.clock is not None and self._blocked is None:
             self._blocked = self.clock.gpu_blocked_s()
         return self._blocked
@@ -137,6 +151,15 @@ class TimedFeed:
     def stats(
         self, t_start: float, t0: float, train_loss: Optional[float], compute_s: float, gpu_idle_s: Optional[float]
     ) -> EpochStats:
+        """The epoch's figures, its clock stopped now.
+
+        Args:
+            t_start: time.monotonic() at the epoch's start.
+            t0: time.perf_counter() at the epoch's start.
+            train_loss: the epoch's mean loss; None in loader-only mode.
+            compute_s: the step's time on the device.
+            gpu_idle_s: the device's idle time between steps; None where not measured.
+        """
         t_end = time.perf_counter()  # the figures below read the copy events: after the epoch's clock stops
         return EpochStats(
             epoch_time_s=t_end - t0,
@@ -155,19 +178,13 @@ class TimedFeed:
         )
 
 
-def train_epoch(
-    model: nn.Module,
-    batches: Batches,
-    transfer: Transfer,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: nn.Module,
-    aux_weight: float,
-    device: torch.device,
-    step: Optional[Step] = None,
-) -> EpochStats:
-    """`step` carries the configured precision and memory format; without it, the study's fp32 step."""
-    step = step or Step(model, optimizer, loss_fn, aux_weight, device)
-    model.train()
+def train_epoch(step: Step, batches: Batches, transfer: Transfer) -> EpochStats:
+    """One timed training epoch of `step` over `batches`, each sent to the device by `transfer`.
+
+    The step carries the model, optimizer, loss, precision and memory format.
+    """
+    device = step.device
+    step.model.train()
     clock = StepClock(device)
     loss_sum = torch.zeros((), device=device)
     feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer), device=device)
@@ -178,13 +195,19 @@ def train_epoch(
         loss_sum += step(x, y) * len(y)  # stays on the device: no per-step sync
         clock.stop()
     synchronize(device)  # sync point: the epoch's queued work is done
-    return feed.stats(t_start, t0, loss_sum.item() / max(feed.samples, 1), clock.compute_s(), clock.gpu_idle_s())
+    return feed.stats(
+        t_start=t_start,
+        t0=t0,
+        train_loss=loss_sum.item() / max(feed.samples, 1),
+        compute_s=clock.compute_s(),
+        gpu_idle_s=clock.gpu_idle_s(),
+    )
 
 
 def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> EpochStats:
     """The loader and transfer alone, timed as `train_epoch` times them: how fast they can feed a device.
 
-    Nothing consumes the batches; the final synchronization waits for every queued copy, so a non_blocking
+    Nothing consumes the batches. The final synchronization waits for every queued copy, so a non_blocking
     copy is counted in the epoch time even though the host did not wait for it.
     """
     feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer), device=device)
@@ -193,20 +216,24 @@ def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> 
     for _ in feed:
         pass
     synchronize(device)  # sync point: every queued copy is done
-    return feed.stats(t_start, t0, None, 0.0, None)
+    return feed.stats(t_start=t_start, t0=t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
+
+
+class Evaluation(NamedTuple):
+    """One pass over a split in evaluation mode."""
+
+    loss: float  # the mean loss
+    acc: float  # the share of samples classified right
+    seconds: float
 
 
 @torch.inference_mode()
-def evaluate(
-    model: nn.Module,
-    batches: Batches,
-    transfer: Transfer,
-    loss_fn: nn.Module,
-    device: torch.device,
-    step: Optional[Step] = None,
-) -> Tuple[float, float, float]:
-    """(mean loss, accuracy, seconds) over a split, in the step's precision and memory format; one
-    synchronization at the end."""
+def evaluate(step: Step, batches: Batches, transfer: Transfer) -> Evaluation:
+    """One pass of `step`'s model over a split, in the step's precision and memory format.
+
+    One synchronization at the end.
+    """
+    model, device = step.model, step.device
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
@@ -215,12 +242,12 @@ def evaluate(
     t0 = time.perf_counter()
     for host_batch in batches:
         x, y = transfer(host_batch)
-        with step.autocast() if step else contextlib.nullcontext():
-            logits = model(step.inputs(x) if step else x)
-            loss_sum += loss_fn(logits, y).float() * len(y)
+        with step.autocast():
+            logits = model(step.inputs(x))
+            loss_sum += step.loss_fn(logits, y).float() * len(y)
         correct += (logits.argmax(1) == y).sum()
         samples += len(y)
     synchronize(device)
     seconds = time.perf_counter() - t0
     n = max(samples, 1)
-    return loss_sum.item() / n, correct.item() / n, seconds
+    return Evaluation(loss=loss_sum.item() / n, acc=correct.item() / n, seconds=seconds)

@@ -31,6 +31,7 @@ class TinyNet(nn.Module):
         self.head = nn.Linear(c_in, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch of images."""
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
@@ -95,7 +96,14 @@ def model_label(cfg: ModelConfig) -> str:
 
 
 def training_loss(model_out: object, target: torch.Tensor, loss_fn: nn.Module, aux_weight: float) -> torch.Tensor:
-    """GoogLeNet in training mode returns (logits, aux2, aux1): the original recipe weights the aux losses."""
+    """The training loss of a model's output; GoogLeNet's aux losses weighted as its original recipe does.
+
+    Args:
+        model_out: logits, or GoogLeNet's (logits, aux2, aux1) in training mode.
+        target: the labels.
+        loss_fn: the loss.
+        aux_weight: the aux losses' weight.
+    """
     if isinstance(model_out, torch.Tensor):
         return loss_fn(model_out, target)
     logits, aux2, aux1 = model_out

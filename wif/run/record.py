@@ -1,6 +1,8 @@
-"""The supervisor's record of one forked run: each message the run sends through the pipe, logged to MLflow
-(the record opened once the run has built its data), the progress line, the stopping rule's answer after
-each epoch under trainer.epochs=auto, and the run's summary. `wif.run.supervise` forks the run and feeds it.
+"""The supervisor's record of one forked run, fed by `wif.run.supervise`.
+
+Each message the run sends through the pipe is logged to MLflow; the record is opened once the run has built
+its data. The record also writes the progress line, asks the stopping rule after each epoch under
+trainer.epochs=auto, and makes the run's summary.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wif.config import Config, TrainerConfig
-from wif.measure import epochs
+from wif.measure import epochs, names
 from wif.measure.contention import HostCpuMeter, is_contended
 from wif.measure.epochs import figures
 from wif.measure.lifetime import signals_held
@@ -21,23 +23,34 @@ from wif.measure.tracking import Tracker
 from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide
 
 log = logging.getLogger("wif")
-# The memory peaks trainer.epochs=auto waits on: summed RSS of the run's tree (sampled from outside), device
-# memory from NVML, and torch's allocator peaks (sent by the run). Each must stop rising before a run stops.
-MEMORY_PEAKS = ("ram_peak_rss_mb", "vram_peak_device_mb", "vram_peak_allocated_mb", "vram_peak_reserved_mb")
+# The peaks trainer.epochs=auto waits on to stop rising: the tree's RSS, NVML's device memory, torch's own peaks.
+MEMORY_PEAKS = (
+    names.RAM_PEAK_RSS_MB,
+    names.VRAM_PEAK_DEVICE_MB,
+    names.VRAM_PEAK_ALLOCATED_MB,
+    names.VRAM_PEAK_RESERVED_MB,
+)
+# An epoch's storage and decoding figures, logged where the run measured them (docs/formats.md, docs/transfers.md)
+READ_FIGURES = (
+    names.STORAGE_READ_BYTES,
+    names.PAGE_CACHE_RESIDENT_FRAC,
+    names.PAGE_CACHE_COLD,
+    names.MINOR_FAULTS,
+    names.DECODE_SLOW_PATH_IMAGES,
+)
 
 
 def stop_rule(tr: TrainerConfig, between: Optional[Between] = None) -> StopRule:
     """The run's stopping rule; `between`: its cell's between-run noise, for auto_target=auto."""
-    target = None if tr.auto_target == "auto" else float(tr.auto_target)
     return StopRule(
-        tr.warmup_epochs,
-        tr.min_epochs,
-        tr.max_epochs,
-        target,
-        tr.auto_confidence,
-        tr.memory_window,
-        tr.memory_tolerance,
-        between,
+        warmup=tr.warmup_epochs,
+        min_epochs=tr.min_epochs,
+        max_epochs=tr.max_epochs,
+        target=None if tr.auto_target == "auto" else float(tr.auto_target),
+        confidence=tr.auto_confidence,
+        memory_window=tr.memory_window,
+        memory_tolerance=tr.memory_tolerance,
+        between=between,
     )
 
 
@@ -72,107 +85,118 @@ class RunRecord:
         return self.run_id
 
     def on_message(self, kind: str, p: Dict[str, Any]) -> None:
+        """Take one message of the run; what comes before its data waits for the record to exist."""
         if self.run_id is None and kind not in ("rank", "error"):
             if kind != "data":  # the device and the run's first tags wait for the record
                 self.pending.append((kind, p))
                 return
             self.open()  # the data is built (a user's factory called once, and checked): the record is opened
-        if kind == "device":
-            tags = {"wif.gpu": p["name"]}
-            if p["type"] == "cuda":
-                self.sampler.attach_gpu(p["uuid"])
-                tags.update(
-                    {
-                        "wif.gpu_uuid": p["uuid"],
-                        "wif.cuda": p["cuda"],
-                        "wif.gpu_capability": p["capability"],
-                        "wif.gpu_driver": self.sampler.gpu.driver if self.sampler.gpu else "unknown",
-                    }
-                )
-            self.tracker.set_tags(self.run_id, tags)
-        elif kind == "data":
-            self.final["data_load_s"] = p["data_load_s"]
-            self.tracker.set_tags(self.run_id, {f"wif.n_{k}": p[k] for k in ("train", "val", "test")})
-        elif kind == "tags":
-            self.tracker.set_tags(self.run_id, p)
-        elif kind == "setup":  # setup_s, and compile_s with trainer.compile=true
-            self.final.update(p)
-        elif kind == "epoch":
-            self._on_epoch(p)
-        elif kind == "result":
-            self.final.update(p)
-            self.done = True
-        elif kind == "error":
-            self.error = p
-        elif kind == "artifact":  # trainer.nproc>1 with measure.rank_indices: each rank's samples
-            self.tracker.client.log_dict(self.run_id, p["data"], p["name"])
-        elif kind == "rank":  # trainer.nproc>1: each rank's process and GPU, for its workers and VRAM
-            self.sampler.add_rank(p["rank"], p["pid"], p["uuid"])
+        handle = {
+            "device": self._on_device,
+            "data": self._on_data,
+            "tags": self._on_tags,
+            "setup": self.final.update,  # setup_s, and compile_s with trainer.compile=true
+            "epoch": self._on_epoch,
+            "result": self._on_result,
+            "error": self._on_error,
+            "artifact": self._on_artifact,  # trainer.nproc>1 with measure.rank_indices: each rank's samples
+            "rank": self._on_rank,  # trainer.nproc>1: each rank's process and GPU, for its workers and VRAM
+        }.get(kind)
+        if handle is not None:
+            handle(p)
+
+    def _on_device(self, p: Dict[str, Any]) -> None:
+        tags = {names.TAG_GPU: p["name"]}
+        if p["type"] == "cuda":
+            self.sampler.attach_gpu(p["uuid"])
+            tags.update(
+                {
+                    names.TAG_GPU_UUID: p["uuid"],
+                    names.TAG_CUDA: p["cuda"],
+                    names.TAG_GPU_CAPABILITY: p["capability"],
+                    names.TAG_GPU_DRIVER: self.sampler.gpu.driver if self.sampler.gpu else "unknown",
+                }
+            )
+        self.tracker.set_tags(self.run_id, tags)
+
+    def _on_data(self, p: Dict[str, Any]) -> None:
+        self.final[names.DATA_LOAD_S] = p[names.DATA_LOAD_S]
+        self.tracker.set_tags(self.run_id, {f"wif.n_{k}": p[k] for k in ("train", "val", "test")})
+
+    def _on_tags(self, p: Dict[str, Any]) -> None:
+        self.tracker.set_tags(self.run_id, p)
+
+    def _on_result(self, p: Dict[str, Any]) -> None:
+        self.final.update(p)
+        self.done = True
+
+    def _on_error(self, p: Dict[str, Any]) -> None:
+        self.error = p
+
+    def _on_artifact(self, p: Dict[str, Any]) -> None:
+        self.tracker.client.log_dict(self.run_id, p["data"], p["name"])
+
+    def _on_rank(self, p: Dict[str, Any]) -> None:
+        self.sampler.add_rank(p["rank"], p["pid"], p["uuid"])
 
     def _on_epoch(self, p: Dict[str, Any]) -> None:
         self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
-        m = {
-            **figures(p),
-            "train_loss": p["train_loss"],
-            "val_loss": p.get("val_loss"),
-            "val_acc": p.get("val_acc"),
-            "val_time_s": p.get("val_time_s"),
-            "host_other_cpu_pct": self.meter.other_pct(-2, -1),
-            "tree_cpu_s": self.meter.tree_s(-2, -1),
-        }
-        m.update(
-            {
-                k: p[k]
-                for k in (
-                    "storage_read_bytes",
-                    "page_cache_resident_frac",
-                    "page_cache_cold",
-                    "minor_faults",
-                    "decode_slow_path_images",
-                )
-                if k in p
-            }
-        )  # docs/formats.md, docs/transfers.md
-        m["copy_bytes_per_epoch"] = p.get("copy_bytes_per_epoch")  # host-to-device bytes (None is not logged)
-        m.update({k: v for k, v in p.items() if k.startswith("rank") or k == "slowest_rank"})  # trainer.nproc>1
-        m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
+        m = self._epoch_metrics(p)
         self.sampler.poke()
         memory = {k: v for k, v in self.sampler.peaks(p["t_start"], time.monotonic()).items() if k in MEMORY_PEAKS}
         memory.update({k: p[k] for k in MEMORY_PEAKS if k in p})  # torch's own VRAM peaks, from the run
         self.epochs.append({**p, **m, "memory": memory})
         self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
-        tr = self.conf.trainer
-        if tr.auto:
+        if self.conf.trainer.auto:
             self.decision = decide(
-                [e["epoch_time_s"] for e in self.epochs],
+                [e[names.EPOCH_TIME_S] for e in self.epochs],
                 {k: [e["memory"].get(k, 0.0) for e in self.epochs] for k in memory},
-                self.rule or stop_rule(tr),
-                self.start_cost(),
+                self.rule or stop_rule(self.conf.trainer),
+                start_cost=self.start_cost(),
             )
         if self.conf.progress:
-            val = f"  val_acc {m['val_acc']:.3f}" if m["val_acc"] is not None else ""  # none in loader-only mode
-            d = self.decision
-            pin = "" if d is None or d.half_width is None else f"  median +/- {100 * d.half_width:.1f}%"
-            pin += f" (target {100 * d.target:.1f}%)" if pin and d.target is not None else ""
-            pin += f"  memory rising: {', '.join(d.growing)}" if d is not None and d.growing else ""
-            log.info(
-                "%s  epoch %d/%s  %.2f s  %.0f img/s  data wait %.0f%%%s%s%s",
-                self.label,
-                p["epoch"] + 1,
-                f"auto<={tr.max_epochs}" if tr.auto else tr.epochs,
-                m["epoch_time_s"],
-                m["throughput_img_s"],
-                100 * m["data_wait_share"],
-                val,
-                pin,
-                self.contention_note(m["host_other_cpu_pct"]),
-            )
+            log.info(self.progress_line(p, m))
         if self.decision is not None and self.decision.stop:
             log.info("%s  stops: %s", self.label, self.decision.reason)
 
+    def _epoch_metrics(self, p: Dict[str, Any]) -> Dict[str, Any]:
+        """The metrics an epoch logs: its figures, the others' CPU share, and the tree's CPU means."""
+        m = {
+            **figures(p),
+            names.TRAIN_LOSS: p[names.TRAIN_LOSS],
+            names.VAL_LOSS: p.get(names.VAL_LOSS),
+            names.VAL_ACC: p.get(names.VAL_ACC),
+            names.VAL_TIME_S: p.get(names.VAL_TIME_S),
+            names.HOST_OTHER_CPU_PCT: self.meter.other_pct(-2, -1),
+            names.TREE_CPU_S: self.meter.tree_s(-2, -1),
+        }
+        m.update({k: p[k] for k in READ_FIGURES if k in p})
+        m[names.COPY_BYTES_PER_EPOCH] = p.get(names.COPY_BYTES_PER_EPOCH)  # host-to-device bytes (None: not logged)
+        m.update({k: v for k, v in p.items() if k.startswith("rank") or k == "slowest_rank"})  # trainer.nproc>1
+        m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
+        return m
+
+    def progress_line(self, p: Dict[str, Any], m: Dict[str, Any]) -> str:
+        """The epoch's progress line: its time, throughput and data wait, and the stopping rule's state."""
+        tr = self.conf.trainer
+        val = f"  val_acc {m[names.VAL_ACC]:.3f}" if m[names.VAL_ACC] is not None else ""  # none in loader-only mode
+        d = self.decision
+        pin = "" if d is None or d.half_width is None else f"  median +/- {100 * d.half_width:.1f}%"
+        pin += f" (target {100 * d.target:.1f}%)" if pin and d.target is not None else ""
+        pin += f"  memory rising: {', '.join(d.growing)}" if d is not None and d.growing else ""
+        total = f"auto<={tr.max_epochs}" if tr.auto else tr.epochs
+        return (
+            f"{self.label}  epoch {int(p['epoch']) + 1}/{total}  {m[names.EPOCH_TIME_S]:.2f} s  "
+            f"{m[names.THROUGHPUT_IMG_S]:.0f} img/s  data wait {100 * m['data_wait_share']:.0f}%"
+            f"{val}{pin}{self.contention_note(m[names.HOST_OTHER_CPU_PCT])}"
+        )
+
     def start_cost(self) -> Optional[float]:
-        """The run's start (fork, data, model, warm-up epochs) in steady epochs, each counted start to start
-        (validation and logging included): Kalibera and Jones' cost of a run against an epoch's."""
+        """The run's start in steady epochs: Kalibera and Jones' cost of a run against an epoch's.
+
+        The start is the fork, data, model and warm-up epochs. Each epoch counts start to start, with its
+        validation and logging.
+        """
         starts = [e["t_start"] for e in self.epochs[self.conf.trainer.warmup_epochs :]]
         per_epoch = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else 0.0
         return (starts[0] - self.t_spawn) / per_epoch if per_epoch > 0 and self.t_spawn else None
@@ -182,6 +206,7 @@ class RunRecord:
         return STOP if self.decision is not None and self.decision.stop else GO_ON
 
     def stop_reason(self) -> str:
+        """Why the run stopped, in one line: its tag wif.stop_reason."""
         tr = self.conf.trainer
         if not tr.auto:
             return f"trainer.epochs={tr.epochs} (fixed)"
@@ -200,15 +225,18 @@ class RunRecord:
         )
 
     def summary(self, t_end: float) -> Dict[str, float]:
-        """The run's steady summary (wif.measure.epochs), with what only the harness knows: the whole run's
-        time with validation and test, the stopping rule's pin, the tree's memory peaks, others' CPU share."""
+        """The run's steady summary (wif.measure.epochs), with what only the harness knows.
+
+        That is the whole run's time with validation and test, the stopping rule's pin, the tree's memory
+        peaks, and the others' CPU share.
+        """
         out = {**self.final, **epochs.summary(self.epochs, self.conf.trainer.warmup_epochs)}
-        whole = sum(e["epoch_time_s"] + (e["val_time_s"] or 0.0) for e in self.epochs)
-        out["time_total_s"] = whole + self.final.get("test_time_s", 0.0)
+        whole = sum(e[names.EPOCH_TIME_S] + (e[names.VAL_TIME_S] or 0.0) for e in self.epochs)
+        out[names.TIME_TOTAL_S] = whole + self.final.get("test_time_s", 0.0)
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         out.update(self.sampler.peaks(self.epochs[0]["t_start"], t_end))
         other = self.measured_other_cpu_pct()
         if other is not None:
-            out["host_other_cpu_pct"] = other
+            out[names.HOST_OTHER_CPU_PCT] = other
         return out

@@ -1,6 +1,8 @@
-"""The training step as the user's configuration asks for it: the optimizer named by
-`trainer.optimizer._target_`, `trainer.precision` (autocast; a GradScaler for fp16), `trainer.channels_last`
-and `trainer.compile`. The loop in `wif.run.loop` times the step; nothing here synchronizes the device.
+"""The training step as the user's configuration asks for it.
+
+That is the optimizer named by `trainer.optimizer._target_`, `trainer.precision` (autocast, and a GradScaler
+for fp16), `trainer.channels_last` and `trainer.compile`. The loop in `wif.run.loop` times the step; nothing
+here synchronizes the device.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
+from dataclasses import dataclass, field
 from typing import Any, ContextManager, Dict, Iterable, Optional
 
 import torch
@@ -24,12 +27,14 @@ DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
 def build_optimizer(
     tr: TrainerConfig, params: Iterable[nn.Parameter], device: Optional[torch.device] = None
 ) -> torch.optim.Optimizer:
-    """trainer.optimizer._target_ with trainer.lr, momentum and weight_decay where it takes them (SGD with
-    the study's settings by default); trainer.optimizer.kwargs adds or overrides arguments.
+    """Build trainer.optimizer._target_, by default SGD with the study's settings.
 
-    Under trainer.precision=fp16 on CUDA an optimizer that takes `fused` gets fused=True (unless the kwargs
-    choose fused, foreach or differentiable): GradScaler then hands it found_inf on the device, where an
-    unfused step reads it with `.item()`, a synchronization every step (`Step.syncs_every_step` says which)."""
+    It gets trainer.lr, momentum and weight_decay where it takes them; trainer.optimizer.kwargs adds or
+    overrides arguments. Under trainer.precision=fp16 on CUDA, an optimizer that takes `fused` gets
+    fused=True, unless the kwargs choose fused, foreach or differentiable. GradScaler then hands it found_inf
+    on the device. An unfused step reads it with `.item()`: a synchronization every step
+    (`Step.syncs_every_step` says which).
+    """
     target = tr.optimizer._target_
     cls = importable("trainer.optimizer._target_", target)
     try:
@@ -68,42 +73,49 @@ def step_label(tr: TrainerConfig) -> str:
     return "+".join(parts)
 
 
+@dataclass(eq=False)
 class Step:
-    """Forward, loss, backward and optimizer step on one batch already on the device; returns the detached
-    loss (left on the device: reading it would synchronize)."""
+    """Forward, loss, backward and optimizer step on one batch already on the device.
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        loss_fn: nn.Module,
-        aux_weight: float,
-        device: torch.device,
-        precision: Precision = Precision.fp32,
-        channels_last: bool = False,
-    ) -> None:
-        self.model, self.optimizer, self.loss_fn, self.aux_weight = model, optimizer, loss_fn, aux_weight
-        self.device, self.dtype, self.channels_last = device, DTYPES.get(precision), channels_last
-        self.scaler = torch.amp.GradScaler(device.type) if precision is Precision.fp16 else None
+    Returns the detached loss, left on the device: reading it would synchronize.
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: nn.Module
+    aux_weight: float
+    device: torch.device
+    precision: Precision = Precision.fp32
+    channels_last: bool = False
+    dtype: Optional[torch.dtype] = field(init=False)  # autocast's; None under fp32
+    scaler: Optional[torch.amp.GradScaler] = field(init=False)  # fp16's
+
+    def __post_init__(self) -> None:
+        self.dtype = DTYPES.get(self.precision)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision is Precision.fp16 else None
 
     def syncs_every_step(self) -> bool:
-        """fp16: GradScaler.step reads found_inf with `.item()` (a device sync each step) unless the optimizer
-        unscales and skips in its own fused step (`_step_supports_amp_scaling`)."""
+        """Whether fp16's GradScaler.step reads found_inf with `.item()`, a device sync each step.
+
+        It does not where the optimizer unscales and skips in its own fused step (`_step_supports_amp_scaling`).
+        """
         return self.scaler is not None and not getattr(self.optimizer, "_step_supports_amp_scaling", False)
 
     def autocast(self) -> ContextManager[Any]:
+        """The precision's autocast; nothing under fp32."""
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch of images in the step's memory format."""
         if self.channels_last and x.dim() == 4:
             return x.contiguous(memory_format=torch.channels_last)
         return x
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with self.autocast():
-            loss = training_loss(self.model(self.inputs(x)), y, self.loss_fn, self.aux_weight)
+            loss = training_loss(self.model(self.inputs(x)), y, loss_fn=self.loss_fn, aux_weight=self.aux_weight)
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler is None:
             loss.backward()
@@ -125,23 +137,24 @@ def prepare_model(model: nn.Module, tr: TrainerConfig) -> nn.Module:
 
 
 def compile_now(step: Step, batch: Optional[tuple], device: torch.device) -> float:
-    """Seconds spent compiling: forward and backward in training mode and forward in evaluation mode on a
-    real batch and on half of it, so the compilation lands here and not in a timed epoch. Weights, buffers (batch
-    norm statistics) and gradients are restored: the warm-up trains nothing."""
+    """Compile the model now, not in a timed epoch; returns the seconds it took.
+
+    It runs forward and backward in training mode, and forward in evaluation mode, on a real batch and on half
+    of it. Weights, buffers such as batch norm statistics, and gradients are restored: the warm-up trains nothing.
+    """
     if batch is None:
         return 0.0
     model = step.model
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     x, y = batch
-    # A second, smaller batch makes torch.compile mark the batch size dynamic, so an epoch's last, partial
-    # batch does not recompile inside a timed epoch.
+    # A smaller second batch marks the batch size dynamic: an epoch's partial last batch does not recompile.
     shapes = [(x, y)] + ([(x[: len(x) // 2], y[: len(y) // 2])] if len(x) > 1 else [])
     synchronize(device)
     t0 = time.perf_counter()
     for xs, ys in shapes:
         model.train()
         with step.autocast():
-            loss = training_loss(model(step.inputs(xs)), ys, step.loss_fn, step.aux_weight)
+            loss = training_loss(model(step.inputs(xs)), ys, loss_fn=step.loss_fn, aux_weight=step.aux_weight)
         loss.backward()
         model.eval()
         with torch.inference_mode(), step.autocast():

@@ -1,11 +1,16 @@
 """One run in a process of its own, watched from outside: the forked child that trains, and its supervisor.
 
-The supervising process (the one Hydra runs) has imported torch but never initializes CUDA, never
-loads data and never runs torch compute (its thread pools do not survive a fork); each run is a child
-forked from it, so a run starts in milliseconds yet owns its memory high-water marks, CUDA context and
-DataLoader workers, and a hard crash of the run cannot take the sweep down. The child sends its figures
-through a pipe; the supervisor samples the child's process tree, hands each message to the run's record
-(`wif.run.record`: MLflow, the progress line, the stopping rule) and returns the run's outcome and summary.
+The supervising process, the one Hydra runs, has imported torch. It never initializes CUDA, never loads data
+and never runs torch compute: its thread pools do not survive a fork. Each run is a child forked from it. So
+a run starts in milliseconds, yet owns its memory high-water marks, CUDA context and DataLoader workers. A
+hard crash of the run cannot take the sweep down.
+
+The child sends its figures through a pipe. The supervisor samples the child's process tree and hands each
+message to the run's record (`wif.run.record`: MLflow, the progress line, the stopping rule). It returns
+the run's outcome and summary.
+
+`supervise` reads as its steps: `start_child`, `relay_messages`, then `end_child` and `outcome`, or
+`stop_interrupted` after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,14 +26,15 @@ from typing import Any, Callable, Dict, Optional
 from wif.config import Config, ConfigError, Device, UserCodeError
 from wif.config.exits import describe
 from wif.data.formats.splits import cold_verdict
+from wif.measure import names
 from wif.measure.contention import HostCpuMeter
 from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, stop_tree
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.run.between import read_between
 from wif.run.forking import forked_run_threads
 from wif.run.record import RunRecord, stop_rule
-from wif.run.stopping import read_between
 from wif.run.training import train
 
 INTERRUPT_GRACE_S = 5.0
@@ -46,6 +52,7 @@ def cuda_present() -> bool:
 
 
 def resolve_device(requested: Device) -> str:
+    """The device a run gets: "cuda" where asked for or auto and present, else "cpu"."""
     cuda = cuda_present()
     if requested is Device.cuda and not cuda:
         raise ConfigError(
@@ -56,14 +63,16 @@ def resolve_device(requested: Device) -> str:
 
 
 def interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM (a scheduler, `kill`) ends a run the way Ctrl-C does: marked KILLED, workers stopped."""
+    """End a run on SIGTERM (a scheduler, `kill`) the way Ctrl-C does: marked KILLED, workers stopped."""
     raise KeyboardInterrupt
 
 
 def _quiet_in_forked_children() -> None:
-    """A process the run forks (a DataLoader worker) is ended by the run, not by the signal that interrupts the
-    run: SIGTERM ends it at once (the run's `interrupt` would raise, and a worker still in multiprocessing's
-    start-up prints that as a traceback) and Ctrl-C, which reaches the whole group, leaves it to the run."""
+    """Leave a process the run forks, such as a DataLoader worker, to be ended by the run.
+
+    SIGTERM ends it at once: the run's `interrupt` would raise, and a worker still in multiprocessing's
+    start-up prints that as a traceback. Ctrl-C reaches the whole group: the worker leaves it to the run.
+    """
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -73,8 +82,16 @@ def _quiet_in_forked_children() -> None:
 
 # ----------------------------------------------------------------------------- the child
 def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
-    """Runs in the forked child: train, send everything through the pipe, never touch MLflow; dies with
-    the supervisor, even one killed with SIGKILL."""
+    """Train in the forked child, sending everything through the pipe; never touch MLflow.
+
+    The child dies with the supervisor, even one killed with SIGKILL.
+
+    Args:
+        conf: the run's configuration.
+        device: "cuda" or "cpu".
+        conn: the child's end of the pipe.
+        supervisor: the supervisor's pid.
+    """
     die_with_parent(supervisor)
     import torch
 
@@ -84,6 +101,7 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     os.register_at_fork(after_in_child=_quiet_in_forked_children)
 
     def emit(kind: str, payload: Dict[str, Any]) -> Any:
+        """Send a message; after an epoch, wait for the supervisor's answer."""
         conn.send((kind, payload))
         if kind == "epoch":
             return conn.recv()  # wait while the supervisor logs (and, under epochs=auto, decides): never in an epoch
@@ -113,20 +131,66 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
 # ----------------------------------------------------------------------------- the supervisor
 @dataclass
 class Outcome:
+    """How a supervised run ended, its summary, and its MLflow record."""
+
     status: str = FAILED  # or REFUSED: the user's dataset factory failed in the run's process, no record opened
     error: Optional[Dict[str, Any]] = None
     summary: Dict[str, float] = field(default_factory=dict)
     run_id: Optional[str] = None  # the MLflow run, once opened
 
 
+@dataclass
+class Child:
+    """The forked run as its supervisor holds it: the process, its pipe, and what samples it from outside."""
+
+    proc: Any  # a multiprocessing Process
+    conn: Any  # the supervisor's end of the pipe
+    sampler: TreeSampler
+    meter: HostCpuMeter
+    t_spawn: float  # time.monotonic() just before the fork
+
+
 def supervise(
     conf: Config, device: str, tracker: Tracker, open_run: Callable[[], str], label: str, tags: Dict[str, str]
 ) -> Outcome:
-    """Fork the run and watch it. Its MLflow record (`open_run`) is created once its process has built the
-    data: a dataset factory that fails or returns the wrong thing is REFUSED with no record, and called once."""
+    """Fork the run and watch it.
+
+    Its MLflow record (`open_run`) is created once its process has built the data. A dataset factory that
+    fails or returns the wrong thing is REFUSED with no record, and called once.
+
+    Args:
+        conf: the run's configuration.
+        device: "cuda" or "cpu".
+        tracker: the MLflow store the record goes to.
+        open_run: creates the run's MLflow record.
+        label: the run's name in the progress lines.
+        tags: the run's tags; auto_target=auto reads its cell's earlier runs by them.
+    """
     tr = conf.trainer  # auto_target=auto: the cell's earlier runs, read once before the fork, never in an epoch
-    auto = tr.auto and tr.auto_target == "auto"
-    between = read_between(tracker.client, tracker.experiment_id, tags) if auto else None
+    between = (
+        read_between(tracker.client, tracker.experiment_id, tags) if tr.auto and tr.auto_target == "auto" else None
+    )
+    child = start_child(conf, device, label)
+    run = RunRecord(
+        conf=conf,
+        tracker=tracker,
+        open_run=open_run,
+        label=label,
+        sampler=child.sampler,
+        meter=child.meter,
+        rule=stop_rule(tr, between),
+        t_spawn=child.t_spawn,
+    )
+    try:
+        t_end = relay_messages(child, run)
+    except KeyboardInterrupt:
+        return stop_interrupted(child, run)
+    end_child(child)
+    return outcome(conf, tracker, child=child, run=run, t_end=t_end)
+
+
+def start_child(conf: Config, device: str, label: str) -> Child:
+    """Fork the run's process, then start sampling its process tree and the host's CPU."""
     ctx = mp.get_context("fork")
     conn, child_end = ctx.Pipe()
     target = _child_main
@@ -145,44 +209,70 @@ def supervise(
     sampler.start()
     meter = HostCpuMeter(proc.pid)
     meter.mark()
-    run = RunRecord(conf, tracker, open_run, label, sampler, meter, rule=stop_rule(tr, between), t_spawn=t_spawn)
+    return Child(proc=proc, conn=conn, sampler=sampler, meter=meter, t_spawn=t_spawn)
+
+
+def relay_messages(child: Child, run: RunRecord) -> float:
+    """Hand each message of the run to its record, and answer each epoch; returns when the result came."""
+    proc, conn = child.proc, child.conn
     t_end = 0.0
-    try:
-        while proc.is_alive() or conn.poll():
-            if conn.poll(0.2):
-                try:
-                    kind, payload = conn.recv()
-                except EOFError:
-                    break
-                run.on_message(kind, payload)
-                if kind == "epoch":
-                    conn.send(run.answer())
-                elif kind == "result":
-                    t_end = time.monotonic()
-    except KeyboardInterrupt:
-        proc.join(INTERRUPT_GRACE_S)  # Ctrl-C reached the run too: let it end by itself first
-        stop_tree(sampler.seen())
-        proc.join()
-        sampler.stop()
-        return Outcome(
-            KILLED,
-            {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C, SIGTERM, or SIGUSR2)"},
-            run_id=run.open(),
-        )
-    proc.join()
-    sampler.stop()
-    stop_tree(sampler.seen())  # DataLoader workers outliving a crashed run
-    if run.done and proc.exitcode == 0:
+    while proc.is_alive() or conn.poll():
+        if conn.poll(0.2):
+            try:
+                kind, payload = conn.recv()
+            except EOFError:
+                break
+            run.on_message(kind, payload)
+            if kind == "epoch":
+                conn.send(run.answer())
+            elif kind == "result":
+                t_end = time.monotonic()
+    return t_end
+
+
+def stop_interrupted(child: Child, run: RunRecord) -> Outcome:
+    """Ctrl-C or SIGTERM: the run, which got it too, ends by itself first, then its whole tree is stopped."""
+    child.proc.join(INTERRUPT_GRACE_S)
+    stop_tree(child.sampler.seen())
+    child.proc.join()
+    child.sampler.stop()
+    return Outcome(
+        status=KILLED,
+        error={"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C, SIGTERM, or SIGUSR2)"},
+        run_id=run.open(),
+    )
+
+
+def end_child(child: Child) -> None:
+    """Wait for the run's process, stop sampling, and stop DataLoader workers that outlived a crashed run."""
+    child.proc.join()
+    child.sampler.stop()
+    stop_tree(child.sampler.seen())
+
+
+def outcome(conf: Config, tracker: Tracker, child: Child, run: RunRecord, t_end: float) -> Outcome:
+    """The ended run's outcome: its summary and final tags when it finished, else its error.
+
+    Args:
+        conf: the run's configuration.
+        tracker: the MLflow store.
+        child: the ended run's process.
+        run: its record.
+        t_end: time.monotonic() when its result came; 0 if none came.
+    """
+    if run.done and child.proc.exitcode == 0:
         cold = cold_verdict(run.epochs, conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
-        tracker.set_tags(run.open(), {"wif.stop_reason": run.stop_reason(), **(cold or {}), **sampler.gpu_tags()})
+        run_id = run.open()
+        tracker.set_tags(run_id, {names.TAG_STOP_REASON: run.stop_reason(), **(cold or {}), **child.sampler.gpu_tags()})
         summary = run.summary(t_end)
-        summary["sampler_cpu_pct"] = sampler.own_cost_pct()
-        return Outcome(FINISHED, summary=summary, run_id=run.run_id)
+        summary[names.SAMPLER_CPU_PCT] = child.sampler.own_cost_pct()
+        return Outcome(status=FINISHED, summary=summary, run_id=run.run_id)
     error = run.error or {
         "type": "ProcessDied",
-        "message": f"the run's process {how_it_ended(proc.exitcode)}",
+        "message": f"the run's process {how_it_ended(child.proc.exitcode)}",
         "traceback": "",
     }
     if run.run_id is None and error.get("user_code"):
-        return Outcome(REFUSED, error)  # no record: the user's dataset factory, as the check before the fork was
-    return Outcome(KILLED if error["type"] == "KeyboardInterrupt" else FAILED, error, run_id=run.open())
+        return Outcome(status=REFUSED, error=error)  # no record: the user's dataset factory failed in the run
+    status = KILLED if error["type"] == "KeyboardInterrupt" else FAILED
+    return Outcome(status=status, error=error, run_id=run.open())

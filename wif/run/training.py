@@ -1,53 +1,58 @@
 """One run of the study, start to finish: data, loaders, model, epochs, test.
 
-It reports through `emit(kind, payload)` and knows nothing of MLflow or of the process it runs in, so
-tests can call `train` directly and the job supervisor can run it in an isolated child process.
+It reports through `emit(kind, payload)` and knows nothing of MLflow or of the process it runs in. So tests
+can call `train` directly, and the job supervisor can run it in an isolated child process.
+
+`train` reads as its steps: `start_device`, `build_loaders` (wif.run.batches), `wrap_transfer`, then either
+`run_loader_only`, or `build_step`, `time_setup`, the epochs (`Epochs.run`) and `run_test`.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from itertools import islice
-from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset, IterableDataset, Sampler, default_collate
+from torch.utils.data import Dataset, Sampler
 
-from wif.config import Config, ConfigError, DataSource, EngineName, TrainerMode, TransferKind
-from wif.data.custom import custom_datasets
-from wif.data.datasets import Datasets, Split, load_datasets, split_indices
-from wif.data.decode import device_decode, encoded_datasets
-from wif.data.engines import build_engine_batches
-from wif.data.formats.splits import EpochStorage, format_datasets
-from wif.data.loaders import Batch, Batches, FixedBatches
+from wif.config import Config, TrainerMode, TransferKind
+from wif.data.decode import device_decode
+from wif.data.formats.splits import EpochStorage
+from wif.data.loaders import Batch, Batches
 from wif.data.transfer import StreamPrefetcher, Transfer, make_transfer
+from wif.measure import names
+from wif.measure.epochs import EpochStats
 from wif.measure.timing import synchronize
-from wif.run.heap import keep_heap
+from wif.run.batches import MB, Built, Emit, build_loaders, compile_batch
 from wif.run.loop import evaluate, loader_epoch, train_epoch
 from wif.run.model import build_model
 from wif.run.step import Step, build_optimizer, compile_now, prepare_model
 from wif.run.stopping import STOP
 
-Emit = Callable[[str, Dict[str, Any]], Any]  # an epoch's answer: STOP ends the run
-MB = 1024 * 1024
-
 
 class Ranks(Protocol):
-    """What `train` asks of one rank of a data-parallel run (trainer.nproc>1, wif.run.ddp.rank); without it,
-    `train` is the one-process run it always was."""
+    """What `train` asks of one rank of a data-parallel run (trainer.nproc>1, wif.run.ddp.rank).
 
-    def sampler(self, dataset: Dataset, shuffle: bool) -> Sampler: ...  # this rank's shard of a split
+    Without it, `train` is the one-process run it always was.
+    """
 
-    def wrap(self, model: nn.Module) -> nn.Module: ...  # DistributedDataParallel
+    def sampler(self, dataset: Dataset, shuffle: bool) -> Sampler:
+        """This rank's shard of a split."""
 
-    def begin_epoch(self, epoch: int) -> None: ...  # set_epoch on the shards, then the ranks meet
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The model as a DistributedDataParallel replica."""
+
+    def begin_epoch(self, epoch: int) -> None:
+        """set_epoch on the shards, then the ranks meet."""
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's random generators."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -68,28 +73,8 @@ def device_info(device: torch.device) -> Dict[str, Any]:
     }
 
 
-def _to_device(data: Datasets, device: torch.device, image_size: int) -> Datasets:
-    """gpu_resident: move every split, after checking it fits; the host copies are then dropped.
-
-    Images decoded per sample are decoded once here (no augmentation): decoding cannot happen on the
-    device, so the run is tagged `wif.resident_decoded`.
-    """
-    splits = [s if isinstance(s, Split) else s.materialize(image_size) for s in (data.train, data.val, data.test)]
-    need = sum(s.nbytes for s in splits)
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        if need > free:
-            raise ConfigError(
-                f"loader=gpu_resident needs {need / MB:.0f} MiB on the device for the dataset, but "
-                f"only {free / MB:.0f} of {total / MB:.0f} MiB are free. Lower data.fraction, or "
-                "choose a loader option that streams batches."
-            )
-    train, val, test = (Split(s.images.to(device), s.labels.to(device)) for s in splits)
-    return Datasets(train, val, test, data.num_classes)
-
-
 class CappedBatches:
-    """trainer.max_batches: the first `limit` batches of each epoch (wif-tune times a fixed number)."""
+    """trainer.max_batches: the first `limit` batches of each epoch; wif-tune times a fixed number."""
 
     def __init__(self, batches: Batches, limit: int) -> None:
         self.batches, self.limit = batches, limit
@@ -101,95 +86,18 @@ class CappedBatches:
         return min(len(self.batches), self.limit)
 
 
-def _fixed_batches(cfg: Config, device: torch.device) -> Dict[str, FixedBatches]:
-    """data=fixed: as many batches as the configured split would give; validation and test one batch each
-    (their figures mean nothing on random data, so they cost as little as possible)."""
-    d = cfg.data
-    train_idx, val_idx = split_indices(d.num_train, d.fraction, d.val_split, d.seed)
-    sizes = {"train": len(train_idx), "val": min(len(val_idx), d.batch_size), "test": min(d.num_test, d.batch_size)}
-    return {
-        name: FixedBatches(n, d.batch_size, d.image_size, d.num_classes, device, cfg.seed + i)
-        for i, (name, n) in enumerate(sizes.items())
-    }
-
-
 def _vram_peaks(device: torch.device) -> Dict[str, float]:
+    """torch's allocator peaks on a CUDA device; none on a CPU."""
     if device.type != "cuda":
         return {}
     return {
-        "vram_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / MB,
-        "vram_peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MB,
+        names.VRAM_PEAK_ALLOCATED_MB: torch.cuda.max_memory_allocated(device) / MB,
+        names.VRAM_PEAK_RESERVED_MB: torch.cuda.max_memory_reserved(device) / MB,
     }
 
 
-def _build_batches(
-    cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] = None
-) -> Tuple[Dict[str, Batches], int, float, Any]:
-    """Each split's batches as the loader and transfer options ask, the number of classes, and when the
-    set-up began: the data load is timed apart (`data_load_s`); building loaders and, for gpu_resident,
-    moving the data to the device count as set-up."""
-    t0 = time.perf_counter()
-    if cfg.data.source is DataSource.fixed:  # no data to load: batches are made on the device
-        if device.type == "cpu":  # its activations live on the host heap, which no data load has grown
-            emit("tags", {"wif.heap_kept": str(keep_heap()).lower()})
-        batches: Dict[str, Batches] = dict(_fixed_batches(cfg, device))
-        emit(
-            "data",
-            {
-                **{name: b.samples for name, b in batches.items()},
-                "num_classes": cfg.data.num_classes,
-                "data_load_s": time.perf_counter() - t0,
-            },
-        )
-        return batches, cfg.data.num_classes, time.perf_counter(), None
-    if cfg.data.source is DataSource.custom:
-        data = custom_datasets(cfg.data)
-    else:
-        load = format_datasets if cfg.data.format is not None else load_datasets
-        data = load(cfg.data, uint8=cfg.transfer.uint8)  # uint8: normalized on the device
-        if cfg.data.decode.value == "device":  # the workers hand over encoded bytes: wif.data.decode
-            data = encoded_datasets(data, cfg.data)
-    t_setup = time.perf_counter()
-    emit(
-        "data",
-        {
-            "train": len(data.train),
-            "val": len(data.val),
-            "test": len(data.test),
-            "num_classes": data.num_classes,
-            "data_load_s": t_setup - t0,
-        },
-    )
-    resident = cfg.transfer.kind is TransferKind.resident
-    if resident:
-        emit("tags", {"wif.resident_decoded": not isinstance(data.train, Split)})
-        data = _to_device(data, device, cfg.data.image_size)
-    pin = cfg.loader.pin_memory and device.type == "cuda"
-    batches = {
-        name: build_engine_batches(
-            split,
-            cfg.loader,
-            cfg.engine,
-            cfg.data.batch_size,
-            train=name == "train",
-            seed=cfg.seed,
-            pin=pin,
-            resident=resident,
-            data=cfg.data,
-            device=device,
-            sampler=ranks.sampler if ranks is not None else None,
-        )
-        for name, split in (("train", data.train), ("val", data.val), ("test", data.test))
-        if name != "val" or len(split) > 0
-    }
-    # data.val_split=0: no validation loader at all. An empty one still starts its workers after every epoch,
-    # and the forks make the next epoch's writes copy-on-write (benchmarks/your_workload.py saw +18%).
-    return batches, data.num_classes, t_setup, data.train
-
-
-def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] = None) -> None:
-    """Run one configuration; every figure it measures leaves through `emit`. `ranks`: this process is one
-    rank of several (trainer.nproc>1)."""
+def start_device(cfg: Config, device: torch.device, emit: Emit) -> None:
+    """Seed, take the device and its thread count; emits the device and torch's thread count."""
     seed_everything(cfg.seed)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -197,99 +105,167 @@ def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] 
     emit("device", device_info(device))
     if cfg.trainer.threads is not None:  # before the model's first op and any worker (engines restore this count)
         torch.set_num_threads(cfg.trainer.threads)
-    # torch's intra-op threads as the run starts (trainer.threads, torch's default or OMP_NUM_THREADS): each
-    # epoch's `compute_threads` says whether the model computed with as many (an engine's workers may change it)
-    emit("tags", {"wif.torch_threads": str(torch.get_num_threads())})
-    loaders, num_classes, t0, train_set = _build_batches(cfg, device, emit, ranks)
-    tr = cfg.trainer
-    if tr.max_batches is not None:
-        loaders["train"] = CappedBatches(loaders["train"], tr.max_batches)
+    # Each epoch's `compute_threads` is compared with this count: an engine's workers may change it.
+    emit("tags", {names.TAG_TORCH_THREADS: str(torch.get_num_threads())})
+
+
+@dataclass
+class Feed:
+    """Each split's batches as the loop iterates them, and how a batch reaches the device."""
+
+    loaders: Dict[str, Batches]
+    transfer: Transfer
+    decoded: Callable[[], Dict[str, float]]  # images decoded on a slow path since the last call
+
+
+def wrap_transfer(cfg: Config, device: torch.device, emit: Emit, loaders: Dict[str, Batches]) -> Feed:
+    """Cap the training batches, then wrap every split for its transfer to the device.
+
+    Args:
+        cfg: the run's configuration.
+        device: where the batches go.
+        emit: takes the device decoder's tags under data.decode=device.
+        loaders: each split's host batches.
+    """
+    if cfg.trainer.max_batches is not None:
+        loaders = {**loaders, "train": CappedBatches(loaders["train"], cfg.trainer.max_batches)}
     decode = device_decode(cfg.data, device, cfg.transfer.non_blocking)  # data.decode=device: decoded in transfer
     if decode is not None:
         emit("tags", decode.tags())
     if cfg.transfer.kind is TransferKind.stream:  # wraps the capped batches: never prefetches past the cap
         loaders = {
-            name: StreamPrefetcher(b, device, cfg.transfer.non_blocking, cfg.transfer.uint8, decode)
+            name: StreamPrefetcher(
+                b, device, non_blocking=cfg.transfer.non_blocking, uint8=cfg.transfer.uint8, decode=decode
+            )
             for name, b in loaders.items()
         }
     transfer = make_transfer(cfg.transfer, device, decode)
-    decoded = decode.epoch_figures if decode is not None else dict  # images on a slow path, per training epoch
-    storage = EpochStorage(cfg.data)  # evicts the data's files before each epoch under data.page_cache=cold
-    if tr.mode is TrainerMode.loader_only:  # no model: the loader and transfer alone, timed the same way
-        synchronize(device)
-        emit("setup", {"setup_s": time.perf_counter() - t0})
-        for epoch in range(tr.epoch_limit):
-            if ranks is not None:
-                ranks.begin_epoch(epoch)
-            storage.before()
-            decoded()
-            stats = loader_epoch(loaders["train"], transfer, device)
-            if (
-                emit("epoch", {"epoch": epoch, **asdict(stats), **storage.after(), **decoded(), **_vram_peaks(device)})
-                == STOP
-            ):
-                break
-        emit("result", _vram_peaks(device))
-        return
+    return Feed(loaders=loaders, transfer=transfer, decoded=decode.epoch_figures if decode is not None else dict)
 
-    model = prepare_model(build_model(cfg.model, num_classes).to(device), tr)
+
+@dataclass
+class Epochs:
+    """The run's epochs: what surrounds each one, and where its figures go."""
+
+    limit: int  # trainer.epoch_limit; under trainer.epochs=auto the supervisor answers STOP once pinned
+    device: torch.device
+    emit: Emit
+    feed: Feed
+    storage: EpochStorage  # evicts the data's files before each epoch under data.page_cache=cold
+    ranks: Optional[Ranks] = None
+
+    def run(self, one_epoch: Callable[[], EpochStats], validation: Callable[[], Dict[str, float]]) -> None:
+        """Run `one_epoch`, then `validation`, until the limit or the supervisor's STOP; emits each epoch's figures."""
+        for epoch in range(self.limit):
+            if self.ranks is not None:
+                self.ranks.begin_epoch(epoch)
+            self.storage.before()
+            self.feed.decoded()
+            stats = one_epoch()
+            read = {**self.storage.after(), **self.feed.decoded()}
+            val = validation()
+            figures = {"epoch": epoch, **asdict(stats), **val, **read, **_vram_peaks(self.device)}
+            if self.emit("epoch", figures) == STOP:
+                break
+
+
+def run_loader_only(epochs: Epochs, t_setup: float) -> None:
+    """trainer.mode=loader_only: no model, the loader and transfer alone, timed the same way."""
+    device, feed = epochs.device, epochs.feed
+    synchronize(device)
+    epochs.emit("setup", {names.SETUP_S: time.perf_counter() - t_setup})
+    epochs.run(lambda: loader_epoch(feed.loaders["train"], feed.transfer, device), dict)
+    epochs.emit("result", _vram_peaks(device))
+
+
+def build_step(cfg: Config, device: torch.device, emit: Emit, built: Built, ranks: Optional[Ranks]) -> Step:
+    """The model on the device, wrapped for its rank, and the step that trains it.
+
+    Args:
+        cfg: the run's configuration.
+        device: where the model trains.
+        emit: takes, under fp16 on CUDA, whether GradScaler reads found_inf every step.
+        built: the run's batches and classes.
+        ranks: this rank of several, or None.
+    """
+    tr = cfg.trainer
+    model = prepare_model(build_model(cfg.model, built.num_classes).to(device), tr)
     if ranks is not None:
         model = ranks.wrap(model)
     optimizer = build_optimizer(tr, model.parameters(), device)
-    step = Step(model, optimizer, nn.CrossEntropyLoss(), cfg.model.aux_weight, device, tr.precision, tr.channels_last)
-    if step.scaler is not None and device.type == "cuda":  # fp16: does GradScaler read found_inf every step?
+    step = Step(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=nn.CrossEntropyLoss(),
+        aux_weight=cfg.model.aux_weight,
+        device=device,
+        precision=tr.precision,
+        channels_last=tr.channels_last,
+    )
+    if step.scaler is not None and device.type == "cuda":
         emit("tags", {"wif.step_syncs": str(step.syncs_every_step()).lower()})
-    synchronize(device)
-    setup_s = time.perf_counter() - t0
+    return step
+
+
+def time_setup(cfg: Config, step: Step, built: Built, feed: Feed, emit: Emit) -> None:
+    """Emit the set-up's seconds, and torch.compile's apart from them under trainer.compile.
+
+    Args:
+        cfg: the run's configuration.
+        step: the step, on its device.
+        built: the run's batches, and when the set-up began.
+        feed: the batches as the loop iterates them.
+        emit: where the figures go.
+    """
+    synchronize(step.device)
+    setup_s = time.perf_counter() - built.t_setup
     # torch.compile compiles at the first call: on one real batch here, timed apart from setup and epochs.
-    compile_s = (
-        compile_now(step, compile_batch(cfg, loaders["train"], train_set, transfer), device) if tr.compile else None
+    compile_s = None
+    if cfg.trainer.compile:
+        batch = compile_batch(cfg, loader=feed.loaders["train"], train_set=built.train_set, transfer=feed.transfer)
+        compile_s = compile_now(step, batch, step.device)
+    emit("setup", {names.SETUP_S: setup_s, **({names.COMPILE_S: compile_s} if cfg.trainer.compile else {})})
+
+
+def validation_figures(step: Step, feed: Feed) -> Dict[str, float]:
+    """The validation split's figures after an epoch; none at data.val_split=0."""
+    if "val" not in feed.loaders:
+        return {}
+    val = evaluate(step, feed.loaders["val"], feed.transfer)
+    return {names.VAL_LOSS: val.loss, names.VAL_ACC: val.acc, names.VAL_TIME_S: val.seconds}
+
+
+def run_test(step: Step, feed: Feed, emit: Emit) -> None:
+    """Emit the test split's figures and the run's VRAM peaks."""
+    test = evaluate(step, feed.loaders["test"], feed.transfer)
+    result = {"test_loss": test.loss, names.TEST_ACC: test.acc, "test_time_s": test.seconds}
+    emit("result", {**result, **_vram_peaks(step.device)})
+
+
+def train(cfg: Config, device: torch.device, emit: Emit, ranks: Optional[Ranks] = None) -> None:
+    """Run one configuration; every figure it measures leaves through `emit`.
+
+    Args:
+        cfg: the run's configuration.
+        device: where it trains.
+        emit: takes each message; its answer to an epoch may be STOP.
+        ranks: this process is one rank of several (trainer.nproc>1); None: the only one.
+    """
+    start_device(cfg, device, emit)
+    built = build_loaders(cfg, device, emit, sampler=ranks.sampler if ranks is not None else None)
+    feed = wrap_transfer(cfg, device, emit, loaders=built.loaders)
+    epochs = Epochs(
+        limit=cfg.trainer.epoch_limit,
+        device=device,
+        emit=emit,
+        feed=feed,
+        storage=EpochStorage(cfg.data),
+        ranks=ranks,
     )
-    emit("setup", {"setup_s": setup_s, **({"compile_s": compile_s} if tr.compile else {})})
-
-    for epoch in range(tr.epoch_limit):  # trainer.epochs=auto: the supervisor answers STOP once pinned
-        if ranks is not None:
-            ranks.begin_epoch(epoch)
-        storage.before()
-        decoded()
-        stats = train_epoch(
-            model, loaders["train"], transfer, optimizer, step.loss_fn, cfg.model.aux_weight, device, step
-        )
-        read = {**storage.after(), **decoded()}
-        val = {}
-        if "val" in loaders:
-            val = dict(
-                zip(
-                    ("val_loss", "val_acc", "val_time_s"),
-                    evaluate(model, loaders["val"], transfer, step.loss_fn, device, step),
-                )
-            )
-        if emit("epoch", {"epoch": epoch, **asdict(stats), **val, **read, **_vram_peaks(device)}) == STOP:
-            break
-
-    test_loss, test_acc, test_time = evaluate(model, loaders["test"], transfer, step.loss_fn, device, step)
-    emit("result", {"test_loss": test_loss, "test_acc": test_acc, "test_time_s": test_time, **_vram_peaks(device)})
-
-
-def compile_batch(cfg: Config, loader: Batches, train_set: Any, transfer: Transfer) -> Any:
-    """The batch torch.compile compiles on, as the step gets it (on the device, converted or decoded there).
-    Drawn from a loader with persistent workers, it would start them before the first timed epoch, whose
-    `first_batch_s` would then miss their start-up: such a batch is collated here, in this process, from the
-    training set's first samples instead, and sent as the loop's batches are sent (under transfer=stream by the
-    prefetcher's own copy: the loop's transfer is then nothing, its batches already on the device)."""
-    persistent = (
-        cfg.engine.name is EngineName.dataloader
-        and cfg.loader.persistent_workers
-        and cfg.loader.num_workers > 0
-        and train_set is not None
-    )
-    if not persistent:
-        return transfer(next(iter(loader)))
-    send = loader.copy if isinstance(loader, StreamPrefetcher) else transfer
-    n = cfg.data.batch_size
-    if isinstance(train_set, Split):  # tensors held in RAM
-        return send((train_set.images[:n], train_set.labels[:n]))
-    collate = getattr(train_set, "collate", default_collate)  # data.decode=device: its encoded batch
-    if isinstance(train_set, IterableDataset):
-        return send(collate(list(islice(iter(train_set), n))))
-    return send(collate([train_set[i] for i in range(min(n, len(train_set)))]))
+    if cfg.trainer.mode is TrainerMode.loader_only:
+        run_loader_only(epochs, built.t_setup)
+        return
+    step = build_step(cfg, device, emit, built=built, ranks=ranks)
+    time_setup(cfg, step, built=built, feed=feed, emit=emit)
+    epochs.run(lambda: train_epoch(step, feed.loaders["train"], feed.transfer), lambda: validation_figures(step, feed))
+    run_test(step, feed, emit)

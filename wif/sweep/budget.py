@@ -1,13 +1,14 @@
 """A time budget for a sweep (`sweep.budget_min`), the pure part: what a job costs, what fits, what is left.
 
 A job's price is its start (fork, Hydra's set-up, data) plus its epochs: `overhead_s + fixed_s + epochs *
-epoch_s`. Its *expected* price plans what fits; its *upper* price (the most epochs it may plausibly take,
-times SAFETY) decides whether it may start at all, so no job is started that cannot finish inside the
-budget (cheaper jobs after a refused one still may start). A running job is never stopped by the budget:
-the check comes before each start. The prices come
-from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe), and each job this sweep
-runs replaces the guess for its cell with what it measured; cells not run yet are scaled by how far the
-measured jobs were from their guesses.
+epoch_s`. Its *expected* price plans what fits. Its *upper* price, the most epochs it may plausibly take
+times SAFETY, decides whether it may start at all. So no job starts that cannot finish inside the budget,
+and cheaper jobs after a refused one still may. A running job is never stopped: the check comes before
+each start.
+
+The prices come from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe). Each
+job this sweep runs replaces the guess for its cell with what it measured. Cells not run yet are scaled by
+how far the measured jobs were from their guesses.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from wif.measure.names import Cell
 
 SAFETY = 1.2  # a job starts only if 1.2x its upper price fits in what is left
 END_RESERVE_S = 5.0  # the sweep's own end (the last look, the record, the exit) after its last job
@@ -33,10 +36,12 @@ class CellCost:
     epoch_s: float
 
     def seconds(self, epochs: float) -> float:
+        """The run's price at `epochs` epochs."""
         return self.overhead_s + self.fixed_s + epochs * self.epoch_s
 
     def scaled(self, ratio: float) -> "CellCost":
-        return CellCost(self.overhead_s * ratio, self.fixed_s * ratio, self.epoch_s * ratio)
+        """Every part times `ratio`."""
+        return CellCost(overhead_s=self.overhead_s * ratio, fixed_s=self.fixed_s * ratio, epoch_s=self.epoch_s * ratio)
 
 
 PROBE_BATCHES = 4  # training batches in a probe epoch, at least
@@ -44,9 +49,11 @@ PROBE_DRAINS = 2  # ... or as many as twice the batches the loader holds in flig
 
 
 def probe_batches(in_flight: int) -> int:
-    """A probe epoch's batches: enough that the loader's queue (workers x prefetch_factor) fills and drains
-    twice, so its rate is the steady one. Capped at fewer, the workers fetch ahead what the step never takes,
-    and their start-up and that extra work were priced as per batch (a 2-block smoke grid priced 32% high)."""
+    """A probe epoch's batches: enough that the loader's queue fills and drains twice, so its rate is steady.
+
+    The queue is workers x prefetch_factor. Capped at fewer, the workers fetch ahead what the step never takes.
+    Their start-up and that extra work were then priced as per batch: a 2-block smoke grid priced 32% high.
+    """
     return max(PROBE_BATCHES, PROBE_DRAINS * in_flight)
 
 
@@ -64,10 +71,12 @@ class ProbeCost:
     loop_s: float = 0.0  # ... of which the loop over its batches (compute, data wait, copy); 0: not logged
 
     def cost(self, batches: int, fraction: float) -> CellCost:
-        """The price of a full run at `batches` a training epoch and `fraction`: the first batch's wait and
-        the epoch's tail after its last batch (workers shut down) once an epoch, the steady batch rate times
-        the batches; validation's own start and tail the same, the rest of it scaled with the fraction; the
-        rest of the probe run kept as fixed."""
+        """The price of a full run at `batches` a training epoch and `fraction`.
+
+        An epoch pays the first batch's wait and its tail after the last batch (workers shut down) once, then
+        the steady batch rate times the batches. Validation pays its own start and tail once; the rest of it
+        scales with the fraction. The rest of the probe run is kept as fixed.
+        """
         loop = self.loop_s or self.epoch_s
         per_batch = max(loop - self.first_batch_s, 0.0) / max(self.batches, 1)
         once = self.first_batch_s + max(self.epoch_s - loop, 0.0)  # per epoch, whatever its length
@@ -75,20 +84,27 @@ class ProbeCost:
         val_once = min(self.val_s, once)
         val = val_once + (self.val_s - val_once) * fraction / self.fraction
         return CellCost(
-            max(self.wall_s - self.run_s, 0.0), max(self.run_s - 2 * (self.epoch_s + self.val_s), 0.0), epoch + val
+            overhead_s=max(self.wall_s - self.run_s, 0.0),
+            fixed_s=max(self.run_s - 2 * (self.epoch_s + self.val_s), 0.0),
+            epoch_s=epoch + val,
         )
 
 
 @dataclass(frozen=True)
 class Epochs:
+    """The epochs a run is expected to take, the most it may take, and why."""
+
     expected: float
     upper: float
     why: str = ""
 
 
 def auto_epochs(taken: Sequence[int], min_epochs: int, max_epochs: int) -> Epochs:
-    """The epochs a `trainer.epochs=auto` run will take: expected, the median earlier auto runs of the
-    testbed took (else min_epochs); upper, 1.5x the most any took once AUTO_SEEN have, else max_epochs."""
+    """The epochs a `trainer.epochs=auto` run will take.
+
+    Expected: the median earlier auto runs of the testbed took, else min_epochs. Upper: 1.5x the most any
+    took once AUTO_SEEN have, else max_epochs.
+    """
     if not taken:
         return Epochs(min_epochs, max_epochs, f"auto: {min_epochs} expected (none seen), up to max_epochs={max_epochs}")
     expected = float(statistics.median(taken))
@@ -103,7 +119,7 @@ class Job:
     """One job as the budget sees it."""
 
     key: Tuple[str, ...]  # its overrides
-    cell: str  # setting@fraction
+    cell: str  # "setting@fraction" (wif.measure.names.Cell)
     fraction: float
     block: int
     batches: int  # training batches in a full epoch
@@ -113,13 +129,15 @@ class Job:
 
     @property
     def setting(self) -> str:
-        return self.cell.rpartition("@")[0]
+        return Cell.parse(self.cell).setting
 
 
 @dataclass
 class Prices:
-    """Each cell's price: measured in this sweep, else from earlier runs (`history`), else from the probe
-    of its setting, else the median cell; guesses scaled by how far measured jobs were from theirs."""
+    """Each cell's price: measured in this sweep, else from earlier runs, else from its setting's probe.
+
+    Else the median cell. Guesses are scaled by how far measured jobs were from theirs.
+    """
 
     history: Dict[str, CellCost] = field(default_factory=dict)
     probes: Dict[str, ProbeCost] = field(default_factory=dict)
@@ -128,52 +146,77 @@ class Prices:
     ratios: List[float] = field(default_factory=list)
 
     def guess(self, job: Job) -> Optional[CellCost]:
-        """The price before any job of the cell ran here. A probe's start is the median of all probes': the
-        first job of a process also pays one-time costs (imports, the data set's cache)."""
+        """The price before any job of the cell ran here.
+
+        A probe's start is the median of all probes': the first job of a process also pays one-time costs,
+        such as imports and the data set's cache.
+        """
         if job.cell in self.history:
             return self.history[job.cell]
         if job.setting in self.probes:
             start = statistics.median(max(p.wall_s - p.run_s, 0.0) for p in self.probes.values())
             cost = self.probes[job.setting].cost(job.batches, job.fraction)
-            return CellCost(start, cost.fixed_s, cost.epoch_s)
-        known = list(self.history.values()) or [
-            self.guess(Job(job.key, f"{s}@{job.fraction:g}", job.fraction, job.block, job.batches)) for s in self.probes
-        ]
+            return CellCost(overhead_s=start, fixed_s=cost.fixed_s, epoch_s=cost.epoch_s)
+        known = list(self.history.values()) or [self.guess(_of_setting(job, s)) for s in self.probes]
         if not known:
             return None
         keys = ("overhead_s", "fixed_s", "epoch_s")
         return CellCost(*(statistics.median(getattr(c, k) for c in known) for k in keys))
 
     def cost(self, job: Job) -> Optional[CellCost]:
+        """The price: the median of what the cell's jobs took here, else the guess, scaled."""
         if job.cell in self.measured:
             seen = self.measured[job.cell]
-            return CellCost(
-                statistics.median(c.overhead_s for c in seen), 0.0, statistics.median(c.epoch_s for c in seen)
-            )
+            overhead_s = statistics.median(c.overhead_s for c in seen)
+            return CellCost(overhead_s=overhead_s, fixed_s=0.0, epoch_s=statistics.median(c.epoch_s for c in seen))
         guess = self.guess(job)
         ratio = min(max(statistics.median(self.ratios), RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if self.ratios else 1.0
         return guess.scaled(ratio) if guess else guess
 
     def expected_s(self, job: Job) -> float:
+        """What the job is expected to cost; nothing once done."""
         cost = self.cost(job)
         return 0.0 if job.done or cost is None else cost.seconds(job.epochs or self.auto.expected)
 
     def upper_s(self, job: Job) -> float:
+        """The most the job may cost, times SAFETY; nothing once done."""
         cost = self.cost(job)
         return 0.0 if job.done or cost is None else SAFETY * cost.seconds(job.epochs or self.auto.upper)
 
     def measure(self, job: Job, wall_s: float, run_s: float, epochs: int) -> None:
-        """What a job of this sweep took: the cell's price from now on, and the others' correction."""
+        """Learn from what a job of this sweep took: the cell's price from now on, and the others' correction.
+
+        Args:
+            job: the job.
+            wall_s: its job, launch to return.
+            run_s: its run's time_total_s.
+            epochs: the epochs it ran.
+        """
         guess = self.guess(job)
         if guess is not None and job.cell not in self.measured:
             self.ratios.append(wall_s / max(guess.seconds(epochs), 1e-6))
-        self.measured.setdefault(job.cell, []).append(CellCost(max(wall_s - run_s, 0.0), 0.0, run_s / max(epochs, 1)))
+        took = CellCost(overhead_s=max(wall_s - run_s, 0.0), fixed_s=0.0, epoch_s=run_s / max(epochs, 1))
+        self.measured.setdefault(job.cell, []).append(took)
+
+
+def _of_setting(job: Job, setting: str) -> Job:
+    """The job as `setting` at the same fraction, block and batches would run."""
+    cell = str(Cell.of(setting, job.fraction))
+    return Job(key=job.key, cell=cell, fraction=job.fraction, block=job.block, batches=job.batches)
 
 
 def batches_per_epoch(
     num_train: int, fraction: float, val_split: float, batch_size: int, max_batches: Optional[int]
 ) -> int:
-    """Training batches in a full epoch, as wif.data.datasets splits the subset (validation cut first)."""
+    """Training batches in a full epoch, as wif.data.datasets splits the subset: validation cut first.
+
+    Args:
+        num_train: images in the full training set.
+        fraction: the share of them the run uses.
+        val_split: the share of the subset kept for validation.
+        batch_size: images a batch.
+        max_batches: trainer.max_batches, a cap; None for none.
+    """
     subset = round(num_train * fraction)
     full = max(math.ceil((subset - round(subset * val_split)) / batch_size), 1)
     return min(full, max_batches) if max_batches else full
@@ -185,8 +228,10 @@ def may_start(upper_s: float, left_s: float) -> bool:
 
 
 def fits(jobs: Sequence[Job], prices: Prices, left_s: float) -> Tuple[List[Job], List[Job]]:
-    """(the jobs that fit in `left_s` at their expected prices, in order; the rest): a prefix of the order,
-    which puts the most informative first (whole blocks, each repeat one block)."""
+    """(the jobs that fit in `left_s` at their expected prices, in order; the rest).
+
+    What fits is a prefix of the order, which puts the most informative first: whole blocks, a repeat a block.
+    """
     spent, out = 0.0, []
     for i, job in enumerate(jobs):
         spent += prices.expected_s(job)
@@ -197,8 +242,10 @@ def fits(jobs: Sequence[Job], prices: Prices, left_s: float) -> Tuple[List[Job],
 
 
 def choose_fractions(first_look_s: Dict[float, float], left_s: float) -> List[float]:
-    """The fractions a race runs now: those whose cost to their first look fits, cheapest first (a fraction
-    decided tells more than three half-run), or, when none fits, the cheapest alone (it gets furthest)."""
+    """The fractions a race runs now: those whose cost to their first look fits, cheapest first.
+
+    A fraction decided tells more than three half-run. When none fits, the cheapest runs alone: it gets furthest.
+    """
     chosen, spent = [], 0.0
     for fr, cost in sorted(first_look_s.items(), key=lambda i: (i[1], i[0])):
         if spent + cost + END_RESERVE_S <= left_s:
@@ -208,7 +255,7 @@ def choose_fractions(first_look_s: Dict[float, float], left_s: float) -> List[fl
 
 
 def blocks_line(jobs: Sequence[Job]) -> str:
-    """'blocks 0-1 complete, block 2: 5 of 33 jobs': how far a list of jobs (done or run) gets."""
+    """'2 of 4 blocks complete, block 2: 5 of 33 jobs': how far a list of jobs, done or run, gets."""
     per: Dict[int, List[Job]] = {}
     for job in jobs:
         per.setdefault(job.block, []).append(job)
@@ -224,4 +271,5 @@ def blocks_line(jobs: Sequence[Job]) -> str:
 
 
 def minutes(seconds: float) -> str:
+    """'2.5 min'."""
     return f"{seconds / 60:.1f} min"

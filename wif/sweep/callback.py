@@ -1,9 +1,9 @@
 """What a sweep knows about itself: how many jobs it launches, in which order, and how they ended.
 
-Hydra's basic launcher runs every job in this one process, so the tallies live here and a Hydra
-callback prints them when the multirun ends (and makes the command fail if any job failed); a launcher that
-runs each job in a process of its own (submitit) leaves them to be read from the runs the jobs logged.
-The same callback checks every job before the first starts (wif.sweep.preflight).
+Hydra's basic launcher runs every job in this one process, so the tallies live here. A Hydra callback
+prints them when the multirun ends, and makes the command fail if any job failed. A launcher that runs each
+job in a process of its own (submitit) leaves them to be read from the runs the jobs logged. The same
+callback checks every job before the first starts (wif.sweep.preflight).
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from wif.config.exits import EXIT_FAILED
+from wif.measure import names
 
 log = logging.getLogger("wif")
 
 
 @dataclass
 class SweepTally:
+    """How a sweep's jobs ended, counted as they end."""
+
     total: Optional[int] = None
     finished: int = 0
     failed: int = 0
@@ -36,53 +39,56 @@ class SweepTally:
     budget: str = ""  # a budgeted sweep's outcome (wif.sweep.sweep_budget.SweepBudget.outcome): said on the last line
 
     def ran_elsewhere(self) -> bool:
-        """Jobs were planned but none ended in this process: a launcher ran them in processes of their own. A
-        budgeted sweep runs its jobs here (it refuses the submitting launchers): one whose budget started none
-        ran nothing, anywhere (its jobs were counted as skipped, 'already finished', before)."""
+        """Jobs were planned but none ended in this process: a launcher ran them in processes of their own.
+
+        A budgeted sweep runs its jobs here, as it refuses the submitting launchers. One whose budget started
+        none ran nothing, anywhere: its jobs were counted as skipped, 'already finished', before.
+        """
         return bool(self.total) and not (self.finished or self.failed or self.killed or self.skipped or self.budget)
 
 
 def sweep_id(hydra: Any) -> str:
-    """A sweep's id (tag wif.sweep_id): its output folder, absolute. Hydra's default folder is relative,
-    `multirun/<date>/<time>`, so two sweeps started in the same second in two folders would share the relative
-    name, and one sweep's tally and between-run noise would read the other's runs."""
+    """A sweep's id (tag wif.sweep_id): its output folder, absolute.
+
+    Hydra's default folder is relative, `multirun/<date>/<time>`. Two sweeps started in the same second in two
+    folders would share it, and one sweep's tally and between-run noise would read the other's runs.
+    """
     return os.path.normpath(os.path.join(str(hydra.runtime.cwd or ""), str(hydra.sweep.dir)))
 
 
 TALLY = SweepTally()
-# Jobs of this sweep that a submitting launcher saw end without a result (hydra_plugins/wif_launcher):
-# job number -> why (scancel, preemption, a time limit, a kill).
+# job number -> why a submitting launcher (hydra_plugins/wif_launcher) saw it end without a result
 LOST: Dict[int, str] = {}
 SEARCH_LIMIT = 50_000  # MLflow's largest page of runs
 
 
 def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTally:
-    """How this sweep's jobs ended, read from the runs they logged: under submitit (local or SLURM) each job
-    runs in a process of its own, whose tally never reaches the submitting one. A job that ended without a
-    result (LOST) is killed: its run, when it left one RUNNING, is closed as KILLED now."""
+    """How this sweep's jobs ended, read from the runs they logged.
+
+    Under submitit, local or SLURM, each job runs in a process of its own, whose tally never reaches the
+    submitting one. A job that ended without a result (LOST) is killed. A run it left RUNNING is closed as
+    KILLED now.
+    """
     from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 
     tracker = Tracker(str(config.tracking.uri), str(config.tracking.experiment))
     runs = tracker.client.search_runs(
         [tracker.experiment_id],
         max_results=SEARCH_LIMIT,
-        filter_string=f"tags.`wif.sweep_id` = '{sweep_id(config.hydra)}' and attributes.start_time >= {since_ms}",
+        filter_string=f"tags.`{names.TAG_SWEEP_ID}` = '{sweep_id(config.hydra)}' "
+        f"and attributes.start_time >= {since_ms}",
     )
-
-    def pos(run: Any) -> int:
-        return int(run.data.tags.get("wif.sweep_pos", -1))
-
-    positions = {pos(run) for run in runs}
-    done = {pos(run) for run in runs if run.info.status == FINISHED}
+    positions = {_sweep_pos(run) for run in runs}
+    done = {_sweep_pos(run) for run in runs if run.info.status == FINISHED}
     t = SweepTally(total=total, skipped=max(0, total - len(positions)), started_ms=since_ms)  # a skipped job: no run
     for job in LOST:
         if job not in positions:  # it ended before its run was opened: killed, not skipped
             t.skipped, t.killed = max(0, t.skipped - 1), t.killed + 1
     for run in runs:
-        error = run.data.tags.get("wif.error", "")
-        if run.info.status == "RUNNING" and pos(run) in LOST:
-            error = f"Killed: {LOST[pos(run)]}, and its run was left RUNNING"
-            tracker.set_tags(run.info.run_id, {"wif.error": error})
+        error = run.data.tags.get(names.TAG_ERROR, "")
+        if run.info.status == "RUNNING" and _sweep_pos(run) in LOST:
+            error = f"Killed: {LOST[_sweep_pos(run)]}, and its run was left RUNNING"
+            tracker.set_tags(run.info.run_id, {names.TAG_ERROR: error})
             tracker.end_run(run.info.run_id, KILLED)
         if run.info.status == FINISHED:
             t.finished += 1
@@ -91,9 +97,14 @@ def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTall
             t.failures.append(f"{run.info.run_name}: {error}")
         elif error.startswith("Duplicate"):  # another process finished the same job first
             t.skipped += 1
-        elif pos(run) not in done:  # KILLED, or still RUNNING: its job's process ended without closing it (a job
-            t.killed += 1  # SLURM requeued after a preemption and that finished since is not killed)
+        elif _sweep_pos(run) not in done:  # ended unclosed; a SLURM job requeued and finished since is not killed
+            t.killed += 1
     return t
+
+
+def _sweep_pos(run: Any) -> int:
+    """The run's job number in its sweep; -1 when untagged."""
+    return int(run.data.tags.get(names.TAG_SWEEP_POS, -1))
 
 
 def plan_jobs(sweeper_params: Mapping[str, Any], overrides: Sequence[str]) -> List[List[str]]:
@@ -111,6 +122,8 @@ def plan_jobs(sweeper_params: Mapping[str, Any], overrides: Sequence[str]) -> Li
 
 
 class SweepCallback(Callback):
+    """Counts a multirun's jobs and checks them before the first starts; says how they ended."""
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Count the jobs, and refuse the sweep (exit 2) before its first job if any job cannot run."""
         global TALLY
@@ -127,6 +140,7 @@ class SweepCallback(Callback):
         refuse_bad_jobs(config, jobs)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Say how the sweep's jobs ended; exit 1 if any failed or was killed."""
         t = TALLY
         if t.ran_elsewhere():
             try:
@@ -136,15 +150,10 @@ class SweepCallback(Callback):
                 log.error("Could not read how the sweep's jobs ended from %s (%s).", config.tracking.uri, err)
                 raise SystemExit(EXIT_FAILED) from None
         spent = time.time() - t.started_ms / 1000 if t.started_ms else 0.0  # what wif-plan priced beforehand
+        budget = f"; {t.budget}" if t.budget else ""
         log.info(
-            "Sweep done: %d finished, %d failed, %d killed, %d skipped (already finished; resume=false "
-            "reruns them); spent %.1f min wall%s.",
-            t.finished,
-            t.failed,
-            t.killed,
-            t.skipped,
-            spent / 60,
-            f"; {t.budget}" if t.budget else "",
+            f"Sweep done: {t.finished} finished, {t.failed} failed, {t.killed} killed, {t.skipped} skipped "
+            f"(already finished; resume=false reruns them); spent {spent / 60:.1f} min wall{budget}."
         )
         for line in t.failures:
             log.error("  failed: %s", line)

@@ -1,11 +1,11 @@
 """Sweeps beyond one GPU: where each job ran, and the guard that keeps two timed runs off one GPU.
 
-`cluster_tags()` names the node, the SLURM / submitit job, the GPUs the job could see and how many wif
-jobs were running on that node when it started, so the report can set a contended measurement apart.
+`cluster_tags()` names the node, the SLURM or submitit job, the GPUs the job could see, and how many wif
+jobs ran on that node when it started. So the report can set a contended measurement apart.
 
 `wif.sweep.gpus.claim_gpu()` gives a job one GPU of its own, locked, and refuses a job that would share one.
-`ClusterCallback` (hydra.callbacks, named by `hydra/launcher=local_gpus`
-and `hydra/launcher=slurm`) does this per job and checks the sweep before any job starts.
+`ClusterCallback` does this per job and checks the sweep before any job starts. It is a Hydra callback,
+named by `hydra/launcher=local_gpus` and `hydra/launcher=slurm`.
 """
 
 from __future__ import annotations
@@ -61,9 +61,12 @@ def launcher_name() -> str:
 
 
 def is_job_command(cmdline: Sequence[str]) -> bool:
-    """A process that runs wif jobs: `python ... train.py ...`, `wif-study ...` or `python -m wif.sweep.study`
-    (the basic launcher runs its jobs in it) or a submitit job (`python -m submitit.core._submit`, one per
-    job, local or SLURM), but not a study that only submits jobs to a submitit launcher and waits for them."""
+    """Whether this command line is a process that runs wif jobs.
+
+    That is a study, where the basic launcher runs its jobs: `python ... train.py ...`, `wif-study ...` or
+    `python -m wif.sweep.study`. Or a submitit job, one per job, local or SLURM: `python -m
+    submitit.core._submit`. Not a study that only submits jobs to a submitit launcher and waits for them.
+    """
     if len(cmdline) < 2 or not Path(cmdline[0]).name.startswith("python"):  # not `srun python ...` itself
         return False
     if "submitit.core._submit" in cmdline:
@@ -92,8 +95,10 @@ def job_processes() -> Dict[int, int]:
 
 
 def node_jobs() -> int:
-    """How many wif jobs run on this node now, this one included (a caller that is not inside a job
-    process, such as a test, counts as one job)."""
+    """How many wif jobs run on this node now, this one included.
+
+    A caller that is not inside a job process, such as a test, counts as one job.
+    """
     jobs = job_processes()
     me = psutil.Process()
     if me.pid in jobs or any(p.pid in jobs for p in me.parents()):
@@ -102,8 +107,10 @@ def node_jobs() -> int:
 
 
 def cluster_tags() -> Dict[str, str]:
-    """Tags for the run about where it ran: node, launcher, scheduler job ids, visible GPUs, and how many
-    wif jobs shared the node when it started (`wif.node_jobs`, 1 = alone)."""
+    """Tags for the run about where it ran: node, launcher, scheduler job ids and visible GPUs.
+
+    Also how many wif jobs shared the node when it started: `wif.node_jobs`, 1 for alone.
+    """
     tags = {"wif.node": node_name(), "wif.launcher": launcher_name(), "wif.node_jobs": str(node_jobs())}
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:  # "" is meaningful: no GPU visible (submitit's CPU jobs)
@@ -116,7 +123,9 @@ def cluster_tags() -> Dict[str, str]:
 
 def check_gpu_parallelism(parallel: Optional[int], gpus: Optional[int], what: str = "the sweep") -> None:
     """Refuse more jobs at once than GPUs: two timed runs on one GPU measure each other, not the loaders.
-    `parallel` None means every job of the sweep at once; `gpus` None means the GPUs cannot be counted."""
+
+    `parallel` None means every job of the sweep at once; `gpus` None means the GPUs cannot be counted.
+    """
     if gpus is not None and gpus < 1:
         raise ClusterError(f"{what} runs one job per GPU, and there is no GPU to run on (none visible).")
     if gpus is not None and (parallel is None or parallel > gpus):
@@ -132,24 +141,28 @@ def check_gpu_parallelism(parallel: Optional[int], gpus: Optional[int], what: st
 class ClusterCallback(Callback):
     """Named by hydra/launcher=local_gpus and =slurm (hydra.callbacks.wif_cluster).
 
-    Sweep start (the submitting process, before any job): open the tracking store once, so that the
-    experiment and a SQLite schema exist before parallel jobs race to create them, and so that a tracking
-    server that cannot be reached stops the sweep now rather than every job later. With `pin_gpus`: count
-    the GPUs, refuse more parallel jobs than GPUs, and set the sweeper's batch to one job per GPU.
-    Job start (the job's own process): with `pin_gpus`, claim one GPU and pin CUDA_VISIBLE_DEVICES to it.
-    Hydra turns a callback's exceptions into warnings, so a refusal logs its message and exits instead.
+    At the sweep's start, in the submitting process, it opens the tracking store once. So the experiment and
+    a SQLite schema exist before parallel jobs race to create them. And a tracking server that cannot be
+    reached stops the sweep now, not every job later. With `pin_gpus` it counts the GPUs, refuses more
+    parallel jobs than GPUs, and sets the sweeper's batch to one job per GPU.
+
+    At a job's start, in the job's own process, with `pin_gpus`, it claims one GPU and pins
+    CUDA_VISIBLE_DEVICES to it. Hydra turns a callback's exceptions into warnings, so a refusal logs its
+    message and exits instead.
     """
 
     def __init__(self, pin_gpus: bool = False) -> None:
         self.pin_gpus = pin_gpus
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Open the store; with `pin_gpus`, plan one job per GPU."""
         with _refusal():
             open_store(config)
             if self.pin_gpus:
                 plan_local_gpus(config)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """With `pin_gpus`, claim one of the GPUs submitit gave this sweep."""
         if not self.pin_gpus:
             return
         gpus = visible_gpus()
@@ -161,6 +174,7 @@ class ClusterCallback(Callback):
 
 @contextlib.contextmanager
 def _refusal() -> Iterator[None]:
+    """A ClusterError becomes its message and exit 2."""
     try:
         yield
     except ClusterError as err:
@@ -169,8 +183,10 @@ def _refusal() -> Iterator[None]:
 
 
 def open_store(config: DictConfig) -> None:
-    """The sweep's tracking store, opened once before any job: a server must answer (10 s), SQLite gets its
-    schema and the experiment now rather than from several jobs at once."""
+    """Open the sweep's tracking store once, before any job.
+
+    A server must answer within 10 s. SQLite gets its schema and the experiment now, not from several jobs at once.
+    """
     from wif.measure.tracking import Tracker
 
     uri, experiment = str(config.tracking.uri), str(config.tracking.experiment)
@@ -204,8 +220,8 @@ def plan_local_gpus(config: DictConfig) -> int:
     """hydra/launcher=local_gpus, before any job: N GPUs, N jobs per batch, GPUs handed to the jobs.
 
     submitit's local executor starts every job it is handed at once, each with CUDA_VISIBLE_DEVICES
-    0..gpus_per_node-1; Hydra's sweeper waits for one batch of max_batch_size jobs to end before it hands
-    over the next, so N jobs per batch on N GPUs, each job claiming one (on_job_start), is one job per GPU.
+    0..gpus_per_node-1. Hydra's sweeper waits for one batch of max_batch_size jobs to end before it hands
+    over the next. So N jobs per batch on N GPUs, each claiming one in on_job_start, is one job per GPU.
     """
     hydra = config.hydra
     visible = visible_gpus()
@@ -237,8 +253,7 @@ def plan_local_gpus(config: DictConfig) -> int:
         hydra.launcher.gpus_per_node = wanted
         hydra.sweeper.max_batch_size = batch if batch is not None else wanted
         if visible is not None and visible[:wanted] != [str(i) for i in range(wanted)]:
-            # submitit gives every job GPUs 0..N-1 (its `setup` lines run before the job): hand the jobs the
-            # GPUs this shell's CUDA_VISIBLE_DEVICES selected instead
+            # submitit gives every job GPUs 0..N-1; `setup` lines run first, so hand over this shell's GPUs
             setup = list(hydra.launcher.setup or []) if "setup" in hydra.launcher else []
             hydra.launcher.setup = setup + [f"export CUDA_VISIBLE_DEVICES={','.join(visible[:wanted])}"]
     log.info("local_gpus: %d job(s) at a time, one per GPU", hydra.sweeper.max_batch_size)

@@ -1,8 +1,8 @@
 """One GPU per job: the GPUs a job may use, and the lock that gives it one of them.
 
-`claim_gpu()` locks one GPU (one lock file per physical GPU, held with `flock`, so it is released when
-the job's processes end, however they end) and pins `CUDA_VISIBLE_DEVICES` to it before the run is
-forked. A job that finds every GPU it may use held by another wif job on this machine is refused with a
+`claim_gpu()` locks one GPU and pins `CUDA_VISIBLE_DEVICES` to it before the run is forked. There is one
+lock file per physical GPU, held with `flock`, so it is released when the job's processes end, however
+they end. A job that finds every GPU it may use held by another wif job on this machine is refused with a
 message, never run beside one: two timed runs on one GPU measure each other. Used by `run_job`
 (`pin_gpu`) and by the cluster callback (`wif.sweep.cluster`).
 """
@@ -45,8 +45,10 @@ def _nvml() -> Any:
 
 
 def visible_gpus() -> Optional[List[str]]:
-    """The GPUs a job started here may use: CUDA_VISIBLE_DEVICES' entries when it is set, else every GPU
-    NVML counts; None when neither can tell (no driver)."""
+    """The GPUs a job started here may use; None when nothing can tell, as without a driver.
+
+    These are CUDA_VISIBLE_DEVICES' entries when it is set, else every GPU NVML counts.
+    """
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
         return [t.strip() for t in cvd.split(",") if t.strip()]
@@ -60,8 +62,10 @@ def visible_gpus() -> Optional[List[str]]:
 
 
 def gpu_identity(token: str) -> str:
-    """The physical GPU behind a CUDA_VISIBLE_DEVICES entry: its NVML UUID when NVML can tell (indices
-    taken in NVML's PCI order), else the entry itself."""
+    """The physical GPU behind a CUDA_VISIBLE_DEVICES entry: its NVML UUID when NVML can tell, else the entry.
+
+    Indices are taken in NVML's PCI order.
+    """
     if token.startswith(("GPU-", "MIG-")):
         return token
     nvml = _nvml()
@@ -88,6 +92,8 @@ def lock_dir() -> Path:
 
 @dataclass
 class GpuClaim:
+    """This process's GPU and the lock that holds it."""
+
     token: str  # what CUDA_VISIBLE_DEVICES now holds
     identity: str  # the physical GPU the lock is named after
     path: Path
@@ -98,6 +104,7 @@ _CLAIM: Optional[GpuClaim] = None
 
 
 def _holder(path: Path) -> str:
+    """Who holds a GPU's lock, as its file says."""
     try:
         return path.read_text().strip() or "a wif job"
     except OSError:
@@ -107,10 +114,10 @@ def _holder(path: Path) -> str:
 def claim_gpu(candidates: Sequence[str], prefer: int = 0) -> GpuClaim:
     """Lock one GPU of `candidates` for this process and pin CUDA_VISIBLE_DEVICES to it.
 
-    Tries the candidates from `prefer` (modulo their number) on, so that the jobs of one batch spread over
-    the GPUs without waiting on each other. The lock (flock, non-blocking) lives as long as any process
-    holding its descriptor: this process and the runs and workers it forks. Idempotent: a process keeps
-    its GPU for all its jobs. Raises ClusterError when every candidate is held by another job.
+    Tries the candidates from `prefer`, modulo their number, on: the jobs of one batch spread over the GPUs
+    without waiting on each other. The lock, a non-blocking flock, lives as long as any process holding its
+    descriptor: this process and the runs and workers it forks. Idempotent: a process keeps its GPU for all
+    its jobs. Raises ClusterError when every candidate is held by another job.
     """
     global _CLAIM
     if _CLAIM is not None:
@@ -189,9 +196,11 @@ def release_gpu() -> None:
 
 
 def pin_gpu(device: str) -> Optional[str]:
-    """For `run_job`, after the device is resolved: a CUDA job claims its GPU and pins CUDA_VISIBLE_DEVICES
-    to it (ClusterError when none is free). Under SLURM the scheduler's GPU allocation is the guarantee
-    (and /tmp may be private to the job), so nothing is locked there. Returns the pinned device."""
+    """Claim a CUDA job's GPU and pin CUDA_VISIBLE_DEVICES to it; the pinned device, or None.
+
+    For `run_job`, after the device is resolved; ClusterError when no GPU is free. Under SLURM the
+    scheduler's GPU allocation is the guarantee, and /tmp may be private to the job: nothing is locked there.
+    """
     if device != "cuda" or os.environ.get("SLURM_JOB_ID"):
         return None
     gpus = visible_gpus()
@@ -207,8 +216,10 @@ def pin_gpu(device: str) -> Optional[str]:
 
 
 def require_gpus(nproc: int, device: str) -> None:
-    """trainer.nproc>1 on CUDA: one visible GPU per rank (wif's GPU locks are not taken for a multi-rank job:
-    give it a node, or GPUs, of its own)."""
+    """trainer.nproc>1 on CUDA needs one visible GPU per rank.
+
+    wif's GPU locks are not taken for a multi-rank job: give it a node, or GPUs, of its own.
+    """
     gpus = visible_gpus() if device == "cuda" else None
     if gpus is not None and len(gpus) < nproc:
         raise ConfigError(

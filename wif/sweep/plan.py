@@ -1,12 +1,15 @@
 """`wif-plan`: the price of a sweep before it starts, for the fixed grid and for the cheap way (race + auto).
 
-It expands the same overrides wif-study (train.py) takes into the sweep's cells and repeats, and prices each
-run from earlier runs of the same testbed (device, GPU model, network) in the MLflow store: a run costs its job's
-overhead (fork, data, set-up: `job_overhead_s`) plus its epochs (`time_total_s` per epoch run). The cheap
-way's epochs per run are those earlier `trainer.epochs=auto` runs took (else `trainer.min_epochs`), and its
-share of the grid's runs is what earlier races of the store ran (else the share stated as assumed).
-With no earlier run of the testbed a short probe (wif.sweep.probe: a few batches of each setting, its job
-start included) prices it, and its own cost is printed; `--no-probe` only says how to get a price.
+It expands the overrides wif-study (train.py) takes into the sweep's cells and repeats. It prices each run
+from earlier runs of the same testbed in the MLflow store: the device, the GPU model, the network. A run
+costs its job's overhead (fork, data, set-up: `job_overhead_s`) plus its epochs (`time_total_s` per epoch
+run). The cheap way's epochs per run are those earlier `trainer.epochs=auto` runs took, else
+`trainer.min_epochs`. Its share of the grid's runs is what earlier races of the store ran, else the share
+stated as assumed. The sums are wif.sweep.pricing's.
+
+With no earlier run of the testbed, a short probe prices it, and its own cost is printed. The probe runs a
+few batches of each setting, its job start included (wif.sweep.probe). `--no-probe` only says how to get a
+price.
 """
 
 from __future__ import annotations
@@ -17,9 +20,8 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 from hydra import compose
 from hydra.errors import HydraException
@@ -30,86 +32,32 @@ from omegaconf.errors import OmegaConfBaseException
 from wif.config import ConfigError, validate
 from wif.config.compose import add_config_args, wif_hydra
 from wif.config.exits import EXIT_BAD_SETTING, one_line, quick_exit
+from wif.measure import names
+from wif.measure.names import Cell
 from wif.measure.tracking import default_tracking_uri
-from wif.sweep.probe import RunCost, read_history  # noqa: F401 - RunCost: what a history holds, for callers
-
-ASSUMED_RACE_SHARE = 0.4  # of the fixed grid's runs, when the store holds no race: docs/race.md measured 0.38
-
-
-@dataclass
-class Price:
-    runs: int
-    epochs: int
-    seconds: float
+from wif.sweep.pricing import Basis, Price, Shape, price, probe_price, race_share
+from wif.sweep.probe import read_history
 
 
-def price(
-    cells: Dict[str, int],
-    epochs: int,
-    history: Sequence[RunCost],
-    runs_share: float = 1.0,
-    auto_epochs: Optional[float] = None,
-) -> Optional[Price]:
-    """The sweep's runs, epochs and seconds: `cells` maps each cell to its repeats; a cell never run before
-    is priced at the median of the cells that were. None without any earlier run."""
-    if not history:
-        return None
-    per_epoch: Dict[str, List[float]] = {}
-    for r in history:
-        per_epoch.setdefault(r.cell, []).append(r.run_s / max(r.epochs, 1))
-    cell_epoch_s = {c: statistics.median(v) for c, v in per_epoch.items()}
-    fallback = statistics.median(cell_epoch_s.values())
-    overhead = statistics.median(r.overhead_s for r in history)
-    n_epochs = auto_epochs if auto_epochs is not None else epochs
-    runs = epochs_total = seconds = 0.0
-    for cell, repeats in cells.items():
-        n = repeats * runs_share
-        runs += n
-        epochs_total += n * n_epochs
-        seconds += n * (overhead + n_epochs * cell_epoch_s.get(cell, fallback))
-    return Price(round(runs), round(epochs_total), seconds)
+class Planned(NamedTuple):
+    """A sweep's cells as planned: cell -> repeats, a composed config of the sweep, and each cell's shape."""
 
-
-def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
-    """The share of its fixed grid's runs the store's finished races ran (wif.kind=race records)."""
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return None
-    ran = planned = 0
-    for race in client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'race' and attributes.status = 'FINISHED'"):
-        p = race.data.params
-        runs = client.search_runs(
-            [exp.experiment_id],
-            f"tags.`wif.race_id` = '{race.data.tags['wif.race_id']}' and tags.`wif.kind` = 'train'",
-            max_results=50_000,
-        )
-        ran += len(runs)
-        planned += int(p.get("race.cells", 0)) * int(p.get("race.max_blocks", 0))
-    return ran / planned if planned else None
-
-
-def probe_price(
-    cells: Dict[str, int], shapes: Dict[str, tuple], probes: Dict, epochs: float, runs_share: float = 1.0
-) -> Optional[Price]:
-    """The sweep's price from probes of its settings (wif.sweep.probe): `shapes` maps each cell to its
-    (fraction, batches a training epoch); a setting without a probe is priced at the median one."""
-    from wif.sweep.budget import Job, Prices
-
-    prices = Prices(probes=probes)
-    runs = seconds = 0.0
-    for cell, repeats in cells.items():
-        fraction, batches = shapes[cell]
-        cost = prices.cost(Job((), cell, fraction, 0, batches))  # block 0: a price does not depend on it
-        if cost is None:
-            return None
-        runs += repeats * runs_share
-        seconds += repeats * runs_share * cost.seconds(epochs)
-    return Price(round(runs), round(runs * epochs), seconds)
+    cells: Dict[str, int]
+    conf: Any  # the last cell's typed config: its testbed and trainer are the sweep's
+    shapes: Dict[str, Shape]
 
 
 def run_probe(overrides: Sequence[str], uri: str, experiment: str, config_dir: Optional[Path] = None) -> float:
-    """wif-study -m with the sweep's overrides and sweep.probe_only=true: the probe the budgeted sweep runs
-    (its settings not probed yet), in a process of its own as a sweep would; its wall time."""
+    """Run the budgeted sweep's probe of the settings not probed yet; its wall time.
+
+    That is wif-study -m with the sweep's overrides and sweep.probe_only=true, in a process of its own.
+
+    Args:
+        overrides: the sweep's overrides.
+        uri: the MLflow store.
+        experiment: the sweep's experiment; the probe goes to `<experiment>-probe`.
+        config_dir: the user's config folder, if any.
+    """
     folder = ["--config-dir", str(config_dir)] if config_dir is not None else []
     cmd = [
         sys.executable,
@@ -132,20 +80,22 @@ def run_probe(overrides: Sequence[str], uri: str, experiment: str, config_dir: O
     return time.monotonic() - t0
 
 
-def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> tuple:
-    """(cell -> repeats, a composed config of the sweep for its testbed and trainer, cell -> (fraction,
-    training batches an epoch)) from the study's overrides (names also in `config_dir`, the user's folder);
-    ConfigError for a name or value Hydra or the checks refuse."""
+def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Planned:
+    """The sweep's cells, repeats and shapes from the study's overrides, and a composed config of the sweep.
+
+    Names may come from `config_dir`, the user's folder. ConfigError for a name or value that Hydra or the
+    checks refuse.
+    """
     try:
         return _plan_cells(overrides, config_dir)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(one_line(err)) from None
 
 
-def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> tuple:
+def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> Planned:
     from wif.sweep.budget import batches_per_epoch
     from wif.sweep.callback import plan_jobs
-    from wif.sweep.job import cell_name
+    from wif.sweep.identity import cell_name
 
     with wif_hydra(config_dir):
         base = compose(
@@ -153,39 +103,42 @@ def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> tuple:
         )
         jobs = plan_jobs(base.hydra.sweeper.params or {}, overrides)
         cells: Dict[str, int] = {}
-        names: Dict[tuple, str] = {}
-        shapes: Dict[str, tuple] = {}
+        cell_of_key: Dict[tuple, str] = {}
+        shapes: Dict[str, Shape] = {}
         conf = None
         for job in jobs:
             key = tuple(o for o in job if not o.startswith("repeat="))
-            if key not in names:
+            if key not in cell_of_key:
                 conf = OmegaConf.to_object(compose("config", overrides=list(job)))
                 validate(conf)
-                names[key] = cell_name(conf)
+                cell_of_key[key] = cell_name(conf)
                 d = conf.data
-                shapes[names[key]] = (
-                    d.fraction,
-                    batches_per_epoch(d.num_train, d.fraction, d.val_split, d.batch_size, conf.trainer.max_batches),
+                batches = batches_per_epoch(
+                    num_train=d.num_train,
+                    fraction=d.fraction,
+                    val_split=d.val_split,
+                    batch_size=d.batch_size,
+                    max_batches=conf.trainer.max_batches,
                 )
-            cells[names[key]] = cells.get(names[key], 0) + 1
-    return cells, conf, shapes
+                shapes[cell_of_key[key]] = Shape(d.fraction, batches)
+            cells[cell_of_key[key]] = cells.get(cell_of_key[key], 0) + 1
+    return Planned(cells, conf, shapes)
 
 
-def _probed(
-    a: argparse.Namespace,
-    cells: Dict[str, int],
-    shapes: Dict[str, tuple],
-    testbed: Dict[str, str],
-    epochs: int,
-    auto_epochs: float,
-    share: float,
-) -> tuple:
-    """(fixed, cheap) priced from the probe of every setting, run first where the store lacks one."""
+def _probed(a: argparse.Namespace, planned: Planned, testbed: Dict[str, str], basis: Basis) -> tuple:
+    """(fixed, cheap) priced from the probe of every setting, run first where the store lacks one.
+
+    Args:
+        a: wif-plan's arguments.
+        planned: the sweep's cells.
+        testbed: the testbed's tags, device and model.
+        basis: what the prices assume.
+    """
     from wif.sweep.probe import read_probes
 
     client = MlflowClient(a.tracking_uri)
     probes = read_probes(client, a.experiment, testbed)
-    settings = {cell.rpartition("@")[0] for cell in cells}
+    settings = {Cell.parse(cell).setting for cell in planned.cells}
     if settings - set(probes):
         spent = run_probe(a.overrides, a.tracking_uri, a.experiment, a.config_dir)
         probes = read_probes(client, a.experiment, testbed)
@@ -197,11 +150,29 @@ def _probed(
         )
     else:
         print(f"wif-plan: priced from the store's probe of every setting (experiment {a.experiment}-probe)")
-    return (probe_price(cells, shapes, probes, epochs), probe_price(cells, shapes, probes, auto_epochs, share))
+    fixed = probe_price(cells=planned.cells, shapes=planned.shapes, probes=probes, epochs=basis.epochs)
+    cheap = probe_price(
+        cells=planned.cells,
+        shapes=planned.shapes,
+        probes=probes,
+        epochs=basis.auto_epochs,
+        runs_share=basis.runs_share,
+    )
+    return fixed, cheap
 
 
 def _line(name: str, p: Price) -> str:
     return f"{name}: {p.runs} runs, {p.epochs} epochs, about {p.seconds / 60:.1f} min ({p.seconds / 3600:.2f} h)"
+
+
+def _cheap_line(cheap: Price, fixed: Price, basis: Basis) -> str:
+    """The cheap way's price, as a share of the fixed grid's, with what it assumes."""
+    epochs_from = "as earlier auto runs took" if basis.auto_seen else "(trainer.min_epochs, assumed)"
+    share_from = "as earlier races ran" if basis.share is not None else "(assumed: no race in the store)"
+    return _line("race + auto", cheap) + (
+        f"  ({cheap.seconds / fixed.seconds:.2f} of the fixed grid: {basis.auto_epochs:g} epochs a run "
+        f"{epochs_from}, {100 * basis.runs_share:.0f}% of the runs {share_from})"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,32 +192,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     quick_exit()
     a = build_parser().parse_intermixed_args(argv)
     try:
-        cells, conf, shapes = plan_cells(a.overrides, a.config_dir)
+        planned = plan_cells(a.overrides, a.config_dir)
     except ConfigError as err:
         print(f"wif-plan: bad setting: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
     from wif.run.model import model_label
     from wif.run.supervise import resolve_device
 
-    tr = conf.trainer
-    testbed = {"wif.device": resolve_device(conf.device), "wif.model": model_label(conf.model)}
+    tr = planned.conf.trainer
+    testbed = {names.TAG_DEVICE: resolve_device(planned.conf.device), names.TAG_MODEL: model_label(planned.conf.model)}
     client = MlflowClient(a.tracking_uri)
     history = read_history(client, a.experiment, testbed)
-    epochs = tr.epoch_limit
     print(
-        f"wif-plan: {len(cells)} cells x {max(cells.values())} repeats, {epochs} epochs a run "
+        f"wif-plan: {len(planned.cells)} cells x {max(planned.cells.values())} repeats, {tr.epoch_limit} epochs a run "
         f"({'trainer.epochs=auto: up to max_epochs' if tr.auto else 'trainer.epochs'}), testbed "
-        f"{testbed['wif.device']}/{testbed['wif.model']}, from {len(history)} earlier runs in {a.tracking_uri}"
+        f"{testbed[names.TAG_DEVICE]}/{testbed[names.TAG_MODEL]}, from {len(history)} earlier runs in {a.tracking_uri}"
     )
     auto_runs = [r.epochs for r in history if r.auto]
-    auto_epochs = statistics.median(auto_runs) if auto_runs else tr.min_epochs
-    share = race_share(client, a.experiment)
-    fixed = price(cells, epochs, history)
-    cheap = price(cells, epochs, history, share if share is not None else ASSUMED_RACE_SHARE, auto_epochs)
+    basis = Basis(
+        epochs=tr.epoch_limit,
+        auto_epochs=statistics.median(auto_runs) if auto_runs else tr.min_epochs,
+        auto_seen=bool(auto_runs),
+        share=race_share(client, a.experiment),
+    )
+    fixed = price(cells=planned.cells, epochs=basis.epochs, history=history)
+    cheap = price(
+        cells=planned.cells,
+        epochs=basis.epochs,
+        history=history,
+        runs_share=basis.runs_share,
+        auto_epochs=basis.auto_epochs,
+    )
     if fixed is None and not a.no_probe:
-        fixed, cheap = _probed(
-            a, cells, shapes, testbed, epochs, auto_epochs, share if share is not None else ASSUMED_RACE_SHARE
-        )
+        fixed, cheap = _probed(a, planned, testbed, basis)
     if fixed is None:
         print(
             "wif-plan: no earlier finished run of this testbed in the store: run one block first "
@@ -255,12 +233,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         return 0
     print(_line("fixed grid", fixed))
-    print(
-        _line("race + auto", cheap) + f"  ({cheap.seconds / fixed.seconds:.2f} of the fixed grid: "
-        f"{auto_epochs:g} epochs a run {'as earlier auto runs took' if auto_runs else '(trainer.min_epochs, assumed)'}"
-        f", {100 * (share if share is not None else ASSUMED_RACE_SHARE):.0f}% of the runs "
-        f"{'as earlier races ran' if share is not None else '(assumed: no race in the store)'})"
-    )
+    print(_cheap_line(cheap, fixed, basis))
     return 0
 
 

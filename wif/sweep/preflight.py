@@ -1,15 +1,15 @@
 """Every job of a multirun composed and checked before the first one starts.
 
 A bad value in one job of a 330-job sweep used to surface when that job came up, hours in, and stop the
-jobs after it. `SweepCallback.on_multirun_start` (wif/sweep/callback.py) calls `refuse_bad_jobs` instead, under
-any sweeper and launcher: each planned job's config is composed as Hydra will compose it, converted to the
-typed schema and validated (`wif.config.validate`, the device, an image folder's files, once per folder);
-if any job cannot run, the sweep stops with exit 2 and one line per reason naming its jobs, before any
-run is created. What only a running job can find (a crash, out of memory) still fails that job alone.
+jobs after it. Now `SweepCallback.on_multirun_start` (wif/sweep/callback.py) calls `refuse_bad_jobs`, under
+any sweeper and launcher. Each planned job's config is composed as Hydra will compose it, typed and
+validated: `wif.config.validate`, the device, an image folder's files once per folder. If any job cannot
+run, the sweep stops with exit 2 before any run is created, one line per reason naming its jobs. What only
+a running job can find, a crash or out of memory, still fails that job alone.
 
-Composing 330 configs one by one costs Hydra ~0.1 s each, so jobs that choose the same config-group
-options share one composition; each job's plain value overrides are then applied to a copy by Hydra's own
-code. Where that shortcut fails, the job is composed in full, so every error reported is Hydra's own.
+Composing 330 configs one by one costs Hydra ~0.1 s each. So jobs that choose the same config-group options
+share one composition, and Hydra's own code applies each job's plain value overrides to a copy. Where that
+shortcut fails, the job is composed in full, so every error reported is Hydra's own.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ _COMPOSED: Dict[Tuple[str, ...], Config] = {}  # each job's config as checked: a
 
 
 class _Composer:
-    """Each job's typed config as Hydra's launcher would compose it, one full composition per set of
-    config-group choices."""
+    """Each job's typed config as Hydra's launcher would compose it.
+
+    One full composition per set of config-group choices.
+    """
 
     def __init__(self, master: DictConfig) -> None:
         self.master = master
@@ -51,6 +53,7 @@ class _Composer:
         self.bases: Dict[Tuple[str, ...], Any] = {}
 
     def config(self, job: Job) -> Config:
+        """The job's typed config; ConfigError with Hydra's own message when it cannot be composed."""
         try:
             return self._shared(job)
         except (HydraException, OmegaConfBaseException, AttributeError, ValueError):
@@ -61,6 +64,7 @@ class _Composer:
             raise ConfigError(" ".join(str(err).split())) from None
 
     def _shared(self, job: Job) -> Config:
+        """The job composed from the shared composition of its config-group choices."""
         from hydra._internal.config_loader_impl import ConfigLoaderImpl  # Hydra 1.3: how it applies values
 
         parsed = self.parser.parse_overrides(list(job))
@@ -84,12 +88,14 @@ class _Composer:
 
 
 def _without_hydra(cfg: DictConfig) -> DictConfig:
+    """The config less its `hydra` node."""
     with read_write(cfg), open_dict(cfg):
         cfg.pop("hydra", None)  # as Hydra hands a job its config
     return cfg
 
 
 def _typed(cfg: DictConfig) -> Config:
+    """The typed config of a composed one."""
     return typed(_without_hydra(cfg))
 
 
@@ -102,6 +108,7 @@ class _Checks:
         self.storages: Dict[tuple, Optional[str]] = {}
 
     def storage(self, data: DataConfig) -> None:
+        """ConfigError when the data's storage cannot be prepared; once per storage."""
         from wif.data.formats.splits import preflight_storage
 
         key = (data.source, data.root, data.path, data.cache_dir, data.format, data.page_cache)
@@ -115,6 +122,7 @@ class _Checks:
             raise ConfigError(self.storages[key])
 
     def device(self, conf: Config) -> None:
+        """ConfigError when the device cannot be used; once per device setting."""
         from wif.run.supervise import resolve_device
 
         if conf.device not in self.devices:
@@ -147,6 +155,7 @@ class _Checks:
 
 
 def _key(job: Job) -> Tuple[str, ...]:
+    """The job's overrides, sorted, as a price sees them."""
     return tuple(sorted(o for o in job if not o.startswith("race.id=")))  # the race's id changes no price
 
 
@@ -158,8 +167,10 @@ def composed(master: DictConfig, job: Job) -> Config:
 
 
 def runs_here(master: DictConfig) -> bool:
-    """False when the launcher runs the jobs on other machines (SLURM): their devices and disks are not
-    this machine's, so only what does not depend on the machine is checked here."""
+    """Whether jobs run on this machine; False under SLURM.
+
+    Elsewhere, devices and disks are not this machine's, so only what does not depend on the machine is checked.
+    """
     return not str(master.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
 
 
@@ -194,8 +205,10 @@ def job_names(jobs: Sequence[Job]) -> List[str]:
 
 
 def refuse_bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> None:
-    """Check every job; if any cannot run, say which and why and exit 2 (a callback's exceptions would only
-    become Hydra warnings), before any job has started."""
+    """Check every job; if any cannot run, say which and why and exit 2, before any job has started.
+
+    It exits rather than raises: a callback's exceptions would only become Hydra warnings.
+    """
     t0 = time.perf_counter()
     bad = bad_jobs(master, jobs)
     seconds = time.perf_counter() - t0

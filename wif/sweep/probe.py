@@ -1,11 +1,11 @@
-"""A sweep's price in seconds, for its budget (`sweep.budget_min`: kept by wif.sweep.sweep_budget; rules in
-wif.sweep.budget).
+"""A sweep's price in seconds, for its budget: `sweep.budget_min`, kept by wif.sweep.sweep_budget.
 
-The price comes from the store's earlier runs of the testbed (device, model). With none, a short *probe*
-measures it: one job of each distinct setting at the sweep's largest fraction, 2 epochs of 4 training
-batches, launched like any job (so its start is in the price), into the experiment `<experiment>-probe`
-and tagged `wif.kind=probe`: it never counts as a study run in the report, a resume or a race. A later
-sweep of the same testbed reuses it. `wif-plan` runs the same probe (`train.py -m ... sweep.probe_only=true`).
+The rules are wif.sweep.budget's. The price comes from the store's earlier runs of the testbed (device,
+model). With none, a short *probe* measures it: one job of each distinct setting at the sweep's largest
+fraction, 2 epochs of 4 training batches. It is launched like any job, so its start is in the price. It
+goes into the experiment `<experiment>-probe`, tagged `wif.kind=probe`: it never counts as a study run in
+the report, a resume or a race. A later sweep of the same testbed reuses it. `wif-plan` runs the same
+probe (`train.py -m ... sweep.probe_only=true`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,26 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterable, List, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from mlflow.tracking import MlflowClient
 
+from wif.measure import names
+from wif.measure.names import Cell
 from wif.sweep import budget as b
 from wif.sweep import callback
 
 log = logging.getLogger("wif")
 PROBE_SUFFIX = "-probe"
+# NOTE [ A probe's start ]
+# A job's start (fork, Hydra, the data's set-up) does not depend on its loader setting. The sweep's first
+# job pays set-up once for all (1.9 s against 0.3 s). So every probe is given the median start of them all.
 PROBE = {"trainer.epochs": "2", "trainer.warmup_epochs": "1", "repeat": "0", "race.id": ""}
 Launch = Callable[[List[List[str]]], Any]
+PROBE_WALL_S = "probe_wall_s"  # a probe run's job, launch to return
+# The probe's second epoch's figures; the host's wait behind the GPU is out of data_wait_s, still the loop's.
+LOOP_PARTS = (names.COMPUTE_S, names.DATA_WAIT_S, names.COPY_S, names.GPU_BLOCKED_S)
+PROBE_FIGURES = (names.EPOCH_TIME_S, names.FIRST_BATCH_S, names.VAL_TIME_S, *LOOP_PARTS)
 
 
 @dataclass
@@ -44,26 +53,26 @@ def read_history(client: MlflowClient, experiment: str, testbed: Dict[str, str])
     if exp is None:
         return []
     where = " and ".join(
-        ["tags.`wif.kind` = 'train'", "attributes.status = 'FINISHED'"]
+        [f"tags.`{names.TAG_KIND}` = 'train'", "attributes.status = 'FINISHED'"]
         + [f"tags.`{k}` = '{v}'" for k, v in testbed.items()]
     )
     out = []
     for run in client.search_runs([exp.experiment_id], where, max_results=50_000):
         m, p = run.data.metrics, run.data.params
-        if "time_total_s" not in m:
+        if names.TIME_TOTAL_S not in m:
             continue
-        epochs = m.get("epochs_run") or float(p.get("trainer.epochs", "0") if p.get("trainer.epochs") != "auto" else 0)
+        auto = p.get("trainer.epochs") == "auto"
+        epochs = m.get(names.EPOCHS_RUN) or float(p.get("trainer.epochs", "0") if not auto else 0)
         if not epochs:
             continue
-        out.append(
-            RunCost(
-                run.data.tags.get("wif.cell", "?"),
-                m.get("job_overhead_s", 0.0),
-                int(epochs),
-                m["time_total_s"],
-                p.get("trainer.epochs") == "auto",
-            )
+        cost = RunCost(
+            cell=run.data.tags.get(names.TAG_CELL, "?"),
+            overhead_s=m.get(names.JOB_OVERHEAD_S, 0.0),
+            epochs=int(epochs),
+            run_s=m[names.TIME_TOTAL_S],
+            auto=auto,
         )
+        out.append(cost)
     return out
 
 
@@ -74,69 +83,68 @@ def probe_job(job: Sequence[str], experiment: str, batches: int = b.PROBE_BATCHE
 
 
 def read_probes(client: MlflowClient, experiment: str, testbed: Dict[str, str]) -> Dict[str, b.ProbeCost]:
-    """The newest finished probe of each setting of the testbed."""
+    """The newest finished probe of each setting of the testbed. See NOTE [ A probe's start ]."""
     exp = client.get_experiment_by_name(experiment + PROBE_SUFFIX)
     if exp is None:
         return {}
     where = " and ".join(["attributes.status = 'FINISHED'"] + [f"tags.`{k}` = '{v}'" for k, v in testbed.items()])
     out: Dict[str, b.ProbeCost] = {}
     for run in client.search_runs([exp.experiment_id], where, order_by=["attributes.start_time DESC"]):
-        setting = run.data.tags.get("wif.cell", "?").rpartition("@")[0]
-        m, p = run.data.metrics, run.data.params
-        if setting in out or "time_total_s" not in m:
+        setting = Cell.parse(run.data.tags.get(names.TAG_CELL, "?")).setting
+        if setting in out or names.TIME_TOTAL_S not in run.data.metrics:
             continue
-        step = {
-            k: {x.step: x.value for x in client.get_metric_history(run.info.run_id, k)}
-            for k in (
-                "epoch_time_s",
-                "first_batch_s",
-                "val_time_s",
-                "compute_s",
-                "data_wait_s",
-                "copy_s",
-                "gpu_blocked_s",
-            )
-        }  # the host's wait behind the GPU: out of data_wait_s, still the loop's
-        if 1 not in step["epoch_time_s"]:
-            continue
-        fraction = float(p["data.fraction"])
-        batches = b.batches_per_epoch(
-            int(p["data.num_train"]),
-            fraction,
-            float(p["data.val_split"]),
-            int(p["data.batch_size"]),
-            int(p["trainer.max_batches"]),
-        )
-        out[setting] = b.ProbeCost(
-            m.get("probe_wall_s", m["time_total_s"] + m.get("job_overhead_s", 0.0)),
-            m["time_total_s"],
-            step["epoch_time_s"][1],
-            step["first_batch_s"].get(1, 0.0),
-            step["val_time_s"].get(1, 0.0),
-            batches,
-            fraction,
-            sum(step[k].get(1, 0.0) for k in ("compute_s", "data_wait_s", "copy_s", "gpu_blocked_s")),
-        )
-    # A job's start (fork, Hydra, the data's set-up) does not depend on its loader setting, and the sweep's first
-    # job pays set-up once for all (1.9 s against 0.3 s): every probe is given the median start of them all.
+        probe = _probe_cost(client, run)
+        if probe is not None:
+            out[setting] = probe
+    # See NOTE [ A probe's start ]
     start = statistics.median(probe.wall_s - probe.run_s for probe in out.values()) if out else 0.0
     return {setting: replace(probe, wall_s=probe.run_s + start) for setting, probe in out.items()}
 
 
+def _probe_cost(client: MlflowClient, run: Any) -> Optional[b.ProbeCost]:
+    """What one probe run measured in its second, steady epoch; None when it has no second epoch."""
+    m, p = run.data.metrics, run.data.params
+    step = {k: {x.step: x.value for x in client.get_metric_history(run.info.run_id, k)} for k in PROBE_FIGURES}
+    if 1 not in step[names.EPOCH_TIME_S]:
+        return None
+    fraction = float(p["data.fraction"])
+    batches = b.batches_per_epoch(
+        num_train=int(p["data.num_train"]),
+        fraction=fraction,
+        val_split=float(p["data.val_split"]),
+        batch_size=int(p["data.batch_size"]),
+        max_batches=int(p["trainer.max_batches"]),
+    )
+    return b.ProbeCost(
+        wall_s=m.get(PROBE_WALL_S, m[names.TIME_TOTAL_S] + m.get(names.JOB_OVERHEAD_S, 0.0)),
+        run_s=m[names.TIME_TOTAL_S],
+        epoch_s=step[names.EPOCH_TIME_S][1],
+        first_batch_s=step[names.FIRST_BATCH_S].get(1, 0.0),
+        val_s=step[names.VAL_TIME_S].get(1, 0.0),
+        batches=batches,
+        fraction=fraction,
+        loop_s=sum(step[k].get(1, 0.0) for k in LOOP_PARTS),
+    )
+
+
 def run_probe(jobs: Iterable[b.Job], launch: Launch, client: MlflowClient, experiment: str) -> float:
-    """One probe job per setting, launched one at a time; each run tagged wif.kind=probe with its wall time.
-    The sweep's tally is left as it was. Returns the probe's wall time."""
+    """Launch one probe job per setting, one at a time; each run tagged wif.kind=probe with its wall time.
+
+    The sweep's tally is left as it was. Returns the probe's wall time.
+
+    Args:
+        jobs: the sweep's jobs; one per setting, at its largest fraction, is probed.
+        launch: launches a batch of jobs.
+        client: the MLflow store.
+        experiment: the sweep's experiment; the probe goes to `<experiment>-probe`.
+    """
     t0, before = time.monotonic(), {**callback.TALLY.__dict__, "failures": list(callback.TALLY.failures)}
     picked: Dict[str, b.Job] = {}
     for job in sorted(jobs, key=lambda j: -j.fraction):
         picked.setdefault(job.setting, job)
     log.info(
-        "Probe: %d settings, 2 epochs of %d batches each (twice what the loader holds in flight where that "
-        "is more), into experiment %s%s",
-        len(picked),
-        b.PROBE_BATCHES,
-        experiment,
-        PROBE_SUFFIX,
+        f"Probe: {len(picked)} settings, 2 epochs of {b.PROBE_BATCHES} batches each (twice what the loader holds "
+        f"in flight where that is more), into experiment {experiment}{PROBE_SUFFIX}"
     )
     for i, job in enumerate(picked.values()):
         start_ms, t = int(time.time() * 1000), time.monotonic()
@@ -144,8 +152,8 @@ def run_probe(jobs: Iterable[b.Job], launch: Launch, client: MlflowClient, exper
         wall = time.monotonic() - t
         exp = client.get_experiment_by_name(experiment + PROBE_SUFFIX)
         for run in client.search_runs([exp.experiment_id], f"attributes.start_time >= {start_ms}") if exp else []:
-            client.set_tag(run.info.run_id, "wif.kind", "probe")
-            client.log_metric(run.info.run_id, "probe_wall_s", wall)
+            client.set_tag(run.info.run_id, names.TAG_KIND, "probe")
+            client.log_metric(run.info.run_id, PROBE_WALL_S, wall)
         log.info("Probe %d/%d: %s, %.1f s", i + 1, len(picked), job.setting, wall)
     callback.TALLY.__dict__.update(before)
     return time.monotonic() - t0

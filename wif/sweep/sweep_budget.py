@@ -1,8 +1,9 @@
-"""A budgeted sweep's budget kept while it runs (`sweep.budget_min`, `sweep.probe_only`): every job priced
-(from the store's earlier runs of the testbed, else from a probe: wif.sweep.probe), the plan said before the
-first job, each start allowed only if the job can finish in what is left (the rules: wif.sweep.budget), each
-finished job's time teaching the prices of what follows, and the sweep's last words on what its budget ran.
-Used by the sweepers (hydra_plugins/wif_sweeper); apart from the probe, which only prices.
+"""A budgeted sweep's budget, kept while it runs (`sweep.budget_min`, `sweep.probe_only`).
+
+Every job is priced from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe). The
+plan is said before the first job. Each start is allowed only if the job can finish in what is left; the
+rules are wif.sweep.budget's. Each finished job's time teaches the prices of what follows. Last, the sweep
+says what its budget ran. Used by the sweepers (hydra_plugins/wif_sweeper), and by the probe, which only prices.
 """
 
 from __future__ import annotations
@@ -12,25 +13,46 @@ import math
 import statistics
 import time
 from dataclasses import replace
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence  # noqa: F401 - type comments
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from wif.config import Config
 from wif.config.exits import EXIT_BAD_SETTING
+from wif.measure import names
 from wif.measure.lifetime import process_age_s
 from wif.measure.tracking import config_hash
 from wif.sweep import budget as b
 from wif.sweep import callback
-from wif.sweep.probe import PROBE_SUFFIX, Launch, read_history, read_probes, run_probe
+from wif.sweep.probe import PROBE_SUFFIX, Launch, RunCost, read_history, read_probes, run_probe
 
 log = logging.getLogger("wif")
 
 
 def _batches(conf: Config) -> int:
+    """Training batches in a full epoch of the job."""
     d = conf.data
-    return b.batches_per_epoch(d.num_train, d.fraction, d.val_split, d.batch_size, conf.trainer.max_batches)
+    return b.batches_per_epoch(
+        num_train=d.num_train,
+        fraction=d.fraction,
+        val_split=d.val_split,
+        batch_size=d.batch_size,
+        max_batches=conf.trainer.max_batches,
+    )
+
+
+def _history_prices(history: Sequence[RunCost]) -> Dict[str, b.CellCost]:
+    """Each cell's price from its earlier runs: the median overhead and the median epoch."""
+    out = {}
+    for cell in {r.cell for r in history}:
+        runs = [r for r in history if r.cell == cell]
+        out[cell] = b.CellCost(
+            overhead_s=statistics.median(r.overhead_s for r in runs),
+            fixed_s=0.0,
+            epoch_s=statistics.median(r.run_s / r.epochs for r in runs),
+        )
+    return out
 
 
 class SweepBudget:
@@ -56,23 +78,20 @@ class SweepBudget:
         self.hashes: Dict[tuple, str] = {}
         testbed = self._describe(cfg, jobs)
         history = read_history(self.client, self.experiment, testbed)
-        self.prices = b.Prices()
-        for cell in {r.cell for r in history}:
-            runs = [r for r in history if r.cell == cell]
-            self.prices.history[cell] = b.CellCost(
-                statistics.median(r.overhead_s for r in runs), 0.0, statistics.median(r.run_s / r.epochs for r in runs)
-            )
+        self.prices = b.Prices(history=_history_prices(history))
         self.auto_taken = [r.epochs for r in history if r.auto]
         self.prices.auto = b.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
         self.testbed, self.n_history = testbed, len(history)
-        self.probe_s, self.ran, self.refused = 0.0, [], []  # type: float, List[b.Job], List[b.Job]
+        self.probe_s = 0.0
+        self.ran: List[b.Job] = []
+        self.refused: List[b.Job] = []
 
     def _describe(self, cfg: DictConfig, jobs: Sequence[Sequence[str]]) -> Dict[str, str]:
         """Each job composed as preflight composed it: its cell, batches, epochs and whether it ran already."""
         from wif.data.engines.common import in_flight
         from wif.run.model import model_label
         from wif.run.supervise import resolve_device
-        from wif.sweep.job import cell_name, run_identity
+        from wif.sweep.identity import cell_name, run_identity
         from wif.sweep.preflight import composed
 
         done = self._finished_hashes()
@@ -83,38 +102,43 @@ class SweepBudget:
             key = tuple(job)
             self.hashes[key] = digest
             self.jobs[key] = b.Job(
-                key,
-                cell_name(conf),
-                conf.data.fraction,
-                conf.repeat,
-                _batches(conf),
-                None if conf.trainer.auto else int(conf.trainer.epochs),
-                digest in done,
-                in_flight(conf.loader, conf.engine),
+                key=key,
+                cell=cell_name(conf),
+                fraction=conf.data.fraction,
+                block=conf.repeat,
+                batches=_batches(conf),
+                epochs=None if conf.trainer.auto else int(conf.trainer.epochs),
+                done=digest in done,
+                in_flight=in_flight(conf.loader, conf.engine),
             )
             self.tr = conf.trainer
-        return {"wif.device": device, "wif.model": model_label(conf.model)}
+        return {names.TAG_DEVICE: device, names.TAG_MODEL: model_label(conf.model)}
 
     def _finished_hashes(self) -> set:
+        """The identities of the experiment's FINISHED training runs: their jobs are done."""
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
             return set()
         runs = self.client.search_runs(
             [exp.experiment_id],
-            "tags.`wif.kind` = 'train' and attributes.status = 'FINISHED'",
+            f"tags.`{names.TAG_KIND}` = 'train' and attributes.status = 'FINISHED'",
             max_results=callback.SEARCH_LIMIT,
         )
-        return {r.data.tags.get("wif.config_hash") for r in runs}
+        return {r.data.tags.get(names.TAG_CONFIG_HASH) for r in runs}
 
     def left_s(self) -> float:
+        """Seconds left in the budget."""
         return self.budget_s - (time.time() - self.started)
 
     def job(self, overrides: Sequence[str]) -> b.Job:
+        """The budget's job of these overrides."""
         return self.jobs[tuple(overrides)]
 
     def price_with_probe(self, launch: Launch) -> None:
-        """Without earlier runs of the testbed: the probe's prices (run now unless a probe of every setting
-        of this sweep is in the store already)."""
+        """Without earlier runs of the testbed, price the jobs from the probe.
+
+        The probe runs now, unless the store holds a probe of every setting of this sweep already.
+        """
         if self.n_history:
             log.info("Budget: jobs priced from %d earlier runs of this testbed in the store", self.n_history)
             return
@@ -146,27 +170,21 @@ class SweepBudget:
         fit, rest = b.fits(todo, self.prices, self.left_s())
         total = sum(self.prices.expected_s(j) for j in todo)
         log.info(
-            "Budget plan: %.1f min of %.1f left (sweep.budget_min=%g); %s: %d jobs, %d finished already, "
-            "about %s expected (%s a run)",
-            self.left_s() / 60,
-            self.budget_s / 60,
-            self.budget_s / 60,
-            what,
-            len(order),
-            len(order) - len(todo),
-            b.minutes(total),
-            self._epochs_said(),
+            f"Budget plan: {self.left_s() / 60:.1f} min of {self.budget_s / 60:.1f} left "
+            f"(sweep.budget_min={self.budget_s / 60:g}); {what}: {len(order)} jobs, "
+            f"{len(order) - len(todo)} finished already, about {b.minutes(total)} expected "
+            f"({self._epochs_said()} a run)"
         )
         ran = [replace(j, done=j.done or j in fit) for j in order]
+        left = f"; {len(rest)} jobs, about {b.minutes(self.undone_s(rest))}, are left for a larger budget"
+        left = left if rest else ""
         log.info(
-            "Budget plan: fits %d jobs (%s)%s; a job starts only if %.1fx its upper price fits in what is left",
-            len(fit),
-            b.blocks_line(ran),
-            f"; {len(rest)} jobs, about {b.minutes(self.undone_s(rest))}, are left for a larger budget" if rest else "",
-            b.SAFETY,
+            f"Budget plan: fits {len(fit)} jobs ({b.blocks_line(ran)}){left}; "
+            f"a job starts only if {b.SAFETY:.1f}x its upper price fits in what is left"
         )
 
     def _epochs_said(self) -> str:
+        """A run's epochs, as the plan says them: '3 epochs', or what auto is expected to take."""
         fixed = {j.epochs for j in self.jobs.values() if j.epochs}
         return self.prices.auto.why if not fixed else f"{'/'.join(map(str, sorted(fixed)))} epochs"
 
@@ -181,21 +199,19 @@ class SweepBudget:
             return True
         if not any(r.cell == job.cell for r in self.refused):  # said once a cell: later blocks only cost more
             log.warning(
-                "Budget: %s (block %d) not started: it may take up to %.1f s (%.1fx its upper price), and "
-                "%.1f s are left, %.0f s of them kept for the sweep's end; cheaper jobs after it still may",
-                job.cell,
-                job.block,
-                upper,
-                b.SAFETY,
-                self.left_s(),
-                b.END_RESERVE_S,
+                f"Budget: {job.cell} (block {job.block}) not started: it may take up to {upper:.1f} s "
+                f"({b.SAFETY:.1f}x its upper price), and {self.left_s():.1f} s are left, {b.END_RESERVE_S:.0f} s "
+                "of them kept for the sweep's end; cheaper jobs after it still may"
             )
         self.refused.append(job)
         return False
 
     def launch(self, overrides: Sequence[str], launch: Callable[[Sequence[str]], Any]) -> Optional[Any]:
-        """One job under the budget: skipped if it finished before, refused if it cannot finish in what is
-        left, else launched, its time teaching the prices of what follows; None when it did not run."""
+        """Run one job under the budget; None when it did not run.
+
+        A job finished before is skipped, one that cannot finish in what is left refused. Else it is launched,
+        and its time teaches the prices of what follows.
+        """
         if self.skip(overrides) or not self.may_start(overrides):
             return None
         t0 = time.monotonic()
@@ -220,7 +236,7 @@ class SweepBudget:
         found = (
             self.client.search_runs(
                 [exp.experiment_id],
-                f"tags.`wif.config_hash` = '{self.hashes[job.key]}' and attributes.status = 'FINISHED'",
+                f"tags.`{names.TAG_CONFIG_HASH}` = '{self.hashes[job.key]}' and attributes.status = 'FINISHED'",
                 max_results=1,
             )
             if exp
@@ -229,13 +245,14 @@ class SweepBudget:
         if not found:
             return
         m = found[0].data.metrics
-        epochs = int(m.get("epochs_run") or job.epochs or 1)
-        self.prices.measure(job, wall_s, m.get("time_total_s", wall_s), epochs)
+        epochs = int(m.get(names.EPOCHS_RUN) or job.epochs or 1)
+        self.prices.measure(job, wall_s=wall_s, run_s=m.get(names.TIME_TOTAL_S, wall_s), epochs=epochs)
         if job.epochs is None:
             self.auto_taken.append(epochs)
             self.prices.auto = b.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
 
     def undone_s(self, jobs: Iterable[b.Job]) -> float:
+        """What these jobs are expected to cost, those done since counting nothing."""
         return sum(self.prices.expected_s(self.jobs.get(j.key, j)) for j in jobs)
 
     def outcome(self, undone: Sequence[b.Job], decided: str = "") -> str:

@@ -1,18 +1,21 @@
-"""wif from the user's own training script (the habit of pasting a worker search into `main_worker` of
-PyTorch's ImageNet example; docs/your-workload.md).
+"""wif from the user's own training script (docs/your-workload.md).
+
+People paste a worker search into `main_worker` of PyTorch's ImageNet example; these two do it for them:
 
     import wif
     pick = wif.tune_workers(train_set, batch_size=256)          # the wif-tune search, in this process
     loader = DataLoader(train_set, batch_size=256, num_workers=pick.num_workers, pin_memory=pick.pin_memory)
     times = wif.time_epochs(loader, my_step, epochs=3)          # wif's epoch clock around your own step
 
-Both run in the caller's process on any Dataset and loop: no Hydra, no forked child, no memory sampler (a
-train.py run records those). `time_epochs` can log its figures to MLflow, tagged `wif.kind=user` so the
+Both run in the caller's process on any Dataset and loop: no Hydra, no forked child, no memory sampler. A
+train.py run records those. `time_epochs` can log its figures to MLflow, tagged `wif.kind=user` so the
 study's report never mixes them with its own runs.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
@@ -21,17 +24,20 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from wif.measure import epochs as epoch_account
+from wif.measure import names
 from wif.measure.timing import StepClock, synchronize
 from wif.run.loop import TimedFeed, map_tensors, samples_in
 from wif.run.training import CappedBatches
-from wif.tools.tune import Trial, final_pick, search_workers, table
+from wif.tools.tune import table
+from wif.tools.tune_trials import Trial
+from wif.tools.worker_search import final_pick, finalists, search_workers, trial_of
 
-# Its trials run in the caller's process, with no sampler beside them (a sampler thread there would share the
-# GIL with the loop it times): wif-tune's trials, each a supervised run, measure the tree's PSS.
+# No sampler beside the trials: a sampler thread would share the GIL with the loop it times.
 NO_RAM = "wif.tune_workers runs its trials in your process, without wif-tune's memory sampler; wif-tune measures it"
 
 
 def _default_device(device: Optional[torch.device | str]) -> torch.device:
+    """`device`, or the current CUDA device where there is one, else the CPU."""
     if device is not None:
         return torch.device(device)
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -42,13 +48,14 @@ def _as_is(batch: Any) -> Any:
 
 
 def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """The batch's tensors copied to `device`."""
     return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 # ----------------------------------------------------------------------------- tune_workers
 @dataclass
 class WorkerPick:
-    """The pick (fewest workers within `min_gain` of the fastest, then no pinning) and every trial."""
+    """The pick and every trial: the fewest workers within `min_gain` of the fastest, then no pinning."""
 
     num_workers: int
     pin_memory: bool
@@ -63,52 +70,120 @@ class WorkerPick:
         )
 
 
+@dataclass(frozen=True)
+class TuneOptions:
+    """How `tune_workers` searches: its keyword arguments beyond the loader's.
+
+    Args:
+        max_workers: the most workers tried; None for twice the usable cores.
+        batches: batches timed an epoch.
+        epochs: epochs a trial, the first left out; at least 2 run.
+        step: the coarse pass's step in workers.
+        radius: the refining pass's reach around the best.
+        min_gain: the share faster that more workers must be to count as helping.
+        device: where the batches are copied; None for the current CUDA device, else the CPU.
+        verbose: print each trial's line.
+    """
+
+    max_workers: Optional[int] = None
+    batches: int = 50
+    epochs: int = 3
+    step: int = 4
+    radius: int = 3
+    min_gain: float = 0.05
+    device: Optional[torch.device | str] = None
+    verbose: bool = True
+
+
 def tune_workers(
     dataset: Dataset,
     batch_size: int = 64,
     pin_memory: Sequence[bool] = (False, True),
     collate_fn: Optional[Callable[[List[Any]], Any]] = None,
-    *,
-    max_workers: Optional[int] = None,
-    batches: int = 50,
-    epochs: int = 3,
-    step: int = 4,
-    radius: int = 3,
-    min_gain: float = 0.05,
-    device: Optional[torch.device | str] = None,
-    verbose: bool = True,
+    **options: Any,
 ) -> WorkerPick:
-    """The search `wif-tune` runs (`wif.tools.tune.search_workers`), on the caller's Dataset: for each
-    pin_memory, num_workers from 0 up in coarse steps until more stop helping, then every count near the
-    best; each trial iterates `batches` batches for `epochs` epochs (the first left out) and copies them to
-    the device. Without CUDA only pin_memory=False is tried (pinning has no effect on the CPU)."""
-    import os
+    """The search `wif-tune` runs (`wif.tools.worker_search.search_workers`), on the caller's Dataset.
 
-    dev = _default_device(device)
+    For each pin_memory, num_workers goes from 0 up in coarse steps until more stop helping, then every count
+    near the best is tried. Each trial iterates `batches` batches for `epochs` epochs, the first left out,
+    and copies them to the device. Without CUDA only pin_memory=False is tried: pinning has no effect there.
+
+    Args:
+        dataset: the Dataset the trials' DataLoaders read.
+        batch_size: the trials' batch size.
+        pin_memory: the pinnings searched.
+        collate_fn: the trials' collate_fn; None for DataLoader's default.
+        **options: the search's knobs by keyword, `TuneOptions`' fields: max_workers, batches, epochs, step,
+            radius, min_gain, device, verbose.
+    """
+    opts = TuneOptions(**options)
+    dev = _default_device(opts.device)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cap = 2 * cores if max_workers is None else max_workers
+    cap = 2 * cores if opts.max_workers is None else opts.max_workers
     pins = [p for p in dict.fromkeys(pin_memory) if dev.type == "cuda" or not p] or [False]
-    trials: List[Trial] = []
+    runner = _InProcessTrials(dataset=dataset, batch_size=batch_size, collate_fn=collate_fn, options=opts, device=dev)
+    best = {
+        pin: search_workers(
+            functools.partial(runner.measure, pin),
+            max_workers=cap,
+            step=opts.step,
+            radius=opts.radius,
+            min_gain=opts.min_gain,
+        )
+        for pin in pins
+    }
+    scores = finalists(runner.trials, best)
+    if not scores:
+        raise RuntimeError("every trial failed:\n" + table(runner.trials, None, NO_RAM))
+    pin, workers = final_pick(scores, opts.min_gain)
+    chosen = trial_of(runner.trials, pin, workers)
+    return WorkerPick(
+        num_workers=workers,
+        pin_memory=pin,
+        img_s=chosen.img_s or 0.0,
+        trials=runner.trials,
+        table=table(runner.trials, chosen, NO_RAM),
+    )
 
-    def measure(pin: bool, workers: int, phase: str) -> Optional[float]:
+
+@dataclass
+class _InProcessTrials:
+    """tune_workers' trials, each timed in the caller's process, and kept."""
+
+    dataset: Dataset
+    batch_size: int
+    collate_fn: Optional[Callable[[List[Any]], Any]]
+    options: TuneOptions
+    device: torch.device
+    trials: List[Trial] = field(default_factory=list)
+
+    def measure(self, pin: bool, workers: int, phase: str) -> Optional[float]:
+        """One trial's images/s, None where it failed; the search goes on either way."""
         loader = DataLoader(
-            dataset,
-            batch_size=batch_size,
+            self.dataset,
+            batch_size=self.batch_size,
             shuffle=True,
             num_workers=workers,
             pin_memory=pin,
-            collate_fn=collate_fn,
+            collate_fn=self.collate_fn,
             drop_last=False,
         )
         try:
             times = time_epochs(
-                loader, lambda b: _to_device(b, dev, pin), max(epochs, 2), device=dev, max_batches=batches
+                loader,
+                lambda b: _to_device(b, self.device, pin),
+                max(self.options.epochs, 2),
+                device=self.device,
+                max_batches=self.options.batches,
             )
-            trial = Trial(pin, workers, phase, "FINISHED", "", times.summary)
+            status, summary, error = "FINISHED", times.summary, ""
         except Exception as err:  # noqa: BLE001 - a trial that fails is reported and the search goes on
-            trial = Trial(pin, workers, phase, "FAILED", "", {}, f"{type(err).__name__}: {err}")
-        trials.append(trial)
-        if verbose:
+            status, summary, error = "FAILED", {}, f"{type(err).__name__}: {err}"
+        trial = Trial(
+            pin_memory=pin, num_workers=workers, phase=phase, status=status, run_id="", summary=summary, error=error
+        )
+        self.trials.append(trial)
+        if self.options.verbose:
             print(
                 f"  {phase:<6} pin_memory={pin} num_workers={workers:<3} "
                 + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error),
@@ -116,27 +191,15 @@ def tune_workers(
             )
         return trial.img_s
 
-    best = {
-        pin: search_workers(lambda w, ph: measure(pin, w, ph), cap, step, radius, min_gain)  # noqa: B023
-        for pin in pins
-    }
-    scores = {
-        (pin, w): next(t.img_s for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
-        for pin, w in best.items()
-        if w is not None
-    }
-    if not scores:
-        raise RuntimeError("every trial failed:\n" + table(trials, None, NO_RAM))
-    pin, workers = final_pick(scores, min_gain)
-    chosen = next(t for t in trials if (t.pin_memory, t.num_workers) == (pin, workers))
-    return WorkerPick(workers, pin, chosen.img_s or 0.0, trials, table(trials, chosen, NO_RAM))
-
 
 # ----------------------------------------------------------------------------- time_epochs
 @dataclass
 class EpochTimes:
-    """Per-epoch figures (wif.measure.epochs.figures, with samples) and the summary over the measured epochs
-    (the first `warmup_epochs` left out), as a train.py run and wif.watch summarize theirs."""
+    """Each epoch's figures and the summary over the measured epochs, as a train.py run and wif.watch have them.
+
+    An epoch's figures are wif.measure.epochs.figures', with its samples. The first `warmup_epochs` are left
+    out of the summary.
+    """
 
     epochs: List[Dict[str, float]]
     warmup_epochs: int
@@ -147,57 +210,89 @@ class EpochTimes:
         self.measured = epoch_account.steady(self.epochs, self.warmup_epochs)
         self.summary = epoch_account.summary(self.epochs, self.warmup_epochs)
 
-    median_s = property(lambda self: self.summary["epoch_time_median_s"])
-    mean_s = property(lambda self: self.summary["epoch_time_mean_s"])
-    img_s = property(lambda self: self.summary["throughput_mean_img_s"])
-    data_wait_share = property(lambda self: self.summary["data_wait_share_mean"])
+    median_s = property(lambda self: self.summary[names.EPOCH_TIME_MEDIAN_S])
+    mean_s = property(lambda self: self.summary[names.EPOCH_TIME_MEAN_S])
+    img_s = property(lambda self: self.summary[names.THROUGHPUT_MEAN_IMG_S])
+    data_wait_share = property(lambda self: self.summary[names.DATA_WAIT_SHARE_MEAN])
 
 
-def time_epochs(
-    loader: Iterable[Any],
-    step: Callable[[Any], Any],
-    epochs: int = 3,
-    *,
-    device: Optional[torch.device | str] = None,
-    warmup_epochs: int = 1,
-    max_batches: Optional[int] = None,
-    mlflow_experiment: Optional[str] = None,
-    run_name: Optional[str] = None,
-) -> EpochTimes:
-    """Time `epochs` passes of `step(batch)` over `loader` as wif times its own: the device synchronized at
-    each epoch's start and end only; the host's wait in `next()` summed as data wait; the step's time as
-    compute (CUDA events on the device, read after the epoch's sync). `step` should not read values off the
-    device (`.item()`) per batch: that synchronizes and hides the overlap being measured. With
-    `mlflow_experiment`, every epoch and the summary are logged to a run in that experiment."""
-    dev = _default_device(device)
-    batches = loader if max_batches is None else CappedBatches(loader, max_batches)
+@dataclass(frozen=True)
+class TimingOptions:
+    """How `time_epochs` times and logs: its keyword arguments.
+
+    Args:
+        device: the device synchronized and timed; None for the current CUDA device, else the CPU.
+        warmup_epochs: epochs left out of the summary where more run.
+        max_batches: batches an epoch at most; None for the whole loader.
+        mlflow_experiment: where every epoch and the summary are logged; None logs nothing.
+        run_name: the MLflow run's name.
+    """
+
+    device: Optional[torch.device | str] = None
+    warmup_epochs: int = 1
+    max_batches: Optional[int] = None
+    mlflow_experiment: Optional[str] = None
+    run_name: Optional[str] = None
+
+
+def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int = 3, **options: Any) -> EpochTimes:
+    """Times `epochs` passes of `step(batch)` over `loader` as wif times its own.
+
+    The device is synchronized at each epoch's start and end only. The host's wait in `next()` is summed as
+    data wait, and the step's time as compute: CUDA events on the device, read after the epoch's sync. `step`
+    should not read values off the device per batch, as `.item()` does: that synchronizes and hides the
+    overlap being measured.
+
+    Args:
+        loader: the batches, any iterable.
+        step: the user's step, called on each batch.
+        epochs: the passes timed.
+        **options: `TimingOptions`' fields by keyword: device, warmup_epochs, max_batches, mlflow_experiment,
+            run_name.
+    """
+    opts = TimingOptions(**options)
+    dev = _default_device(opts.device)
+    batches = loader if opts.max_batches is None else CappedBatches(loader, opts.max_batches)
     size = getattr(loader, "batch_size", None) or 1
     out: List[Dict[str, float]] = []
     for epoch in range(epochs):
-        clock = StepClock(dev)
-        feed = TimedFeed(batches, _as_is, lambda batch: samples_in(batch, size))
-        synchronize(dev)  # sync point: nothing from before is counted in this epoch
-        t_start, t0 = time.monotonic(), time.perf_counter()
-        for batch in feed:  # a DataLoader's workers end with the pass, not during the next epoch
-            clock.start()
-            step(batch)
-            clock.stop()
-        synchronize(dev)  # sync point: the epoch's queued work is done
-        # the step copies its own batches: their time is the step's, as in wif.watch
-        stats = replace(feed.stats(t_start, t0, None, clock.compute_s(), None), copy_s=0.0)
+        stats = _timed_epoch(batches, step, dev, size)
         measured = {k: v for k, v in epoch_account.figures(asdict(stats)).items() if v is not None}
         out.append({"epoch": epoch, **measured, "samples": stats.samples})
-    times = EpochTimes(out, warmup_epochs if epochs > warmup_epochs else 0)
-    if mlflow_experiment:
-        _log(times, mlflow_experiment, run_name)
+    times = EpochTimes(out, opts.warmup_epochs if epochs > opts.warmup_epochs else 0)
+    if opts.mlflow_experiment:
+        _log(times, opts.mlflow_experiment, opts.run_name)
     return times
 
 
+def _timed_epoch(batches: Iterable[Any], step: Callable[[Any], Any], device: torch.device, size: int) -> Any:
+    """One pass of `step` over `batches`, timed: its EpochStats, the step's copies counted as its compute.
+
+    Args:
+        batches: the epoch's batches.
+        step: the user's step.
+        device: the device synchronized at the epoch's start and end.
+        size: the samples a batch with no tensor of a batch dimension counts as.
+    """
+    clock = StepClock(device)
+    feed = TimedFeed(batches, _as_is, count=lambda batch: samples_in(batch, size))
+    synchronize(device)  # sync point: nothing from before is counted in this epoch
+    t_start, t0 = time.monotonic(), time.perf_counter()
+    for batch in feed:  # a DataLoader's workers end with the pass, not during the next epoch
+        clock.start()
+        step(batch)
+        clock.stop()
+    synchronize(device)  # sync point: the epoch's queued work is done
+    stats = feed.stats(t_start=t_start, t0=t0, train_loss=None, compute_s=clock.compute_s(), gpu_idle_s=None)
+    return replace(stats, copy_s=0.0)  # the step copies its own batches: their time is the step's, as in wif.watch
+
+
 def _log(times: EpochTimes, experiment: str, run_name: Optional[str]) -> None:
+    """One MLflow run of the epochs and their summary, tagged `wif.kind=user`."""
     import mlflow
 
     mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=run_name, tags={"wif.kind": "user"}):
+    with mlflow.start_run(run_name=run_name, tags={names.TAG_KIND: "user"}):
         mlflow.log_param("warmup_epochs", times.warmup_epochs)
         for e in times.epochs:
             mlflow.log_metrics({k: v for k, v in e.items() if k != "epoch"}, step=int(e["epoch"]))

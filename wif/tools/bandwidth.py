@@ -1,10 +1,10 @@
 """`wif-bandwidth`: this machine's host-to-device and device-to-host copy rates, pinned and pageable.
 
-The physical anchor of the study: a setting cannot copy its batches faster than the link allows, so the
-report states each setting's copy cost as its bytes per epoch over the rate measured here, on the same GPU
-(`wif.report.copycost`). The probe is `wif.measure.bandwidth`; this command checks its input, runs it on
-the first CUDA device, prints a table and logs one MLflow run tagged `wif.kind=bandwidth` to the store
-train.py writes to (the same `tracking.*` overrides).
+The physical anchor of the study: a setting cannot copy its batches faster than the link allows. The report
+states each setting's copy cost as its bytes per epoch over the rate measured here, on the same GPU
+(`wif.report.copycost`). The probe is `wif.measure.bandwidth`. This command checks its input, runs it on the
+first CUDA device and prints a table. It logs one MLflow run tagged `wif.kind=bandwidth` to the store
+train.py writes to, with the same `tracking.*` overrides.
 
     wif-bandwidth --sizes-mb 1,16,256 --repeats 20
 """
@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from wif.config import ConfigError, TrackingConfig
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
+from wif.measure import names
 from wif.measure.bandwidth import DIRECTIONS, MEMORY, Rate, copy_rates, rate_metrics, size_label
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, Tracker
@@ -37,6 +38,7 @@ def sizes(text: str) -> List[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """wif-bandwidth's flags beside the study's tracking overrides."""
     p = tool_parser(
         PROG,
         "Measure host-to-device and device-to-host copy rates from pinned and pageable memory "
@@ -61,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> None:
+    """ConfigError for a flag out of range."""
     if args.repeats < 1:
         raise ConfigError(f"--repeats={args.repeats} must be at least 1.")
     if max(args.sizes_mb) > 16384:
@@ -84,37 +87,44 @@ def table(rates: Sequence[Rate]) -> str:
 
 
 def device_tags() -> Dict[str, str]:
-    """The GPU measured, as training runs name theirs (`wif.gpu`, `wif.gpu_uuid`): the report matches on them."""
+    """The GPU measured, tagged as training runs tag theirs: the report matches on `wif.gpu` and `wif.gpu_uuid`."""
     import torch
 
     from wif.run.training import device_info
 
     info = device_info(torch.device("cuda", 0))
     tags = {
-        "wif.kind": "bandwidth",
-        "wif.device": "cuda",
-        "wif.gpu": info["name"],
-        "wif.gpu_uuid": info["uuid"],
-        "wif.cuda": str(info["cuda"]),
-        "wif.gpu_capability": info["capability"],
+        names.TAG_KIND: "bandwidth",
+        names.TAG_DEVICE: "cuda",
+        names.TAG_GPU: info["name"],
+        names.TAG_GPU_UUID: info["uuid"],
+        names.TAG_CUDA: str(info["cuda"]),
+        names.TAG_GPU_CAPABILITY: info["capability"],
         "wif.torch": torch.__version__,
     }
     try:
         from wif.measure.nvml import GpuProbe
 
         probe = GpuProbe(info["uuid"])
-        tags["wif.gpu_driver"] = str(probe.driver)
+        tags[names.TAG_GPU_DRIVER] = str(probe.driver)
         probe.close()
     except Exception:  # noqa: BLE001 - NVML missing or refusing: the rates stand without the driver's version
-        tags["wif.gpu_driver"] = "unknown"
+        tags[names.TAG_GPU_DRIVER] = "unknown"
     return tags
 
 
 def log_run(uri: str, experiment: str, args: argparse.Namespace, rates: Sequence[Rate]) -> str:
-    """One FINISHED run: the rates as metrics, the GPU and software as tags, the sizes and repeats as params."""
+    """One FINISHED run: the rates as metrics, the GPU and software as tags, the sizes and repeats as params.
+
+    Args:
+        uri: the MLflow store.
+        experiment: its experiment.
+        args: the flags: the sizes and repeats.
+        rates: the rates measured.
+    """
     tracker = Tracker(uri, experiment)
     tags = {**host_tags(), **device_tags()}
-    name = f"bandwidth-{tags['wif.gpu'].replace(' ', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = f"bandwidth-{tags[names.TAG_GPU].replace(' ', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
     params = {"sizes_mb": ",".join(size_label(s) for s in args.sizes_mb), "repeats": args.repeats}
     run_id = tracker.start_run(name, params, tags, {**params, "units": "GB/s = 1e9 bytes/s, MB = 1e6 bytes"})
     tracker.log_metrics(run_id, rate_metrics(rates))
@@ -123,8 +133,11 @@ def log_run(uri: str, experiment: str, args: argparse.Namespace, rates: Sequence
 
 
 def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, TrackingConfig]:
-    """The flags, and the store train.py writes to; ConfigError for bad input, and where there is no CUDA device
-    (found before CUDA, the store, or anything else is touched)."""
+    """The flags, and the store train.py writes to.
+
+    ConfigError for bad input, and where there is no CUDA device: found before CUDA, the store, or anything
+    else is touched.
+    """
     args = build_parser().parse_intermixed_args(argv)
     _check(args)
     tracking = load_config(args.overrides, args.config_dir).tracking
@@ -134,6 +147,7 @@ def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, Tracking
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """wif-bandwidth: the rates measured, printed and logged."""
     quick_exit()
     setup_logging(PROG)
     try:

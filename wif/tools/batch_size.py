@@ -1,15 +1,13 @@
-"""`wif-batch-size`: the largest batch the configured model trains with, inside a VRAM budget
-(docs/tuning.md, "Batch-size finder").
+"""`wif-batch-size`: the largest batch the configured model trains with, inside a VRAM budget.
 
-A common advice is to grow the batch until the GPU's memory is about 90% used. Sizes are searched by
-doubling, then bisecting between the last size that fit and the first that did not (`find_largest`, a
-pure function). Each probe (`batch_probe`) is a fresh process started (spawned, never forked: a fork of a
-process that has initialized CUDA, as a test session or a user's script may have, cannot use CUDA) for that
-probe alone: a probe that runs out of memory leaves nothing behind (no fragmented allocator, no cached
-blocks) for the next. Every way CUDA says it is out of memory counts as "too big"
-(`batch_probe.out_of_memory`), so the search bisects down. A probe runs a few real training steps of the
-configured model, optimizer and loss (the study's `train_epoch` on one fixed batch already on the device)
-and then reads the device's memory.
+See docs/tuning.md, "Batch-size finder". A common advice is to grow the batch until the GPU's memory is about
+90% used. Sizes are searched by doubling, then bisecting between the last size that fit and the first that
+did not: `find_largest`, a pure function.
+
+Each probe (`batch_probe`) runs a few real training steps of the configured model, optimizer and loss, then
+reads the device's memory. The steps are the study's `train_epoch` on one fixed batch already on the device.
+Each probe is a fresh spawned process: see NOTE [ Why each probe is a fresh spawned process ] in
+batch_probe. Every way CUDA says it is out of memory counts as "too big", so the search bisects down.
 
     wif-batch-size model=googlenet data.image_size=64 --fill 0.9
 """
@@ -31,9 +29,11 @@ PROG = "wif-batch-size"
 
 # ----------------------------------------------------------------------------- the search (pure)
 def find_largest(fits: Callable[[int], bool], start: int, limit: int) -> int:
-    """The largest n in [1, limit] with fits(n), for a `fits` that holds up to some size and fails beyond:
-    double from `start` until a size fails (or `limit` fits), then bisect between the last size that fit
-    and the first that failed. Each size is tried at most once; 0 when not even 1 fits."""
+    """The largest n in [1, limit] with fits(n), for a `fits` that holds up to some size and fails beyond.
+
+    Sizes double from `start` until one fails or `limit` fits, then bisect between the last size that fit and
+    the first that failed. Each size is tried at most once; 0 when not even 1 fits.
+    """
     if limit < 1:
         return 0
     lo, hi = 0, limit + 1  # fits(lo) holds (0 trivially); fits(hi) fails (hi beyond the limit)
@@ -61,6 +61,7 @@ class ProbeFailed(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """wif-batch-size's flags beside the study's overrides."""
     p = tool_parser(
         PROG,
         "The largest data.batch_size the configured model trains "
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> None:
+    """ConfigError for a flag out of range."""
     if not 0 < args.fill <= 1:
         raise ConfigError(f"--fill={args.fill} must be a share of the device's memory in (0, 1], e.g. 0.9.")
     for key in ("max_batch", "multiple", "steps"):
@@ -98,60 +100,44 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-batch={args.max_batch} is smaller than --multiple={args.multiple}.")
 
 
-def search(conf: Config, args: argparse.Namespace, sample: Optional[Sample] = None) -> Tuple[int, Dict[int, Probe]]:
-    """(largest batch size, every probe by size)."""
-    probes: Dict[int, Probe] = {}
+class _Fits:
+    """Whether a size fits: each size probed once, its probe kept and said in one line."""
 
-    def fits(k: int) -> bool:
-        batch = k * args.multiple
-        p = probes[batch] = run_probe(conf, batch, args.steps, sample)
+    def __init__(self, conf: Config, args: argparse.Namespace, sample: Optional[Sample]) -> None:
+        self.conf, self.args, self.sample = conf, args, sample
+        self.probes: Dict[int, Probe] = {}
+
+    def __call__(self, k: int) -> bool:
+        """Whether `k` multiples of --multiple train within --fill; ProbeFailed for any other failure."""
+        batch = k * self.args.multiple
+        p = self.probes[batch] = run_probe(self.conf, batch=batch, steps=self.args.steps, sample=self.sample)
         if p.error:
             raise ProbeFailed(f"batch {batch}: {p.error}")
-        ok = p.trained and p.used_mb <= args.fill * p.total_mb
+        ok = p.trained and p.used_mb <= self.args.fill * p.total_mb
         shown = f"{p.used_mb:.0f} MiB used ({p.used_mb / p.total_mb:.0%})" if p.trained else "out of memory"
         print(f"  batch {batch:>7}: {'fits' if ok else 'too big':<8} {shown}", flush=True)
         return ok
 
+
+def search(conf: Config, args: argparse.Namespace, sample: Optional[Sample] = None) -> Tuple[int, Dict[int, Probe]]:
+    """(largest batch size, every probe by size)."""
+    fits = _Fits(conf, args, sample)
     start = args.start or conf.data.batch_size
     best = find_largest(fits, max(start // args.multiple, 1), args.max_batch // args.multiple) * args.multiple
-    return best, probes
+    return best, fits.probes
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """wif-batch-size: the inputs checked, the sizes searched, the largest said with its wif-study line."""
     quick_exit()
     setup_logging(PROG)
     args = build_parser().parse_intermixed_args(argv)
     try:
-        _check(args)
-        conf = load_config(args.overrides, args.config_dir)
+        conf, sample = _inputs(args)
     except ConfigError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
-    if not cuda_present():
-        print(
-            f"{PROG}: needs a CUDA device (device memory is what it measures), and this machine has none.",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_SETTING
-    d = conf.data
-    sample = None
-    if d.source is DataSource.custom:  # the user's inputs, whatever their shape: one sample, repeated
-        try:
-            sample = first_sample(conf)
-        except ConfigError as err:
-            print(f"{PROG}: {err}", file=sys.stderr)
-            return EXIT_BAD_SETTING
-    shape = (
-        f"inputs {tuple(getattr(sample.x, 'shape', ()))} from data._target_={d._target_}, {sample.num_classes}"
-        if sample is not None
-        else f"{d.image_size}x{d.image_size} images, {d.num_classes}"
-    )
-    print(
-        f"{PROG}: model={conf.model.name.value}, {shape} classes; "
-        f"largest multiple of {args.multiple} up to {args.max_batch} that trains within {args.fill:.0%} of the "
-        "device's memory",
-        flush=True,
-    )
+    print(_plan(conf, args, sample), flush=True)
     try:
         best, probes = search(conf, args, sample)
     except ProbeFailed as err:
@@ -162,6 +148,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED
+    return _report(best, probes, args)
+
+
+def _inputs(args: argparse.Namespace) -> Tuple[Config, Optional[Sample]]:
+    """The configuration, and data=custom's first sample; ConfigError for bad input or no CUDA device."""
+    _check(args)
+    conf = load_config(args.overrides, args.config_dir)
+    if not cuda_present():
+        raise ConfigError("needs a CUDA device (device memory is what it measures), and this machine has none.")
+    if conf.data.source is DataSource.custom:  # the user's inputs, whatever their shape: one sample, repeated
+        return conf, first_sample(conf)
+    return conf, None
+
+
+def _plan(conf: Config, args: argparse.Namespace, sample: Optional[Sample]) -> str:
+    """The line said before the search: the model, its inputs and the sizes searched."""
+    d = conf.data
+    shape = (
+        f"inputs {tuple(getattr(sample.x, 'shape', ()))} from data._target_={d._target_}, {sample.num_classes}"
+        if sample is not None
+        else f"{d.image_size}x{d.image_size} images, {d.num_classes}"
+    )
+    return (
+        f"{PROG}: model={conf.model.name.value}, {shape} classes; "
+        f"largest multiple of {args.multiple} up to {args.max_batch} that trains within {args.fill:.0%} of the "
+        "device's memory"
+    )
+
+
+def _report(best: int, probes: Dict[int, Probe], args: argparse.Namespace) -> int:
+    """The largest size and its memory, with its wif-study line; the exit code."""
     if best == 0:
         print(
             f"{PROG}: not even a batch of {args.multiple} trains within {args.fill:.0%} of the device's memory.",

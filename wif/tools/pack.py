@@ -1,16 +1,19 @@
-"""`wif-pack`: pack an image source into LMDB or tar shards up front, as a run would pack it into the cache
-(docs/formats.md), with a progress bar, images/s and bytes written; train from it with data.path.
+"""`wif-pack`: pack an image source into LMDB or tar shards up front; train from it with data.path.
+
+A run would pack it so into the cache (docs/formats.md). The pack says its progress: a bar, images/s and
+bytes written.
 
     wif-pack data=folder data.root=IMAGES --to lmdb --out PATH
     wif-study data=folder data.format=lmdb data.path=PATH
 
-The pack is written under a temporary name beside PATH and renamed when complete (a pack killed half-way
-is never found under PATH), then every record is checked against its index.
+The pack is written under a temporary name beside PATH and renamed when complete: a pack killed half-way is
+never found under PATH. Then every record is checked against its index.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,31 +32,37 @@ BAR = 30
 
 
 def progress_bar(total: int, tty: bool) -> Progress:
-    """A bar on a terminal (redrawn every 0.1 s), else a line every 10 s; images/s and MiB written."""
-    import os
+    """A bar on a terminal, redrawn every 0.1 s, else a line every 10 s; images/s and MiB written."""
+    return _Bar(total, tty)
 
-    t0 = last = time.perf_counter()
-    throttle = float(os.environ.get(THROTTLE_ENV, "0") or 0)  # tests: slow each record to kill a pack half-way
 
-    def report(done: int, written: int) -> None:
-        nonlocal last
-        if throttle:
-            time.sleep(throttle)
+class _Bar:
+    """The pack's progress on stderr, called after each record."""
+
+    def __init__(self, total: int, tty: bool) -> None:
+        self.total, self.tty = total, tty
+        self.t0 = self.last = time.perf_counter()
+        self.throttle = float(os.environ.get(THROTTLE_ENV, "0") or 0)  # tests: slow each record to kill a pack half-way
+
+    def __call__(self, done: int, written: int) -> None:
+        """`done` records and `written` bytes so far, said when it is time to redraw."""
+        if self.throttle:
+            time.sleep(self.throttle)
         now = time.perf_counter()
-        if now - last < (0.1 if tty else 10.0) and done < total:
+        if now - self.last < (0.1 if self.tty else 10.0) and done < self.total:
             return
-        last = now
-        filled = BAR * done // max(total, 1)
+        self.last = now
+        filled = BAR * done // max(self.total, 1)
         text = (
-            f"{PROG}: [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} images, "
-            f"{done / max(now - t0, 1e-9):.0f} images/s, {written / 2**20:.1f} MiB"
+            f"{PROG}: [{'#' * filled}{'.' * (BAR - filled)}] {done}/{self.total} images, "
+            f"{done / max(now - self.t0, 1e-9):.0f} images/s, {written / 2**20:.1f} MiB"
         )
-        print(("\r" + text) if tty else text, end="" if tty and done < total else "\n", file=sys.stderr, flush=True)
-
-    return report
+        end = "" if self.tty and done < self.total else "\n"
+        print(("\r" + text) if self.tty else text, end=end, file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """wif-pack's flags beside the study's overrides."""
     parser = tool_parser(
         PROG, "Pack an image source into LMDB or tar shards (data.format), to train from with data.path."
     )
@@ -63,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """wif-pack: the source checked, packed under --out, and each record checked."""
     quick_exit()
     setup_logging(PROG)
     args = build_parser().parse_intermixed_args(argv)
@@ -84,11 +94,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         pack = build(
             listing,
-            DataFormat(args.to),
-            out,
-            conf.data.shard_mb,
-            progress_bar(total, sys.stderr.isatty()),
-            conf.data.source.value,
+            fmt=DataFormat(args.to),
+            out=out,
+            shard_mb=conf.data.shard_mb,
+            progress=progress_bar(total, sys.stderr.isatty()),
+            source=conf.data.source.value,
         )
         seconds = time.perf_counter() - t0
         check_pack(pack, conf.data.cache_dir)

@@ -1,12 +1,11 @@
-"""`wif-tune`: find the num_workers (for each pin_memory) that feeds batches fastest
-(docs/tuning.md, "Loader tuner").
+"""`wif-tune`: the num_workers that feeds batches fastest, for each pin_memory (docs/tuning.md, "Loader tuner").
 
-Coarse steps from 0 workers up to twice the usable cores, stopping as soon as more workers stop helping,
-then every count within a small radius of the best. Each trial is a loader-only run of the configured
-loader (`trainer.mode=loader_only`, `trainer.max_batches` batches per epoch): the same loop, the same
-forked and sampled child (`wif.run.supervise.supervise`) and the same MLflow store as the study, tagged
-`wif.kind=tune` so the study's report never mixes them in. The pick is the fewest workers within
-`--min-gain` of the fastest (more workers for no gain only cost CPU and RAM).
+Coarse steps go from 0 workers up to twice the usable cores, stopping as soon as more workers stop helping.
+Then every count within a small radius of the best is tried. Each trial is a loader-only run of the
+configured loader, `trainer.max_batches` batches an epoch. It has the study's loop, its forked and sampled
+child (`wif.run.supervise.supervise`) and its MLflow store. The runs are tagged `wif.kind=tune`, so the
+study's report never mixes them in. The pick is the fewest workers within `--min-gain` of the fastest:
+more workers for no gain only cost CPU and RAM.
 
     wif-tune preset=smoke data.fraction=0.4 --batches 50
 """
@@ -14,79 +13,30 @@ forked and sampled child (`wif.run.supervise.supervise`) and the same MLflow sto
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from wif.config import Config, ConfigError, DataSource, TransferKind, warnings_for
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.folder_check import require_readable
 from wif.data.loaders import silence_worker_count_warning
+from wif.measure import names
 from wif.measure.sysinfo import usable_cores
 from wif.run.forking import preload
 from wif.run.supervise import resolve_device
 from wif.tools.tune_trials import WORKER_ONLY, Trial, Tuner, trial_config
+from wif.tools.worker_search import final_pick, finalists, search_workers, trial_of
 
 PROG = "wif-tune"
-
-Measure = Callable[[int, str], Optional[float]]  # (num_workers, phase) -> images/s, None if the trial failed
-
-
-# ----------------------------------------------------------------------------- the search (pure)
-def pick_best(scores: Dict[int, Optional[float]], min_gain: float) -> Optional[int]:
-    """The fewest workers whose throughput is within `min_gain` of the fastest; None if every trial failed."""
-    ok = {w: s for w, s in scores.items() if s is not None}
-    if not ok:
-        return None
-    top = max(ok.values())
-    return min(w for w, s in ok.items() if s * (1 + min_gain) >= top)
-
-
-def search_workers(
-    measure: Measure,
-    max_workers: int,
-    step: int,
-    radius: int,
-    min_gain: float,
-    beaten: Optional[Callable[[int, int], bool]] = None,
-) -> Optional[int]:
-    """The search docs/tuning.md describes: 0, step, 2*step, ... up to `max_workers`, stopping at the first
-    count that is not faster than the best so far by more than `min_gain` (or fails); then every count within
-    `radius` of the best. Each count is measured once; in the second pass a count that `beaten(count, best)`
-    shows cannot beat the best (the caller's bound, e.g. wif-advise's: its loader alone slower than the best's
-    whole epoch) is not measured at all."""
-    scores: Dict[int, Optional[float]] = {}
-
-    def score(w: int, phase: str) -> Optional[float]:
-        if w not in scores:
-            scores[w] = measure(w, phase)
-        return scores[w]
-
-    best = 0
-    score(0, "coarse")
-    for w in range(step, max_workers + 1, step):
-        s, b = score(w, "coarse"), scores[best]
-        if s is None or (b is not None and s <= b * (1 + min_gain)):
-            break  # more workers stopped helping
-        best = w
-    for w in range(max(best - radius, 0), min(best + radius, max_workers) + 1):
-        if w in scores or beaten is None or not beaten(w, best):
-            score(w, "refine")
-    return pick_best(scores, min_gain)
-
-
-def final_pick(finalists: Dict[tuple, float], min_gain: float) -> tuple:
-    """(pin_memory, num_workers) among each pinning's best: within min_gain of the fastest, fewer workers
-    first, then no pinning (pinned pages are locked RAM)."""
-    top = max(finalists.values())
-    return min((k for k, s in finalists.items() if s * (1 + min_gain) >= top), key=lambda k: (k[1], k[0]))
 
 
 # ----------------------------------------------------------------------------- output
 def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS read during the trial") -> str:
-    """The trials, one row each; a RAM figure not measured shows '-', and a last line says why (`no_ram`)."""
+    """The trials, one row each; a RAM figure not measured shows '-', and a last line says why: `no_ram`."""
     rows = [
         f"{'pin_memory':<11}{'num_workers':>12}{'img/s':>10}{'epoch s':>9}{'1st batch s':>12}"
         f"{'data wait':>10}{'RAM PSS MB':>11}  phase"
@@ -98,11 +48,11 @@ def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS 
             rows.append(f"{str(t.pin_memory):<11}{t.num_workers:>12}  {t.status}: {t.error}")
             continue
         mark = "  <- best" if t is best else ""
-        pss = s.get("ram_peak_pss_mb")
+        pss = s.get(names.RAM_PEAK_PSS_MB)
         missing = missing or pss is None or math.isnan(pss)
         rows.append(
-            f"{str(t.pin_memory):<11}{t.num_workers:>12}{t.img_s:>10.0f}{s['epoch_time_mean_s']:>9.3f}"
-            f"{s['first_batch_mean_s']:>12.3f}{s['data_wait_share_mean']:>10.0%}"
+            f"{str(t.pin_memory):<11}{t.num_workers:>12}{t.img_s:>10.0f}{s[names.EPOCH_TIME_MEAN_S]:>9.3f}"
+            f"{s[names.FIRST_BATCH_MEAN_S]:>12.3f}{s[names.DATA_WAIT_SHARE_MEAN]:>10.0%}"
             + (f"{'-':>11}" if pss is None or math.isnan(pss) else f"{pss:>11.0f}")
             + f"  {t.phase}{mark}"
         )
@@ -133,6 +83,7 @@ def train_command(base: Config, overrides: Sequence[str], best: Trial) -> str:
 
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
+    """wif-tune's flags beside the study's overrides."""
     p = tool_parser(
         PROG,
         "Search loader.num_workers for both pin_memory values with "
@@ -157,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace, conf: Config) -> None:
+    """ConfigError for a flag out of range, or a configuration with no loader to tune."""
     for key in ("batches", "epochs", "step"):
         if getattr(args, key) < 1:
             raise ConfigError(f"--{key}={getattr(args, key)} must be at least 1.")
@@ -166,8 +118,10 @@ def _check(args: argparse.Namespace, conf: Config) -> None:
 
 
 def check_tunable(conf: Config) -> None:
-    """Refuse a configuration with no streaming loader to tune (wif-tune and wif-advise), and an image folder
-    whose layout or files cannot be used, before the first trial (as a sweep checks it before its first job)."""
+    """Refuses a configuration with no streaming loader to tune, for wif-tune and wif-advise, before any trial.
+
+    An image folder whose layout or files cannot be used is refused too, as a sweep does before its first job.
+    """
     if conf.data.source is DataSource.fixed:
         raise ConfigError(
             "data=fixed has no loader to tune: its batches are already on the device. Pick the data "
@@ -188,27 +142,67 @@ def check_tunable(conf: Config) -> None:
 
 
 def searched_config(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Config:
-    """The configuration the search starts from. loader.num_workers is the search's, so a worker-only key the
-    user sets (loader.persistent_workers=true, ...) is checked as it will run, beside workers; the trials
-    without workers turn it off (WORKER_ONLY), as their wif-study line does."""
+    """The configuration the search starts from.
+
+    loader.num_workers is the search's. A worker-only key the user sets, such as loader.persistent_workers=true,
+    is checked as it will run: beside workers. The trials without workers turn it off (WORKER_ONLY), as their
+    wif-study line does.
+    """
     said = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     if said & {f"loader.{key}" for key, _ in WORKER_ONLY}:
         return load_config([*overrides, "loader.num_workers=1"], config_dir)
     return load_config(overrides, config_dir)
 
 
+class Plan(NamedTuple):
+    """What the search tries: worker counts up to `max_workers`, for each pinning in `pins`."""
+
+    cores: int
+    max_workers: int
+    pins: List[bool]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """wif-tune: the inputs checked, each pinning searched, the trials and the pick said."""
     quick_exit()
     setup_logging(PROG)
     args = build_parser().parse_intermixed_args(argv)
     try:
-        base = searched_config(args.overrides, args.config_dir)
-        _check(args, base)
-        device = resolve_device(base.device)
-        trial_config(base, 0, False, args.batches, args.epochs)  # refuse a bad combination before any run
+        base, device = _inputs(args)
     except ConfigError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
+    plan = _plan(args, base, device)
+    print(
+        f"{PROG}: loader={base.loader.name}, fraction {base.data.fraction:g}, batch {base.data.batch_size}, "
+        f"up to {args.batches} batches x {args.epochs} epochs per trial (first epoch left out), on {device}, "
+        f"{plan.cores} usable cores: num_workers 0..{plan.max_workers}",
+        flush=True,
+    )
+    preload()
+    silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md)
+    tuner = Tuner(base, device, args)
+    try:
+        best_per_pin = _search(tuner, plan, args)
+    except KeyboardInterrupt:
+        print(
+            f"{PROG}: interrupted; the trials so far are in MLflow (tag wif.tune_id={tuner.tune_id}).", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED
+    return _report(tuner, best_per_pin, base, args)
+
+
+def _inputs(args: argparse.Namespace) -> Tuple[Config, str]:
+    """The searched configuration and its device; ConfigError, a bad mix of settings included, before any run."""
+    base = searched_config(args.overrides, args.config_dir)
+    _check(args, base)
+    device = resolve_device(base.device)
+    trial_config(base, num_workers=0, pin_memory=False, batches=args.batches, epochs=args.epochs)  # a bad mix
+    return base, device
+
+
+def _plan(args: argparse.Namespace, base: Config, device: str) -> Plan:
+    """The worker counts and pinnings searched; what the machine rules out is said on stderr."""
     cuda = device == "cuda"
     for message in warnings_for(base, cuda):
         if "pin_memory" not in message:  # pinning is what is searched
@@ -228,46 +222,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"{PROG}: no CUDA device: pin_memory has no effect, so only pin_memory=false is searched.", file=sys.stderr
         )
         pins = [False]
+    return Plan(cores=cores, max_workers=max_workers, pins=pins)
 
-    print(
-        f"{PROG}: loader={base.loader.name}, fraction {base.data.fraction:g}, batch {base.data.batch_size}, "
-        f"up to {args.batches} batches x {args.epochs} epochs per trial (first epoch left out), on {device}, "
-        f"{cores} usable cores: num_workers 0..{max_workers}",
-        flush=True,
-    )
-    preload()
-    silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md)
-    tuner = Tuner(base, device, args)
-    best_per_pin: Dict[bool, Optional[int]] = {}
-    try:
-        for pin in pins:
-            best_per_pin[pin] = search_workers(
-                lambda w, phase: tuner.run(pin, w, phase),  # noqa: B023
-                max_workers,
-                args.step,
-                args.radius,
-                args.min_gain,
-            )
-    except KeyboardInterrupt:
-        print(
-            f"{PROG}: interrupted; the trials so far are in MLflow (tag wif.tune_id={tuner.tune_id}).", file=sys.stderr
+
+def _search(tuner: Tuner, plan: Plan, args: argparse.Namespace) -> Dict[bool, Optional[int]]:
+    """Each pinning's best worker count, None where its every trial failed."""
+    return {
+        pin: search_workers(
+            functools.partial(tuner.run, pin),
+            max_workers=plan.max_workers,
+            step=args.step,
+            radius=args.radius,
+            min_gain=args.min_gain,
         )
-        return EXIT_INTERRUPTED
-
-    finalists = {
-        (pin, w): next(t.img_s for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
-        for pin, w in best_per_pin.items()
-        if w is not None
+        for pin in plan.pins
     }
-    if not finalists:
+
+
+def _report(tuner: Tuner, best_per_pin: Dict[bool, Optional[int]], base: Config, args: argparse.Namespace) -> int:
+    """The trials' table, the pick tagged in MLflow and its wif-study line; the exit code.
+
+    Args:
+        tuner: the trials run and their store.
+        best_per_pin: each pinning's best worker count, None where its every trial failed.
+        base: the searched configuration.
+        args: the flags and overrides.
+    """
+    scores = finalists(tuner.trials, best_per_pin)
+    if not scores:
         print(table(tuner.trials, None))
         print(
             f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    pin, w = final_pick(finalists, args.min_gain)
-    best = next(t for t in tuner.trials if (t.pin_memory, t.num_workers) == (pin, w))
+    pin, w = final_pick(scores, args.min_gain)
+    best = trial_of(tuner.trials, pin, w)
     tuner.tracker.set_tags(best.run_id, {"wif.tune_best": "true"})
     print()
     print(table(tuner.trials, best))

@@ -1,7 +1,8 @@
-"""`wif-tune`'s trials: the configured loader as a loader-only run at one worker count and pinning (the keys
-that only mean something with workers turned off without any, `WORKER_ONLY`), each supervised and recorded
-as its own MLflow run tagged `wif.kind=tune`, in the study's store. Apart from the search, the table and the command
-line (`tune`), which only ask a trial how many images a second it fed.
+"""`wif-tune`'s trials: the configured loader as a loader-only run at one worker count and pinning.
+
+The keys that only mean something with workers are turned off without any (`WORKER_ONLY`). Each trial is
+supervised and recorded as its own MLflow run tagged `wif.kind=tune`, in the study's store. The search, the
+table and the command line (`tune`, `worker_search`) only ask a trial how many images a second it fed.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import copy
 import os
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from wif.config import Config, TrainerMode, validate
+from wif.measure import names
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
@@ -30,6 +32,8 @@ WORKER_ONLY = (
 
 @dataclass
 class Trial:
+    """One trial: its setting, its phase of the search, and its run's outcome."""
+
     pin_memory: bool
     num_workers: int
     phase: str
@@ -40,11 +44,20 @@ class Trial:
 
     @property
     def img_s(self) -> Optional[float]:
-        return self.summary.get("throughput_mean_img_s") if self.status == FINISHED else None
+        """The images a second it fed; None where it did not finish."""
+        return self.summary.get(names.THROUGHPUT_MEAN_IMG_S) if self.status == FINISHED else None
 
 
 def trial_config(base: Config, num_workers: int, pin_memory: bool, batches: int, epochs: int) -> Config:
-    """The base configuration as a loader-only run with this worker count and pinning."""
+    """The base configuration as a loader-only run with this worker count and pinning.
+
+    Args:
+        base: the searched configuration.
+        num_workers: the trial's worker count; without workers, the worker-only keys turned off.
+        pin_memory: the trial's pinning.
+        batches: batches timed an epoch.
+        epochs: epochs of the trial.
+    """
     conf = copy.deepcopy(base)
     conf.loader.num_workers, conf.loader.pin_memory = num_workers, pin_memory
     if num_workers == 0:
@@ -68,26 +81,32 @@ class Tuner:
         self.trials: List[Trial] = []
 
     def run(self, pin_memory: bool, num_workers: int, phase: str) -> Optional[float]:
-        conf = trial_config(self.base, num_workers, pin_memory, self.args.batches, self.args.epochs)
-        fraction = f"{conf.data.fraction:g}"
-        tags = {
-            **host_tags(),
-            "wif.kind": "tune",
-            "wif.tune_id": self.tune_id,
-            "wif.tune_phase": phase,
-            "wif.loader": conf.loader.name,
-            "wif.fraction": fraction,
-            "wif.device": self.device,
-            "wif.gpu": "none",
-            "wif.model": model_label(conf.model),
-            "wif.transfer": conf.transfer.kind.value,
-            "wif.num_workers": num_workers,
-            "wif.pin_memory": pin_memory,
-        }
-        name = f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}"
+        """One trial run and recorded: its images/s, None where it failed; KeyboardInterrupt where it was killed."""
+        conf = trial_config(
+            self.base,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            batches=self.args.batches,
+            epochs=self.args.epochs,
+        )
         label = f"pin_memory={pin_memory} num_workers={num_workers}"
-        run_id, outcome, error = run_recorded(self.tracker, conf, self.device, name, tags, label)
-        trial = Trial(pin_memory, num_workers, phase, outcome.status, run_id, outcome.summary, error)
+        run_id, outcome, error = run_recorded(
+            tracker=self.tracker,
+            conf=conf,
+            device=self.device,
+            name=f"tune-{conf.loader.name}-pin{int(pin_memory)}-w{num_workers}",
+            tags=self._tags(conf, phase),
+            label=label,
+        )
+        trial = Trial(
+            pin_memory=pin_memory,
+            num_workers=num_workers,
+            phase=phase,
+            status=outcome.status,
+            run_id=run_id,
+            summary=outcome.summary,
+            error=error,
+        )
         self.trials.append(trial)
         print(
             f"  {phase:<6} {label:<34} " + (f"{trial.img_s:>10.0f} img/s" if trial.img_s else trial.error), flush=True
@@ -95,3 +114,20 @@ class Tuner:
         if outcome.status == KILLED:
             raise KeyboardInterrupt
         return trial.img_s
+
+    def _tags(self, conf: Config, phase: str) -> Dict[str, Any]:
+        """A trial run's tags: the search it belongs to, its phase and setting, as a study run's are."""
+        return {
+            **host_tags(),
+            names.TAG_KIND: "tune",
+            "wif.tune_id": self.tune_id,
+            "wif.tune_phase": phase,
+            names.TAG_LOADER: conf.loader.name,
+            names.TAG_FRACTION: f"{conf.data.fraction:g}",
+            names.TAG_DEVICE: self.device,
+            names.TAG_GPU: "none",
+            names.TAG_MODEL: model_label(conf.model),
+            names.TAG_TRANSFER: conf.transfer.kind.value,
+            "wif.num_workers": conf.loader.num_workers,
+            "wif.pin_memory": conf.loader.pin_memory,
+        }

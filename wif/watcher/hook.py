@@ -1,20 +1,22 @@
 """The watch with no line changed: every DataLoader's epoch goes through it, wherever the loop is.
 
 PyTorch Lightning's `Trainer.fit`, the Hugging Face `Trainer` and accelerate iterate the DataLoader inside the
-framework, where no `wif.watch(...)` can be written. Each of them, however it wraps the loader (accelerate's
-`DataLoaderShard` holds a `base_dataloader`, Lightning's fetchers and `CombinedLoader` call `iter()` on it),
-starts an epoch with `DataLoader.__iter__`. `patch` wraps it (and `__init__`, to note where each loader was
-made; and an object that makes its DataLoader and iterates it itself, as accelerate's `DataLoaderShard` does
-one batch ahead, is watched at its own `__iter__`: `_holder`); an epoch of the training loader (the first
-whose epoch starts with gradients enabled, or the one wif-advise names) is then `wif.watch`'s epoch, with its
-clock, figures, record and orders (`wif.watcher.watch.hooked`); every other loader runs as it is. TraceML
-patches `DataLoader.__iter__` the same way to time the wait (https://github.com/traceopt-ai/traceml), and so
-does Lightning for its own bookkeeping (`lightning.pytorch.utilities.data._replace_dunder_methods`), which is
-why `__init__` keeps its signature.
+framework, where no `wif.watch(...)` can be written. However each wraps the loader, it starts an epoch with
+`DataLoader.__iter__`: accelerate's `DataLoaderShard` holds a `base_dataloader`, and Lightning's fetchers and
+`CombinedLoader` call `iter()` on it.
 
-This module imports nothing but the standard library and wif.watcher.origin (which imports nothing either):
-it is patched in while torch itself is being imported (wif/watcher/boot/sitecustomize.py, where `wif-watch`
-and `wif-advise` put it on PYTHONPATH); the watch is imported at the first epoch.
+`patch` wraps `__iter__`, and `__init__` to note where each loader was made. An object that makes its
+DataLoader and iterates it itself is watched at its own `__iter__` (`_holder`); accelerate's
+`DataLoaderShard` does so one batch ahead. An epoch of the training loader is then `wif.watch`'s epoch,
+with its clock, figures, record and orders (`wif.watcher.watch.hooked`). Every other loader runs as it is.
+
+TraceML patches `DataLoader.__iter__` the same way to time the wait (https://github.com/traceopt-ai/traceml).
+So does Lightning for its own bookkeeping, in `lightning.pytorch.utilities.data._replace_dunder_methods`:
+that is why `__init__` keeps its signature.
+
+This module imports nothing but the standard library and wif.watcher.origin, which imports nothing either.
+It is patched in while torch itself is being imported, by wif/watcher/boot/sitecustomize.py where
+`wif-watch` and `wif-advise` put it on PYTHONPATH. The watch is imported at the first epoch.
 """
 
 from __future__ import annotations
@@ -57,10 +59,12 @@ def patch(cls: Any) -> None:
 
 
 def _holder(maker: Any, loader: Any) -> None:
-    """Where a DataLoader is made in the `__init__` of an object that is no DataLoader but iterates it in an
-    `__iter__` of its own (accelerate's DataLoaderShard, which passes for a DataLoader and iterates its
-    `base_dataloader` one batch ahead: the DataLoader's epoch ends a step before the loop's), the epochs of
-    that class are watched, not its DataLoader's."""
+    """Watches the epochs of `maker`'s class, not its DataLoader's, where that class iterates the loader itself.
+
+    That is an object, no DataLoader, that makes one in its `__init__` and iterates it in its own `__iter__`.
+    accelerate's DataLoaderShard passes for a DataLoader and iterates its `base_dataloader` one batch ahead:
+    the DataLoader's epoch ends a step before the loop's.
+    """
     cls = type(maker)  # not maker.__class__: accelerate's says DataLoader
     if maker is None or maker is loader or isinstance(loader, cls) or cls in HELD:
         return
@@ -80,7 +84,7 @@ def _holder(maker: Any, loader: Any) -> None:
 
 
 def _epoch(loader: Any) -> Any:
-    """An epoch of `loader` as the watch has it (its own where it is not watched)."""
+    """An epoch of `loader` as the watch has it; its own where it is not watched."""
     try:
         from wif.watcher.watch import hooked
 
@@ -108,15 +112,17 @@ def install() -> None:
 
 
 class _Own:
-    """A loader's own epoch, as its class's own __iter__ makes it: what the watch times where a framework
-    iterates the loader (wif.watcher.found finds the loader in it, and orders put a candidate's copy there)."""
+    """A loader's own epoch, as its class's own __iter__ makes it: what the watch times under a framework.
+
+    wif.watcher.found finds the loader in it, and orders put a candidate's copy there.
+    """
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
         self.wif_name = type(loader).__name__
 
     def own(self) -> Iterator[Any]:
-        """The epoch as the loader's class (or the nearest held class it derives from) makes it."""
+        """The epoch as the loader's class makes it, or the nearest held class it derives from."""
         held = next((HELD[c] for c in type(self.loader).__mro__ if c in HELD), None)
         return (held or ORIGINAL["iter"])(self.loader)
 

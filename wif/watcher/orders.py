@@ -1,23 +1,23 @@
-"""Orders to `wif.watch` from `wif-advise -- python my_train.py ...`, through the environment (WIF_WATCH_ORDERS,
-JSON), so the script runs unchanged: which of advise's measurements this process of the script is.
+"""Orders to `wif.watch` from `wif-advise -- python my_train.py ...`: which measurement this process of the script is.
 
-- `train`: the script as it is, each epoch capped at `batches` batches; `epochs` epochs, or with `auto` until
-  the study's stopping rule (`wif.run.stopping.decide`) says the median is pinned, as `trainer.epochs=auto`;
-- `bound`: the first batches replayed, as `data=fixed` is: the first epoch reads them (its warm-up), every
-  later one hands the step the same batches again, so the loader costs nothing;
-- `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs;
-- `probe`: the loader's settings written to `out` at its first epoch, the time of its first few batches
-  beside them, and the script ends there.
+The orders come through the environment, as JSON in WIF_WATCH_ORDERS, so the script runs unchanged. A mode:
 
-With `loader` settings, the script's DataLoader (or the one inside its wrapper) is rebuilt with them, its
-dataset, sampler or batch sampler, collate_fn, worker_init_fn and generator kept. When the measurement has
-what it needs the process leaves (SystemExit 0) at the end of that epoch; the figures go to the run wif-advise
-opened (`run_id`), which wif-advise ends from the exit code.
+- `train`: the script as it is, each epoch capped at `batches` batches. It runs `epochs` epochs, or with
+  `auto` until the study's stopping rule says the median is pinned, as `trainer.epochs=auto` does.
+- `bound`: the first batches replayed, as `data=fixed` is. The first epoch reads them as its warm-up; every
+  later one hands the step the same batches again, so the loader costs nothing.
+- `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs.
+- `probe`: the loader's settings written to `out` at its first epoch, with the time of its first few
+  batches; the script ends there.
+
+With `loader` settings, the script's DataLoader is rebuilt with them, even inside its wrapper. Its dataset,
+sampler or batch sampler, collate_fn, worker_init_fn and generator are kept. When the measurement has what
+it needs, the process leaves with SystemExit 0 at the end of that epoch. The figures go to the run that
+wif-advise opened (`run_id`), which wif-advise ends from the exit code.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import os
@@ -27,12 +27,14 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from wif.data.loaders import TAKES_IN_ORDER
+from wif.measure import names
 from wif.run.loop import map_tensors
 from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
 from wif.watcher import ranks
+from wif.watcher.found import Found
+from wif.watcher.rebuilt import rebuild
 
 ENV = "WIF_WATCH_ORDERS"
 FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.warm): the pid it was forked from
@@ -60,12 +62,15 @@ class Orders:
 
     @classmethod
     def from_env(cls) -> Optional["Orders"]:
+        """The orders in WIF_WATCH_ORDERS; None where it is unset."""
         text = os.environ.get(ENV)
         return cls(json.loads(text)) if text else None
 
     def probe(self, settings: Dict[str, Any], has_dataloader: bool) -> None:
-        """`probe`: what the loader is, written where wif-advise reads it; without a DataLoader the script ends
-        here, with one its first batches are timed (`sample`)."""
+        """`probe`: what the loader is, written where wif-advise reads it.
+
+        Without a DataLoader the script ends here; with one, its first batches are timed (`sample`).
+        """
         if self.found is not None:  # a later epoch of the same loader: `sample` ends the script there
             return
         self.found = {**settings, "has_dataloader": has_dataloader}
@@ -75,12 +80,13 @@ class Orders:
             raise SystemExit(0)
 
     def sample(self, batches: Any) -> Iterator[Any]:
-        """`probe`: the first batches of the training loop as it runs, each batch's time (its fetch and its step)
-        written beside the settings (`batch_s`: their median after the first, which starts the workers), for
-        wif-advise to size its measuring runs to its minutes; then the script ends: after those batches, at the
-        epoch's end, or, where the loop left the epoch before either (a break, Lightning's fetcher taking an
-        epoch's batches by count, never asking for the end), as the loader's next epoch starts. Before, such a
-        script's probe ran all of its epochs."""
+        """`probe`: the first batches of the training loop as it runs, each timed with its fetch and its step.
+
+        Their median after the first, which starts the workers, is written beside the settings as `batch_s`.
+        wif-advise sizes its measuring runs to its minutes by it. Then the script ends: after those batches, or
+        at the epoch's end. A loop that left the epoch before either ends as the loader's next epoch starts:
+        a break, or Lightning's fetcher taking an epoch's batches by count and never asking for the end.
+        """
         if self.times is not None:
             self._probed()
         times = self.times = []
@@ -95,6 +101,7 @@ class Orders:
         self._probed()
 
     def _probed(self) -> None:
+        """The probe's batch time written beside the settings, and the script ends."""
         times = self.times or []
         if times and self.found is not None:
             steady = times[1:] or times
@@ -104,9 +111,12 @@ class Orders:
         raise SystemExit(0)
 
     # ------------------------------------------------------------------ the loader
-    def take(self, batches: Any, found: Optional[tuple]) -> None:
-        """The epoch's DataLoader rebuilt with the candidate's settings, where the orders give any: once, and
-        put in place of the script's in each epoch's wrapper (a new tqdm or wrapper every epoch included)."""
+    def take(self, batches: Any, found: Optional[Found]) -> None:
+        """The epoch's DataLoader rebuilt with the candidate's settings, where the orders give any.
+
+        It is rebuilt once, and put in place of the script's in each epoch's wrapper, a new wrapper every epoch
+        included.
+        """
         settings = self.spec.get("loader")
         if not settings:
             return
@@ -160,7 +170,7 @@ class Orders:
         """Whether the measurement has what it needs; `ranked`: rank 0 decides for every rank (wif.watcher.ranks)."""
         if self.rule is not None:
             memory = {k: [e.get(k, 0.0) for e in epochs] for k in MEMORY_PEAKS if k in epochs[-1]}
-            decision = decide([e["epoch_time_s"] for e in epochs], memory, self.rule)
+            decision = decide([e[names.EPOCH_TIME_S] for e in epochs], memory, self.rule)
             self.done, self.reason = decision.stop, decision.reason
         elif self.epochs is not None and len(epochs) >= self.epochs:
             self.done, self.reason = True, f"{self.epochs} epochs (fixed)"
@@ -192,10 +202,13 @@ class _Keep:
 
 
 class _Sharded:
-    """An IterableDataset given workers: each worker runs its own copy of the iterator, and one that does not
-    split its items by `torch.utils.data.get_worker_info()` yields every item once per worker. DataLoader takes
-    batches from the workers in turn, so the first batch of each worker is the same batch when it does not:
-    then the measurement ends, saying so, before any candidate is timed on duplicated data."""
+    """An IterableDataset given workers, checked to split its items among them.
+
+    Each worker runs its own copy of the iterator. One that does not split its items by
+    `torch.utils.data.get_worker_info()` yields every item once per worker. DataLoader takes batches from the
+    workers in turn, so then the first batch of each worker is the same batch. The measurement ends there,
+    saying so, before any candidate is timed on duplicated data.
+    """
 
     def __init__(self, batches: Any, workers: int, name: str) -> None:
         self.batches, self.workers, self.name = batches, workers, name
@@ -241,56 +254,10 @@ class _Replay:
         return self.count
 
 
-def _adjusted(loader: DataLoader, settings: Dict[str, Any], workers: int) -> DataLoader:
-    """A copy of a DataLoader subclass with other worker settings. DataLoader reads them when an epoch's
-    iterator is made; `persistent_workers` is guarded after __init__, so it is set in the instance's dict."""
-    new = copy.copy(loader)
-    state = new.__dict__
-    state["_iterator"] = None  # the copy starts its own workers
-    state["num_workers"] = workers
-    state["pin_memory"] = bool(settings.get("pin_memory", loader.pin_memory))
-    state["prefetch_factor"] = (settings.get("prefetch_factor") or loader.prefetch_factor or 2) if workers else None
-    state["persistent_workers"] = workers > 0 and bool(settings.get("persistent_workers", loader.persistent_workers))
-    if TAKES_IN_ORDER:
-        state["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
-    return new
-
-
 def fresh(batch: Any) -> Any:
-    """A copy of a batch's tensors, in its structure (tuples, lists, dicts; anything else as it is): the bound
-    hands each replay its own, so a step that pops a key, moves the batch in place or normalizes it in place
-    sees the same batch every time (a memory copy, far below a fetch)."""
+    """A copy of a batch's tensors, in its structure of tuples, lists and dicts; anything else as it is.
+
+    The bound hands each replay its own copy. A step that pops a key, or moves or normalizes the batch in place,
+    then sees the same batch every time. A memory copy costs far less than a fetch.
+    """
     return map_tensors(batch, torch.Tensor.clone)
-
-
-def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
-    """`loader` again with other worker settings; what decides its batches kept as it was. A framework's own
-    DataLoader (accelerate's DataLoaderShard places each batch on its device) stays what it is: a copy of it,
-    its worker settings changed."""
-    workers = int(settings.get("num_workers", loader.num_workers))
-    if type(loader) is not DataLoader:
-        return _adjusted(loader, settings, workers)
-    kwargs: Dict[str, Any] = dict(
-        num_workers=workers,
-        collate_fn=loader.collate_fn,
-        pin_memory=bool(settings.get("pin_memory", loader.pin_memory)),
-        timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
-        generator=loader.generator,
-        pin_memory_device=loader.pin_memory_device,
-    )
-    if isinstance(loader.dataset, IterableDataset):
-        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
-    elif loader.batch_size is None and loader.batch_sampler is not None:  # the user's own batch sampler
-        kwargs.update(batch_sampler=loader.batch_sampler)
-    else:
-        kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
-    if workers > 0:
-        kwargs.update(
-            prefetch_factor=settings.get("prefetch_factor") or loader.prefetch_factor or 2,
-            persistent_workers=bool(settings.get("persistent_workers", loader.persistent_workers)),
-            multiprocessing_context=loader.multiprocessing_context,
-        )
-        if TAKES_IN_ORDER:
-            kwargs["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
-    return DataLoader(loader.dataset, **kwargs)

@@ -24,8 +24,10 @@ FRAMEWORKS = (("transformers", "transformers"), ("lightning", "lightning"), ("py
 
 
 def note(dataset: Any) -> None:
-    """A DataLoader over `dataset` is being made: where, if it is the first over it (a framework's copy of the
-    user's loader, accelerate's or Lightning's, keeps the user's line)."""
+    """Notes where a DataLoader over `dataset` is being made, if it is the first over it.
+
+    A framework's copy of the user's loader, accelerate's or Lightning's, so keeps the user's line.
+    """
     if id(dataset) not in MADE_AT:
         MADE_AT[id(dataset)] = _site()
 
@@ -36,12 +38,15 @@ def made_at(dataset: Any) -> Optional[str]:
 
 
 def _module(frame: Any) -> str:
+    """The name of the module the frame runs in."""
     return str(frame.f_globals.get("__name__", ""))
 
 
 def _site() -> str:
-    """The frame that made the loader: the first outside torch, wif and the frameworks (the user's line); the
-    framework's own, named beside it, where one made it (the HF Trainer's get_train_dataloader)."""
+    """Where the loader is made: the first frame outside torch, wif and the frameworks, the user's line.
+
+    Where a framework made it, as the HF Trainer's get_train_dataloader does, its function is named beside.
+    """
     frame, inner = sys._getframe(3), None
     while frame is not None:
         top = _module(frame).split(".")[0]
@@ -55,18 +60,22 @@ def _site() -> str:
 
 
 def _where(frame: Any) -> str:
+    """The frame as "file:line in function", the file relative where it is below the working directory."""
     path = frame.f_code.co_filename
     try:
         near = os.path.relpath(path)
-        path = path if near.startswith("..") else near  # relative only below the working directory
+        path = path if near.startswith("..") else near
     except ValueError:  # another drive
         pass
     return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
 def framework() -> str:
-    """Which framework runs the loop that starts this epoch ("transformers", "lightning", or ""): its frames
-    on the stack. The HF Trainer runs on accelerate; a script of its own with accelerate is a plain loop."""
+    """Which framework runs the loop that starts this epoch, by its frames on the stack: "transformers",
+    "lightning", or "".
+
+    The HF Trainer runs on accelerate; a script of its own with accelerate is a plain loop.
+    """
     names = set()
     frame = sys._getframe(1)
     while frame is not None:
@@ -76,7 +85,7 @@ def framework() -> str:
 
 
 def of(loader: Any) -> Dict[str, Any]:
-    """The loader's dataset class, where it was made and the framework that iterates it (the probe's report)."""
+    """The probe's report: the loader's dataset class, where it was made and the framework that iterates it."""
     out: Dict[str, Any] = {"dataset": type(loader.dataset).__name__, "framework": framework()}
     out["modules"] = [name for name in PRELOADED if name in sys.modules]  # what a warm start may import first
     made = made_at(loader.dataset)
@@ -84,6 +93,8 @@ def of(loader: Any) -> Dict[str, Any]:
 
 
 def is_named(named: str, loader: Any) -> bool:
-    """Whether `named` (WIF_WATCH_LOADER, wif-advise --loader) is this loader: its dataset's class, or a part of
-    where it was made ("train.py:42")."""
+    """Whether `named`, from WIF_WATCH_LOADER or wif-advise --loader, is this loader.
+
+    It names its dataset's class, or a part of where it was made such as "train.py:42".
+    """
     return named == type(loader.dataset).__name__ or named in (made_at(loader.dataset) or "")

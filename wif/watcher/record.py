@@ -1,12 +1,14 @@
-"""What `wif.watch` records beside the clock, read only at epoch boundaries: the CPU seconds of the process
-and its workers and others' share of the cores (`wif.measure.contention`), the tree's memory (the study's
-`TreeSampler`, a thread of this process: RSS every 0.1 s, PSS within 1% of a core, and once at each epoch's
-end while the script waits), torch's VRAM peaks and NVML's where the script uses CUDA; and the MLflow run they
-go to (`wif.measure.tracking`, opened after the first epoch: importing MLflow lands in no epoch).
+"""What `wif.watch` records beside the clock, read only at epoch boundaries, and the MLflow run it goes to.
 
-The run is tagged `wif.kind=watch` and with its owner's pid, so a run left RUNNING by a killed script is
-found as the study's orphans are. It ends FINISHED when the script exits, FAILED on an uncaught exception,
-KILLED on Ctrl-C; a run `wif-advise` opened for the script is ended by wif-advise, from the exit code.
+- The CPU seconds of the process and its workers, and others' share of the cores (`wif.measure.contention`).
+- The tree's memory: the study's `TreeSampler`, a thread of this process. It reads RSS every 0.1 s and PSS
+  within 1% of a core, and once more at each epoch's end while the script waits.
+- torch's VRAM peaks, and NVML's, where the script uses CUDA.
+
+The run (`wif.measure.tracking`) opens after the first epoch, so importing MLflow lands in no epoch. It is
+tagged `wif.kind=watch` and with its owner's pid: a run left RUNNING by a killed script is found as the
+study's orphans are. It ends FINISHED when the script exits, FAILED on an uncaught exception, KILLED on
+Ctrl-C. A run that `wif-advise` opened for the script is ended by wif-advise, from the exit code.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from wif.config import MeasureConfig, TrackingConfig
-from wif.measure import epochs
+from wif.measure import epochs, names
 from wif.measure.contention import HostCpuMeter
 from wif.measure.epochs import WARMUP_EPOCHS
 from wif.measure.lifetime import owner_tags
@@ -33,18 +35,34 @@ from wif.watcher.orders import FORKED_FROM
 MB = 1024 * 1024
 
 
+# Kept over the run's epochs as the largest any epoch saw.
+PEAKS = (
+    names.RAM_PEAK_RSS_MB,
+    names.RAM_PEAK_PSS_MB,
+    names.RAM_PEAK_USS_MB,
+    "workers_peak",
+    names.VRAM_PEAK_DEVICE_MB,
+    names.VRAM_PEAK_ALLOCATED_MB,
+    names.VRAM_PEAK_RESERVED_MB,
+)
+
+
 class Record:
-    """The watched loader's figures beyond its clock, and its MLflow run."""
+    """The watched loader's figures beyond its clock, and its MLflow run.
+
+    Args:
+        params: the loader's settings, the run's params.
+        experiment: the MLflow experiment; None for MLFLOW_EXPERIMENT_NAME or the study's.
+        run_name: the run's name; None for "watch SCRIPT".
+        log: whether anything goes to MLflow.
+        orders: wif-advise's orders, whose run and store the figures go to; None without.
+    """
 
     def __init__(
         self, params: Dict[str, Any], experiment: Optional[str], run_name: Optional[str], log: bool, orders: Any = None
     ) -> None:
         self.params, self.run_name, self.log = params, run_name, log
-        self.experiment = (
-            orders.spec["experiment"]
-            if orders is not None
-            else experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment
-        )
+        self.experiment = _experiment(experiment, orders)
         self.uri = orders.uri if orders is not None else default_tracking_uri()
         self.run_id: Optional[str] = orders.run_id if orders is not None else None
         self.own = self.run_id is None  # the watch ends only the run it opened
@@ -62,39 +80,45 @@ class Record:
         self.finished = False
         self.stop_reason = "the script's own epochs"
         atexit.register(self.finish)
-        hook = sys.excepthook
-
-        def failed(kind: type, value: BaseException, tb: Any) -> None:
-            self.status = KILLED if issubclass(kind, KeyboardInterrupt) else FAILED
-            self.error = f"{kind.__name__}: {value}"
-            hook(kind, value, tb)
-
+        self._excepthook = sys.excepthook
         self.error = ""
-        sys.excepthook = failed
+        sys.excepthook = self._uncaught
+
+    def _uncaught(self, kind: type, value: BaseException, tb: Any) -> None:
+        """An exception that ends the script: the run ends FAILED, or KILLED on Ctrl-C."""
+        self.status = KILLED if issubclass(kind, KeyboardInterrupt) else FAILED
+        self.error = f"{kind.__name__}: {value}"
+        self._excepthook(kind, value, tb)
 
     def begin(self) -> None:
+        """An epoch starts: the CPU meter marks it."""
         self.meter.mark()
 
     def end(self, t_start: float, device: torch.device) -> Dict[str, float]:
-        """The epoch's figures beside its clock, read after it ended."""
+        """The epoch's figures beside its clock, read after it ended.
+
+        The tree's PSS is read once more here where that costs at most 1% of the epoch; shorter epochs get the
+        sampler's own budgeted reads.
+        """
         self.meter.mark()
-        out: Dict[str, float] = {"tree_cpu_s": self.meter.tree_s(-2, -1)}
+        out: Dict[str, float] = {names.TREE_CPU_S: self.meter.tree_s(-2, -1)}
         other = self.meter.other_pct(-2, -1)
         if other is not None:
-            out["host_other_cpu_pct"] = other
+            out[names.HOST_OTHER_CPU_PCT] = other
         if device.type == "cuda":
             self._attach(device)
-            out["vram_peak_allocated_mb"] = torch.cuda.max_memory_allocated(device) / MB
-            out["vram_peak_reserved_mb"] = torch.cuda.max_memory_reserved(device) / MB
+            out[names.VRAM_PEAK_ALLOCATED_MB] = torch.cuda.max_memory_allocated(device) / MB
+            out[names.VRAM_PEAK_RESERVED_MB] = torch.cuda.max_memory_reserved(device) / MB
         now = time.monotonic()
-        if now - t_start >= 100 * self.poke_s:  # a PSS read while the script waits: 1% of the epoch at most
-            self.sampler.poke()  # (~17 ms with torch imported); shorter epochs get the sampler's budgeted reads
+        if now - t_start >= 100 * self.poke_s:  # a PSS read, ~17 ms with torch, costs 1% of the epoch at most
+            self.sampler.poke()
             self.poke_s, now = time.monotonic() - now, time.monotonic()
         out.update(self.sampler.epoch_means(t_start, now))
         out.update(self.sampler.peaks(t_start, now))
         return out
 
     def _attach(self, device: torch.device) -> None:
+        """NVML's device memory read beside torch's peaks, from the first CUDA epoch on."""
         if self.gpu_attached:
             return
         self.gpu_attached = True
@@ -104,9 +128,11 @@ class Record:
             pass
 
     def open(self) -> Optional[str]:
-        """The MLflow run, opened on first need (after the first epoch: its import counts in no epoch). A store
-        that cannot be opened or written is said in one line and the figures go unlogged: never the training's
-        end (under wif-advise's orders the run is wif-advise's, and its failure ends the measurement)."""
+        """The MLflow run's id, the run opened on first need, after the first epoch; None where nothing is logged.
+
+        A store that cannot be opened or written is said in one line, and the figures go unlogged: it never ends
+        the training. Under wif-advise's orders the run is wif-advise's, and its failure ends the measurement.
+        """
         if not self.log:
             return None
         try:
@@ -118,6 +144,7 @@ class Record:
             return None
 
     def store_failed(self, err: BaseException) -> None:
+        """Stops logging, said in one line: the store cannot be written."""
         if self.log:
             self.log = False
             print(
@@ -128,6 +155,7 @@ class Record:
             )
 
     def _open(self) -> Optional[str]:
+        """The run, started in the store the first time."""
         if self.tracker is None:
             self.tracker = Tracker(self.uri, self.experiment, attempts=2)  # a lock passes; a bad store is said
             if self.run_id is None:
@@ -136,9 +164,9 @@ class Record:
                 tags = {
                     **host_tags(),
                     **owner_tags(),
-                    "wif.kind": "watch",
-                    "wif.device": _device_name(),
-                    "wif.script": " ".join(redacted(sys.argv))[:4000],
+                    names.TAG_KIND: "watch",
+                    names.TAG_DEVICE: _device_name(),
+                    names.TAG_SCRIPT: " ".join(redacted(sys.argv))[:4000],
                 }
                 self.run_id = self.tracker.start_run(
                     self.run_name or f"watch {os.path.basename(sys.argv[0])}", self.params, tags, self.params
@@ -146,10 +174,11 @@ class Record:
         return self.run_id
 
     def log_epoch(self, e: Dict[str, float], epochs: List[Dict[str, float]]) -> None:
+        """The epoch `e` on its way to MLflow, with the tags that changed; `epochs` kept for the summary."""
         self.epochs = epochs
         run = self.open()
         if run is not None:
-            tags = {"wif.n_train": int(e["samples"]), "wif.torch_threads": torch.get_num_threads()}
+            tags = {names.TAG_N_TRAIN: int(e["samples"]), names.TAG_TORCH_THREADS: torch.get_num_threads()}
             fresh = {k: v for k, v in tags.items() if self.tagged.get(k) != v}
             self.tagged.update(fresh)
             if self.sender is None:  # the user's next epoch starts at once; sending takes 1% of a core at most
@@ -157,26 +186,19 @@ class Record:
             self.sender.put(int(e["epoch"]), {k: v for k, v in e.items() if k != "epoch"}, fresh)
 
     def _flush(self) -> None:
+        """The epochs still on their way sent; one that could not be is said."""
         if self.sender is not None and self.sender.close():
             print(f"wif.watch: an epoch's figures did not reach MLflow: {self.sender.error}", file=sys.stderr)
 
     def summary(self) -> Dict[str, float]:
-        """Over the steady epochs (the first left out where there are more): as a study run's summary."""
+        """The run's summary over the steady epochs, the first left out where there are more, as a study run's."""
         out = epochs.summary(self.epochs, WARMUP_EPOCHS)
         marks = len(self.meter.marks)  # the meter marks each epoch's start and end
         steady_from = 2 * epochs.left_out(len(self.epochs), WARMUP_EPOCHS)
         other = self.meter.other_pct(steady_from, marks - 1) if marks > 1 else None
         if other is not None:
-            out["host_other_cpu_pct"] = other  # others' share of the cores over the steady epochs
-        for key in (
-            "ram_peak_rss_mb",
-            "ram_peak_pss_mb",
-            "ram_peak_uss_mb",
-            "workers_peak",
-            "vram_peak_device_mb",
-            "vram_peak_allocated_mb",
-            "vram_peak_reserved_mb",
-        ):
+            out[names.HOST_OTHER_CPU_PCT] = other  # others' share of the cores over the steady epochs
+        for key in PEAKS:
             values = [e[key] for e in self.epochs if key in e]
             if values:
                 out[key] = max(values)
@@ -193,9 +215,9 @@ class Record:
             return
         self._flush()
         try:
-            self.tracker.log_metrics(run, {**self.summary(), "sampler_cpu_pct": self.sampler.own_cost_pct()})
-            error = {"wif.error": self.error[:4000]} if self.error else {}
-            self.tracker.set_tags(run, {"wif.stop_reason": self.stop_reason, **error})
+            self.tracker.log_metrics(run, {**self.summary(), names.SAMPLER_CPU_PCT: self.sampler.own_cost_pct()})
+            error = {names.TAG_ERROR: self.error[:4000]} if self.error else {}
+            self.tracker.set_tags(run, {names.TAG_STOP_REASON: self.stop_reason, **error})
             if self.own:
                 self.tracker.end_run(run, self.status)
         except Exception as err:  # noqa: BLE001 - at the script's exit: one line, never a traceback
@@ -208,8 +230,10 @@ SECRET = re.compile(r"(token(?!izer)|secret|password|passwd|api[-_]?key|access[-
 
 
 def redacted(argv: List[str]) -> List[str]:
-    """The command line as the run's tag: the value of any option whose name says it is a secret hidden
-    (`--hf-token abc`, `--api_key=abc`, `WANDB_API_KEY=abc`)."""
+    """The command line as the run's tag, with the value of any option whose name says it is a secret hidden.
+
+    For example `--hf-token abc`, `--api_key=abc` and `WANDB_API_KEY=abc`.
+    """
     out: List[str] = []
     for i, arg in enumerate(argv):
         name, eq, _ = arg.partition("=")
@@ -222,27 +246,36 @@ def redacted(argv: List[str]) -> List[str]:
     return out
 
 
+def _experiment(experiment: Optional[str], orders: Any) -> str:
+    """The run's experiment: the orders', else the one asked, MLFLOW_EXPERIMENT_NAME, or the study's."""
+    if orders is not None:
+        return orders.spec["experiment"]
+    return experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment
+
+
 def _device_name() -> str:
     return "cuda" if torch.cuda.is_initialized() else "cpu"
 
 
 WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
+RAM_SEEN = ((names.RAM_PEAK_PSS_MB, "PSS"), (names.RAM_PEAK_RSS_MB, "RSS"))  # the line's RAM peak: PSS where read
 
 
 def line(e: Dict[str, float], complete: bool = True) -> str:
     """The epoch's one line: its time and whether the step waited for data."""
     share = e["data_wait_share"]
     head = (
-        f"wif.watch: epoch {int(e['epoch']) + 1}: {e['epoch_time_s']:.3f} s, {int(e['batches'])} batches, "
-        f"{e['throughput_img_s']:,.0f} samples/s, first batch {e['first_batch_s']:.3f} s"
+        f"wif.watch: epoch {int(e['epoch']) + 1}: {e[names.EPOCH_TIME_S]:.3f} s, {int(e['batches'])} batches, "
+        f"{e[names.THROUGHPUT_IMG_S]:,.0f} samples/s, first batch {e[names.FIRST_BATCH_S]:.3f} s"
     )
     if not complete:
         head += " (ended early)"
     if share > WAITED:
-        verdict = f"waited for data {e['data_wait_s']:.3f} s ({share:.0%} of the epoch): the loader holds the step back"
+        wait = e[names.DATA_WAIT_S]
+        verdict = f"waited for data {wait:.3f} s ({share:.0%} of the epoch): the loader holds the step back"
     else:
         verdict = f"did not wait for data ({share:.0%} of the epoch in next())"
-    ram = next(((e[k], k[9:12].upper()) for k in ("ram_peak_pss_mb", "ram_peak_rss_mb") if k in e), None)
+    ram = next(((e[k], label) for k, label in RAM_SEEN if k in e), None)
     if ram is not None:
         verdict += f"; RAM peak {ram[0]:,.0f} MB ({ram[1]}, the process and {int(e.get('workers_peak', 0))} workers)"
     return f"{head}; {verdict}"

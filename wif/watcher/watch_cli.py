@@ -1,10 +1,10 @@
 """`wif-watch -- python train.py ARGS...`: the watch's figures for a script with no line changed.
 
-For a loop inside a framework (Lightning's `Trainer.fit`, the HF `Trainer`, accelerate) or any script one would
-rather not edit: the command runs as it is, with wif.watcher.hook's folder on PYTHONPATH, so that its training
-loader's epochs (the first DataLoader iterated with gradients enabled, or `--loader NAME`) are timed, said and
-logged as `wif.watch` does. WIF_WATCH=print says them and logs nothing. The command replaces this process
-(`exec`): its exit code, its signals and its terminal are its own.
+For a loop inside a framework, such as Lightning's `Trainer.fit`, the HF `Trainer` or accelerate, or any
+script one would rather not edit. The command runs as it is, with wif.watcher.hook's folder on PYTHONPATH.
+Its training loader's epochs are timed, said and logged as `wif.watch` does. That loader is the first
+DataLoader iterated with gradients enabled, or `--loader NAME`. WIF_WATCH=print says them and logs nothing.
+The command replaces this process (`exec`): its exit code, its signals and its terminal are its own.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ PROG = "wif-watch"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: `--loader`, then the command after `--`."""
     p = argparse.ArgumentParser(
         prog=PROG,
         usage=f"{PROG} [--loader NAME] -- COMMAND [ARGS...]",
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command with the hook on PYTHONPATH, in place of this process; 2 for a bad command line."""
     args = list(sys.argv[1:] if argv is None else argv)
     cut = args.index("--") if "--" in args else len(args)
     opts = build_parser().parse_args(args[:cut])

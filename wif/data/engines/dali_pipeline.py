@@ -1,14 +1,18 @@
 """engine=dali: an NVIDIA DALI pipeline per epoch, in DALI's own shape:
 
-    fn.external_source (a batch's encoded bytes and labels, in the epoch's order) -> fn.decoders.image
-    (device="mixed": nvJPEG on a GPU; "cpu" otherwise, device_id=None) -> fn.resize to data.image_size
-    -> [fn.random_resized_crop] -> fn.crop_mirror_normalize (float, CHW, the torchvision path's mean/std,
-    a random flip) -> DALIGenericIterator (labels moved to the GPU in the pipeline where it decodes there)
+    fn.external_source -> fn.decoders.image -> fn.resize -> [fn.random_resized_crop]
+    -> fn.crop_mirror_normalize -> DALIGenericIterator
+
+The source gives a batch's encoded bytes and labels, in the epoch's order. The decoder runs on device="mixed",
+nvJPEG on a GPU, or on "cpu" otherwise with device_id=None. Images are resized to data.image_size, randomly
+crop-resized under data.augment=standard, then made float, CHW, with the torchvision path's mean and std and a
+random flip. Where it decodes on a GPU, the labels
+move to the GPU in the pipeline.
 
 It reads the same images as the other engines: data=encoded's JPEG bytes, data=folder's files. The loader
-option's knobs map onto DALI's: num_workers -> num_threads, the batches in flight -> prefetch_queue_depth.
-The pipeline is built at every epoch, as SPDL's is (so the order and the last partial batch are the
-other engines': DataLoader's seeded sampler, drop_last=False).
+option's knobs map onto DALI's: num_workers to num_threads, the batches in flight to prefetch_queue_depth. The
+pipeline is built at every epoch, as SPDL's is. So the order and the last partial batch are the other
+engines': DataLoader's seeded sampler, drop_last=False.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ from nvidia.dali import fn, pipeline_def, types
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 from wif.config import Augment
-from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD, DecodedSplit, ImageFiles, JpegBlob
+from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD, DecodedSplit
+from wif.data.decoders import ImageFiles, JpegBlob
 from wif.data.engines.common import Request, in_flight, num_batches, sample_order
 from wif.data.loaders import Batch
 
 
 def encoded_bytes(split: DecodedSplit) -> List[np.ndarray]:
-    """Each sample's encoded image, as DALI's decoder takes it (the bytes the other engines decode)."""
+    """Each sample's encoded image, as DALI's decoder takes it: the bytes the other engines decode."""
     source = split.decoder
     if isinstance(source, JpegBlob):
         blob, offsets = source.blob.numpy(), source.offsets.numpy()
@@ -41,7 +46,14 @@ class DaliBatches:
     """One DALI pipeline per epoch, over the epoch's order; batches as (images, labels) tensors."""
 
     def __init__(self, req: Request, augment: Augment, image_size: int, device: Optional[torch.device]) -> None:
-        """`req.split` is a DecodedSplit (wif.config.validate: data=encoded or folder); `req.pin` is DALI's own."""
+        """Read `req`'s split, a DecodedSplit (wif.config.validate: data=encoded or folder); DALI pins its own.
+
+        Args:
+            req: the split and the loader option.
+            augment: data.augment, on the training split.
+            image_size: the size a batch's images have.
+            device: the GPU it decodes on; None or a CPU: it decodes on the CPU.
+        """
         split, loader, batch_size, train, seed = req.split, req.loader, req.batch_size, req.train, req.seed
         self.samples = encoded_bytes(split)
         self.labels = [np.asarray(int(split.labels[j]), dtype=np.int64) for j in split.indices]
@@ -53,6 +65,8 @@ class DaliBatches:
         self.device_id = (device.index or 0) if device is not None and device.type == "cuda" else None
 
     def _source(self, order: List[int]):
+        """The external source's callback: batch `info.iteration` of the epoch's `order`."""
+
         def batch(info):
             picked = order[info.iteration * self.batch_size : (info.iteration + 1) * self.batch_size]
             if not picked:
@@ -62,6 +76,8 @@ class DaliBatches:
         return batch
 
     def _pipeline(self, order: List[int]):
+        """The epoch's pipeline over `order`."""
+
         @pipeline_def(
             batch_size=self.batch_size,
             num_threads=self.threads,
@@ -88,9 +104,7 @@ class DaliBatches:
                 mean=[255 * NORMALIZE_MEAN] * 3,
                 std=[255 * NORMALIZE_STD] * 3,
             )
-            # On a GPU the labels leave the pipeline there too: from DALI's pageable host output, each batch's
-            # label copy under transfer=copy would block behind the step's queued kernels (gpu_blocked_s in
-            # docs/what-each-run-records.md; tests/test_first_gpu.py checks it on a device).
+            # A label copy from DALI's pageable host output would block behind queued kernels: gpu_blocked_s.
             return images, labels if self.device_id is None else labels.gpu()
 
         return pipe()

@@ -1,8 +1,10 @@
-"""data.format=lmdb: one record per image, key `part/index`, value the label (4 bytes, little-endian) and the
-image's encoded bytes (Efficient-PyTorch's layout). Readers open the environment read-only, lock-free and
-without readahead, lazily in the process that reads: a DataLoader worker opens its own after the fork
-(an environment opened before fork and used in the children is the classic bug), and one process opens a
-path once (LMDB forbids two environments on the same file in one process)."""
+"""data.format=lmdb: one record per image, in Efficient-PyTorch's layout.
+
+A record's key is `part/index`; its value is the label, 4 bytes little-endian, then the image's encoded bytes.
+Readers open the environment read-only, lock-free and without readahead, lazily in the process that reads. A
+DataLoader worker opens its own after the fork: an environment opened before fork and used in the children is
+the classic bug. One process opens a path once: LMDB forbids two environments on the same file in one process.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ _OPEN: Dict[str, Tuple[int, object]] = {}  # path -> (pid that opened it, its en
 
 
 def map_size(lengths: List[int], page: int = 4096) -> int:
-    """An upper bound on the file LMDB writes for these values: each value in its own pages (a value
-    above half a page goes to overflow pages; its header and key fit in the rounding), one leaf page per
-    record for its node, and the B-tree's branch pages and two meta pages on top. Only address space:
-    the file grows with what is written."""
+    """An upper bound on the file LMDB writes for these values; only address space, the file grows as written.
+
+    Each value takes its own pages: one above half a page goes to overflow pages, and its header and key fit
+    in the rounding. Each record takes one leaf page for its node. The B-tree's branch pages and two meta
+    pages come on top.
+    """
     pages = sum(-(-(n + _HEADER.size + 64) // page) + 1 for n in lengths)
     return (pages + pages // 64 + 16) * page
 
@@ -79,9 +83,11 @@ def close(path: str) -> None:
 
 
 def close_all() -> None:
-    """Close every environment this process holds. A live map keeps the pages it touched in the page cache
-    (posix_fadvise(DONTNEED) skips mapped pages), so data.page_cache=cold closes them before it evicts;
-    the next read reopens lazily."""
+    """Close every environment this process holds; the next read reopens lazily.
+
+    A live map keeps the pages it touched in the page cache: posix_fadvise's DONTNEED skips mapped pages. So
+    data.page_cache=cold closes them before it evicts.
+    """
     for path in list(_OPEN):
         close(path)
 
@@ -100,8 +106,9 @@ def verify(pack: Pack, decode_all: bool = False) -> None:
                 for i in range(len(pack.index[part]["labels"])):
                     value = txn.get(record_key(part, i).encode())
                     if value is None or len(value) < _HEADER.size:
-                        check_record(pack, part, i, None if value is None else b"", None)
-                    check_record(pack, part, i, bytes(value[_HEADER.size :]), _HEADER.unpack(value[:4])[0], decode_all)
+                        check_record(pack, part, i, data=None if value is None else b"", label=None)
+                    label = _HEADER.unpack(value[:4])[0]
+                    check_record(pack, part, i, data=bytes(value[_HEADER.size :]), label=label, decode_all=decode_all)
     except lmdb.Error as err:
         raise pack.fail(f"{DATA} cannot be read by LMDB ({type(err).__name__}: {err})") from None
     finally:
@@ -124,7 +131,7 @@ class LmdbImages:
             close(self.path)
 
     def __call__(self, i: int):
-        return decode(self.path, record_key(self.part, i), self._record(i), self.size)
+        return decode(self.path, record_key(self.part, i), self._record(i), size=self.size)
 
     def encoded(self, i: int):
         """Image i's bytes as stored, for data.decode=device."""

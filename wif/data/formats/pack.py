@@ -1,7 +1,10 @@
-"""What every pack shares: its folder (a temporary name until complete, then renamed), `pack.json` (the
-format, the record count, each file's size and the sha256 of `index.json`) and the index (per part: every
-record's label, length and crc32, and for shards the shard it is in). Opening a pack checks all of that;
-a pack that fails a check stops the run with one line naming the pack and the record or file."""
+"""What every pack shares: its folder, `pack.json` and the index.
+
+The folder has a temporary name until complete, then it is renamed. `pack.json` holds the format, the record
+count, each file's size and the sha256 of `index.json`. The index holds, per part, every record's label,
+length and crc32, and for shards the shard it is in. Opening a pack checks all of that. A pack that fails a
+check stops the run with one line naming the pack and the record or file.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ class PackError(ConfigError):
 
 @dataclass
 class Pack:
+    """A pack as opened: its folder, `pack.json` and index."""
+
     path: Path
     meta: Dict[str, Any]
     index: Dict[str, Dict[str, List[int]]]  # part -> labels, lengths, crc32 (and shard: the shard's number)
@@ -48,20 +53,24 @@ class Pack:
         return [str(self.path / name) for name in self.meta["files"]]
 
     def fail(self, what: str) -> PackError:
+        """The error that names this pack and `what` is wrong with it."""
         return PackError(
             f"pack {self.path}: {what}. Delete it (a pack in the cache is then rebuilt) or make it again with wif-pack."
         )
 
 
 def crc(data: bytes) -> int:
+    """The crc32 the index keeps of a record."""
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
 def record_key(part: str, i: int) -> str:
+    """Record i of a part, as packs and messages name it."""
     return f"{part}/{i:08d}"
 
 
 def new_index() -> Dict[str, Dict[str, List[int]]]:
+    """An empty index, for a writer to fill."""
     return {part: {"labels": [], "lengths": [], "crc32": [], "shard": []} for part in PARTS}
 
 
@@ -74,8 +83,18 @@ def remove_stale(out: Path) -> None:
 
 
 def finish(tmp: Path, out: Path, fmt: str, index: Dict[str, Any], files: List[str], extra: Dict[str, Any]) -> None:
-    """Write index.json and pack.json into `tmp`, flush everything to disk, then rename `tmp` to `out`: a pack
-    under its final name is always complete."""
+    """Write index.json and pack.json into `tmp`, flush everything to disk, then rename `tmp` to `out`.
+
+    A pack under its final name is always complete.
+
+    Args:
+        tmp: the temporary folder the writer filled.
+        out: the pack's final folder.
+        fmt: the pack's format.
+        index: the records' index.
+        files: the data files in `tmp`.
+        extra: more for pack.json: the classes, the source and the packing settings.
+    """
     raw = json.dumps(index).encode()
     (tmp / "index.json").write_bytes(raw)
     sizes = {name: (tmp / name).stat().st_size for name in files}
@@ -102,8 +121,11 @@ def finish(tmp: Path, out: Path, fmt: str, index: Dict[str, Any], files: List[st
 
 
 def open_pack(path: Path, fmt: Optional[str] = None) -> Pack:
-    """A pack's metadata and index, checked: every file at its recorded size, the index's checksum, and
-    as many records as pack.json says."""
+    """A pack's metadata and index, checked.
+
+    Every file is at least its recorded size, the index matches its checksum, and it lists as many records
+    as pack.json says.
+    """
     probe = Pack(path, {}, {})
     try:
         meta = json.loads((path / "pack.json").read_text())
@@ -142,8 +164,16 @@ def same_size(pack: Pack) -> None:
 def check_record(
     pack: Pack, part: str, i: int, data: Optional[bytes], label: Optional[int], decode_all: bool = False
 ) -> None:
-    """One record against its index entry: present, at its length and crc32, with its label; and with
-    `decode_all`, decoded as an image."""
+    """Check one record against its index entry: present, at its length and crc32, with its label.
+
+    Args:
+        pack: the pack.
+        part: the record's part.
+        i: the record's index in its part.
+        data: its bytes as stored; None: missing.
+        label: its label as stored; None: not stored with it.
+        decode_all: decode it as an image too.
+    """
     entry = pack.index[part]
     key = record_key(part, i)
     if data is None:
@@ -155,12 +185,20 @@ def check_record(
     if label is not None and label != entry["labels"][i]:
         raise pack.fail(f"record {key} has label {label}, its index says {entry['labels'][i]}")
     if decode_all:
-        decode(str(pack.path), key, data, None)
+        decode(str(pack.path), key, data, size=None)
 
 
 def decode(pack_path: str, key: str, data: bytes, size: Optional[int]):
-    """A record's bytes as uint8 RGB at size x size (None: its own size), as wif.data.folder.read_image reads a
-    file; a record that does not decode raises PackError naming the pack and the key."""
+    """A record's bytes as uint8 RGB at size x size, as wif.data.folder.read_image reads a file.
+
+    A record that does not decode raises PackError naming the pack and the key.
+
+    Args:
+        pack_path: the pack, for the message.
+        key: the record's key, for the message.
+        data: its bytes.
+        size: the size to resize to; None: its own.
+    """
     import torch
     from torchvision.io import ImageReadMode, decode_image
     from torchvision.transforms.v2.functional import resize

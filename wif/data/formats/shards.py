@@ -1,15 +1,18 @@
-"""data.format=shards: tar shards in WebDataset's layout (`<key>.<ext>` the image's bytes, `<key>.cls` its
-label; one shard holds about data.shard_mb MiB), read in sequence with plain `tarfile` (docs/formats.md says
-why not the `webdataset` package). Each part's images are spread over its shards in a fixed shuffled order,
-so one shard mixes the classes. An epoch shuffles the shards, deals them out to the DataLoader's workers,
-and shuffles the samples again through a buffer; it yields every image of its split exactly once, as the
-folder would."""
+"""data.format=shards: tar shards in WebDataset's layout, read in sequence with plain `tarfile`.
+
+`<key>.<ext>` holds an image's bytes and `<key>.cls` its label; one shard holds about data.shard_mb MiB.
+docs/formats.md says why not the `webdataset` package. Each part's images are spread over its shards in a
+fixed shuffled order, so one shard mixes the classes. An epoch shuffles the shards, deals them out to the
+DataLoader's workers, and shuffles the samples again through a buffer. It yields every image of its split
+exactly once, as the folder would.
+"""
 
 from __future__ import annotations
 
 import os
 import random
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -27,10 +30,12 @@ MiB = 1024 * 1024
 
 
 def shard_name(part: str, k: int) -> str:
+    """Shard k of a part's file name."""
     return f"{part}-{k:06d}.tar"
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    """Add `data` to `tar` as a file named `name`, with fixed metadata."""
     import io
 
     info = tarfile.TarInfo(name)
@@ -39,7 +44,14 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def write(tmp: Path, listing: Listing, shard_mb: float, progress: Progress) -> Tuple[dict, List[str]]:
-    """Each part's images into shards of about `shard_mb` MiB; returns the index and the shard files."""
+    """Each part's images into shards of about `shard_mb` MiB; returns the index and the shard files.
+
+    Args:
+        tmp: the pack's temporary folder.
+        listing: the source's files and labels.
+        shard_mb: a shard's size in MiB.
+        progress: takes the records and bytes written.
+    """
     index, files, done, written = new_index(), [], 0, 0
     for part in PARTS:
         n = len(listing.paths[part])
@@ -72,8 +84,10 @@ def write(tmp: Path, listing: Listing, shard_mb: float, progress: Progress) -> T
 
 
 def read_shard(path: str, wanted: Optional[AbstractSet[int]] = None) -> Iterator[Tuple[int, bytes, Optional[int]]]:
-    """(index, image bytes, label) of each sample of a shard (of those in `wanted`), in the order written;
-    the others' bytes are skipped, not copied."""
+    """(index, image bytes, label) of each sample of a shard, or of those in `wanted`, in the order written.
+
+    The others' bytes are skipped, not copied.
+    """
     samples: Dict[int, Dict[str, bytes]] = {}
     with tarfile.open(path, "r:") as tar:
         for member in tar:
@@ -105,7 +119,7 @@ def verify(pack: Pack, decode_all: bool = False) -> None:
                 for i, data, label in read_shard(str(pack.path / name)):
                     if i >= len(entry["shard"]) or entry["shard"][i] != k:
                         raise pack.fail(f"shard {name} holds record {part}/{i:08d}, which its index puts elsewhere")
-                    check_record(pack, part, i, data, label, decode_all)
+                    check_record(pack, part, i, data=data, label=label, decode_all=decode_all)
                     seen.add(i)
             except PackError:
                 raise
@@ -116,29 +130,42 @@ def verify(pack: Pack, decode_all: bool = False) -> None:
                 raise pack.fail(f"record {part}/{missing[0]:08d} is missing from shard {name}")
 
 
+@dataclass(frozen=True)
+class ShardPart:
+    """Where a split's images lie in a shard pack: the pack, its part, the shards that hold them, their indices."""
+
+    pack_path: str
+    part: str  # "train" or "test"
+    shards: List[int]  # the shards holding at least one of `indices`
+    indices: np.ndarray
+    labels: torch.Tensor  # every label of the part, by index
+
+
 class ShardSplit(IterableDataset):
-    """One split of a part read from its shards: yields each of `indices` once an epoch, shuffled by shard
-    and through a buffer (training), or shard by shard (evaluation). `encoded` (data.decode=device,
-    wif.data.decode): each image's bytes as stored instead, for the device to decode."""
+    """One split of a part read from its shards: yields each of its images once an epoch.
+
+    Training shuffles by shard and through a buffer; evaluation reads shard by shard. `encoded`, under
+    data.decode=device (wif.data.decode), yields each image's bytes as stored, for the device to decode.
+    """
 
     encoded = False
 
     def __init__(
-        self,
-        pack_path: str,
-        part: str,
-        shards: List[int],
-        indices: np.ndarray,
-        labels: np.ndarray,
-        transform: Callable,
-        size: Optional[int],
-        native: bool,
-        shuffle: bool,
-        buffer: int,
+        self, where: ShardPart, transform: Callable, size: Optional[int], native: bool, shuffle: bool, buffer: int
     ) -> None:
-        self.pack_path, self.part, self.shards, self.native = pack_path, part, shards, native
-        self.wanted = frozenset(int(i) for i in indices)
-        self.labels, self.transform, self.size = labels, transform, size
+        """Read the images `where` says.
+
+        Args:
+            where: the pack, part, shards and indices to read.
+            transform: the split's per-sample steps after decoding.
+            size: the size images are resized to on decoding; None: their own.
+            native: images at their own size, for `materialize`.
+            shuffle: shuffle shards and samples: the training split.
+            buffer: the shuffle buffer's samples.
+        """
+        self.pack_path, self.part, self.shards, self.native = where.pack_path, where.part, where.shards, native
+        self.wanted = frozenset(int(i) for i in where.indices)
+        self.labels, self.transform, self.size = where.labels, transform, size
         self.shuffle, self.buffer = shuffle, buffer
         # several ranks (torchrun's RANK and WORLD_SIZE): each reads its own shards, the workers split those
         self.rank, self.world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -152,13 +179,16 @@ class ShardSplit(IterableDataset):
         found: Dict[int, torch.Tensor] = {}
         for k in self.shards:
             for i, data, _ in read_shard(os.path.join(self.pack_path, shard_name(self.part, k)), self.wanted):
-                found[i] = plain(decode(self.pack_path, f"{self.part}/{i:08d}", data, self.size))
+                found[i] = plain(decode(self.pack_path, f"{self.part}/{i:08d}", data, size=self.size))
         order = sorted(found)
         return Split(torch.stack([found[i] for i in order]), self.labels[torch.tensor(order)])
 
     def _plan(self) -> Tuple[List[int], random.Random]:
-        """This worker's shards for this epoch, and its random source: every worker draws the same shard
-        order (the DataLoader gives them one base seed an epoch), then takes every n-th shard."""
+        """This worker's shards for this epoch, and its random source.
+
+        Every worker draws the same shard order, since the DataLoader gives them one base seed an epoch. Then
+        each takes every n-th shard.
+        """
         info = get_worker_info()
         if info is None:
             base, wid, n = int(torch.randint(0, 2**62, (1,)).item()), 0, 1
@@ -188,7 +218,8 @@ class ShardSplit(IterableDataset):
             yield self._sample(*item)
 
     def _sample(self, i: int, data: bytes):
+        """Sample i as the split hands it out: decoded and transformed, or its bytes as stored."""
         if self.encoded:
             return torch.frombuffer(bytearray(data), dtype=torch.uint8), self.labels[i]
-        image = decode(self.pack_path, f"{self.part}/{i:08d}", data, self.size)
+        image = decode(self.pack_path, f"{self.part}/{i:08d}", data, size=self.size)
         return self.transform(image), self.labels[i]

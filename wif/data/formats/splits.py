@@ -1,6 +1,9 @@
-"""A run's splits read from the chosen format, the same images in every format: image i of a part is
-record i of every pack, and the fraction, validation split and seeds pick indices the same way
-(`wif.data.datasets.checked_split`)."""
+"""A run's splits read from the chosen format, the same images in every format.
+
+Image i of a part is record i of every pack. The fraction, validation split and seeds pick indices the same
+way in every format (`wif.data.datasets.split_picks`). Around each epoch, `EpochStorage` keeps the page cache
+cold under data.page_cache=cold and measures what the epoch read.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +16,24 @@ import numpy as np
 import torch
 
 from wif.config import Augment, ConfigError, DataConfig, DataFormat, DataSource, PageCache
-from wif.data.datasets import Datasets, ImageFiles, checked_split, decoded_datasets, make_transform
+from wif.data.datasets import Datasets, decoded_datasets, make_transform, split_picks
+from wif.data.decoders import ImageFiles
 from wif.data.formats.lmdb_format import LmdbImages, close_all
 from wif.data.formats.pack import Pack, open_pack
-from wif.data.formats.shards import ShardSplit
+from wif.data.formats.shards import ShardPart, ShardSplit
 from wif.data.formats.source import PARTS
 from wif.data.formats.store import ensure_pack, listing_of
+from wif.measure import names
 from wif.measure.epochs import steady
 from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, resident_fraction, tree_read_bytes
 
 
 def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
-    """(size to resize to on decoding, whether images come at their own size) as the source decodes:
-    data=folder at data.image_size, or at its own size under augment=standard; data=encoded is already at
-    data.image_size."""
+    """(size to resize to on decoding, whether images come at their own size), as the source decodes.
+
+    data=folder decodes at data.image_size, or at its own size under augment=standard. data=encoded is already
+    at data.image_size.
+    """
     if source == DataSource.encoded.value:
         return None, False
     size = None if cfg.augment is Augment.standard else cfg.image_size
@@ -34,47 +41,50 @@ def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
 
 
 def format_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
-    """Train, validation and test splits from data.format's storage. `uint8` (transfer.uint8=true): the
-    images stay uint8, for the device to convert and normalize."""
+    """Train, validation and test splits from data.format's storage.
+
+    `uint8` (transfer.uint8=true): the images stay uint8, for the device to convert and normalize.
+    """
     if cfg.format is DataFormat.folder:
-        listing = listing_of(cfg)
-        size, native = _decode_size(cfg, cfg.source.value)
-        decoders = {p: ImageFiles(listing.paths[p], size) for p in PARTS}
-        for d in decoders.values():
-            d.native = native
-        return decoded_datasets(
-            decoders, listing.labels["train"], listing.labels["test"], listing.num_classes, cfg, uint8
-        )
+        return _folder_datasets(cfg, uint8)
     pack = ensure_pack(cfg, check=False)
     size, native = _decode_size(cfg, pack.meta.get("source", "folder"))
     labels = {p: np.asarray(pack.index[p]["labels"], dtype=np.int64) for p in PARTS}
     n_classes = int(pack.meta["num_classes"])
     if cfg.format is DataFormat.lmdb:
         cold = cfg.page_cache is PageCache.cold
-        decoders = {p: LmdbImages(str(pack.path), p, size, native, release=cold) for p in PARTS}
-        return decoded_datasets(decoders, labels["train"], labels["test"], n_classes, cfg, uint8)
-    train_idx, val_idx = checked_split(len(labels["train"]), cfg)
-
-    def split(part: str, idx: np.ndarray, train: bool) -> ShardSplit:
-        in_shards = sorted({pack.index[part]["shard"][int(i)] for i in idx})
-        return ShardSplit(
-            str(pack.path),
-            part,
-            in_shards,
-            idx,
-            torch.from_numpy(labels[part]),
-            make_transform(cfg.augment, cfg.image_size, train, native, uint8),
-            size,
-            native,
-            train,
-            cfg.shuffle_buffer,
+        decoders = {p: LmdbImages(str(pack.path), p, size=size, native=native, release=cold) for p in PARTS}
+        return decoded_datasets(cfg=cfg, decoders=decoders, labels=labels, num_classes=n_classes, uint8=uint8)
+    picks = split_picks(cfg, len(labels["train"]), len(labels["test"]))
+    splits = {
+        name: ShardSplit(
+            ShardPart(
+                pack_path=str(pack.path),
+                part=pick.part,
+                shards=sorted({pack.index[pick.part]["shard"][int(i)] for i in pick.indices}),
+                indices=pick.indices,
+                labels=torch.from_numpy(labels[pick.part]),
+            ),
+            transform=make_transform(cfg.augment, cfg.image_size, pick.train, native=native, uint8=uint8),
+            size=size,
+            native=native,
+            shuffle=pick.train,
+            buffer=cfg.shuffle_buffer,
         )
+        for name, pick in picks.items()
+    }
+    return Datasets(**splits, num_classes=n_classes)
 
-    return Datasets(
-        train=split("train", train_idx, True),
-        val=split("train", val_idx, False),
-        test=split("test", np.arange(len(labels["test"])), False),
-        num_classes=n_classes,
+
+def _folder_datasets(cfg: DataConfig, uint8: bool) -> Datasets:
+    """data.format=folder: the listing's image files, decoded per sample."""
+    listing = listing_of(cfg)
+    size, native = _decode_size(cfg, cfg.source.value)
+    decoders = {p: ImageFiles(listing.paths[p], size) for p in PARTS}
+    for d in decoders.values():
+        d.native = native
+    return decoded_datasets(
+        cfg=cfg, decoders=decoders, labels=listing.labels, num_classes=listing.num_classes, uint8=uint8
     )
 
 
@@ -88,9 +98,12 @@ def storage_files(cfg: DataConfig, pack: Optional[Pack] = None) -> List[str]:
 
 
 def prepare_storage(cfg: DataConfig) -> Dict[str, Any]:
-    """Before a run: the pack built (once) and checked record by record, data=encoded's files written, and
-    data.page_cache=cold refused where eviction does not work. Returns the params a run logs:
-    data.pack_records, data.pack_bytes (and data.pack_path for a pack)."""
+    """Ready the storage before a run; returns the params the run logs.
+
+    The pack is built once and checked record by record, and data=encoded's files are written.
+    data.page_cache=cold is refused where eviction does not work. The params are data.pack_records,
+    data.pack_bytes, and data.pack_path for a pack.
+    """
     pack = ensure_pack(cfg) if cfg.format in (DataFormat.lmdb, DataFormat.shards) else None
     files = storage_files(cfg, pack)
     out: Dict[str, Any] = {}
@@ -106,8 +119,11 @@ def prepare_storage(cfg: DataConfig) -> Dict[str, Any]:
 
 
 def preflight_storage(cfg: DataConfig) -> None:
-    """What a sweep can check cheaply before its first job: that a cold page cache can evict where the job's
-    files are (or will be written). Packs are built, and data.path's checked, as each job starts."""
+    """Check what a sweep can check cheaply before its first job.
+
+    That is whether a cold page cache can evict where the job's files are, or will be written. Packs are
+    built, and data.path's checked, as each job starts.
+    """
     if cfg.page_cache is not PageCache.cold:
         return
     if cfg.path is not None:
@@ -125,10 +141,13 @@ COLD_RESIDENT_LIMIT = 0.05  # above this share of the data's pages still residen
 
 
 class EpochStorage:
-    """Around each training epoch: the data's files evicted first (data.page_cache=cold), the share of them
-    still resident, and the bytes the run's process tree read from storage during the epoch. Under cold, an
-    epoch that kept more than COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage, says
-    so (`page_cache_cold` 0): a warm figure is never logged as a cold one."""
+    """Around each training epoch: the data's storage, evicted and measured.
+
+    Under data.page_cache=cold the data's files are evicted first. Each epoch reports the share of them still
+    resident, and the bytes the run's process tree read from storage during it. Under cold, an epoch that
+    kept more than COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage, says so with
+    `page_cache_cold` 0: a warm figure is never logged as a cold one.
+    """
 
     def __init__(self, cfg: DataConfig) -> None:
         self.cold = cfg.page_cache is PageCache.cold
@@ -137,6 +156,7 @@ class EpochStorage:
         self.resident: Optional[float] = None
 
     def before(self) -> None:
+        """Before the epoch: evict under cold, then read the resident share and the counters."""
         if self.cold:
             close_all()  # this process's LMDB maps would keep their pages resident through the eviction
             evict(self.files)
@@ -145,35 +165,37 @@ class EpochStorage:
         self.faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
     def after(self) -> Dict[str, float]:
-        # minor page faults of the run's own process: after each fork of a worker, the first write to every
-        # page it shares with the worker is a fault and a page copy (copy-on-write), paid inside the epoch
+        """The epoch's storage figures: bytes read, minor faults, and the resident share where files are read."""
+        # The run's own minor faults: after a worker's fork, the first write to each shared page is copied.
         out = {
-            "storage_read_bytes": float(tree_read_bytes() - self.start),
-            "minor_faults": float(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults),
+            names.STORAGE_READ_BYTES: float(tree_read_bytes() - self.start),
+            names.MINOR_FAULTS: float(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults),
         }
         if self.resident is not None:
-            out["page_cache_resident_frac"] = self.resident
+            out[names.PAGE_CACHE_RESIDENT_FRAC] = self.resident
             if self.cold:
-                cold = self.resident <= COLD_RESIDENT_LIMIT and out["storage_read_bytes"] > 0
-                out["page_cache_cold"] = float(cold)
+                cold = self.resident <= COLD_RESIDENT_LIMIT and out[names.STORAGE_READ_BYTES] > 0
+                out[names.PAGE_CACHE_COLD] = float(cold)
         return out
 
 
 def cold_verdict(epochs: Sequence[Dict[str, Any]], warmup: int) -> Optional[Dict[str, str]]:
-    """The run's tags under data.page_cache=cold, from its epochs' figures (None for a warm run):
-    `wif.page_cache_cold` true only if every measured epoch was cold, and why not where it was not."""
-    flagged = [e for e in epochs if "page_cache_cold" in e]
+    """The run's tags under data.page_cache=cold, from its epochs' figures; None for a warm run.
+
+    `wif.page_cache_cold` is true only if every measured epoch was cold; where one was not, a note says why.
+    """
+    flagged = [e for e in epochs if names.PAGE_CACHE_COLD in e]
     if not flagged:
         return None
     measured = steady(flagged, warmup)
-    warm = [e for e in measured if not e["page_cache_cold"]]
+    warm = [e for e in measured if not e[names.PAGE_CACHE_COLD]]
     if not warm:
-        return {"wif.page_cache_cold": "true"}
-    resident = max(e["page_cache_resident_frac"] for e in warm)
-    read = min(e["storage_read_bytes"] for e in warm)
+        return {names.TAG_PAGE_CACHE_COLD: "true"}
+    resident = max(e[names.PAGE_CACHE_RESIDENT_FRAC] for e in warm)
+    read = min(e[names.STORAGE_READ_BYTES] for e in warm)
     return {
-        "wif.page_cache_cold": "false",
-        "wif.page_cache_note": f"{len(warm)} of {len(measured)} measured epochs were not cold: up to "
+        names.TAG_PAGE_CACHE_COLD: "false",
+        names.TAG_PAGE_CACHE_NOTE: f"{len(warm)} of {len(measured)} measured epochs were not cold: up to "
         f"{100 * resident:.0f}% of the data's pages stayed resident after eviction "
         f"(limit {100 * COLD_RESIDENT_LIMIT:.0f}%: a live map holds them, e.g. a "
         f"persistent worker's LMDB environment), as little as {read:.0f} bytes read "

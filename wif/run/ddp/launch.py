@@ -1,10 +1,11 @@
-"""The run process of a data-parallel job: PyTorch's elastic launcher (`torch.distributed.launcher.api`, what
-`torchrun` runs) starts the ranks as its children, and a relay carries their messages to the supervisor.
+"""The run process of a data-parallel job: the launcher starts the ranks, and a relay carries their messages.
 
-The supervisor forks this process exactly as it forks a one-process run and reads the same messages from
-the same pipe, so everything it measures (the process tree's RAM, now every rank and its workers) and every
-way a run ends (FAILED, KILLED, a SIGKILL of the supervisor) works unchanged. Rank 0 sends the job's figures;
-any rank may send the error that ended it, and the first one is the run's reason.
+The launcher is PyTorch's elastic one (`torch.distributed.launcher.api`), what `torchrun` runs; the ranks are
+its children. The supervisor forks this process exactly as it forks a one-process run, and reads the same
+messages from the same pipe. So everything it measures works unchanged: the process tree's RAM now holds
+every rank and its workers. So does every way a run ends: FAILED, KILLED, a SIGKILL of the supervisor.
+
+Rank 0 sends the job's figures. Any rank may send the error that ended it; the first one is the run's reason.
 """
 
 from __future__ import annotations
@@ -28,18 +29,23 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from wif.config import Config
 from wif.measure.lifetime import die_with_parent
 from wif.measure.sysinfo import usable_cores
-from wif.run.ddp.rank import rank_main
+from wif.run.ddp.rank import RankLink, rank_main
 
-SHUTDOWN_S = 2  # the launcher's grace for ranks it stops (SIGTERM, then SIGKILL; PyTorch's default is 30 s): a rank
-# blocked in a collective cannot run its SIGTERM handler, and its workers die with it (PR_SET_PDEATHSIG). Only a
-# torch whose LaunchConfig has shutdown_timeout (newer than 2.11) takes it; an older one keeps its 30 s.
+# NOTE [ The launcher's shutdown grace ]
+# The launcher stops its ranks with SIGTERM, then SIGKILL after SHUTDOWN_S; PyTorch's default is 30 s. A rank
+# blocked in a collective cannot run its SIGTERM handler, and its workers die with it (PR_SET_PDEATHSIG).
+# Only a torch whose LaunchConfig has shutdown_timeout, newer than 2.11, takes it; an older one keeps 30 s.
+SHUTDOWN_S = 2
 ERROR_WINDOW_S = 1.0  # after a rank's error, the others' that arrive this soon are compared with it
 RELAY_DRAIN_S = 10.0  # after the ranks end: their last messages still reach the supervisor
 
 
 def launch_config(nproc: int) -> LaunchConfig:
-    """The elastic launcher's settings for one node of `nproc` ranks. `shutdown_timeout` is passed only where
-    this torch's LaunchConfig declares it: torch 2.11's raises TypeError on it, and pyproject allows 2.11."""
+    """The elastic launcher's settings for one node of `nproc` ranks.
+
+    `shutdown_timeout` is passed only where this torch's LaunchConfig declares it. torch 2.11's raises
+    TypeError on it, and pyproject allows 2.11.
+    """
     options: Dict[str, Any] = dict(
         min_nodes=1,
         max_nodes=1,
@@ -58,14 +64,16 @@ def launch_config(nproc: int) -> LaunchConfig:
 
 
 def threads_per_rank(nproc: int, cores: Optional[int] = None) -> int:
-    """torch's intra-op threads for each rank: the usable cores shared out (torchrun sets 1 unless told)."""
+    """torch's intra-op threads for each rank: the usable cores shared out; torchrun sets 1 unless told."""
     return max(1, (cores or usable_cores()) // nproc)
 
 
 class Relay(threading.Thread):
-    """Ranks -> supervisor: accepts one connection per rank, forwards what they send, and carries the
-    supervisor's answer to an epoch back to rank 0. Only the first error is forwarded: the others follow
-    from it (a rank whose peer died sees its collective fail)."""
+    """Ranks -> supervisor: forwards what the ranks send, and carries the supervisor's answer back to rank 0.
+
+    It accepts one connection per rank. Only the first error is forwarded: the others follow from it, since a
+    rank whose peer died sees its collective fail.
+    """
 
     def __init__(self, listener: Listener, pipe: Connection, nproc: int) -> None:
         super().__init__(name="wif-ddp-relay", daemon=True)
@@ -84,6 +92,7 @@ class Relay(threading.Thread):
                 return  # closed: the launch is over
 
     def say(self, kind: str, payload: Dict[str, Any]) -> None:
+        """Send a message to the supervisor; an error only if it is the first."""
         with self.lock:
             if kind == "error":
                 if self.failed:
@@ -92,9 +101,11 @@ class Relay(threading.Thread):
             self.pipe.send((kind, payload))
 
     def _first_error(self, error: Dict[str, Any], others: List[Connection]) -> Dict[str, Any]:
-        """The error raised first among those that arrive within ERROR_WINDOW_S: a rank whose peer crashed
-        fails too, and its message (a broken collective) may reach the relay before the cause. What else
-        arrives meanwhile is dropped: the run is failing, and the launcher stops every rank."""
+        """The error raised first among those that arrive within ERROR_WINDOW_S.
+
+        A rank whose peer crashed fails too, and its message, a broken collective, may reach the relay before
+        the cause. What else arrives meanwhile is dropped: the run is failing, and the launcher stops every rank.
+        """
         errors = [error]
         for conn in wait(others, timeout=ERROR_WINDOW_S) if others else []:
             try:
@@ -106,6 +117,7 @@ class Relay(threading.Thread):
         return min(errors, key=lambda e: e.get("t", float("inf")))
 
     def run(self) -> None:
+        """Relay until every rank has hung up, or the launch is over with no rank connected."""
         done: set = set()
         while len(done) < self.nproc:
             live = [c for c in list(self.ranks) if id(c) not in done]
@@ -127,10 +139,16 @@ class Relay(threading.Thread):
 
 
 def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) -> None:
-    """The forked run process of trainer.nproc>1: launch, relay, and say how the ranks ended."""
+    """The forked run process of trainer.nproc>1: launch, relay, and say how the ranks ended.
+
+    Args:
+        conf: the run's configuration.
+        device: "cuda" or "cpu".
+        pipe: the run process's end of the supervisor's pipe.
+        supervisor: the supervisor's pid.
+    """
     die_with_parent(supervisor)
-    # The launcher logs each rank's end with a traceback of its own: the run's one-line reason comes from the
-    # rank (its traceback goes to the job's log file), so only what the launcher finds critical is shown.
+    # The rank says the run's reason in one line: the launcher's own tracebacks are shown only when critical.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     nproc = conf.trainer.nproc
@@ -142,47 +160,43 @@ def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) ->
     relay.start()
     code = 0
     try:
-        elastic_launch(launch_config(nproc), rank_main)(
-            conf, device, listener.address, authkey, threads, os.getpid(), multiprocessing.get_start_method()
+        link = RankLink(
+            device_type=device,
+            address=listener.address,
+            authkey=authkey,
+            threads=threads,
+            agent=os.getpid(),
+            start_method=multiprocessing.get_start_method(),
         )
-    except ChildFailedError as err:
-        rank, failure = err.get_first_failure()
-        relay.say(
-            "error",
-            {
-                "type": "RankFailed",
-                "message": f"rank {rank} ended with exit code {failure.exitcode}",
-                "traceback": "",
-                "bad_setting": False,
-            },
-        )
-        code = 1
-    except (KeyboardInterrupt, SignalException) as err:  # SIGINT/SIGTERM reach the launcher as SignalException
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
-        relay.say(
-            "error",
-            {
-                "type": "KeyboardInterrupt",
-                "message": f"interrupted ({type(err).__name__}: {err})",
-                "traceback": "",
-                "bad_setting": False,
-            },
-        )
-        code = 130
-    except Exception as err:  # noqa: BLE001 - the launcher's own error is the run's reason, said in its one line
-        relay.say(
-            "error",
-            {
-                "type": type(err).__name__,
-                "message": f"the launcher: {err}",
-                "traceback": traceback.format_exc(),
-                "bad_setting": False,
-            },
-        )
-        code = 1
+        elastic_launch(launch_config(nproc), rank_main)(conf, link)
+    except (KeyboardInterrupt, Exception) as err:  # noqa: BLE001 - the launcher's own error is the run's reason
+        code = say_launch_failure(relay, err)
     relay.stopped.set()
     relay.join(RELAY_DRAIN_S)
     listener.close()
     if code:
         raise SystemExit(code)
+
+
+def say_launch_failure(relay: Relay, err: BaseException) -> int:
+    """Say in one line why the launch failed; returns the run process's exit code."""
+    untraced = {"traceback": "", "bad_setting": False}  # the rank's own traceback is in the job's log
+    if isinstance(err, ChildFailedError):
+        rank, failure = err.get_first_failure()
+        relay.say(
+            "error",
+            {"type": "RankFailed", "message": f"rank {rank} ended with exit code {failure.exitcode}", **untraced},
+        )
+        return 1
+    if isinstance(err, (KeyboardInterrupt, SignalException)):  # SIGINT/SIGTERM reach the launcher as SignalException
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        message = f"interrupted ({type(err).__name__}: {err})"
+        relay.say("error", {"type": "KeyboardInterrupt", "message": message, **untraced})
+        return 130
+    message = f"the launcher: {err}"
+    relay.say(
+        "error",
+        {"type": type(err).__name__, "message": message, "traceback": traceback.format_exc(), "bad_setting": False},
+    )
+    return 1

@@ -1,7 +1,12 @@
-"""One rank of a data-parallel run, as the elastic launcher starts it: its process group (with a timeout, so
-that no rank waits forever on a collective), its shard of every split (`DistributedSampler`, `set_epoch`
-every epoch), the model wrapped in DDP, and the run's figures gathered at each epoch's end, where rank 0
-sends the job's to the supervisor. Any rank that fails says why, in one line, before it ends."""
+"""One rank of a data-parallel run, as the elastic launcher starts it.
+
+A rank joins its process group, with a timeout so that no rank waits forever on a collective. It reads its
+shard of every split (`DistributedSampler`, `set_epoch` every epoch) and trains the model wrapped in DDP. The
+run's figures are gathered at each epoch's end, where rank 0 sends the job's to the supervisor. Any rank that
+fails says why, in one line, before it ends.
+
+`rank_main` reads as its steps: `join_group`, `train`, or `say_failure`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import os
 import signal
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Client, Connection
 from typing import Any, Dict, List, Optional
@@ -28,7 +34,7 @@ from wif.run.training import train
 
 
 def _interrupted(signum: int, frame: Any) -> None:
-    """SIGTERM (the launcher stopping its ranks) ends a rank as Ctrl-C does: its DataLoader shut down."""
+    """End a rank on SIGTERM, the launcher stopping its ranks, as Ctrl-C does: its DataLoader shut down."""
     raise KeyboardInterrupt
 
 
@@ -42,16 +48,21 @@ class RankSide:
         self.indices: Dict[int, List[int]] = {}  # measure.rank_indices: the train shard's order, per epoch
 
     def sampler(self, dataset: Dataset, shuffle: bool) -> Sampler:
+        """This rank's shard of a split."""
         s = DistributedSampler(dataset, num_replicas=self.world, rank=self.rank, shuffle=shuffle, seed=self.conf.seed)
         self.samplers.append(s)
         return s
 
     def wrap(self, model: nn.Module) -> nn.Module:
+        """The model as a DDP replica."""
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     def begin_epoch(self, epoch: int) -> None:
-        """Every shard draws this epoch's order (without it, every epoch repeats the first: PyTorch #31771);
-        then the ranks meet, so that their epochs start together and the slowest one's time is the job's."""
+        """Draw every shard's order for this epoch, then meet the other ranks.
+
+        Without `set_epoch`, every epoch repeats the first: PyTorch #31771. The ranks meet so that their epochs
+        start together, and the slowest one's time is the job's.
+        """
         for s in self.samplers:
             s.set_epoch(epoch)
         if self.conf.measure.rank_indices and self.samplers and self.samplers[0].shuffle:
@@ -59,13 +70,17 @@ class RankSide:
         dist.barrier()
 
     def _gather(self, payload: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """Every rank's payload, in rank order."""
         rows: List[Any] = [None] * self.world
         dist.all_gather_object(rows, payload)
         return rows
 
     def emit(self, kind: str, payload: Dict[str, Any]) -> Any:
-        """Called by every rank in the same order: epochs and the result are gathered (between epochs, never in
-        one), the rest is rank 0's to say. The supervisor's answer to an epoch reaches every rank."""
+        """Report as `train` does; every rank calls it in the same order.
+
+        Epochs and the result are gathered, between epochs and never in one. The rest is rank 0's to say. The
+        supervisor's answer to an epoch reaches every rank.
+        """
         if kind == "epoch":
             rows = self._gather(payload)
             answer: List[Any] = [None]
@@ -92,65 +107,98 @@ class RankSide:
         return None
 
 
-def rank_main(
-    conf: Config, device_type: str, address: str, authkey: bytes, threads: int, agent: int, start_method: str
-) -> None:
-    """The launcher's entrypoint (module-level: spawned ranks unpickle it). Dies with the launcher.
+@dataclass(frozen=True)
+class RankLink:
+    """What every rank starts with beside the configuration: its run process, and how to run there."""
 
-    A rank spawned by the launcher inherits `spawn` as its default start method, and its DataLoader workers
-    would then be spawned too (measured here: ~10 s to a first batch every epoch, where forked workers take
-    0.1 s); under torchrun each rank is a fresh interpreter with the platform's default. The run process's
-    default (`start_method`) is restored, so loader.multiprocessing_context=null means what it means in a
-    one-process run."""
-    die_with_parent(agent)
+    device_type: str  # "cuda" or "cpu"
+    address: str  # the relay's listener in the run process
+    authkey: bytes
+    threads: int  # torch's intra-op threads for this rank
+    agent: int  # the launcher's pid: the rank dies with it
+    start_method: str  # the run process's default start method. See NOTE [ A rank's start method ]
+
+
+# NOTE [ A rank's start method ]
+# A rank spawned by the launcher inherits `spawn` as its default start method, and its DataLoader workers
+# would then be spawned too. Measured here: ~10 s to a first batch every epoch, where forked workers take
+# 0.1 s. Under torchrun each rank is a fresh interpreter with the platform's default. So the run process's
+# default is restored, and loader.multiprocessing_context=null means what it means in a one-process run.
+
+
+def rank_main(conf: Config, link: RankLink) -> None:
+    """The launcher's entrypoint; module-level, since spawned ranks unpickle it. Dies with the launcher."""
+    die_with_parent(link.agent)
     quick_exit()  # a spawned rank ends through the interpreter's exit: its last collection would take a second
-    multiprocessing.set_start_method(start_method, force=True)
+    multiprocessing.set_start_method(link.start_method, force=True)  # See NOTE [ A rank's start method ]
     signal.signal(signal.SIGTERM, _interrupted)
-    torch.set_num_threads(threads)
+    torch.set_num_threads(link.threads)
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    conn = Client(address, authkey=authkey)
-    device = torch.device("cuda", local) if device_type == "cuda" else torch.device("cpu")
-    backend = "nccl" if device_type == "cuda" else "gloo"
+    conn = Client(link.address, authkey=link.authkey)
+    device = torch.device("cuda", local) if link.device_type == "cuda" else torch.device("cpu")
     try:
-        if device_type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group(
-            backend,
-            timeout=timedelta(seconds=conf.trainer.dist_timeout_s),
-            **({"device_id": device} if device_type == "cuda" else {}),
-        )
-        side = RankSide(conf, conn, device)
-        # every rank (not rank 0 alone): the supervisor counts each rank's workers and reads each rank's GPU
-        uuid = str(torch.cuda.get_device_properties(device).uuid) if device_type == "cuda" else None
-        conn.send(("rank", {"rank": rank, "pid": os.getpid(), "uuid": uuid}))
-        if rank == 0:
-            conn.send(
-                (
-                    "tags",
-                    {
-                        "wif.world_size": str(side.world),
-                        "wif.dist_backend": backend,
-                        "wif.threads_per_rank": str(threads),
-                    },
-                )
-            )
-        train(conf, device, side.emit, side)
+        side = join_group(conf=conf, link=link, conn=conn, device=device, rank=rank)
+        train(conf, device, side.emit, ranks=side)
         dist.destroy_process_group()
     except BaseException as err:  # noqa: BLE001 - every failure must be said, even Ctrl-C
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
-            signal.signal(sig, signal.SIG_IGN)
-        name, message = describe(err, conf.loader.num_workers)
-        first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
-        error: Optional[Dict[str, Any]] = {
-            "type": name,
-            "message": f"rank {rank}: {first}",
-            "traceback": traceback.format_exc(),
-            "t": time.time(),
-            "bad_setting": isinstance(err, ConfigError),
-            "user_code": isinstance(err, UserCodeError),
+        say_failure(conf, conn, err=err, rank=rank)
+
+
+def join_group(conf: Config, link: RankLink, conn: Connection, device: torch.device, rank: int) -> RankSide:
+    """Join the process group, with a timeout so no rank waits forever on a collective; tell the supervisor.
+
+    Args:
+        conf: the run's configuration.
+        link: what the rank was started with.
+        conn: the rank's connection to the relay.
+        device: the rank's device.
+        rank: the rank's number.
+    """
+    backend = "nccl" if link.device_type == "cuda" else "gloo"
+    if link.device_type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        backend,
+        timeout=timedelta(seconds=conf.trainer.dist_timeout_s),
+        **({"device_id": device} if link.device_type == "cuda" else {}),
+    )
+    side = RankSide(conf, conn, device)
+    # every rank (not rank 0 alone): the supervisor counts each rank's workers and reads each rank's GPU
+    uuid = str(torch.cuda.get_device_properties(device).uuid) if link.device_type == "cuda" else None
+    conn.send(("rank", {"rank": rank, "pid": os.getpid(), "uuid": uuid}))
+    if rank == 0:
+        tags = {
+            "wif.world_size": str(side.world),
+            "wif.dist_backend": backend,
+            "wif.threads_per_rank": str(link.threads),
         }
-        try:
-            conn.send(("error", error))
-        except OSError:
-            pass  # the launcher is gone: the supervisor will say so
-        raise SystemExit(130 if name == "KeyboardInterrupt" else 1) from None
+        conn.send(("tags", tags))
+    return side
+
+
+def say_failure(conf: Config, conn: Connection, err: BaseException, rank: int) -> None:
+    """Say in one line why this rank failed, then end it: exit code 130 after Ctrl-C, else 1.
+
+    Args:
+        conf: the run's configuration.
+        conn: the rank's connection to the relay.
+        err: what ended the rank.
+        rank: the rank's number.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
+        signal.signal(sig, signal.SIG_IGN)
+    name, message = describe(err, conf.loader.num_workers)
+    first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
+    error: Optional[Dict[str, Any]] = {
+        "type": name,
+        "message": f"rank {rank}: {first}",
+        "traceback": traceback.format_exc(),
+        "t": time.time(),
+        "bad_setting": isinstance(err, ConfigError),
+        "user_code": isinstance(err, UserCodeError),
+    }
+    try:
+        conn.send(("error", error))
+    except OSError:
+        pass  # the launcher is gone: the supervisor will say so
+    raise SystemExit(130 if name == "KeyboardInterrupt" else 1) from None

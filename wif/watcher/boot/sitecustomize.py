@@ -1,8 +1,11 @@
-"""Put on PYTHONPATH by `wif-watch` and `wif-advise` (wif.watcher.hook): Python imports it at start-up
-(https://docs.python.org/3/library/site.html), before the script's first line, in every Python process the
-command starts (a launcher such as torchrun or accelerate included). It imports neither torch nor wif: it waits
-for torch's DataLoader module to be imported, by whoever imports it, and patches DataLoader then. A
-sitecustomize the environment had already is imported after it, as Python would have."""
+"""Put on PYTHONPATH by `wif-watch` and `wif-advise` (wif.watcher.hook): the DataLoader patched in every process.
+
+Python imports it at start-up, before the script's first line (https://docs.python.org/3/library/site.html).
+It does so in every Python process the command starts, a launcher such as torchrun or accelerate included.
+It imports neither torch nor wif: it waits for torch's DataLoader module to be imported, by whoever imports
+it, and patches DataLoader then. A sitecustomize the environment had already is imported after it, as
+Python would have.
+"""
 
 import importlib.abc
 import importlib.machinery

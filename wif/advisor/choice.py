@@ -1,0 +1,188 @@
+"""The advice's last steps: the candidates predicted, the best raced against the current setting, the answer.
+
+Each step takes what the one before returned: `Trials` and `Found` (wif.advisor.trials), then `Predicted`,
+then `Raced`, and gives back the `Advice`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from wif.advisor import answer, paste
+from wif.advisor.advice import MIN_RACE_EPOCHS, PROG, Advice, race_epochs
+from wif.advisor.picture import picture
+from wif.advisor.predict import CLOSE, Prediction, close_call, distinct, rank
+from wif.advisor.trials import Found, Trials
+from wif.advisor.verify import RaceResult, run_race
+from wif.report.race import RaceRules
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """Each setting's predicted epoch, the table's order, and the candidates to race."""
+
+    predictions: Dict[str, Prediction]
+    current_s: float  # the configured setting as predicted; where its trial never ran, as measured
+    order: List[str]  # the table's rows: the current setting, then the others fastest first
+    raced: List[str]  # the candidates to race, fastest first
+    close: Optional[str]  # a candidate predicted too close to the current setting to say "keep" unraced
+    searched: bool  # whether step 2 searched the loader's settings
+
+
+@dataclass(frozen=True)
+class Raced:
+    """The race, where it ran, with the candidates it raced; or why none was verified."""
+
+    race: Optional[RaceResult]
+    raced: List[str]
+    unverified: str  # why a candidate predicted faster was not verified; '' where none was left so
+
+
+def predict_candidates(trials: Trials, found: Found) -> Predicted:
+    """Step 2's answer: every candidate's epoch predicted, said as the table, and the ones worth racing."""
+    ctx = trials.ctx
+    opts, zero_workers = ctx.opts, trials.measured.current.workers == 0
+    predictions = trials.predictions()
+    current_s = predictions["current"].epoch_s if "current" in predictions else trials.measured.current_run.median()
+    # the candidates: every setting predicted but the configured one; w0 is it where it has 0 workers
+    others = {n: p.epoch_s for n, p in predictions.items() if n not in ("current", "w0" if zero_workers else "")}
+    ranked = rank(list(others.items()), current_s, opts.margin)
+    raced = distinct(ranked, predictions, opts.race_candidates, opts.margin) if found.searched else []
+    close = close_call(others, current_s) if found.searched and not raced else None
+    order = ["current"] + sorted(
+        (n for n in predictions if n != "current" and not (n == "w0" and zero_workers)),
+        key=lambda n: predictions[n].epoch_s,
+    )
+    ctx.say(answer.candidate_table(order, trials.table_ceilings, predictions, race=None))
+    if not ctx.cuda:
+        ctx.say(answer.shared_cores(predictions, ctx.cores, trials.measured.step.cores))
+    return Predicted(
+        predictions=predictions,
+        current_s=current_s,
+        order=order,
+        raced=[close] if close else raced,  # "keep" from a prediction this close is verified by the race instead
+        close=close,
+        searched=found.searched,
+    )
+
+
+def race_candidates(trials: Trials, predicted: Predicted) -> Raced:
+    """Step 3: the current setting raced against the candidates to race, where the time left allows."""
+    ctx = trials.ctx
+    raced, close = predicted.raced, predicted.close
+    epochs = race_epochs(
+        ctx.runner.left_s(),
+        trials.measured.current_run,
+        predicted_s=[predicted.predictions[n].epoch_s for n in raced],
+        opts=ctx.opts,
+        warmup=ctx.base.trainer.warmup_epochs,
+    )
+    if close and epochs < MIN_RACE_EPOCHS:  # no time to verify a close call: the prediction's "keep" stands
+        raced = []
+    if raced and epochs >= MIN_RACE_EPOCHS:
+        return Raced(race=_run_the_race(trials, raced, close, epochs), raced=raced, unverified="")
+    if raced:
+        return Raced(race=None, raced=[], unverified=_say_no_time(trials, predicted, raced))
+    if trials.cut:
+        unverified = (
+            f"--minutes {ctx.opts.minutes:g} ran out while the candidates were tried "
+            f"({', '.join(trials.cut)} not measured): give it more --minutes."
+        )
+        ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
+        return Raced(race=None, raced=[], unverified=unverified)
+    why = (
+        f"no candidate is predicted faster than the current setting by more than {ctx.opts.margin:.0%}"
+        if predicted.searched
+        else "not data-bound"
+    )
+    ctx.say(f"{PROG}: 3/4 the race: nothing to race ({why})")
+    return Raced(race=None, raced=[], unverified="")
+
+
+def _run_the_race(trials: Trials, raced: List[str], close: Optional[str], epochs: int) -> RaceResult:
+    """The race of the current setting against `raced`, said as it starts."""
+    ctx, opts = trials.ctx, trials.ctx.opts
+    ctx.say(
+        f"{PROG}: 3/4 the race: current against {', '.join(raced)} (trainer.epochs=auto up to {epochs}, "
+        f"blocks {opts.min_blocks}..{opts.max_blocks}, {ctx.runner.left_s():.0f} s left)"
+        + (
+            f"; a close call: {close} is predicted within {CLOSE:.0%} of the current setting, more closely "
+            "than the prediction can tell on this machine"
+            if close
+            else ""
+        )
+    )
+    contenders = [trials.measured.current] + [trials.made[n] for n in raced]
+    rules = RaceRules(opts.min_blocks, opts.max_blocks, opts.margin)
+    return run_race(ctx.runner, ctx.base, contenders, rules=rules, max_epochs=epochs, say=ctx.say)
+
+
+def _say_no_time(trials: Trials, predicted: Predicted, raced: List[str]) -> str:
+    """Why the best candidate is not verified: no time was left for the race; said."""
+    ctx, opts = trials.ctx, trials.ctx.opts
+    unverified = (
+        f"the race had no time left within --minutes {opts.minutes:g} ({opts.min_blocks} blocks of "
+        f"{len(raced) + 1} runs need more than the {max(ctx.runner.left_s(), 0):.0f} s left), so "
+        f"{raced[0]}, predicted {predicted.current_s / predicted.predictions[raced[0]].epoch_s:.2f}x faster, is not "
+        "verified: give it more --minutes."
+    )
+    ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
+    return unverified
+
+
+def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced) -> Advice:
+    """Step 4: the pick, the fastest the race shows faster, with its lines; or why to keep the current setting."""
+    ctx, race = trials.ctx, raced.race
+    faster = race.faster() if race is not None else []
+    pick = faster[0] if faster else None
+    chosen = trials.made[pick] if pick is not None else None
+    pin = ctx.base.loader.pin_memory
+    return Advice(
+        data_bound=found.data_bound,
+        sentence=found.sentence,
+        pick=pick,
+        speedup=_speedup(race, pick) if chosen else None,
+        train_line=paste.train_line(ctx.overrides, chosen) if chosen else None,
+        dataloader=paste.dataloader_kwargs(chosen, pin) if chosen else None,
+        why=answer.memory_cost(race, pick) if chosen else _why_keep(trials, found, predicted, raced),
+        table=answer.candidate_table(predicted.order, trials.table_ceilings, predicted.predictions, race=race),
+        parent_run_id=ctx.runner.parent_id,
+        runs=0,
+        seconds=0.0,
+        picture=_picture(trials, raced),
+        predicted={n: p.epoch_s for n, p in predicted.predictions.items()},
+        measured={n: race.measured_s(n) for n in ["current"] + raced.raced} if race else {},
+        loader_args=paste.loader_args(chosen, pin) if chosen else {},
+        limit=found.limit,
+    )
+
+
+def _speedup(race: RaceResult, pick: str) -> tuple:
+    """The pick's speedup over the current setting: estimate, low, high of its 95% interval."""
+    r = race.table.loc[pick]
+    return (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
+
+
+def _why_keep(trials: Trials, found: Found, predicted: Predicted, raced: Raced) -> str:
+    """Why to keep the current setting: the race had no time, or what was measured or predicted."""
+    return raced.unverified or answer.why_keep(
+        raced.race,
+        raced.raced,
+        predicted.predictions,
+        data_bound=found.searched,
+        on_cpu=not trials.ctx.cuda,
+        margin=trials.ctx.opts.margin,
+    )
+
+
+def _picture(trials: Trials, raced: Raced) -> Optional[str]:
+    """The picture's path: the configured run, each raced setting's first race run, and the bound's run."""
+    measured, race = trials.measured, raced.race
+    first_runs = [m for n in ["current"] + raced.raced for m in race.runs.get(n, [])[:1]] if race else []
+    bound_run = [measured.bound_run] if measured.bound_run is not None else []
+    path = Path(tempfile.mkdtemp(prefix="wif-advise-")) / "epoch_split.png"
+    pic = picture([measured.current_run] + first_runs + bound_run, measured.bound, path)
+    return str(pic) if pic else None

@@ -1,0 +1,151 @@
+"""What the advice's steps hand on: its context, what step 1 measured, and the loader-only trials of step 2.
+
+`Trials` holds every candidate made, its trial run, its ceiling and those the minutes cut; its methods run
+the trials and predict each candidate's epoch from them (wif.advisor.predict).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from wif.advisor import candidates
+from wif.advisor.advice import TRIAL_EPOCHS, Options
+from wif.advisor.answer import Bound
+from wif.advisor.limit import Limit
+from wif.advisor.predict import Prediction, Step, cannot_win, predict
+from wif.advisor.runner import SKIPPED, Measured, Runner
+from wif.advisor.settings import Candidate, loader_only
+from wif.config import Config
+from wif.measure import names
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every step reads: the configuration, its overrides, the options, the runner and the machine."""
+
+    base: Config
+    overrides: List[str]
+    opts: Options
+    runner: Runner
+    cuda: bool
+    cores: int
+    say: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Step 1's runs: the configured setting's and the bound's, and what an epoch can attain."""
+
+    current: Candidate  # the configured setting
+    current_run: Measured
+    bound_run: Optional[Measured]  # None: no bound run, or one that was no bound
+    bound: Bound
+    sizes: List[int]  # an epoch's batches
+    step: Step  # the step's rates, at the bound
+
+    @property
+    def items(self) -> int:
+        """The images an epoch takes, as the configured run counted them."""
+        return self.current_run.n_train
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where the time goes: the sentence, the limit, and whether loader settings are searched."""
+
+    data_bound: bool
+    sentence: str
+    limit: Limit
+    searched: bool
+
+
+@dataclass
+class Trials:
+    """The loader-only trials: each candidate made, its run, its ceiling, and those the minutes cut."""
+
+    ctx: Context
+    measured: Measurement
+    made: Dict[str, Candidate] = field(init=False)  # the table's candidates, in the order they were made
+    runs: Dict[str, Measured] = field(default_factory=dict)  # each candidate's finished trial
+    ceilings: Dict[str, float] = field(default_factory=dict)  # each candidate's loader alone, images a second
+    cut: List[str] = field(default_factory=list)  # candidates whose trial the minutes cut short or never started
+
+    def __post_init__(self) -> None:
+        self.made = {"current": self.measured.current}
+
+    @property
+    def batches(self) -> int:
+        """Batches an epoch of each trial: --batches, at most an epoch's."""
+        return min(len(self.measured.sizes), self.ctx.opts.batches)
+
+    @property
+    def table_ceilings(self) -> Dict[str, float]:
+        """The ceilings as the table shows them: where the current setting has none, w0's stands for it."""
+        return {"current": self.ceilings.get("w0", math.nan), **self.ceilings}
+
+    def run_trial(self, cand: Candidate) -> Optional[float]:
+        """Try `cand` alone, said: its ceiling in images a second; None where its trial did not finish."""
+        ctx, current = self.ctx, self.measured.current
+        if cand.workers == 0 and current.workers == 0 and not cand.keys.keys() - {"loader.num_workers"}:
+            # the configured run fetched in-process: its data wait is this candidate's fetch
+            self.ceilings[cand.name] = self.measured.items / self.measured.current_run.mean(names.DATA_WAIT_S)
+            return self.ceilings[cand.name]
+        conf = loader_only(ctx.base, cand, batches=self.batches, epochs=TRIAL_EPOCHS)
+        m = ctx.runner.run(conf, "loader", cand.name)
+        if m.ok:
+            self.ceilings[cand.name] = min(m.n_train, self.batches * ctx.base.data.batch_size) / m.median()
+        ctx.say(
+            f"  loader only {cand.name:<16} "
+            + (f"{self.ceilings[cand.name]:>9,.0f} img/s" if m.ok else f"{m.status}: {m.error}")
+        )
+        if not m.ok:
+            self.cut.extend([cand.name] if m.status == SKIPPED or "ran out" in m.error else [])
+            return None
+        self.runs[cand.name] = m
+        return self.ceilings[cand.name]
+
+    def add(self, cand: Candidate) -> Optional[float]:
+        """Make `cand` one of the table's candidates and try it; its ceiling, or None."""
+        self.made[cand.name] = cand
+        return self.run_trial(cand)
+
+    def by_workers(self, count: int, phase: str) -> Optional[float]:
+        """`count` persistent workers tried: wif-tune's measure of a count. `phase` is the search's."""
+        return self.add(candidates.workers(self.ctx.base, count, self.ctx.cuda))
+
+    def beaten(self, count: int, best: int) -> bool:
+        """Whether `count` workers, fewer than the best, are predicted unable to beat it: then it gets no trial."""
+        top = f"w{best}"
+        return (
+            count < best
+            and top in self.runs
+            and cannot_win(
+                items=self.measured.items,
+                workers=count,
+                in_process_img_s=self.ceilings.get("w0", math.nan),
+                best_epoch_s=self.predicted(self.made[top]).epoch_s,
+                margin=self.ctx.opts.margin,
+            )
+        )
+
+    def predicted(self, cand: Candidate) -> Prediction:
+        """The candidate's epoch predicted from its trial; at 0 workers, from the configured run's own fetch."""
+        ctx, measured = self.ctx, self.measured
+        bs = ctx.base.data.batch_size
+        if cand.name in self.runs:
+            trial = self.runs[cand.name]
+            rates = candidates.loader_rates(trial, cand, batch_size=bs, batches=self.batches, cores=ctx.cores)
+        else:
+            rates = candidates.in_process_rates(measured.current_run, cand, bs)
+        return predict(measured.sizes, measured.step, rates, cores=ctx.cores)
+
+    def predictions(self) -> Dict[str, Prediction]:
+        """Every candidate with a ceiling, predicted; where the current setting has none, w0's stands for it."""
+        out = {
+            name: self.predicted(cand) for name, cand in self.made.items() if name in self.runs or name in self.ceilings
+        }
+        if "current" not in out and "w0" in out:
+            out["current"] = out["w0"]
+        return out

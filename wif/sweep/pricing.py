@@ -1,0 +1,126 @@
+"""A sweep's price before it starts, for wif-plan: the fixed grid and the cheap way, race + auto.
+
+A run costs its job's overhead plus its epochs, priced from the testbed's earlier runs (`price`) or from
+probes of its settings (`probe_price`). The cheap way's share of the grid's runs is what earlier races ran
+(`race_share`), else ASSUMED_RACE_SHARE.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+from mlflow.tracking import MlflowClient
+
+from wif.measure import names
+from wif.sweep.probe import RunCost
+
+ASSUMED_RACE_SHARE = 0.4  # of the fixed grid's runs, when the store holds no race: docs/race.md measured 0.38
+
+
+@dataclass
+class Price:
+    runs: int
+    epochs: int
+    seconds: float
+
+
+class Shape(NamedTuple):
+    """A cell's data: its fraction, and its training batches an epoch."""
+
+    fraction: float
+    batches: int
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the cheap way's price assumes, beside the fixed grid's epochs."""
+
+    epochs: int  # a fixed-grid run's epochs
+    auto_epochs: float  # a trainer.epochs=auto run's epochs
+    auto_seen: bool  # auto_epochs is what earlier auto runs took, not trainer.min_epochs
+    share: Optional[float]  # the share of the grid's runs earlier races ran; None: no race in the store
+
+    @property
+    def runs_share(self) -> float:
+        return self.share if self.share is not None else ASSUMED_RACE_SHARE
+
+
+def price(
+    cells: Dict[str, int],
+    epochs: int,
+    history: Sequence[RunCost],
+    runs_share: float = 1.0,
+    auto_epochs: Optional[float] = None,
+) -> Optional[Price]:
+    """The sweep's runs, epochs and seconds; None without any earlier run.
+
+    Args:
+        cells: each cell's repeats.
+        epochs: a run's epochs.
+        history: the testbed's earlier runs; a cell never run before is priced at the median cell.
+        runs_share: the share of the runs that run.
+        auto_epochs: a run's epochs under trainer.epochs=auto, in place of `epochs`.
+    """
+    if not history:
+        return None
+    per_epoch: Dict[str, List[float]] = {}
+    for r in history:
+        per_epoch.setdefault(r.cell, []).append(r.run_s / max(r.epochs, 1))
+    cell_epoch_s = {c: statistics.median(v) for c, v in per_epoch.items()}
+    fallback = statistics.median(cell_epoch_s.values())
+    overhead = statistics.median(r.overhead_s for r in history)
+    n_epochs = auto_epochs if auto_epochs is not None else epochs
+    runs = epochs_total = seconds = 0.0
+    for cell, repeats in cells.items():
+        n = repeats * runs_share
+        runs += n
+        epochs_total += n * n_epochs
+        seconds += n * (overhead + n_epochs * cell_epoch_s.get(cell, fallback))
+    return Price(round(runs), round(epochs_total), seconds)
+
+
+def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
+    """The share of its fixed grid's runs the store's finished races ran (wif.kind=race records)."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    ran = planned = 0
+    races = f"tags.`{names.TAG_KIND}` = 'race' and attributes.status = 'FINISHED'"
+    for race in client.search_runs([exp.experiment_id], races):
+        p = race.data.params
+        runs = client.search_runs(
+            [exp.experiment_id],
+            f"tags.`{names.TAG_RACE_ID}` = '{race.data.tags[names.TAG_RACE_ID]}' and tags.`{names.TAG_KIND}` = 'train'",
+            max_results=50_000,
+        )
+        ran += len(runs)
+        planned += int(p.get("race.cells", 0)) * int(p.get("race.max_blocks", 0))
+    return ran / planned if planned else None
+
+
+def probe_price(
+    cells: Dict[str, int], shapes: Dict[str, Shape], probes: Dict, epochs: float, runs_share: float = 1.0
+) -> Optional[Price]:
+    """The sweep's price from probes of its settings (wif.sweep.probe); a setting without one: the median.
+
+    Args:
+        cells: each cell's repeats.
+        shapes: each cell's fraction and training batches an epoch.
+        probes: setting -> its probe's ProbeCost.
+        epochs: a run's epochs.
+        runs_share: the share of the runs that run.
+    """
+    from wif.sweep.budget import Job, Prices
+
+    prices = Prices(probes=probes)
+    runs = seconds = 0.0
+    for cell, repeats in cells.items():
+        fraction, batches = shapes[cell]
+        cost = prices.cost(Job(key=(), cell=cell, fraction=fraction, block=0, batches=batches))  # any block: same price
+        if cost is None:
+            return None
+        runs += repeats * runs_share
+        seconds += repeats * runs_share * cost.seconds(epochs)
+    return Price(round(runs), round(runs * epochs), seconds)

@@ -1,0 +1,109 @@
+"""The worker search of `wif-tune`, `wif.tune_workers` and wif-advise, with no I/O: it only asks a trial's images/s.
+
+See docs/tuning.md, "Loader tuner".
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Sequence
+
+from wif.tools.tune_trials import Trial
+
+Measure = Callable[[int, str], Optional[float]]  # (num_workers, phase) -> images/s, None if the trial failed
+
+
+def pick_best(scores: Dict[int, Optional[float]], min_gain: float) -> Optional[int]:
+    """The fewest workers whose throughput is within `min_gain` of the fastest; None if every trial failed."""
+    ok = {w: s for w, s in scores.items() if s is not None}
+    if not ok:
+        return None
+    top = max(ok.values())
+    return min(w for w, s in ok.items() if s * (1 + min_gain) >= top)
+
+
+class _Scores:
+    """Each worker count's images/s, measured once."""
+
+    def __init__(self, measure: Measure) -> None:
+        self.measure = measure
+        self.by_workers: Dict[int, Optional[float]] = {}
+
+    def score(self, workers: int, phase: str) -> Optional[float]:
+        """The count's images/s, measured the first time it is asked for."""
+        if workers not in self.by_workers:
+            self.by_workers[workers] = self.measure(workers, phase)
+        return self.by_workers[workers]
+
+
+def search_workers(
+    measure: Measure,
+    *,
+    max_workers: int,
+    step: int,
+    radius: int,
+    min_gain: float,
+    beaten: Optional[Callable[[int, int], bool]] = None,
+) -> Optional[int]:
+    """The worker count docs/tuning.md's search picks; None where every trial failed.
+
+    The coarse pass tries 0, step, 2*step, ... up to `max_workers`. It stops at the first count that fails,
+    or is not faster than the best so far by more than `min_gain`. The refining pass tries every count within
+    `radius` of the best. Each count is measured once.
+
+    Args:
+        measure: images/s of a worker count in a phase, "coarse" or "refine"; None where the trial failed.
+        max_workers: the most workers tried.
+        step: the coarse pass's step in workers.
+        radius: the refining pass's reach around the best.
+        min_gain: the share faster that more workers must be to count as helping.
+        beaten: the caller's bound; a refining count where `beaten(count, best)` is not measured at all.
+            wif-advise's: the count's loader alone is slower than the best's whole epoch.
+    """
+    scores = _Scores(measure)
+    best = _coarse_best(scores, max_workers=max_workers, step=step, min_gain=min_gain)
+    for w in range(max(best - radius, 0), min(best + radius, max_workers) + 1):
+        if w in scores.by_workers or beaten is None or not beaten(w, best):
+            scores.score(w, "refine")
+    return pick_best(scores.by_workers, min_gain)
+
+
+def _coarse_best(scores: _Scores, *, max_workers: int, step: int, min_gain: float) -> int:
+    """The coarse pass: the count where more workers stopped helping.
+
+    Args:
+        scores: the counts measured so far.
+        max_workers: the most workers tried.
+        step: the pass's step in workers.
+        min_gain: the share faster that more workers must be to count as helping.
+    """
+    best = 0
+    scores.score(0, "coarse")
+    for w in range(step, max_workers + 1, step):
+        s, b = scores.score(w, "coarse"), scores.by_workers[best]
+        if s is None or (b is not None and s <= b * (1 + min_gain)):
+            break
+        best = w
+    return best
+
+
+def finalists(trials: Sequence[Trial], best_per_pin: Dict[bool, Optional[int]]) -> Dict[tuple, float]:
+    """Each pinning's best as {(pin_memory, num_workers): images/s}; a pinning whose every trial failed left out."""
+    return {
+        (pin, w): next(t.img_s for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
+        for pin, w in best_per_pin.items()
+        if w is not None
+    }
+
+
+def final_pick(finalists: Dict[tuple, float], min_gain: float) -> tuple:
+    """(pin_memory, num_workers) among each pinning's best.
+
+    The fewest workers within min_gain of the fastest, then no pinning: pinned pages are locked RAM.
+    """
+    top = max(finalists.values())
+    return min((k for k, s in finalists.items() if s * (1 + min_gain) >= top), key=lambda k: (k[1], k[0]))
+
+
+def trial_of(trials: Sequence[Trial], pin_memory: bool, num_workers: int) -> Trial:
+    """The trial of this pinning and worker count."""
+    return next(t for t in trials if (t.pin_memory, t.num_workers) == (pin_memory, num_workers))

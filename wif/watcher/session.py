@@ -1,0 +1,279 @@
+"""One watched loader over the whole script: its state, its epochs timed, and its record.
+
+`wif.watcher.watch` keeps one Session per anchor (wif.watcher.found) and hands each epoch to it.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+import torch
+from torch.utils.data import DataLoader
+
+from wif.measure import names
+from wif.measure.epochs import figures
+from wif.measure.timing import synchronize
+from wif.run.ddp.gather import job_epoch
+from wif.run.loop import TimedFeed, samples_in
+from wif.watcher import origin, ranks
+from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, settings_of
+from wif.watcher.orders import Orders
+from wif.watcher.record import Record, line
+
+# NOTE [ The watch's states ]
+# A Session's `state` moves once, at its loader's first epoch (`claim_loader`), and then stays:
+#   UNDECIDED -> PASSED    another loader is claimed, or this one is not the training loader: it runs as it
+#                          is, for good. Only a session that claims, under orders or the hook, can pass.
+#   UNDECIDED -> PROBING   wif-advise's probe: the first batches are timed, nothing is recorded, and the script
+#                          ends (SystemExit) after them or at the next epoch's start.
+#   UNDECIDED -> WATCHED   its Record opened: every epoch timed, said and logged.
+# A claim is made once per script: CLAIMED holds the one training loader's session.
+# A WATCHED session under orders ends the script (SystemExit) at the epoch where the orders are done.
+# Record's failure to open leaves the session UNDECIDED but claimed; its next epoch tries again.
+# Beside the state, a few flags:
+#   ranked            set at the claim: a distributed script's training loader, its ranks' figures gathered.
+#   starting          true from an epoch's start to its first batch: a DataLoader epoch started then is this
+#                     epoch's own (`hooked` lets it run as it is).
+#   handed, expected  the batches handed out in this epoch, and its length where it has one.
+#   current           a hooked epoch as the framework holds it; `taken` once every batch was handed out.
+#   warned            an epoch that could not be recorded was said; later failures are quiet.
+
+
+class State(enum.Enum):
+    """Where a Session stands. See NOTE [ The watch's states ]."""
+
+    UNDECIDED = "undecided"
+    PASSED = "passed"
+    PROBING = "probing"
+    WATCHED = "watched"
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """How a loader is watched: what `wif.watch` was asked and what the environment says.
+
+    Args:
+        experiment: the MLflow experiment; None for MLFLOW_EXPERIMENT_NAME or the study's.
+        run_name: the MLflow run's name; None for "watch SCRIPT".
+        log: whether the epochs go to MLflow.
+        quiet: whether each epoch's line is left unsaid.
+        ordered: under wif-advise's orders (WIF_WATCH_ORDERS).
+        claims: one loader among all hooked ones is watched, the training loader.
+    """
+
+    experiment: Optional[str] = None
+    run_name: Optional[str] = None
+    log: bool = True
+    quiet: bool = False
+    ordered: bool = False
+    claims: bool = False
+
+
+CLAIMED: List["Session"] = []  # under orders or the hook: the one training loader's session
+
+
+def _cuda() -> torch.device:
+    """The device the script computes on: CUDA where it has started it (the watch never starts it)."""
+    if torch.cuda.is_initialized():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _silent(text: str) -> None:
+    """Says nothing: a quiet watch, or a rank other than 0."""
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class Session:
+    """One watched loader over the whole script: its epochs and its one MLflow run.
+
+    Its epochs are numbered on across `wif.watch` calls, a new wrapper or DataLoader each epoch included.
+    The run and its memory sampler open at the first epoch. Under wif-advise's orders, or with every
+    DataLoader hooked, one loader is watched: the training loader. That is the one WIF_WATCH_LOADER names,
+    else the first whose epoch starts with gradients enabled. A loader first iterated under `torch.no_grad()`
+    or `inference_mode()`, such as a validation pass, runs as it is. See NOTE [ The watch's states ].
+    """
+
+    def __init__(self, batches: Iterable[Any], options: WatchOptions) -> None:
+        self.anchor, self.options = anchor_of(batches), options
+        self.ordered, self.claims = options.ordered, options.claims or options.ordered
+        under_torchrun = os.environ.get("RANK", "0") != "0"  # one line an epoch, rank 0's
+        self.say = _silent if options.quiet or under_torchrun else _to_stderr
+        found = find_dataloader(batches)
+        self.loader: Optional[DataLoader] = found.loader if found else None
+        size = batch_size_of(self.loader) if self.loader is not None else getattr(batches, "batch_size", None)
+        self.batch_size = int(size or 1)  # a batch with no tensor of a batch dimension counts as this many
+        self.params = settings_of(batches, self.loader)
+        self.state = State.UNDECIDED
+        self.orders: Optional[Orders] = None
+        self.record: Optional[Record] = None
+        self.epochs: List[Dict[str, float]] = []
+        self.ranked = False
+        self.warned = False
+        self.starting = False
+        self.handed, self.expected = 0, None
+        self.current: Optional[Iterator[Any]] = None
+
+    # ------------------------------------------------------------------ the claim
+    def claim_loader(self, batches: Iterable[Any]) -> bool:
+        """At an epoch's start: settles the state at the first epoch; whether this epoch is watched.
+
+        See NOTE [ The watch's states ].
+        """
+        if self.state is not State.UNDECIDED:
+            return self.state is not State.PASSED
+        if self.claims and self not in CLAIMED:
+            if CLAIMED or not self._training():
+                self.state = State.PASSED
+                return False
+            CLAIMED.append(self)
+        if self.ordered:
+            self.orders = self.orders or Orders.from_env()
+            if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
+                origin_ = origin.of(self.loader) if self.loader is not None else {}
+                self.orders.probe({**settings_of(batches, self.loader), **origin_}, self.loader is not None)
+                self.state = State.PROBING
+                return True
+        self._open_record()
+        return True
+
+    def _training(self) -> bool:
+        """Whether this is the training loader at its first epoch: named, or iterated with gradients on."""
+        named = os.environ.get(origin.NAMED)
+        if not named:
+            return torch.is_grad_enabled()
+        return self.loader is not None and origin.is_named(named, self.loader)
+
+    def _open_record(self) -> None:
+        """The session's Record, rank 0's alone logged; the state becomes WATCHED."""
+        rank, size = ranks.world()
+        self.ranked = size > 1 and torch.is_grad_enabled()  # every rank's training loader: one run, rank 0's
+        if rank != 0:
+            self.say = _silent
+        o = self.options
+        self.record = Record(
+            self.params, experiment=o.experiment, run_name=o.run_name, log=o.log and rank == 0, orders=self.orders
+        )
+        self.state = State.WATCHED
+        if self.record.log and self.record.own and "MLFLOW_TRACKING_URI" not in os.environ:
+            where = os.path.abspath("mlflow.db")
+            self.say(f"wif.watch: logging to {where} (or MLFLOW_TRACKING_URI; nowhere: WIF_WATCH=print)")
+
+    # ------------------------------------------------------------------ an epoch
+    def epoch(self, batches: Iterable[Any]) -> Iterator[Any]:
+        """One pass over `batches`, this epoch's iterable: the batches as they come, timed.
+
+        Under orders, as the measurement asks (wif.watcher.orders). A measurement whose last epoch the loop
+        left early, by a break, islice or zip, ends here at the next epoch's start.
+        """
+        if not self.claim_loader(batches):
+            yield from batches
+            return
+        orders = self.orders
+        if self.state is State.PROBING:  # its first batches timed, and the script ends
+            yield from orders.sample(self._started(batches))
+        if orders is not None:
+            self._obey(orders, batches)
+        yield from self._timed(orders.batches(batches, len(self.epochs)) if orders else batches)
+        if orders is not None and orders.done:
+            orders.leave(self.record)
+
+    def _obey(self, orders: Orders, batches: Iterable[Any]) -> None:
+        """The orders at an epoch's start: leave when done, swap in the candidate's loader, or run the loader alone."""
+        if orders.done:
+            orders.leave(self.record)
+        orders.take(batches, find_dataloader(batches))
+        if orders.mode == "loader_only":  # the step never runs
+            while not orders.done:
+                for _ in self._timed(orders.batches(batches, len(self.epochs))):
+                    pass
+            orders.leave(self.record)
+
+    def _started(self, source: Iterable[Any]) -> Iterator[Any]:
+        """`source`'s batches; a DataLoader epoch started by the first is this epoch's own (`hooked`)."""
+        self.starting = True
+        try:
+            for batch in source:
+                self.starting = False
+                yield batch
+        finally:
+            self.starting = False
+
+    def _timed(self, source: Iterable[Any]) -> Iterator[Any]:
+        """The batches of `source`, timed by the loop's clock; the figures recorded however the pass ends."""
+        feed = TimedFeed(source, _as_is, count=lambda b: samples_in(b, self.batch_size))
+        self.record.begin()
+        self.handed, self.expected, self.starting, complete = 0, _length(source), True, False
+        synchronize(_cuda())  # sync point: nothing from before is counted in this epoch
+        t_start, t0 = time.monotonic(), time.perf_counter()
+        try:
+            for batch in feed:
+                self.handed += 1
+                self.starting = False
+                yield batch
+            complete = True
+        finally:
+            self.starting = False
+            synchronize(_cuda())  # sync point: the epoch's queued work is done (CUDA may have started in it)
+            stats = feed.stats(t_start=t_start, t0=t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
+            try:
+                self._end(stats, self.handed, complete or self.taken())
+            except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
+                if self.orders is not None:
+                    raise
+                self._warn_unrecorded(err)
+
+    def taken(self) -> bool:
+        """Whether a hooked epoch is open with every batch handed out.
+
+        Lightning's fetcher counts its batches and never asks for the end: the epoch is over when anything
+        else starts.
+        """
+        return self.current is not None and self.expected is not None and self.handed >= self.expected
+
+    def _warn_unrecorded(self, err: Exception) -> None:
+        """An epoch that could not be recorded, said for the first one only."""
+        if not self.warned:
+            self.warned = True
+            warn(f"an epoch could not be recorded ({type(err).__name__}: {err}); your training goes on")
+
+    def _end(self, stats: Any, batches: int, complete: bool) -> None:
+        """The epoch's figures: recorded, logged, said in one line, and handed to the orders."""
+        # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
+        step = replace(stats, copy_s=0.0, compute_s=max(stats.epoch_time_s - stats.data_wait_s, 0.0))
+        e = {"epoch": len(self.epochs), **figures(asdict(step)), "samples": stats.samples, "batches": batches}
+        if self.ranked:  # the job's epoch: its slowest rank's, each rank's beside it
+            job = job_epoch(ranks.gather({**asdict(step), "samples": stats.samples}))
+            e.update(figures(job), samples=job["samples"])
+            e[names.COMPUTE_THREADS] = stats.compute_threads
+            e.update({k: v for k, v in job.items() if k.startswith("rank") or k == "slowest_rank"})
+        e.update(self.record.end(stats.t_start, _cuda()))
+        self.epochs.append(e)
+        self.record.log_epoch(e, self.epochs)
+        self.say(line(e, complete))
+        if self.orders is not None:
+            self.orders.after_epoch(self.epochs, self.record, self.ranked)
+
+
+def _as_is(batch: Any) -> Any:
+    return batch
+
+
+def _length(batches: Any) -> Optional[int]:
+    try:
+        return len(batches)
+    except TypeError:  # not sized
+        return None
+
+
+def warn(text: str) -> None:
+    """The watch's own trouble: one line on stderr, never a traceback in the user's training."""
+    print(f"wif.watch: {text}", file=sys.stderr, flush=True)

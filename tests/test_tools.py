@@ -23,7 +23,7 @@ from wif.data.transfer import StreamPrefetcher, make_transfer
 from wif.run.training import CappedBatches
 from wif.tools.batch_probe import out_of_memory
 from wif.tools.batch_size import find_largest
-from wif.tools.worker_search import pick_best, search_workers
+from wif.tools.worker_search import double_workers, doubled_counts, pick_best, search_workers
 
 # cpu_util_pct and workers_peak come from the sampler's 0.5 s tree samples: a smoke loader-only run is shorter.
 LOADER_FIGURES = {
@@ -166,6 +166,38 @@ def test_worker_search_prefers_fewer_workers_and_survives_failures() -> None:
     assert pick_best({0: None}, min_gain=0.05) is None
     fails_from_4 = lambda w, phase: None if w >= 4 else 100.0 * (w + 1)  # noqa: E731
     assert search_workers(fails_from_4, max_workers=16, step=4, radius=3, min_gain=0.05) == 3
+
+
+def test_doubled_search_takes_about_log2_trials_on_16_and_64_cores() -> None:
+    """wif-advise's search: a loader that sleeps on I/O keeps scaling past the cores, and one that levels off at
+    6 workers; on 16 and 64 cores (up to 32 and 128 workers) the doubled search finds each in a few trials,
+    where the stepped search of wif-tune takes 12 and 28 (the H100 node's advice: 12 trials, no race)."""
+    sleeps = lambda w: 100.0 * max(w, 0.5)  # noqa: E731
+    levels = lambda w: 100.0 * min(max(w, 0.5), 6)  # noqa: E731
+    for cores, loader, best, trials, stepped in (
+        (16, sleeps, 32, [0, 4, 8, 16, 32, 24], 12),
+        (64, sleeps, 128, [0, 4, 8, 16, 32, 64, 128, 96], 28),
+        (16, levels, 6, [0, 4, 8, 16, 6, 12], 10),
+        (64, levels, 6, [0, 4, 8, 16, 6, 12], 10),
+    ):
+        tried: List[int] = []
+        measure = lambda w, phase, tried=tried, loader=loader: tried.append(w) or loader(w)  # noqa: E731
+        assert double_workers(measure, max_workers=2 * cores, min_gain=0.05) == best
+        assert tried == trials, (cores, tried)
+        tried.clear()
+        search_workers(measure, max_workers=2 * cores, step=4, radius=3, min_gain=0.05)
+        assert len(tried) == stepped, (cores, tried)
+
+
+def test_doubled_search_stops_at_a_cut_trial_and_skips_counts_that_cannot_win() -> None:
+    assert doubled_counts(4) == [0, 4] and doubled_counts(24)[-2:] == [16, 24] and doubled_counts(2) == [0, 2]
+    tried: List[int] = []
+    cut_from_8 = lambda w, phase: tried.append(w) or (None if w >= 8 else 100.0 * (w + 1))  # noqa: E731
+    assert double_workers(cut_from_8, max_workers=32, min_gain=0.05) == 6  # 4's neighbours: 2 and 6
+    assert tried == [0, 4, 8, 2, 6]
+    tried.clear()
+    assert double_workers(cut_from_8, max_workers=32, min_gain=0.05, beaten=lambda w, best: w < best) == 6
+    assert tried == [0, 4, 8, 6]
 
 
 # ----------------------------------------------------------------------------- the real commands

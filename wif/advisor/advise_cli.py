@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{name}", type=kind, default=getattr(d, name.replace("-", "_")), help=f"{text} (default: %(default)s)"
         )
     p.add_argument(
+        "--max-workers",
+        type=int,
+        metavar="N",
+        help="the most DataLoader workers the search tries (default: twice the cores this process may use)",
+    )
+    p.add_argument(
         "--loader",
         metavar="NAME",
         help="with `-- COMMAND`: the training loader, by its dataset's class or where it is made (file:line), "
@@ -120,6 +126,8 @@ def check(opts: Options) -> None:
             raise ConfigError(f"--{key.replace('_', '-')}={getattr(opts, key)} must be at least 1.")
     if opts.epochs < 2:
         raise ConfigError("--epochs must be at least 2: the first epoch is left out.")
+    if opts.max_workers is not None and opts.max_workers < 0:
+        raise ConfigError(f"--max-workers={opts.max_workers} cannot be negative.")
     if not opts.minutes > 0:
         raise ConfigError(f"--minutes={opts.minutes} must be a positive number of minutes.")
     problems = RaceRules(opts.min_blocks, opts.max_blocks, opts.margin).problems()

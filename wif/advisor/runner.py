@@ -15,11 +15,12 @@ once while the advice has time (`Runner.run`). So no answer rests on a disturbed
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
+from typing import Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional
 
 from wif.advisor.settings import Candidate, bound
 from wif.config import Config, validate
@@ -111,12 +112,22 @@ class Runner:
         self.tracker, self.device = recording.tracker, recording.device
         self.parent_id, self.advise_id = recording.parent_id, recording.advise_id
         self.deadline, self.say = deadline, say
+        self.kept_s = 0.0  # seconds of the deadline kept for a later step: see `keeping`
         self.runs: List[Measured] = []
         self.reruns = 0  # contended runs run again
 
     def left_s(self) -> float:
-        """Seconds left before the advice's deadline."""
-        return self.deadline - time.monotonic()
+        """Seconds left before the advice's deadline, less those kept for a later step."""
+        return self.deadline - self.kept_s - time.monotonic()
+
+    @contextlib.contextmanager
+    def keeping(self, seconds: float) -> Iterator[None]:
+        """Within the block, runs leave `seconds` of the deadline to a later step: none starts or runs into them."""
+        self.kept_s = max(seconds, 0.0)
+        try:
+            yield
+        finally:
+            self.kept_s = 0.0
 
     def run(
         self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None, reruns: int = 1
@@ -133,7 +144,8 @@ class Runner:
             reruns: how many times a contended run may run again.
         """
         if self.left_s() < MIN_RUN_S:
-            error = f"the --minutes ran out before it started ({role} {name})"
+            kept = f", {self.kept_s:.0f} s kept for the race" if self.kept_s else ""
+            error = f"the --minutes ran out before it started ({role} {name}{kept})"
             return Measured(role=role, name=name, run_id="", status=SKIPPED, summary={}, error=error)
         m = self._once(conf, role, name, extra)
         while m.contended and reruns > 0 and m.wall_s < self.left_s():

@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import psutil
 
 from wif.advisor import answer, candidates, workload
-from wif.advisor.advice import ANSWER_S, PROG, Advice, Options, log_answer
+from wif.advisor.advice import ANSWER_S, PROG, Advice, Options, log_answer, race_reserve_s
 from wif.advisor.answer import Bound
 from wif.advisor.choice import give_answer, predict_candidates, race_candidates
 from wif.advisor.predict import batch_sizes
@@ -32,7 +32,7 @@ from wif.measure.lifetime import signals_held
 from wif.measure.sysinfo import usable_cores
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.run.supervise import resolve_device
-from wif.tools.tune import search_workers
+from wif.tools.worker_search import double_workers
 
 # NOTE [ The bound ]
 # Two epochs run without a data wait: the configured run's own step time, and the bound's run. The lower is
@@ -185,16 +185,17 @@ def search_candidates(trials: Trials, found: Found) -> Trials:
         if trials.measured.current.workers == 0:
             trials.by_workers(0, "coarse")  # the configured run's own fetch, no run: the table's current row
         return trials
+    most = 2 * ctx.cores if ctx.opts.max_workers is None else ctx.opts.max_workers
+    kept = race_reserve_s(trials.measured.current_run, ctx.opts)
     ctx.say(
-        f"{PROG}: 2/4 candidates: loader-only trials of up to {trials.batches} batches, num_workers searched as "
-        f"wif-tune does (0..{2 * ctx.cores}, persistent workers)"
+        f"{PROG}: 2/4 candidates: loader-only trials of up to {trials.batches} batches, num_workers doubled "
+        f"(0..{most}, persistent workers); {kept:.0f} s kept for the race"
     )
-    best_w = search_workers(
-        trials.by_workers, max_workers=2 * ctx.cores, step=4, radius=3, min_gain=0.05, beaten=trials.beaten
-    )
-    best = candidates.workers(ctx.base, best_w or 0, ctx.cuda)
-    for extra in _knobs(trials, best):
-        trials.add(extra)
+    with ctx.runner.keeping(kept):
+        best_w = double_workers(trials.by_workers, max_workers=most, min_gain=0.05, beaten=trials.beaten)
+        best = candidates.workers(ctx.base, best_w or 0, ctx.cuda)
+        for extra in _knobs(trials, best):
+            trials.add(extra)
     return trials
 
 

@@ -5,7 +5,7 @@ See docs/tuning.md, "Loader tuner".
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from wif.tools.tune_trials import Trial
 
@@ -65,6 +65,50 @@ def search_workers(
         if w in scores.by_workers or beaten is None or not beaten(w, best):
             scores.score(w, "refine")
     return pick_best(scores.by_workers, min_gain)
+
+
+def double_workers(
+    measure: Measure, *, max_workers: int, min_gain: float, beaten: Optional[Callable[[int, int], bool]] = None
+) -> Optional[int]:
+    """The worker count wif-advise's search picks: counts doubled, then halfway to each neighbour.
+
+    The coarse pass tries 0, 4, 8, 16, ... and `max_workers` last. It stops at the first count that fails, or is
+    not faster than the best so far by more than `min_gain`. The refining pass tries the counts halfway between
+    the best and the coarse counts beside it: about log2(max_workers) + 3 trials, where `search_workers` takes
+    about max_workers / step. A count that fails, as one the minutes cut does, ends the coarse pass.
+
+    Args:
+        measure: images/s of a worker count in a phase, "coarse" or "refine"; None where the trial failed.
+        max_workers: the most workers tried.
+        min_gain: the share faster that more workers must be to count as helping.
+        beaten: the caller's bound; a refining count where `beaten(count, best)` is not measured at all.
+    """
+    scores = _Scores(measure)
+    coarse = doubled_counts(max_workers)
+    best = 0
+    for w in coarse:
+        s, b = scores.score(w, "coarse"), scores.by_workers[best]
+        if w > 0 and (s is None or (b is not None and s <= b * (1 + min_gain))):
+            break
+        best = w
+    at = coarse.index(best)
+    beside = coarse[max(at - 1, 0) : at + 2]
+    for w in sorted({(best + n) // 2 for n in beside} - {best, *scores.by_workers}):
+        if beaten is None or not beaten(w, best):
+            scores.score(w, "refine")
+    return pick_best(scores.by_workers, min_gain)
+
+
+FIRST_WORKERS = 4  # the doubled search's first count above 0, as wif-tune's step: fewer rarely win on their own
+
+
+def doubled_counts(max_workers: int) -> List[int]:
+    """The coarse pass's counts: 0, then 4, 8, 16, ... below `max_workers`, and `max_workers` itself."""
+    counts, w = [0], FIRST_WORKERS
+    while w < max_workers:
+        counts.append(w)
+        w *= 2
+    return counts + ([max_workers] if max_workers > 0 else [])
 
 
 def _coarse_best(scores: _Scores, *, max_workers: int, step: int, min_gain: float) -> int:

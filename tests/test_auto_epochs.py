@@ -8,6 +8,7 @@ import random
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from wif.run.stopping import (
     drift,
     median_interval,
     min_steady_epochs,
+    out_of_time,
     still_growing,
 )
 
@@ -45,6 +47,36 @@ def first_stop(times: list, rule: StopRule, start_cost: float = 6.0, memory: lis
         if d.stop:
             return n, d
     raise AssertionError("the rule never stopped, not even at max_epochs")
+
+
+def test_a_deadline_stops_a_run_after_its_warm_up_and_two_steady_epochs() -> None:
+    assert out_of_time(done=2, warmup=1, epoch_s=1.0, left_s=0.0) is None  # one steady epoch: it goes on
+    assert out_of_time(done=3, warmup=1, epoch_s=1.0, left_s=2.5) is None  # another epoch and the test fit
+    why = out_of_time(done=3, warmup=1, epoch_s=1.0, left_s=1.5)
+    assert why is not None and "deadline" in why and "2 steady epochs" in why
+
+
+@pytest.mark.slow
+def test_a_deadline_stops_an_auto_run_and_keeps_its_figures(tmp_path: Path, store: str, cache_dir: Path) -> None:
+    """An auto run that could go on to min_epochs=60 ends by its deadline (sweep.deadline, which the budget sets
+    on each auto job), FINISHED with the epochs it has, and says why."""
+    deadline = time.time() + 5  # shorter than 60 smoke epochs; passed during the imports, it still keeps 3
+    proc = run_train(
+        tmp_path,
+        store,
+        cache_dir,
+        "preset=smoke",
+        "trainer.epochs=auto",
+        "trainer.min_epochs=60",
+        "trainer.max_epochs=60",
+        f"sweep.deadline={deadline}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = train_runs(store)
+    assert run.info.status == "FINISHED"
+    assert "deadline under sweep.budget_min" in run.data.tags["wif.stop_reason"], run.data.tags["wif.stop_reason"]
+    assert 3 <= run.data.metrics["epochs_run"] < 60
+    assert run.data.metrics["epoch_time_median_s"] > 0 and "test_acc" in run.data.metrics
 
 
 def test_median_interval_uses_the_binomial_ranks() -> None:

@@ -182,6 +182,9 @@ class SweepConfig:
     # decided (wif.sweep.budget). The same command with a larger budget resumes.
     budget_min: Optional[float] = None
     probe_only: bool = False  # run the budget's probe of this sweep's settings, and nothing else (wif-plan)
+    # Set by the budget on each auto job it starts, not by hand: the wall-clock time (time.time()) the run ends
+    # by. It stops there with its warm-up and 2 steady epochs at least (wif.run.stopping.out_of_time).
+    deadline: Optional[float] = None
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wif.config import Config, TrainerConfig
@@ -20,7 +20,7 @@ from wif.measure.epochs import figures
 from wif.measure.lifetime import signals_held
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import Tracker
-from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide
+from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide, out_of_time
 
 log = logging.getLogger("wif")
 # The peaks trainer.epochs=auto waits on to stop rising: the tree's RSS, NVML's device memory, torch's own peaks.
@@ -154,6 +154,7 @@ class RunRecord:
                 self.rule or stop_rule(self.conf.trainer),
                 start_cost=self.start_cost(),
             )
+            self.decision = self.within_deadline(self.decision, epoch_s=time.monotonic() - p["t_start"])
         if self.conf.progress:
             log.info(self.progress_line(p, m))
         if self.decision is not None and self.decision.stop:
@@ -190,6 +191,16 @@ class RunRecord:
             f"{m[names.THROUGHPUT_IMG_S]:.0f} img/s  data wait {100 * m['data_wait_share']:.0f}%"
             f"{val}{pin}{self.contention_note(m[names.HOST_OTHER_CPU_PCT])}"
         )
+
+    def within_deadline(self, decision: Decision, epoch_s: float) -> Decision:
+        """The decision, or a stop where the job's deadline (sweep.deadline) comes before another epoch."""
+        deadline = self.conf.sweep.deadline
+        if decision.stop or deadline is None:
+            return decision
+        why = out_of_time(
+            len(self.epochs), self.conf.trainer.warmup_epochs, epoch_s=epoch_s, left_s=deadline - time.time()
+        )
+        return decision if why is None else replace(decision, stop=True, reason=why)
 
     def start_cost(self) -> Optional[float]:
         """The run's start in steady epochs: Kalibera and Jones' cost of a run against an epoch's.

@@ -205,6 +205,27 @@ def needed_epochs(fig: Steady, rule: StopRule, start: float) -> float:
     return math.inf
 
 
+MIN_STEADY = 2  # a run its deadline stops keeps its warm-up and at least this many steady epochs
+
+
+def out_of_time(done: int, warmup: int, epoch_s: float, left_s: float) -> Optional[str]:
+    """Why a run stops now: its deadline comes before another epoch and its test; None where it may go on.
+
+    Args:
+        done: the epochs it ran, the warm-up included.
+        warmup: its warm-up epochs.
+        epoch_s: its last epoch, start to start: the training pass, validation and logging.
+        left_s: seconds left before its deadline.
+    """
+    steady = done - warmup
+    if steady < MIN_STEADY or left_s >= 2 * epoch_s:  # another epoch, then the test pass and the run's end
+        return None
+    return (
+        f"its deadline under sweep.budget_min: {max(left_s, 0.0):.1f} s left, and an epoch takes {epoch_s:.1f} s; "
+        f"{steady} steady epochs measured"
+    )
+
+
 def decide(
     epoch_times: Sequence[float], memory: Dict[str, Sequence[float]], rule: StopRule, start_cost: Optional[float] = None
 ) -> Decision:

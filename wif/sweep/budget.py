@@ -1,10 +1,10 @@
 """A time budget for a sweep (`sweep.budget_min`), the pure part: what a job costs, what fits, what is left.
 
 A job's price is its start (fork, Hydra's set-up, data) plus its epochs: `overhead_s + fixed_s + epochs *
-epoch_s`. Its *expected* price plans what fits. Its *upper* price, the most epochs it may plausibly take
-times SAFETY, decides whether it may start at all. So no job starts that cannot finish inside the budget,
-and cheaper jobs after a refused one still may. A running job is never stopped: the check comes before
-each start.
+epoch_s`. Its *expected* price plans what fits. A job of fixed epochs starts only where its *upper* price,
+the most epochs it may plausibly take times SAFETY, fits. An auto job starts where its smallest useful run
+fits, and gets a deadline (sweep.deadline) at its upper price or the budget's end: it stops there with what
+it has. Cheaper jobs after a refused one still may start.
 
 The prices come from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe). Each
 job this sweep runs replaces the guess for its cell with what it measured. Cells not run yet are scaled by
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from wif.measure.names import Cell
+from wif.run.stopping import MIN_STEADY
 
 SAFETY = 1.2  # a job starts only if 1.2x its upper price fits in what is left
 END_RESERVE_S = 5.0  # the sweep's own end (the last look, the record, the exit) after its last job
@@ -182,6 +183,29 @@ class Prices:
         """The most the job may cost, times SAFETY; nothing once done."""
         cost = self.cost(job)
         return 0.0 if job.done or cost is None else SAFETY * cost.seconds(job.epochs or self.auto.upper)
+
+    def start_s(self, job: Job, warmup: int) -> float:
+        """What must fit before the job starts, times SAFETY; nothing once done.
+
+        An auto run's smallest useful run: its warm-up and MIN_STEADY epochs, where its deadline stops it.
+        A run of fixed epochs: its upper price.
+        """
+        cost = self.cost(job)
+        if job.epochs is not None or job.done or cost is None:
+            return self.upper_s(job)
+        return SAFETY * cost.seconds(min(warmup + MIN_STEADY, self.auto.upper))
+
+    def allowed_s(self, job: Job, left_s: float, undone: int = 1) -> float:
+        """The seconds a started job may take: its upper price, at most its share of what is left.
+
+        Args:
+            job: the job, about to start.
+            left_s: the seconds left in the budget.
+            undone: the jobs at its fraction not run yet, itself included: each gets an equal share, and at
+                least its smallest useful run. More short runs tell a race more than fewer long ones.
+        """
+        share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job, warmup=1))
+        return min(self.upper_s(job), left_s - END_RESERVE_S, share)
 
     def measure(self, job: Job, wall_s: float, run_s: float, epochs: int) -> None:
         """Learn from what a job of this sweep took: the cell's price from now on, and the others' correction.

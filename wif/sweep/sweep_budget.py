@@ -189,12 +189,15 @@ class SweepBudget:
         return self.prices.auto.why if not fixed else f"{'/'.join(map(str, sorted(fixed)))} epochs"
 
     def may_start(self, overrides: Sequence[str]) -> bool:
-        """Whether this job may start now: its upper price and the sweep's end fit in what is left."""
+        """Whether this job may start now: its smallest useful run and the sweep's end fit in what is left."""
         job = self.job(overrides)
-        upper = self.prices.upper_s(job)
+        upper = self.prices.start_s(job, self.tr.warmup_epochs)
         if b.may_start(upper, self.left_s()):
+            allowed = self.prices.allowed_s(job, self.left_s(), undone=self.undone_at(job.fraction))
             log.info(
-                "Budget: starting %s (block %d): up to %.1f s, %.1f s left", job.cell, job.block, upper, self.left_s()
+                f"Budget: starting {job.cell} (block {job.block}): up to {allowed:.1f} s"
+                + (" (its deadline)" if job.epochs is None else "")
+                + f", {self.left_s():.1f} s left"
             )
             return True
         if not any(r.cell == job.cell for r in self.refused):  # said once a cell: later blocks only cost more
@@ -215,9 +218,21 @@ class SweepBudget:
         if self.skip(overrides) or not self.may_start(overrides):
             return None
         t0 = time.monotonic()
-        result = launch(overrides)
+        result = launch(self.with_deadline(overrides))
         self.measured(overrides, time.monotonic() - t0)
         return result
+
+    def undone_at(self, fraction: float) -> int:
+        """The jobs at `fraction` not run yet."""
+        return sum(1 for j in self.jobs.values() if not j.done and j.fraction == fraction)
+
+    def with_deadline(self, overrides: Sequence[str]) -> List[str]:
+        """An auto job's overrides with its deadline, sweep.deadline: it stops there with what it has."""
+        job = self.job(overrides)
+        allowed = self.prices.allowed_s(job, self.left_s(), undone=self.undone_at(job.fraction))
+        if job.epochs is not None or not math.isfinite(allowed):
+            return list(overrides)
+        return [*overrides, f"sweep.deadline={time.time() + allowed:.3f}"]
 
     def skip(self, overrides: Sequence[str]) -> bool:
         """A job finished before (resume): skipped without launching it."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ from omegaconf import OmegaConf
 from tests.conftest import compose_cfg, run_train, train_runs
 from wif.config import ConfigError
 from wif.data.datasets import folder_arrays, load_datasets, split_indices
-from wif.data.synthetic import synthetic_arrays
+from wif.data.synthetic import VERIFIED, _read_cache, synthetic_arrays
 
 
 def _data_cfg(cache: Path, *overrides: str):
@@ -54,6 +56,28 @@ def test_a_damaged_cache_is_detected_and_regenerated(
     assert "damaged" in caplog.text
     np.testing.assert_array_equal(good["train_x"], again["train_x"])
     assert synthetic_arrays(cfg)["train_x"].shape == good["train_x"].shape  # the rewritten cache verifies
+
+
+def test_the_cache_is_checked_once_mapped_and_still_caught_when_written(tmp_path: Path) -> None:
+    """The H100's jobs each read and hashed the whole set. Its checksums are now checked once: a later read of
+    unchanged files maps them and hashes nothing; a write to a file is caught at the next read. A file written
+    within RACY_S of the check is checked again: a write in the same clock tick would keep its times."""
+    cfg = _data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
+    good = synthetic_arrays(cfg)
+    folder = next(tmp_path.iterdir())
+    synthetic_arrays(cfg, mmap=True)
+    assert not (folder / VERIFIED).exists()  # just written: racy, so not stamped
+    for f in folder.glob("*.npy"):
+        os.utime(f, ns=(f.stat().st_atime_ns, time.time_ns() - int(60e9)))
+    checked = synthetic_arrays(cfg, mmap=True)
+    assert (folder / VERIFIED).exists() and isinstance(checked["train_x"], np.memmap)
+    target = folder / "train_x.npy"
+    raw = bytearray(target.read_bytes())
+    raw[-10] ^= 0xFF
+    target.write_bytes(raw)  # same size, same inode: its times tell
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        _read_cache(folder, mmap=True)
+    np.testing.assert_array_equal(synthetic_arrays(cfg)["train_x"], good["train_x"])  # regenerated
 
 
 def test_fraction_and_split_are_seeded_and_disjoint() -> None:

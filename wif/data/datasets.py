@@ -161,6 +161,11 @@ def split_indices(n_total: int, fraction: float, val_split: float, seed: int) ->
     return np.sort(subset[n_val:]), np.sort(subset[:n_val])
 
 
+def _in_memory(images: np.ndarray) -> np.ndarray:
+    """The images in this process's memory: a mapped file is copied, never held by a tensor."""
+    return np.array(images) if isinstance(images, np.memmap) else images
+
+
 def _to_split(images_u8: np.ndarray, labels: np.ndarray, uint8: bool = False) -> Split:
     """Held images as the loader hands them out: normalized float32, or the uint8 images themselves."""
     x = torch.from_numpy(np.ascontiguousarray(images_u8))
@@ -200,8 +205,8 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
         size = None if cfg.augment is Augment.standard else cfg.image_size  # standard: crops from the full image
         decoders = {p: ImageFiles(arrays[f"{p}_paths"], size) for p in ("train", "test")}
     else:
-        if cfg.source is DataSource.synthetic:
-            arrays, num_classes = synthetic_arrays(cfg), cfg.num_classes
+        if cfg.source is DataSource.synthetic:  # mapped: only the images the fraction uses are read
+            arrays, num_classes = synthetic_arrays(cfg, mmap=cfg.augment is Augment.none), cfg.num_classes
         else:
             arrays, num_classes = folder_arrays(cfg)
         decoders = (
@@ -209,7 +214,7 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
             if cfg.augment is Augment.none
             else {p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
         )
-    y, test_y = arrays["train_y"], arrays["test_y"]
+    y, test_y = _in_memory(arrays["train_y"]), _in_memory(arrays["test_y"])
     if decoders is not None:
         labels = {"train": y, "test": test_y}
         return decoded_datasets(cfg=cfg, decoders=decoders, labels=labels, num_classes=num_classes, uint8=uint8)
@@ -218,7 +223,7 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
     return Datasets(
         train=_to_split(x[train_idx], y[train_idx], uint8),
         val=_to_split(x[val_idx], y[val_idx], uint8),
-        test=_to_split(arrays["test_x"], test_y, uint8),
+        test=_to_split(_in_memory(arrays["test_x"]), test_y, uint8),
         num_classes=num_classes,
     )
 

@@ -16,7 +16,7 @@ from typing import Any, ContextManager, Dict, Iterable, Optional
 import torch
 from torch import nn
 
-from wif.config import ConfigError, Precision, TrainerConfig
+from wif.config import Config, ConfigError, Precision, TrainerConfig
 from wif.config.targets import importable
 from wif.measure.timing import synchronize
 from wif.run.model import training_loss
@@ -164,3 +164,16 @@ def compile_now(step: Step, batch: Optional[tuple], device: torch.device) -> flo
     model.load_state_dict(saved)
     step.optimizer.zero_grad(set_to_none=True)
     return seconds
+
+
+def step_for(model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Config, device: torch.device) -> Step:
+    """The run's step for `model`: the study's loss, and the precision and memory format `cfg` sets."""
+    return Step(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=nn.CrossEntropyLoss(),
+        aux_weight=cfg.model.aux_weight,
+        device=device,
+        precision=cfg.trainer.precision,
+        channels_last=cfg.trainer.channels_last,
+    )

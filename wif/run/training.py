@@ -31,7 +31,7 @@ from wif.measure.timing import synchronize
 from wif.run.batches import MB, Built, Emit, build_loaders, compile_batch
 from wif.run.loop import evaluate, loader_epoch, train_epoch
 from wif.run.model import build_model
-from wif.run.step import Step, build_optimizer, compile_now, prepare_model
+from wif.run.step import Step, build_optimizer, compile_now, prepare_model, step_for
 from wif.run.stopping import STOP
 
 
@@ -192,16 +192,7 @@ def build_step(cfg: Config, device: torch.device, emit: Emit, built: Built, rank
     model = prepare_model(build_model(cfg.model, built.num_classes).to(device), tr)
     if ranks is not None:
         model = ranks.wrap(model)
-    optimizer = build_optimizer(tr, model.parameters(), device)
-    step = Step(
-        model=model,
-        optimizer=optimizer,
-        loss_fn=nn.CrossEntropyLoss(),
-        aux_weight=cfg.model.aux_weight,
-        device=device,
-        precision=tr.precision,
-        channels_last=tr.channels_last,
-    )
+    step = step_for(model, build_optimizer(tr, model.parameters(), device), cfg, device)
     if step.scaler is not None and device.type == "cuda":
         emit("tags", {"wif.step_syncs": str(step.syncs_every_step()).lower()})
     return step

@@ -156,25 +156,15 @@ def _train_steps(conf: Config, *, batch: int, steps: int, sample: Optional[Sampl
         sample: data=custom's first sample; None for random images.
         device: the device trained on.
     """
-    from torch import nn
 
     from wif.run.loop import train_epoch
     from wif.run.model import build_model
-    from wif.run.step import Step, build_optimizer, prepare_model
+    from wif.run.step import build_optimizer, prepare_model, step_for
 
     tr = conf.trainer
     classes = sample.num_classes if sample is not None else conf.data.num_classes
     model = prepare_model(build_model(conf.model, classes).to(device), tr)
-    optimizer = build_optimizer(tr, model.parameters())
-    step = Step(
-        model=model,
-        optimizer=optimizer,
-        loss_fn=nn.CrossEntropyLoss(),
-        aux_weight=conf.model.aux_weight,
-        device=device,
-        precision=tr.precision,
-        channels_last=tr.channels_last,
-    )
+    step = step_for(model, build_optimizer(tr, model.parameters()), conf, device)
     batches = _probe_batches(conf, batch=batch, steps=steps, sample=sample, device=device)
     train_epoch(step=step, batches=batches, transfer=lambda b: b)
 

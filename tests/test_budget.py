@@ -70,14 +70,14 @@ def test_an_auto_job_starts_where_its_smallest_run_fits_and_gets_a_deadline() ->
     prices = b.Prices(history={"a@0.1": b.CellCost(overhead_s=10.0, fixed_s=0.0, epoch_s=2.0)})
     auto, fixed = job("a@0.1", epochs=None), job("a@0.1", epochs=100)
     assert prices.upper_s(auto) == pytest.approx(b.SAFETY * (10.0 + 100 * 2.0))
-    assert prices.start_s(auto, warmup=1) == pytest.approx(b.SAFETY * (10.0 + 3 * 2.0))
-    assert prices.start_s(fixed, warmup=1) == prices.upper_s(fixed)
+    assert prices.start_s(auto) == pytest.approx(b.SAFETY * (10.0 + 3 * 2.0))
+    assert prices.start_s(fixed) == prices.upper_s(fixed)
     left = 33.1  # the H100's: pin_nb@0.1 was refused at 287.4 s with 33.1 s left
-    assert b.may_start(prices.start_s(auto, warmup=1), left) and not b.may_start(prices.upper_s(auto), left)
+    assert b.may_start(prices.start_s(auto), left) and not b.may_start(prices.upper_s(auto), left)
     assert prices.allowed_s(auto, left) == pytest.approx(left - b.END_RESERVE_S)
     assert prices.allowed_s(auto, 1000.0) == pytest.approx(prices.upper_s(auto))
     # 70 jobs left at its fraction: an equal share of what is left, never below its smallest run
-    assert prices.allowed_s(auto, 1000.0, undone=70) == pytest.approx(prices.start_s(auto, warmup=1))
+    assert prices.allowed_s(auto, 1000.0, undone=70) == pytest.approx(prices.start_s(auto))
     assert prices.allowed_s(auto, 1000.0, undone=20) == pytest.approx((1000.0 - b.END_RESERVE_S) / 20)
 
 

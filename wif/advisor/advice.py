@@ -86,7 +86,7 @@ class Advice:
 def race_reserve_s(now: Measured, opts: Options) -> float:
     """Seconds the smallest race takes: kept from the trials. See NOTE [ The race's time ]."""
     epoch = now.median() * RACE_SLACK
-    start = max(now.wall_s - sum(e[names.EPOCH_TIME_S] for e in now.epochs), 0.0)
+    start = now.start_s
     if not epoch > 0:
         return 0.0
     return opts.min_blocks * 2 * (start + MIN_RACE_EPOCHS * epoch)
@@ -106,7 +106,7 @@ def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts
         warmup: trainer.warmup_epochs.
     """
     epoch = max([now.median(), *predicted_s]) * RACE_SLACK
-    start = max(now.wall_s - sum(e[names.EPOCH_TIME_S] for e in now.epochs), 0.0)
+    start = now.start_s
     per_run = left_s / (opts.min_blocks * (len(predicted_s) + 1))
     if not epoch > 0:
         return opts.max_epochs

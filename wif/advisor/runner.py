@@ -63,6 +63,11 @@ class Measured:
         return self.summary.get(names.HOST_OTHER_CPU_PCT)
 
     @property
+    def start_s(self) -> float:
+        """Its time beyond its epochs: the process's start, data, set-up and end."""
+        return max(self.wall_s - sum(e[names.EPOCH_TIME_S] for e in self.epochs), 0.0)
+
+    @property
     def steady(self) -> List[Dict[str, float]]:
         """Its epochs past the warm-up."""
         return steady(self.epochs, self.warmup)

@@ -145,6 +145,7 @@ class Prices:
     auto: Epochs = Epochs(7, 100)  # what a trainer.epochs=auto run takes
     measured: Dict[str, List[CellCost]] = field(default_factory=dict)
     ratios: List[float] = field(default_factory=list)
+    warmup: int = 1  # trainer.warmup_epochs: an auto run's smallest useful run starts with them
 
     def guess(self, job: Job) -> Optional[CellCost]:
         """The price before any job of the cell ran here.
@@ -184,7 +185,7 @@ class Prices:
         cost = self.cost(job)
         return 0.0 if job.done or cost is None else SAFETY * cost.seconds(job.epochs or self.auto.upper)
 
-    def start_s(self, job: Job, warmup: int) -> float:
+    def start_s(self, job: Job) -> float:
         """What must fit before the job starts, times SAFETY; nothing once done.
 
         An auto run's smallest useful run: its warm-up and MIN_STEADY epochs, where its deadline stops it.
@@ -193,7 +194,7 @@ class Prices:
         cost = self.cost(job)
         if job.epochs is not None or job.done or cost is None:
             return self.upper_s(job)
-        return SAFETY * cost.seconds(min(warmup + MIN_STEADY, self.auto.upper))
+        return SAFETY * cost.seconds(min(self.warmup + MIN_STEADY, self.auto.upper))
 
     def allowed_s(self, job: Job, left_s: float, undone: int = 1) -> float:
         """The seconds a started job may take: its upper price, at most its share of what is left.
@@ -204,7 +205,7 @@ class Prices:
             undone: the jobs at its fraction not run yet, itself included: each gets an equal share, and at
                 least its smallest useful run. More short runs tell a race more than fewer long ones.
         """
-        share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job, warmup=1))
+        share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job))
         return min(self.upper_s(job), left_s - END_RESERVE_S, share)
 
     def measure(self, job: Job, wall_s: float, run_s: float, epochs: int) -> None:

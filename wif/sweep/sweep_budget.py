@@ -81,6 +81,7 @@ class SweepBudget:
         self.prices = b.Prices(history=_history_prices(history))
         self.auto_taken = [r.epochs for r in history if r.auto]
         self.prices.auto = b.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
+        self.prices.warmup = self.tr.warmup_epochs
         self.testbed, self.n_history = testbed, len(history)
         self.probe_s = 0.0
         self.ran: List[b.Job] = []
@@ -191,7 +192,7 @@ class SweepBudget:
     def may_start(self, overrides: Sequence[str]) -> bool:
         """Whether this job may start now: its smallest useful run and the sweep's end fit in what is left."""
         job = self.job(overrides)
-        upper = self.prices.start_s(job, self.tr.warmup_epochs)
+        upper = self.prices.start_s(job)
         if b.may_start(upper, self.left_s()):
             allowed = self.prices.allowed_s(job, self.left_s(), undone=self.undone_at(job.fraction))
             log.info(

@@ -121,6 +121,37 @@ def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(t
     assert sized_cap(8, 2.0, 5.0) == 8 and sized_cap(50, None, 5.0) == 50
 
 
+def test_a_step_on_the_cpu_is_advised_for_the_cpu_and_gets_no_pin_trial(tmp_path: Path) -> None:
+    """The probe says where the step runs: on the CPU, where the script never started CUDA by its first
+    epoch. The advice is then for the CPU whatever the machine has, so no pin_memory trial is made."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    code = (
+        "import sys\nfrom wif.advisor.script import prepare\nfrom wif.advisor.candidates import script_extras, "
+        "workers\nfrom wif.run.supervise import resolve_device\n"
+        "advice = prepare(['device=auto'], [sys.executable, 'train.py', '3', '0'])\n"
+        "cuda = resolve_device(advice.base.device) == 'cuda'\n"
+        "made = script_extras(advice.base, workers(advice.base, 4, cuda), cuda, None, 8)\n"
+        "print(advice.probed['step_device'], advice.base.device.value, *[c.name for c in made])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={
+            **env,
+            "PYTHONPATH": str(ROOT),
+            "WIF_ADVISE_WARM": "0",
+            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stdout.split()
+    assert said[:2] == ["cpu", "cpu"] and not [n for n in said[2:] if n.endswith("-pin")], done.stdout
+
+
 EARLY_LEAVER = """
 import sys, time, torch
 from torch.utils.data import DataLoader, TensorDataset

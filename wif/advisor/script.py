@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from wif.advisor import warm
 from wif.advisor.script_runner import LOADER_KEYS, ScriptRunner, execute
 from wif.advisor.steps import PROG, Advice, Options, advise
-from wif.config import ConfigError
+from wif.config import ConfigError, Device
 from wif.config.compose import load_config
 from wif.measure.tracking import default_tracking_uri
 from wif.watcher.origin import NAMED
@@ -184,6 +184,8 @@ def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Option
     found = probe(command)
     if found.get("modules") and warm.warm_target(command) is not None:
         warm.warm_up(found["modules"])  # the script's frameworks imported once, in the server
+    if found.get("step_device") == "cpu":  # the script's step, not the machine: pinning does nothing without CUDA
+        base.device = Device.cpu
     lo = base.loader
     lo.name = "script"
     for key in LOADER_KEYS:

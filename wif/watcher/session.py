@@ -139,7 +139,8 @@ class Session:
             self.orders = self.orders or Orders.from_env()
             if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
                 origin_ = origin.of(self.loader) if self.loader is not None else {}
-                self.orders.probe({**settings_of(batches, self.loader), **origin_}, self.loader is not None)
+                where = {"step_device": _cuda().type}  # CUDA started by the first epoch: the step runs there
+                self.orders.probe({**settings_of(batches, self.loader), **origin_, **where}, self.loader is not None)
                 self.state = State.PROBING
                 return True
         self._open_record()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator, List, Optional, Tuple
+from typing import ContextManager, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -111,18 +111,29 @@ class CopyClock:
 _ACTIVE: Optional[CopyClock] = None  # the epoch's clock during a TimedFeed's transfer call
 
 
-@contextlib.contextmanager
-def blocking_copy(device: torch.device) -> Iterator[None]:
+NOT_TIMED = contextlib.nullcontext()  # reusable: what a copy outside a timed CUDA epoch enters, every step on a CPU
+
+
+class _TimedCopy:
+    """One blocking copy bracketed by events on its stream, added to `clock` when it ends."""
+
+    def __init__(self, clock: CopyClock, device: torch.device) -> None:
+        self.clock, self.device = clock, device
+
+    def __enter__(self) -> None:
+        self.before, self.t0 = record(self.device), time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        host_s = time.perf_counter() - self.t0
+        self.clock.add(self.before, record(self.device), host_s)
+
+
+def blocking_copy(device: torch.device) -> ContextManager[None]:
     """Brackets a copy that blocks the host (`.to(device)` without non_blocking): it starts only when its stream
     has run everything queued before it, so the host's time in it beyond the copy's own device time was spent
-    behind the GPU's work. Recorded into the active `CopyClock`; nothing outside a timed epoch or on a CPU."""
+    behind the GPU's work. Recorded into the active `CopyClock`; nothing outside a timed epoch or on a CPU,
+    where it is a shared no-op (no generator made each step)."""
     clock = _ACTIVE
     if clock is None or device.type != "cuda":
-        yield
-        return
-    before, t0 = record(device), time.perf_counter()
-    try:
-        yield
-    finally:
-        host_s = time.perf_counter() - t0
-        clock.add(before, record(device), host_s)
+        return NOT_TIMED
+    return _TimedCopy(clock, device)

@@ -24,7 +24,16 @@ from wif.run.step import Step
 
 def _labels(batch: Batch) -> int:
     """The samples in one of wif's own batches: its labels."""
-    return len(batch[1])
+    labels = batch[1]
+    return labels.shape[0] if isinstance(labels, torch.Tensor) else len(labels)  # shape: no Python-level __len__
+
+
+def _pair_nbytes(batch: Any) -> int:
+    """The bytes of a plain (images, labels) pair of tensors, without a call per tensor; 0 for any other batch."""
+    if type(batch) is tuple and len(batch) == 2 and isinstance(batch[0], torch.Tensor):
+        x, y = batch
+        return x.nbytes + y.nbytes if isinstance(y, torch.Tensor) else 0
+    return 0
 
 
 def samples_in(batch: Any, fallback: int) -> int:
@@ -126,7 +135,7 @@ class TimedFeed:
             self.host_wait += t_ready - t_wait
             self.samples += self.count(batch)
             if self.copies:  # the bytes that crossed: the host batch's (a uint8 batch says so, wif.data.transfer.Sent)
-                self.copy_bytes += batch_nbytes(batch)
+                self.copy_bytes += _pair_nbytes(batch) or batch_nbytes(batch)
             yield batch
 
     def gpu_blocked(self) -> Optional[float]:
@@ -192,7 +201,7 @@ def train_epoch(step: Step, batches: Batches, transfer: Transfer) -> EpochStats:
     t_start, t0 = time.monotonic(), time.perf_counter()
     for x, y in feed:
         clock.start()
-        loss_sum += step(x, y) * len(y)  # stays on the device: no per-step sync
+        loss_sum.add_(step(x, y), alpha=y.shape[0])  # one op, on the device: no per-step sync
         clock.stop()
     synchronize(device)  # sync point: the epoch's queued work is done
     return feed.stats(

@@ -22,6 +22,7 @@ from wif.measure.timing import synchronize
 from wif.run.model import training_loss
 
 DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
+FP32 = contextlib.nullcontext()  # reusable: fp32's autocast, not made again each step
 
 
 def build_optimizer(
@@ -104,7 +105,7 @@ class Step:
     def autocast(self) -> ContextManager[Any]:
         """The precision's autocast; nothing under fp32."""
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return FP32
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:

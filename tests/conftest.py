@@ -50,6 +50,21 @@ STUDY_LOADERS = [
 
 register_configs()
 
+PACKAGES = ("torch", "torchvision", "lightning", "accelerate", "transformers", "timm")  # whose code the tests run
+
+
+def pytest_report_header() -> str:
+    """The versions of the packages whose own code the tests run (tests/test_package_scripts.py), in the header."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def said(name: str) -> str:
+        try:
+            return f"{name} {version(name)}"
+        except PackageNotFoundError:
+            return f"{name} not installed"
+
+    return "packages: " + ", ".join(said(name) for name in PACKAGES)
+
 
 def compose_cfg(*overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

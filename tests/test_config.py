@@ -99,6 +99,8 @@ BAD = [
     (("measure.rss_interval_s=0",), "measure.rss_interval_s=0"),
     (("measure.pss_budget_pct=-1",), "measure.pss_budget_pct"),
     (("trainer.threads=0",), "trainer.threads=0 must be at least 1"),
+    (("data.test_images=0",), "data.test_images=0 must be a positive whole number"),
+    (("data.val_images=-5",), "data.val_images=-5 must be a positive whole number"),
 ]
 
 

@@ -95,6 +95,22 @@ def test_datasets_are_normalized_float_tensors(tmp_path: Path) -> None:
     assert -3 < data.train.images.mean().item() < 3 and data.num_classes == 10
 
 
+def test_validation_and_test_evaluate_the_images_the_config_asks(tmp_path: Path) -> None:
+    """data.val_images and data.test_images: at most that many, evenly spaced through the split; training
+    untouched. Held tensors and images decoded per sample alike."""
+    whole = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5"))
+    some = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5", "data.val_images=50", "data.test_images=100"))
+    assert (len(some.train), len(some.val), len(some.test)) == (800, 50, 100)
+    assert torch.equal(some.train.images, whole.train.images)
+    picked = np.linspace(0, 499, num=100).round().astype(np.int64)  # the first, the last and 98 between
+    assert torch.equal(some.test.images, whole.test.images[picked]) and picked[-1] == 499
+    assert set(some.test.labels.tolist()) == set(range(10))  # every class still tested
+    decoded = load_datasets(_data_cfg(tmp_path, "data=encoded", "data.fraction=0.5", "data.test_images=100"))
+    assert (len(decoded.train), len(decoded.val), len(decoded.test)) == (800, 200, 100)
+    big = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5", "data.val_images=5000"))
+    assert len(big.val) == 200  # more than the split holds: all of it
+
+
 def _image_folder(root: Path, bad: bool = False, empty_class: bool = False) -> Path:
     from torchvision.io import write_png
 

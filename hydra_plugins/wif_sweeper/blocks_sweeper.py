@@ -45,10 +45,12 @@ class BlocksSweeper(BasicSweeper):
         """
         from wif.sweep import callback
         from wif.sweep.budget import blocks_line
+        from wif.sweep.evaluated import eval_overrides
         from wif.sweep.sweep_budget import SweepBudget
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        (jobs,) = self.split_arguments(parser.parse_overrides(self._parse_config() + list(arguments)), None)
+        arguments = [*arguments, *eval_overrides(self.config, arguments)]
+        (jobs,) = self.split_arguments(parser.parse_overrides(self._parse_config() + arguments), None)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf, open_dict
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
 from wif.sweep import callback
 from wif.sweep.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
+from wif.sweep.evaluated import eval_overrides
 from wif.sweep.race_budget import States, budget_tags, decided_line, plan_fractions, undone_jobs
 from wif.sweep.race_cells import (
     Overrides,
@@ -63,7 +64,7 @@ class RaceSweeper(BasicSweeper):
         cfg = self.config
         c = cfg.race
         rules = RaceRules(min_blocks=c.min_blocks, max_blocks=c.max_blocks, margin=c.margin, confidence=c.confidence)
-        cells = self._grid_cells(arguments)
+        cells = self._grid_cells([*arguments, *eval_overrides(cfg, arguments)])
         names, on_cpu = self._name_cells(cells)
         refuse(rules.problems() + single_settings(names) + same_names(names))
         twin_of = twin_cells(cells, names, on_cpu) if c.merge_identical and cpu_only(cfg) else {}

@@ -45,6 +45,8 @@ def validate(cfg: Config, here: bool = True) -> None:
         ("data.num_train", d.num_train),
         ("data.num_test", d.num_test),
         ("data.image_size", d.image_size),
+        ("data.val_images", 1 if d.val_images is None else d.val_images),
+        ("data.test_images", 1 if d.test_images is None else d.test_images),
     ):
         require(value > 0, f"{key}={value} must be a positive whole number.")
     require(d.num_classes >= 2, f"data.num_classes={d.num_classes}: a classifier needs at least 2 classes.")

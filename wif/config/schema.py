@@ -40,6 +40,10 @@ class DataConfig:
     num_train: int = 50_000
     num_test: int = 10_000
     val_split: float = 0.2
+    # At most this many images of the validation split (each epoch) and of the test set, evenly spaced through
+    # them (null: all). A budgeted sweep sets both to sweep.eval_images where they are null.
+    val_images: Optional[int] = None
+    test_images: Optional[int] = None
     image_size: int = 64
     num_classes: int = 10
     batch_size: int = 64
@@ -182,6 +186,9 @@ class SweepConfig:
     # decided (wif.sweep.budget). The same command with a larger budget resumes.
     budget_min: Optional[float] = None
     probe_only: bool = False  # run the budget's probe of this sweep's settings, and nothing else (wif-plan)
+    # Under sweep.budget_min: data.val_images and data.test_images where they are null (null here: the whole
+    # splits). The race compares training epochs; its test accuracy is a check, and 1024 images tell it to ~3%.
+    eval_images: Optional[int] = 1024
     # Set by the budget on each auto job it starts, not by hand: the wall-clock time (time.time()) the run ends
     # by. It stops there with its warm-up and 2 steady epochs at least (wif.run.stopping.out_of_time).
     deadline: Optional[float] = None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -161,6 +161,13 @@ def split_indices(n_total: int, fraction: float, val_split: float, seed: int) ->
     return np.sort(subset[n_val:]), np.sort(subset[:n_val])
 
 
+def evaluated(indices: np.ndarray, limit: Optional[int]) -> np.ndarray:
+    """At most `limit` of an evaluated split's indices, evenly spaced through it (data.val_images, test_images)."""
+    if limit is None or limit >= len(indices):
+        return indices
+    return indices[np.linspace(0, len(indices) - 1, num=limit).round().astype(np.int64)]
+
+
 def _in_memory(images: np.ndarray) -> np.ndarray:
     """The images in this process's memory: a mapped file is copied, never held by a tensor."""
     return np.array(images) if isinstance(images, np.memmap) else images
@@ -219,11 +226,12 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
         labels = {"train": y, "test": test_y}
         return decoded_datasets(cfg=cfg, decoders=decoders, labels=labels, num_classes=num_classes, uint8=uint8)
     train_idx, val_idx = checked_split(len(y), cfg)
+    val_idx, test_idx = evaluated(val_idx, cfg.val_images), evaluated(np.arange(len(test_y)), cfg.test_images)
     x = arrays["train_x"]
     return Datasets(
         train=_to_split(x[train_idx], y[train_idx], uint8),
         val=_to_split(x[val_idx], y[val_idx], uint8),
-        test=_to_split(_in_memory(arrays["test_x"]), test_y, uint8),
+        test=_to_split(_in_memory(arrays["test_x"][test_idx]), test_y[test_idx], uint8),
         num_classes=num_classes,
     )
 
@@ -248,12 +256,15 @@ class Pick(NamedTuple):
 
 
 def split_picks(cfg: DataConfig, n_train: int, n_test: int) -> Dict[str, Pick]:
-    """The train, validation and test splits' images: `checked_split`'s subset, and the whole test part."""
+    """The train, validation and test splits' images: `checked_split`'s subset, and the test part.
+
+    Validation and test keep at most data.val_images and data.test_images of theirs (`evaluated`).
+    """
     train_idx, val_idx = checked_split(n_train, cfg)
     return {
         "train": Pick(part="train", indices=train_idx, train=True),
-        "val": Pick(part="train", indices=val_idx, train=False),
-        "test": Pick(part="test", indices=np.arange(n_test), train=False),
+        "val": Pick(part="train", indices=evaluated(val_idx, cfg.val_images), train=False),
+        "test": Pick(part="test", indices=evaluated(np.arange(n_test), cfg.test_images), train=False),
     }
 
 

@@ -52,6 +52,8 @@ DATA_LOAD_S = "data_load_s"
 COMPILE_S = "compile_s"
 JOB_OVERHEAD_S = "job_overhead_s"
 TEST_ACC = "test_acc"
+TEST_TIME_S = "test_time_s"  # the test pass, after the last epoch
+VAL_TIME_TOTAL_S = "val_time_total_s"  # every epoch's validation pass, summed: beside the epochs, in none of them
 SAMPLER_CPU_PCT = "sampler_cpu_pct"
 
 # Memory

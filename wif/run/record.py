@@ -242,8 +242,12 @@ class RunRecord:
         peaks, and the others' CPU share.
         """
         out = {**self.final, **epochs.summary(self.epochs, self.conf.trainer.warmup_epochs)}
-        whole = sum(e[names.EPOCH_TIME_S] + (e[names.VAL_TIME_S] or 0.0) for e in self.epochs)
-        out[names.TIME_TOTAL_S] = whole + self.final.get("test_time_s", 0.0)
+        val = sum(e[names.VAL_TIME_S] or 0.0 for e in self.epochs)
+        out[names.TIME_TOTAL_S] = (
+            sum(e[names.EPOCH_TIME_S] for e in self.epochs) + val + self.final.get(names.TEST_TIME_S, 0.0)
+        )
+        if any(e[names.VAL_TIME_S] is not None for e in self.epochs):
+            out[names.VAL_TIME_TOTAL_S] = val
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         out.update(self.sampler.peaks(self.epochs[0]["t_start"], t_end))

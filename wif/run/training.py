@@ -229,7 +229,7 @@ def validation_figures(step: Step, feed: Feed) -> Dict[str, float]:
 def run_test(step: Step, feed: Feed, emit: Emit) -> None:
     """Emit the test split's figures and the run's VRAM peaks."""
     test = evaluate(step, feed.loaders["test"], feed.transfer)
-    result = {"test_loss": test.loss, names.TEST_ACC: test.acc, "test_time_s": test.seconds}
+    result = {"test_loss": test.loss, names.TEST_ACC: test.acc, names.TEST_TIME_S: test.seconds}
     emit("result", {**result, **_vram_peaks(step.device)})
 
 

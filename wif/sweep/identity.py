@@ -27,6 +27,8 @@ NEW_KEY_DEFAULTS = {
         "page_cache": "warm",
         "decode": "host",
         "decode_backend": "auto",
+        "val_images": None,
+        "test_images": None,
     },
     "trainer": {
         "precision": "fp32",

@@ -76,7 +76,7 @@ def job_result(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     for key in ("test_loss", names.TEST_ACC):
         if key in rows[0]:
             job[key] = _mean(rows, key)
-    if "test_time_s" in rows[0]:
-        job["test_time_s"] = max(r["test_time_s"] for r in rows)
+    if names.TEST_TIME_S in rows[0]:
+        job[names.TEST_TIME_S] = max(r[names.TEST_TIME_S] for r in rows)
     job.update(_vram(rows))
     return job

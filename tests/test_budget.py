@@ -5,6 +5,7 @@ finish, the end on time, and a larger budget resuming what is missing)."""
 from __future__ import annotations
 
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -90,6 +91,25 @@ def test_prices_learn_from_the_jobs_this_sweep_ran() -> None:
     prices.measure(job("a@0.1"), wall_s=8.0, run_s=6.0, epochs=3)  # twice the guess
     assert prices.expected_s(job("a@0.1")) == pytest.approx(8.0)  # measured: its own
     assert prices.expected_s(job("b@0.1")) == pytest.approx(2 * 10.0)  # guessed: scaled by how far guesses were
+
+
+def test_block_0_prices_the_rest_without_a_probe() -> None:
+    """A 3-minute CPU sweep spent 53 s probing before its first job. Unpriced, an auto job may start (its deadline
+    keeps its smallest run) with its share of what is left; the first job measured prices every cell, its epoch
+    scaled by each cell's batches."""
+    prices = b.Prices()
+    first = job("a@0.1", batches=10, epochs=None)
+    assert not prices.priced and prices.cost(first) is None
+    assert b.may_start(prices.start_s(first), left_s=100.0)
+    assert prices.allowed_s(first, left_s=100.0, undone=10) == pytest.approx((100.0 - b.END_RESERVE_S) / 10)
+    prices.measure(first, wall_s=8.0, run_s=6.0, epochs=3)
+    assert prices.priced and prices.ratios == []  # no outside guess to correct
+    assert prices.cost(job("b@0.1", batches=10, epochs=None)) == b.CellCost(overhead_s=2.0, fixed_s=0.0, epoch_s=2.0)
+    assert prices.cost(job("b@0.4", batches=40, epochs=None)).epoch_s == pytest.approx(8.0)
+    assert prices.start_s(job("b@0.1", epochs=None)) == pytest.approx(b.SAFETY * (2.0 + 3 * 2.0))
+    # a job's start is the sweep's, whatever its cell; the first job's, which made the data's cache, left out
+    prices.measure(job("b@0.1", batches=10, epochs=None), wall_s=7.0, run_s=6.0, epochs=3)
+    assert prices.cost(first).overhead_s == prices.cost(job("c@0.1")).overhead_s == pytest.approx(1.0)
 
 
 def test_the_plan_is_a_prefix_of_the_order_that_fits() -> None:
@@ -261,3 +281,47 @@ def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
     assert len(done) == 12 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 12
     last = client.search_runs([exp], "tags.`wif.kind` = 'race'", order_by=["attributes.start_time DESC"])[0]
     assert last.data.tags["wif.budget.by_budget"] == "false" and last.data.tags["wif.budget.undone_min"] == "0.00"
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_a_first_budgeted_auto_race_runs_its_jobs_unprobed_and_evaluates_what_it_was_told(
+    tmp_path: Path, store: str, cache_dir: Path
+) -> None:
+    """On an empty store a race of auto jobs runs no probe: its first jobs price the rest. Its jobs validate and
+    test sweep.eval_images images, and log those passes' time apart from the epochs."""
+    args = [
+        "preset=smoke",
+        "hydra/sweeper=race",
+        "loader=baseline,bg",
+        "data.fraction=0.1",
+        "race.max_blocks=3",
+        "device=cpu",
+        "trainer.epochs=auto",
+        "measure.contended_pct=10000",
+        "sweep.eval_images=32",
+        "sweep.budget_min=1.25",
+    ]
+    run = run_train(tmp_path, store, cache_dir, *args, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert "Probe:" not in out and "the first jobs run unpriced and price the rest" in out
+    assert MlflowClient(store).get_experiment_by_name("who_is_faster-probe") is None
+    ran = train_runs(store, status="FINISHED")
+    assert ran, out[-3000:]
+    for r in ran:
+        p, m, t = r.data.params, r.data.metrics, r.data.tags
+        assert p["data.val_images"] == p["data.test_images"] == "32"
+        assert (t["wif.n_val"], t["wif.n_test"]) == ("32", "32")  # smoke: 40 validation, 500 test images
+        assert m["val_time_total_s"] > 0 and m["test_time_s"] > 0
+        epochs = sum(x.value for x in MlflowClient(store).get_metric_history(r.info.run_id, "epoch_time_s"))
+        assert m["time_total_s"] == pytest.approx(epochs + m["val_time_total_s"] + m["test_time_s"], rel=1e-6)
+    # the report shows a run's cost: its job's overhead, epochs, validation and test, medians over the runs
+    from wif.report.report_cli import main as report_main
+
+    assert report_main(["--tracking-uri", store, "--out", str(tmp_path / "report"), "--no-log"]) == 0
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    median = {k: statistics.median(r.data.metrics[k] for r in ran) for k in ("job_overhead_s", "test_time_s")}
+    assert f"A run's cost, median of {len(ran)}: {median['job_overhead_s']:.2f} s of job overhead" in summary
+    assert f"{median['test_time_s']:.2f} s of test" in summary
+    holds_unless_disturbed(len(ran) >= 2, ran, "block 0 at least, in 75 s")

@@ -105,6 +105,7 @@ def test_wif_plan_prices_a_grid_from_the_store(tmp_path: Path, capsys: pytest.Ca
     out = capsys.readouterr().out
     # per epoch: baseline median(1, 1, 1) s, pin 2 s; overhead 1 s; the googlenet run is another testbed
     assert "2 cells x 4 repeats, 20 epochs a run" in out and "from 5 earlier runs" in out
+    assert "a job's overhead (job_overhead_s: its process, data and set-up) 1.00 s, its run 6.00 s" in out
     assert f"fixed grid: 8 runs, 160 epochs, about {(4 * 21 + 4 * 41) / 60:.1f} min" in out
     # the race ran 1 of its 2 x 2 runs (25%); auto runs took 8 epochs
     assert f"race + auto: 2 runs, 16 epochs, about {(1 * 9 + 1 * 17) / 60:.1f} min" in out

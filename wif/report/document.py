@@ -20,6 +20,7 @@ from wif.report import model
 from wif.report.tables import Section, footnotes, markdown_table
 from wif.report.verdicts import Verdicts, num, verdict
 
+COSTS = (names.JOB_OVERHEAD_S, names.TIME_TOTAL_S, names.VAL_TIME_TOTAL_S, names.TEST_TIME_S)
 MIXED_PARAMS = {"batch_size": "data.batch_size", "epochs": "trainer.epochs", "data_source": "data.source"}
 
 
@@ -58,6 +59,27 @@ def device_note(runs: pd.DataFrame) -> str:
     return (
         f"Figures from {where}, model {first['model']}: {len(runs)} finished runs, "
         f"{runs['cell'].nunique()} cells, {runs['loader'].nunique()} loaders."
+    )
+
+
+def cost_note(runs: pd.DataFrame) -> str | None:
+    """What a run cost, median per run: its job's overhead, its epochs, its validation and its test passes.
+
+    The overhead is the job's wall time less the run's (`job_overhead_s`): the process, the data, the set-up.
+    """
+    if names.JOB_OVERHEAD_S not in runs or not runs[names.JOB_OVERHEAD_S].notna().any():
+        return None
+    had = runs[runs[names.JOB_OVERHEAD_S].notna()]
+    fig = {k: pd.to_numeric(had.get(k, pd.Series(index=had.index, dtype=float)), errors="coerce") for k in COSTS}
+    overhead, total = fig[names.JOB_OVERHEAD_S].median(), fig[names.TIME_TOTAL_S].median()
+    parts = f"{total:.2f} s of epochs, validation and test"
+    if fig[names.VAL_TIME_TOTAL_S].notna().all() and fig[names.TEST_TIME_S].notna().all():
+        val, test = fig[names.VAL_TIME_TOTAL_S], fig[names.TEST_TIME_S]
+        epochs = (fig[names.TIME_TOTAL_S] - val - test).median()
+        parts = f"{epochs:.2f} s of epochs, {val.median():.2f} s of validation, {test.median():.2f} s of test"
+    return (
+        f"A run's cost, median of {len(had)}: {overhead:.2f} s of job overhead (job_overhead_s: its process, data "
+        f"and set-up), {parts}."
     )
 
 
@@ -191,7 +213,8 @@ def _top(doc: Document) -> list[str]:
 def _section(doc: Document, section: Section, images: bool) -> list[str]:
     """One testbed: where it ran, its warnings, each fraction's verdict, table and notes, and its plots."""
     out = ["", f"## {section.testbed}", "", device_note(section.runs)]
-    for note in (mixed_settings_note(section.runs), not_cold_note(section.runs), decode_note(section.runs)):
+    notes = (cost_note(section.runs), mixed_settings_note(section.runs), not_cold_note(section.runs))
+    for note in (*notes, decode_note(section.runs)):
         out += ["", note] if note else []
     for s in sorted(section.summaries, key=lambda s: s.fraction):
         out += [

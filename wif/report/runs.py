@@ -46,6 +46,9 @@ FINAL_METRICS = (
     names.COMPUTE_MEAN_S,  # the step's time: against the bound's, what the loader's host work adds to it
     names.GPU_UTIL_MEAN_PCT,  # NVML's busy share over the steady epochs (CUDA)
     names.COPY_BYTES_PER_EPOCH,  # the last epoch's (per-epoch metrics): wif.report.copycost
+    names.JOB_OVERHEAD_S,  # a run's cost beside its epochs: wif.report.document.cost_note
+    names.VAL_TIME_TOTAL_S,
+    names.TEST_TIME_S,
 )
 TAGS = {  # column: tag
     "loader": names.TAG_LOADER,

@@ -11,7 +11,7 @@ same order and its blocks stay complete.
 from __future__ import annotations
 
 import random
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 BLOCK_KEY = "repeat"
 
@@ -35,3 +35,19 @@ def shuffle_within_blocks(jobs: Sequence[Sequence[str]]) -> List[List[str]]:
         random.Random(f"wif-block-{block}").shuffle(members)  # str seeds hash the same in every process
         ordered += members
     return ordered
+
+
+def blocks_line(jobs: Sequence[Any]) -> str:
+    """'2 of 4 blocks complete, block 2: 5 of 33 jobs': how far a list of jobs, done or run, gets."""
+    per: Dict[int, List[Any]] = {}
+    for job in jobs:
+        per.setdefault(job.block, []).append(job)
+    complete = [b for b, js in sorted(per.items()) if all(j.done for j in js)]
+    partial = [
+        (b, sum(j.done for j in js), len(js))
+        for b, js in sorted(per.items())
+        if b not in complete and any(j.done for j in js)
+    ]
+    out = [f"{len(complete)} of {len(per)} blocks complete"]
+    out += [f"block {b}: {n} of {m} jobs" for b, n, m in partial]
+    return ", ".join(out)

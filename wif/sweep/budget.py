@@ -6,9 +6,10 @@ the most epochs it may plausibly take times SAFETY, fits. An auto job starts whe
 fits, and gets a deadline (sweep.deadline) at its upper price or the budget's end: it stops there with what
 it has. Cheaper jobs after a refused one still may start.
 
-The prices come from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe). Each
-job this sweep runs replaces the guess for its cell with what it measured. Cells not run yet are scaled by
-how far the measured jobs were from their guesses.
+The prices come from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe), else
+from the sweep's own first jobs: see NOTE [ Block 0 prices the rest ]. Each job this sweep runs replaces the
+guess for its cell with what it measured. Cells not run yet are scaled by how far the measured jobs were
+from their guesses.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from wif.measure.names import Cell
 from wif.run.stopping import MIN_STEADY
+from wif.sweep.blocks import blocks_line  # noqa: F401 - the plan's line, said by the sweepers
 
 SAFETY = 1.2  # a job starts only if 1.2x its upper price fits in what is left
 END_RESERVE_S = 5.0  # the sweep's own end (the last look, the record, the exit) after its last job
@@ -146,6 +148,13 @@ class Prices:
     measured: Dict[str, List[CellCost]] = field(default_factory=dict)
     ratios: List[float] = field(default_factory=list)
     warmup: int = 1  # trainer.warmup_epochs: an auto run's smallest useful run starts with them
+    batches: Dict[str, int] = field(default_factory=dict)  # a measured cell's training batches an epoch
+    starts: List[float] = field(default_factory=list)  # each job's start here, wall less run, in order
+
+    @property
+    def priced(self) -> bool:
+        """Whether any job has a price: earlier runs, a probe, or a job of this sweep."""
+        return bool(self.history or self.probes or self.measured)
 
     def guess(self, job: Job) -> Optional[CellCost]:
         """The price before any job of the cell ran here.
@@ -161,16 +170,30 @@ class Prices:
             return CellCost(overhead_s=start, fixed_s=cost.fixed_s, epoch_s=cost.epoch_s)
         known = list(self.history.values()) or [self.guess(_of_setting(job, s)) for s in self.probes]
         if not known:
+            known = [self._alike(job, cell) for cell in self.measured]  # See NOTE [ Block 0 prices the rest ]
+        if not known:
             return None
         keys = ("overhead_s", "fixed_s", "epoch_s")
         return CellCost(*(statistics.median(getattr(c, k) for c in known) for k in keys))
 
+    def _alike(self, job: Job, cell: str) -> CellCost:
+        """A cell measured here, its epoch scaled to the job's training batches."""
+        seen = self.measured[cell]
+        epoch_s = statistics.median(c.epoch_s for c in seen) * job.batches / max(self.batches.get(cell, 1), 1)
+        return CellCost(overhead_s=self.start_here(), fixed_s=0.0, epoch_s=epoch_s)
+
+    def start_here(self) -> float:
+        """A job's start in this sweep, whatever its cell: the median, less the first job's once others ran.
+
+        The first pays the process's one-time costs, the data's cache included. See NOTE [ A probe's start ].
+        """
+        return statistics.median(self.starts[1:] or self.starts)
+
     def cost(self, job: Job) -> Optional[CellCost]:
         """The price: the median of what the cell's jobs took here, else the guess, scaled."""
         if job.cell in self.measured:
-            seen = self.measured[job.cell]
-            overhead_s = statistics.median(c.overhead_s for c in seen)
-            return CellCost(overhead_s=overhead_s, fixed_s=0.0, epoch_s=statistics.median(c.epoch_s for c in seen))
+            epoch_s = statistics.median(c.epoch_s for c in self.measured[job.cell])
+            return CellCost(overhead_s=self.start_here(), fixed_s=0.0, epoch_s=epoch_s)
         guess = self.guess(job)
         ratio = min(max(statistics.median(self.ratios), RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if self.ratios else 1.0
         return guess.scaled(ratio) if guess else guess
@@ -206,6 +229,8 @@ class Prices:
                 least its smallest useful run. More short runs tell a race more than fewer long ones.
         """
         share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job))
+        if self.cost(job) is None:  # no price yet: its share, and its deadline keeps its smallest run
+            return share
         return min(self.upper_s(job), left_s - END_RESERVE_S, share)
 
     def measure(self, job: Job, wall_s: float, run_s: float, epochs: int) -> None:
@@ -217,11 +242,21 @@ class Prices:
             run_s: its run's time_total_s.
             epochs: the epochs it ran.
         """
-        guess = self.guess(job)
+        guess = self.guess(job) if self.history or self.probes else None  # guesses from this sweep's jobs: no ratio
         if guess is not None and job.cell not in self.measured:
             self.ratios.append(wall_s / max(guess.seconds(epochs), 1e-6))
         took = CellCost(overhead_s=max(wall_s - run_s, 0.0), fixed_s=0.0, epoch_s=run_s / max(epochs, 1))
         self.measured.setdefault(job.cell, []).append(took)
+        self.batches[job.cell] = job.batches
+        self.starts.append(took.overhead_s)
+
+
+# NOTE [ Block 0 prices the rest ]
+# On a store with no earlier run of the testbed, a sweep of auto jobs runs no probe. A probe cost a 3-minute
+# CPU sweep 53 s of 180 for 2 epochs of a few batches each, figures no run kept. An auto job has a deadline
+# and keeps only its smallest useful run past it (wif.run.stopping.out_of_time), so it may start unpriced.
+# The first job of the smallest fraction prices the next, each cell measured prices itself, and a cell not
+# run yet costs the median measured cell, its epoch scaled by its training batches.
 
 
 def _of_setting(job: Job, setting: str) -> Job:
@@ -277,22 +312,6 @@ def choose_fractions(first_look_s: Dict[float, float], left_s: float) -> List[fl
             chosen.append(fr)
             spent += cost
     return sorted(chosen) or ([min(first_look_s, key=lambda fr: (first_look_s[fr], fr))] if first_look_s else [])
-
-
-def blocks_line(jobs: Sequence[Job]) -> str:
-    """'2 of 4 blocks complete, block 2: 5 of 33 jobs': how far a list of jobs, done or run, gets."""
-    per: Dict[int, List[Job]] = {}
-    for job in jobs:
-        per.setdefault(job.block, []).append(job)
-    complete = [b for b, js in sorted(per.items()) if all(j.done for j in js)]
-    partial = [
-        (b, sum(j.done for j in js), len(js))
-        for b, js in sorted(per.items())
-        if b not in complete and any(j.done for j in js)
-    ]
-    out = [f"{len(complete)} of {len(per)} blocks complete"]
-    out += [f"block {b}: {n} of {m} jobs" for b, n, m in partial]
-    return ", ".join(out)
 
 
 def minutes(seconds: float) -> str:

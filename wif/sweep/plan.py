@@ -150,6 +150,10 @@ def _probed(a: argparse.Namespace, planned: Planned, testbed: Dict[str, str], ba
         )
     else:
         print(f"wif-plan: priced from the store's probe of every setting (experiment {a.experiment}-probe)")
+    if probes:
+        print(
+            overhead_line([p.wall_s - p.run_s for p in probes.values()], [p.run_s for p in probes.values()], "probes")
+        )
     fixed = probe_price(cells=planned.cells, shapes=planned.shapes, probes=probes, epochs=basis.epochs)
     cheap = probe_price(
         cells=planned.cells,
@@ -159,6 +163,14 @@ def _probed(a: argparse.Namespace, planned: Planned, testbed: Dict[str, str], ba
         runs_share=basis.runs_share,
     )
     return fixed, cheap
+
+
+def overhead_line(overheads: Sequence[float], runs: Sequence[float], of: str) -> str:
+    """A job's overhead, its wall time less its run, against its run: the medians of `of`."""
+    return (
+        "wif-plan: a job's overhead (job_overhead_s: its process, data and set-up) "
+        f"{statistics.median(overheads):.2f} s, its run {statistics.median(runs):.2f} s (medians of {len(runs)} {of})"
+    )
 
 
 def _line(name: str, p: Price) -> str:
@@ -208,6 +220,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"({'trainer.epochs=auto: up to max_epochs' if tr.auto else 'trainer.epochs'}), testbed "
         f"{testbed[names.TAG_DEVICE]}/{testbed[names.TAG_MODEL]}, from {len(history)} earlier runs in {a.tracking_uri}"
     )
+    if history:
+        print(overhead_line([r.overhead_s for r in history], [r.run_s for r in history], "earlier runs"))
     auto_runs = [r.epochs for r in history if r.auto]
     basis = Basis(
         epochs=tr.epoch_limit,

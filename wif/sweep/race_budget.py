@@ -27,7 +27,8 @@ def plan_fractions(rules: RaceRules, states: States, budget: Any, waiting: List[
         waiting: the fractions not settled and not run yet.
     """
     first_look = {fr: budget.undone_s(race_jobs(budget, states, fr, rules.min_blocks)) for fr in waiting}
-    focus = choose_fractions(first_look, budget.left_s())
+    # Unpriced, the smallest fraction's jobs cost least: they price the rest. See NOTE [ Block 0 prices the rest ]
+    focus = choose_fractions(first_look, budget.left_s()) if budget.prices.priced else [min(waiting)]
     now = ", ".join(f"{fr:g}" for fr in focus)
     waits = "; ".join(
         f"{fr:g} waits ({minutes(first_look[fr])} to its first look)" for fr in waiting if fr not in focus

@@ -84,6 +84,7 @@ class SweepBudget:
         self.prices.warmup = self.tr.warmup_epochs
         self.testbed, self.n_history = testbed, len(history)
         self.probe_s = 0.0
+        self.probe_only = bool(cfg.sweep.get("probe_only"))
         self.ran: List[b.Job] = []
         self.refused: List[b.Job] = []
 
@@ -138,7 +139,8 @@ class SweepBudget:
     def price_with_probe(self, launch: Launch) -> None:
         """Without earlier runs of the testbed, price the jobs from the probe.
 
-        The probe runs now, unless the store holds a probe of every setting of this sweep already.
+        The probe runs now, unless the store holds a probe of every setting of this sweep already, or every
+        job is auto and the sweep runs jobs: see NOTE [ Block 0 prices the rest ] (wif.sweep.budget).
         """
         if self.n_history:
             log.info("Budget: jobs priced from %d earlier runs of this testbed in the store", self.n_history)
@@ -146,7 +148,13 @@ class SweepBudget:
         todo = [j for j in self.jobs.values() if not j.done]
         self.prices.probes = read_probes(self.client, self.experiment, self.testbed)
         missing = [j for j in todo if j.setting not in self.prices.probes]
-        if missing:
+        if missing and not self.probe_only and all(j.epochs is None for j in todo):
+            log.info(
+                "Budget: no earlier run of this testbed (%s) in the store, and no probe: each auto job stops by its "
+                "deadline, so the first jobs run unpriced and price the rest",
+                "/".join(self.testbed.values()),
+            )
+        elif missing:
             log.info(
                 "Budget: no earlier run of this testbed (%s) in the store: a probe prices the sweep first",
                 "/".join(self.testbed.values()),
@@ -168,6 +176,12 @@ class SweepBudget:
     def log_plan(self, order: Sequence[b.Job], what: str) -> None:
         """The plan, before the first job: what the order costs, what fits, what is left for later."""
         todo = [j for j in order if not j.done]
+        if not self.prices.priced:
+            log.info(
+                f"Budget plan: {self.left_s() / 60:.1f} min of {self.budget_s / 60:.1f} left; {what}: {len(order)} "
+                f"jobs, {len(order) - len(todo)} finished already, no price yet: the first jobs price the rest"
+            )
+            return
         fit, rest = b.fits(todo, self.prices, self.left_s())
         total = sum(self.prices.expected_s(j) for j in todo)
         log.info(
@@ -198,6 +212,7 @@ class SweepBudget:
             log.info(
                 f"Budget: starting {job.cell} (block {job.block}): up to {allowed:.1f} s"
                 + (" (its deadline)" if job.epochs is None else "")
+                + ("" if self.prices.cost(job) else ", unpriced: it keeps its smallest useful run")
                 + f", {self.left_s():.1f} s left"
             )
             return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,6 +151,47 @@ def test_a_step_on_the_cpu_is_advised_for_the_cpu_and_gets_no_pin_trial(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     said = done.stdout.split()
     assert said[:2] == ["cpu", "cpu"] and not [n for n in said[2:] if n.endswith("-pin")], done.stdout
+
+
+UNREACHABLE = """
+import sys, time, torch, wif
+from torch.utils.data import DataLoader, Dataset
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.full((2,), float(i))
+class Batches:  # holds its loader as .loader, but iterates a reference of its own: an order swaps .loader only
+    def __init__(self, loader):
+        self.loader, self._mine = loader, loader
+    def __iter__(self):
+        return iter(self._mine)
+    def __len__(self):
+        return len(self._mine)
+batches = Batches(DataLoader(Slow(), batch_size=4))
+for epoch in range(int(sys.argv[1])):
+    for x in wif.watch(batches):
+        time.sleep(0.001)
+"""
+
+
+@pytest.mark.slow
+def test_an_order_that_cannot_reach_the_loader_is_said_and_has_no_figure(tmp_path: Path, store: str) -> None:
+    """The loop iterates a DataLoader the order does not replace: each worker trial would time 0 workers
+    under its name. The trial says so in one line; no worker setting has a figure, a race or a pick."""
+    (tmp_path / "train.py").write_text(UNREACHABLE)
+    argv = ("--minutes", "1.5", "measure.contended_pct=1000", "--", sys.executable, "train.py", "40")
+    done = advise(tmp_path, store, *argv, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    said = "the order did not reach the loader: num_workers=4 was ordered, the DataLoader iterated has 0"
+    trials = [line for line in out.splitlines() if line.startswith("  loader only")]
+    assert trials and said in trials[0] and not [t for t in trials if "img/s" in t], out[-3000:]
+    assert not [line for line in out.splitlines() if re.match(r"w\d", line)], out[-3000:]  # no row in the tables
+    assert f"Keep what you have: {said}" in out and "Pick:" not in out, out[-3000:]
+    tried = [r for r in runs(store) if r.data.tags["wif.advise_role"] in ("loader", "race")]
+    assert tried and all(r.info.status == "FAILED" and "epoch_time_s" not in r.data.metrics for r in tried)
 
 
 EARLY_LEAVER = """

@@ -86,6 +86,10 @@ def race_candidates(trials: Trials, predicted: Predicted) -> Raced:
         return Raced(race=_run_the_race(trials, raced, close, epochs), raced=raced, unverified="")
     if raced:
         return Raced(race=None, raced=[], unverified=_say_no_time(trials, predicted, raced))
+    if trials.unreached:  # no figure for them: see wif.watcher.proof
+        unverified = f"{next(iter(trials.unreached.values()))}; {', '.join(trials.unreached)} not measured."
+        ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
+        return Raced(race=None, raced=[], unverified=unverified)
     if trials.cut:
         unverified = (
             f"--minutes {ctx.opts.minutes:g} ran out while the candidates were tried "

@@ -33,6 +33,7 @@ from wif.run.record import stop_rule
 from wif.run.supervise import INTERRUPT_GRACE_S
 from wif.watcher import hook
 from wif.watcher.orders import ENV
+from wif.watcher.proof import UNREACHED
 
 TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
 LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")
@@ -239,6 +240,8 @@ def _outcome(conf: Config, rc: int, last: str, run: int, log: str) -> Tuple[str,
         log: where its output is.
     """
     need = 1 if conf.trainer.mode is TrainerMode.loader_only else conf.trainer.warmup_epochs + 1
+    if rc != 0 and UNREACHED in last:  # no figure for this setting, and why: wif.watcher.proof
+        return FAILED, f"{last[last.index(UNREACHED) :]} (its output: {log})"
     if rc != 0:
         said = last if rc == -1 else f"the command exited {rc}: {last}"
         return FAILED, f"{said} (its output: {log})"

@@ -19,6 +19,7 @@ from wif.advisor.runner import SKIPPED, Measured, Runner
 from wif.advisor.settings import Candidate, loader_only
 from wif.config import Config
 from wif.measure import names
+from wif.watcher.proof import UNREACHED
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Trials:
     runs: Dict[str, Measured] = field(default_factory=dict)  # each candidate's finished trial
     ceilings: Dict[str, float] = field(default_factory=dict)  # each candidate's loader alone, images a second
     cut: List[str] = field(default_factory=list)  # candidates whose trial the minutes cut short or never started
+    unreached: Dict[str, str] = field(default_factory=dict)  # candidates whose order did not reach the loader: why
 
     def __post_init__(self) -> None:
         self.made = {"current": self.measured.current}
@@ -92,6 +94,10 @@ class Trials:
             # the configured run fetched in-process: its data wait is this candidate's fetch
             self.ceilings[cand.name] = self.measured.items / self.measured.current_run.mean(names.DATA_WAIT_S)
             return self.ceilings[cand.name]
+        if self.unreached:  # it would not reach the loader either: no minutes spent on it
+            self.unreached[cand.name] = f"not tried ({UNREACHED} in {next(iter(self.unreached))}'s trial)"
+            ctx.say(f"  loader only {cand.name:<16} {self.unreached[cand.name]}")
+            return None
         conf = loader_only(ctx.base, cand, batches=self.batches, epochs=TRIAL_EPOCHS)
         m = ctx.runner.run(conf, "loader", cand.name)
         if m.ok:
@@ -102,6 +108,7 @@ class Trials:
         )
         if not m.ok:
             self.cut.extend([cand.name] if m.status == SKIPPED or "ran out" in m.error else [])
+            self.unreached.update({cand.name: m.error} if m.error.startswith(UNREACHED) else {})
             return None
         self.runs[cand.name] = m
         return self.ceilings[cand.name]

@@ -7,6 +7,7 @@ The orders come through the environment, so the user's script runs the advice's 
     orders     what a measuring run of wif-advise asks of the watch: epochs and their cap, the bound's
                replayed batches, a loader-only pass, a probe, a candidate's loader settings
     rebuilt    the script's DataLoader rebuilt with a candidate's worker settings
+    proof      whether those settings reached the DataLoader an epoch really iterates; standard library only
     record     what the watch records beside the clock: CPU, the tree's memory, VRAM; and its MLflow run
     found      the DataLoader inside whatever the loop iterates, its settings, and the anchor a watch is kept by
     ranks      a distributed script's ranks: their figures gathered into the job's, and leaving together

@@ -14,7 +14,8 @@ TraceML patches `DataLoader.__iter__` the same way to time the wait (https://git
 So does Lightning for its own bookkeeping, in `lightning.pytorch.utilities.data._replace_dunder_methods`:
 that is why `__init__` keeps its signature.
 
-This module imports nothing but the standard library and wif.watcher.origin, which imports nothing either.
+This module imports nothing but the standard library, wif.watcher.origin and wif.watcher.proof, which import
+nothing either.
 It is patched in while torch itself is being imported, by wif/watcher/boot/sitecustomize.py where
 `wif-watch` and `wif-advise` put it on PYTHONPATH. The watch is imported at the first epoch.
 """
@@ -27,7 +28,7 @@ import os
 import sys
 from typing import Any, Dict, Iterator
 
-from wif.watcher import origin
+from wif.watcher import origin, proof
 
 ORIGINAL: Dict[str, Any] = {}  # DataLoader's own __iter__ and __init__
 HELD: Dict[type, Any] = {}  # a holder's class (below) -> its own __iter__
@@ -41,6 +42,7 @@ def patch(cls: Any) -> None:
     if ORIGINAL:
         return
     ORIGINAL["iter"], ORIGINAL["init"] = cls.__iter__, cls.__init__
+    proof.note_hooked()
 
     @functools.wraps(cls.__init__)  # its signature kept: Lightning re-creates loaders from it
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
@@ -124,7 +126,11 @@ class _Own:
     def own(self) -> Iterator[Any]:
         """The epoch as the loader's class makes it, or the nearest held class it derives from."""
         held = next((HELD[c] for c in type(self.loader).__mro__ if c in HELD), None)
-        return (held or ORIGINAL["iter"])(self.loader)
+        if held is not None:
+            return held(self.loader)
+        epoch = ORIGINAL["iter"](self.loader)
+        proof.note(self.loader, epoch)  # what the epoch really iterates: wif.watcher.proof
+        return epoch
 
     def __iter__(self) -> Iterator[Any]:
         return self.own()

@@ -22,7 +22,7 @@ import itertools
 import json
 import os
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -34,6 +34,7 @@ from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
 from wif.watcher import ranks
 from wif.watcher.found import Found
+from wif.watcher.proof import Unreached, promised, unmet
 from wif.watcher.rebuilt import rebuild
 
 ENV = "WIF_WATCH_ORDERS"
@@ -57,6 +58,7 @@ class Orders:
         self.done, self.reason = False, ""
         self.replay: List[Any] = []
         self.rebuilt: Optional[DataLoader] = None
+        self.promise: Optional[Dict[str, Any]] = None  # what the iterated DataLoader must show (wif.watcher.proof)
         self.found: Optional[Dict[str, Any]] = None  # `probe`: the loader's settings, once
         self.times: Optional[List[float]] = None  # `probe`: the first epoch's batch times, once it has begun
 
@@ -132,8 +134,19 @@ class Orders:
             )
         if self.rebuilt is None or self.rebuilt.dataset is not loader.dataset:
             self.rebuilt = rebuild(loader, settings)
+            self.promise = promised(loader, self.rebuilt)
         if holder is not None:
             setattr(holder, attr, self.rebuilt)
+
+    def prove(self, anchor: Any, started: Optional[Iterable[Tuple[Any, Any]]]) -> None:
+        """At an epoch's first batch: Unreached where the DataLoader it iterates is not as ordered.
+
+        `started` is wif.watcher.hook.STARTED, None where the hook is not installed and nothing can be told.
+        """
+        if self.promise is not None and started is not None:
+            why = unmet(self.promise, anchor, started)
+            if why:
+                raise Unreached(why)
 
     def source(self, batches: Any) -> Any:
         """What the epoch iterates: the rebuilt DataLoader where the watched object was one."""

@@ -20,7 +20,7 @@ from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
 from wif.run.ddp.gather import job_epoch
 from wif.run.loop import TimedFeed, samples_in
-from wif.watcher import origin, ranks
+from wif.watcher import origin, proof, ranks
 from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, settings_of
 from wif.watcher.orders import Orders
 from wif.watcher.record import Record, line
@@ -213,24 +213,35 @@ class Session:
         feed = TimedFeed(source, _as_is, count=lambda b: samples_in(b, self.batch_size))
         self.record.begin()
         self.handed, self.expected, self.starting, complete = 0, _length(source), True, False
+        proving, proven = self.orders is not None and self.orders.promise is not None, True
+        proof.STARTED.clear()  # the DataLoader epochs this one begins, noted from here
         synchronize(_cuda())  # sync point: nothing from before is counted in this epoch
         t_start, t0 = time.monotonic(), time.perf_counter()
         try:
             for batch in feed:
                 self.handed += 1
                 self.starting = False
+                if proving:  # once, at the first batch: its workers have started
+                    proving = proven = False
+                    self.orders.prove(self.anchor, proof.started())
+                    proven = True
                 yield batch
             complete = True
         finally:
             self.starting = False
-            synchronize(_cuda())  # sync point: the epoch's queued work is done (CUDA may have started in it)
-            stats = feed.stats(t_start=t_start, t0=t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
-            try:
-                self._end(stats, self.handed, complete or self.taken())
-            except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
-                if self.orders is not None:
-                    raise
-                self._warn_unrecorded(err)
+            if proven:  # else the order did not reach the loader: nothing of this epoch is a figure
+                self._close(feed, t_start=t_start, t0=t0, complete=complete)
+
+    def _close(self, feed: TimedFeed, *, t_start: float, t0: float, complete: bool) -> None:
+        """The epoch's end, however its pass ended: its figures from `feed`, recorded."""
+        synchronize(_cuda())  # sync point: the epoch's queued work is done (CUDA may have started in it)
+        stats = feed.stats(t_start=t_start, t0=t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
+        try:
+            self._end(stats, self.handed, complete or self.taken())
+        except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
+            if self.orders is not None:
+                raise
+            self._warn_unrecorded(err)
 
     def taken(self) -> bool:
         """Whether a hooked epoch is open with every batch handed out.

@@ -28,13 +28,22 @@ class Found(NamedTuple):
     loader: DataLoader
 
 
+def is_dataloader(value: Any) -> bool:
+    """Whether `value` is a DataLoader by its type, not by what it says it is.
+
+    accelerate's DataLoaderShard passes for one (its `__class__` is its DataLoader's) and iterates the real one,
+    its `base_dataloader`. Orders must replace that one: a copy of the shard would iterate the same.
+    """
+    return issubclass(type(value), DataLoader)
+
+
 def find_dataloader(batches: Any, depth: int = 3) -> Optional[Found]:
     """The DataLoader inside `batches` and where it is held; None where there is none.
 
     Wrappers are searched by the usual attribute names first, then every attribute; a generator in its
     frame's locals.
     """
-    if isinstance(batches, DataLoader):
+    if is_dataloader(batches):
         return Found(None, "", batches)
     if depth == 0:
         return None
@@ -58,7 +67,7 @@ def _in_attributes(holder: Any, depth: int) -> Optional[Found]:
     attrs = getattr(holder, "__dict__", {})
     for name in [n for n in HOLDERS if n in attrs] + [n for n in attrs if n not in HOLDERS]:
         value = attrs[name]
-        if isinstance(value, DataLoader):
+        if is_dataloader(value):
             return Found(holder, name, value)
         found = _inside(value, depth)
         if found is not None:  # held deeper: the innermost holder and its attribute

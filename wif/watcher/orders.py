@@ -33,7 +33,7 @@ from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
 from wif.watcher import ranks
-from wif.watcher.found import Found
+from wif.watcher.found import Found, is_dataloader
 from wif.watcher.proof import Unreached, promised, unmet
 from wif.watcher.rebuilt import rebuild
 
@@ -150,7 +150,7 @@ class Orders:
 
     def source(self, batches: Any) -> Any:
         """What the epoch iterates: the rebuilt DataLoader where the watched object was one."""
-        return self.rebuilt if self.rebuilt is not None and isinstance(batches, DataLoader) else batches
+        return self.rebuilt if self.rebuilt is not None and is_dataloader(batches) else batches
 
     def length(self, batches: Any) -> int:
         """`len()` of the watched iterable under the orders: its batches, capped."""

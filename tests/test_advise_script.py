@@ -238,15 +238,18 @@ def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
 def test_the_trials_leave_the_race_its_time() -> None:
     """Within `keeping`, a trial that would run into the race's time is not started, and says why; after it the
     race has the whole deadline again. The smallest race is priced from the measuring run: 2 blocks of 2 runs,
-    each its start (wall time less its epochs) and 3 epochs at 1.3x the measured one."""
-    from wif.advisor.advice import Options, race_reserve_s
+    each its start (wall time less its epochs) and 3 epochs at 1.3x the measured one, with half an epoch to spare."""
+    from wif.advisor.advice import MIN_RACE_EPOCHS, Options, race_epochs, race_reserve_s
     from wif.advisor.runner import FINISHED, SKIPPED, Measured, Recording
     from wif.advisor.script_runner import ScriptRunner
 
     now = Measured("measure", "current", "id", FINISHED, {}, epochs=[{"epoch_time_s": t} for t in (3.0, 1.0, 1.0)])
     now.wall_s = 12.0  # 7 s of start beside 5 s of epochs
-    assert race_reserve_s(now, Options(min_blocks=2)) == pytest.approx(2 * 2 * (7.0 + 3 * 1.3))
-    assert race_reserve_s(now, Options(min_blocks=3)) == pytest.approx(3 * 2 * (7.0 + 3 * 1.3))
+    assert race_reserve_s(now, Options(min_blocks=2)) == pytest.approx(2 * 2 * (7.0 + 3.5 * 1.3))
+    assert race_reserve_s(now, Options(min_blocks=3)) == pytest.approx(3 * 2 * (7.0 + 3.5 * 1.3))
+    # the seconds between the last trial and the race do not cut its runs below the smallest race
+    kept = race_reserve_s(now, Options(min_blocks=2))
+    assert race_epochs(kept - 2.0, now, predicted_s=[0.5], opts=Options(min_blocks=2)) == MIN_RACE_EPOCHS
     recording = Recording(tracker=None, device="cpu", parent_id="parent", advise_id="advise")
     runner = ScriptRunner(recording, deadline=time.monotonic() + 60, command=["python", "train.py"])
     with runner.keeping(59.2):

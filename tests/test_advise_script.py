@@ -250,6 +250,9 @@ def test_the_trials_leave_the_race_its_time() -> None:
     # the seconds between the last trial and the race do not cut its runs below the smallest race
     kept = race_reserve_s(now, Options(min_blocks=2))
     assert race_epochs(kept - 2.0, now, predicted_s=[0.5], opts=Options(min_blocks=2)) == MIN_RACE_EPOCHS
+    # too little left for both: the first trial (its start and 2 epochs) runs, and the rest is kept
+    assert race_reserve_s(now, Options(min_blocks=2), left_s=20.0) == pytest.approx(20.0 - (7.0 + 2 * 1.0))
+    assert race_reserve_s(now, Options(min_blocks=2), left_s=5.0) == 0.0
     recording = Recording(tracker=None, device="cpu", parent_id="parent", advise_id="advise")
     runner = ScriptRunner(recording, deadline=time.monotonic() + 60, command=["python", "train.py"])
     with runner.keeping(59.2):

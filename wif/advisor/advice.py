@@ -79,18 +79,24 @@ class Advice:
 # The race verifies; the trials only predict. So its time is kept before the worker search starts: the
 # smallest race, --min-blocks blocks of the current setting and one candidate, each run its start and
 # MIN_RACE_EPOCHS epochs priced as a race run's (RACE_SLACK), and half an epoch to spare. The trials get
-# what is left. A trial the minutes would cut is not started, and the search ends there. On a 16-core H100
-# node the search of 12 trials took 149 s of --minutes 3.2 and left the race none.
+# what is left, and always the first trial's time. A trial the minutes would cut is not started, and the
+# search ends there. On a 16-core H100 node the search of 12 trials took 149 s of --minutes 3.2 and left the
+# race none.
 
 
-def race_reserve_s(now: Measured, opts: Options) -> float:
-    """Seconds the smallest race takes: kept from the trials. See NOTE [ The race's time ]."""
+def race_reserve_s(now: Measured, opts: Options, left_s: float = math.inf) -> float:
+    """Seconds the smallest race takes: kept from the trials, of the `left_s` left.
+
+    Never so many that the first trial cannot run: without a trial there is nothing to race, and a prediction
+    said unverified tells more than none. See NOTE [ The race's time ].
+    """
     epoch = now.median() * RACE_SLACK
     start = now.start_s
     if not epoch > 0:
         return 0.0
     # a race given exactly the smallest race's time, less the seconds after the trials, floors to an epoch fewer
-    return opts.min_blocks * 2 * (start + (MIN_RACE_EPOCHS + 0.5) * epoch)
+    race = opts.min_blocks * 2 * (start + (MIN_RACE_EPOCHS + 0.5) * epoch)
+    return max(min(race, left_s - (start + TRIAL_EPOCHS * now.median())), 0.0)
 
 
 def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts: Options, warmup: int = 1) -> int:

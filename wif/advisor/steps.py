@@ -186,7 +186,7 @@ def search_candidates(trials: Trials, found: Found) -> Trials:
             trials.by_workers(0, "coarse")  # the configured run's own fetch, no run: the table's current row
         return trials
     most = 2 * ctx.cores if ctx.opts.max_workers is None else ctx.opts.max_workers
-    kept = race_reserve_s(trials.measured.current_run, ctx.opts)
+    kept = race_reserve_s(trials.measured.current_run, ctx.opts, left_s=ctx.runner.left_s())
     ctx.say(
         f"{PROG}: 2/4 candidates: loader-only trials of up to {trials.batches} batches, num_workers doubled "
         f"(0..{most}, persistent workers); {kept:.0f} s kept for the race"

@@ -41,7 +41,8 @@ class DataConfig:
     num_test: int = 10_000
     val_split: float = 0.2
     # At most this many images of the validation split (each epoch) and of the test set, evenly spaced through
-    # them (null: all). A budgeted sweep sets both to sweep.eval_images where they are null.
+    # them (null: all; data=custom and data=fixed keep theirs). A budgeted sweep sets both to sweep.eval_images
+    # where they are null.
     val_images: Optional[int] = None
     test_images: Optional[int] = None
     image_size: int = 64

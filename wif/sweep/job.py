@@ -84,6 +84,8 @@ def prepare_process() -> None:
     preload()  # after the first job: a no-op
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGUSR2, interrupt)  # SLURM's warning before the time limit: no requeue
+    # Ctrl-C in a store query makes sqlalchemy's pool log a traceback; the interrupt is said in one line
+    logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
 
 
 def check_config(cfg: DictConfig) -> Checked:

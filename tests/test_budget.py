@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import compose_cfg, holds_unless_disturbed, run_train, train_runs
 from wif.measure.names import Cell
 from wif.sweep import budget as b
+from wif.sweep.blocks import blocks_line
 from wif.sweep.budget import batches_per_epoch
 from wif.sweep.probe import probe_job
 
@@ -121,7 +122,7 @@ def test_the_plan_is_a_prefix_of_the_order_that_fits() -> None:
     assert b.may_start(prices.upper_s(order[0]), b.END_RESERVE_S + b.SAFETY * 4.0)
     assert not b.may_start(prices.upper_s(order[0]), b.END_RESERVE_S + b.SAFETY * 4.0 - 0.1)
     assert (
-        b.blocks_line(
+        blocks_line(
             [
                 job("a@0.1", 0, done=True),
                 job("a@0.4", 0, done=True),

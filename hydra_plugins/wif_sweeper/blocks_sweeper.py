@@ -44,7 +44,7 @@ class BlocksSweeper(BasicSweeper):
         (wif.sweep.budget).
         """
         from wif.sweep import callback
-        from wif.sweep.budget import blocks_line
+        from wif.sweep.blocks import blocks_line
         from wif.sweep.evaluated import eval_overrides
         from wif.sweep.sweep_budget import SweepBudget
 

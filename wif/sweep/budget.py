@@ -21,7 +21,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from wif.measure.names import Cell
 from wif.run.stopping import MIN_STEADY
-from wif.sweep.blocks import blocks_line  # noqa: F401 - the plan's line, said by the sweepers
 
 SAFETY = 1.2  # a job starts only if 1.2x its upper price fits in what is left
 END_RESERVE_S = 5.0  # the sweep's own end (the last look, the record, the exit) after its last job

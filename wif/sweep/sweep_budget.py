@@ -25,6 +25,7 @@ from wif.measure.lifetime import process_age_s
 from wif.measure.tracking import config_hash
 from wif.sweep import budget as b
 from wif.sweep import callback
+from wif.sweep.blocks import blocks_line
 from wif.sweep.probe import PROBE_SUFFIX, Launch, RunCost, read_history, read_probes, run_probe
 
 log = logging.getLogger("wif")
@@ -194,7 +195,7 @@ class SweepBudget:
         left = f"; {len(rest)} jobs, about {b.minutes(self.undone_s(rest))}, are left for a larger budget"
         left = left if rest else ""
         log.info(
-            f"Budget plan: fits {len(fit)} jobs ({b.blocks_line(ran)}){left}; "
+            f"Budget plan: fits {len(fit)} jobs ({blocks_line(ran)}){left}; "
             f"a job starts only if {b.SAFETY:.1f}x its upper price fits in what is left"
         )
 

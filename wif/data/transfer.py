@@ -75,7 +75,12 @@ def batch_nbytes(batch: Any) -> int:
         return batch.nbytes
     if isinstance(batch, dict):
         batch = list(batch.values())
-    return sum(batch_nbytes(b) for b in batch) if isinstance(batch, (tuple, list)) else 0
+    if not isinstance(batch, (tuple, list)):
+        return 0
+    total = 0
+    for b in batch:  # a tensor read in place: no call per tensor, as a step's (images, labels) is every step
+        total += b.nbytes if isinstance(b, torch.Tensor) else batch_nbytes(b)
+    return total
 
 
 def copies_from_host(batches: Batches, transfer: Transfer) -> bool:

@@ -28,14 +28,6 @@ def _labels(batch: Batch) -> int:
     return labels.shape[0] if isinstance(labels, torch.Tensor) else len(labels)  # shape: no Python-level __len__
 
 
-def _pair_nbytes(batch: Any) -> int:
-    """The bytes of a plain (images, labels) pair of tensors, without a call per tensor; 0 for any other batch."""
-    if type(batch) is tuple and len(batch) == 2 and isinstance(batch[0], torch.Tensor):
-        x, y = batch
-        return x.nbytes + y.nbytes if isinstance(y, torch.Tensor) else 0
-    return 0
-
-
 def samples_in(batch: Any, fallback: int) -> int:
     """How many samples a batch holds: the length of its first tensor with a batch dimension.
 
@@ -135,7 +127,7 @@ class TimedFeed:
             self.host_wait += t_ready - t_wait
             self.samples += self.count(batch)
             if self.copies:  # the bytes that crossed: the host batch's (a uint8 batch says so, wif.data.transfer.Sent)
-                self.copy_bytes += _pair_nbytes(batch) or batch_nbytes(batch)
+                self.copy_bytes += batch_nbytes(batch)
             yield batch
 
     def gpu_blocked(self) -> Optional[float]:

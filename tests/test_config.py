@@ -101,6 +101,7 @@ BAD = [
     (("trainer.threads=0",), "trainer.threads=0 must be at least 1"),
     (("data.test_images=0",), "data.test_images=0 must be a positive whole number"),
     (("data.val_images=-5",), "data.val_images=-5 must be a positive whole number"),
+    (("sweep.eval_images=0",), "sweep.eval_images=0 must be a positive whole number"),
 ]
 
 

@@ -47,6 +47,7 @@ def validate(cfg: Config, here: bool = True) -> None:
         ("data.image_size", d.image_size),
         ("data.val_images", 1 if d.val_images is None else d.val_images),
         ("data.test_images", 1 if d.test_images is None else d.test_images),
+        ("sweep.eval_images", 1 if cfg.sweep.eval_images is None else cfg.sweep.eval_images),
     ):
         require(value > 0, f"{key}={value} must be a positive whole number.")
     require(d.num_classes >= 2, f"data.num_classes={d.num_classes}: a classifier needs at least 2 classes.")

@@ -265,14 +265,15 @@ def test_the_trials_leave_the_race_its_time() -> None:
 @pytest.mark.alone
 @pytest.mark.slow
 def test_too_few_epochs_and_the_minutes_run_out_are_said(tmp_path: Path, store: str) -> None:
-    """A script of one epoch: its measuring run has no measured epoch (before: FINISHED on its warm-up alone,
-    and advised from it). A script of 4-s epochs under --minutes 0.25: the measuring run is stopped when the
-    minutes run out (before: no measuring run had a deadline). Each is one line, exit 2, with the run's output."""
+    """A script of one epoch of 4 batches, too few to cut into windows: its measuring run has no measured
+    window (before: FINISHED on its warm-up alone, and advised from it). A script of 4-s epochs under
+    --minutes 0.25: the measuring run is stopped when the minutes run out (before: no measuring run had a
+    deadline). Each is one line, exit 2, with the run's output."""
     (tmp_path / "train.py").write_text(SCRIPT)
     done = advise(tmp_path, store, "--", sys.executable, "train.py", "1", "0", timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     said = done.stderr.strip().splitlines()[-1]
-    assert "ended after 1 epoch(s) under wif.watch; a measurement needs 2" in said and "its output: " in said
+    assert "ended after 1 window(s) under wif.watch; a measurement needs 2" in said and "its output: " in said
     t0 = time.monotonic()
     done = advise(tmp_path, store, "--minutes", "0.25", "--", sys.executable, "train.py", "40", "1", timeout=300)
     assert done.returncode == 2 and time.monotonic() - t0 < 40, done.stderr[-2000:]

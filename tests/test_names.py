@@ -23,13 +23,24 @@ BEFORE = Path(__file__).parent / "data" / "mlflow_names_865fbd9.json"
 # One summary everywhere: the study's runs gained the watch's means of the wait and the step, the watch the
 # warm-up epoch set apart and the step's share, time_epochs every figure the other two log. A study run's
 # config gained sweep.deadline, the time a budgeted auto job ends by, and the sizes of what a run evaluates
-# (data.val_images, data.test_images, sweep.eval_images); its validation passes' time is summed apart.
+# (data.val_images, data.test_images, sweep.eval_images); its validation passes' time is summed apart. The
+# watch's windows say where each is (script_epoch, windowed) and what the script's epochs offered.
 ADDED = {
     "train": {
         "metrics": {"compute_mean_s", "data_wait_mean_s", "val_time_total_s"},
         "params": {"sweep.deadline", "data.val_images", "data.test_images", "sweep.eval_images"},
     },
-    "watch": {"metrics": {"compute_share", "warmup_epoch_time_s"}, "per_epoch": {"compute_share"}},
+    "watch": {
+        "metrics": {
+            "compute_share",
+            "warmup_epoch_time_s",
+            "script_epoch",
+            "windowed",
+            "script_epochs",
+            "script_batches",
+        },
+        "per_epoch": {"compute_share", "script_epoch", "windowed"},
+    },
     "user": {
         "metrics": {
             "compute_mean_s",

@@ -163,6 +163,25 @@ def test_pytorch_imagenet_example(tmp_path: Path, store: str, changed: bool) -> 
 
 @pytest.mark.alone
 @pytest.mark.slow
+def test_pytorch_imagenet_example_of_one_epoch(tmp_path: Path, store: str) -> None:
+    """The same script with `--epochs 1`: its one epoch of 12 batches is measured in windows of 3 (before:
+    "a measurement needs 2 (the first is its warm-up): let the script run more epochs")."""
+    pytest.importorskip("torchvision")
+    script = one_line_changed(IMAGENET, tmp_path)
+    make_folder(tmp_path / "data", images=96, held_out=8, classes=4, size=32, held_out_name="val")
+    out = advise(
+        tmp_path,
+        store,
+        ["--minutes", "2", "--batches", "3", *QUICK],
+        [sys.executable, str(script.relative_to(tmp_path)), "data", "-a", "mobilenet_v3_small"]
+        + ["--epochs", "1", "-b", "8", "-j", "0", "-p", "100", "--seed", "0"],
+    )
+    assert "an epoch below is a window of 3 batches" in out, out[-3000:]
+    assert_answered_and_stored(out, store)
+
+
+@pytest.mark.alone
+@pytest.mark.slow
 @pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
 def test_timm_train(tmp_path: Path, store: str, changed: bool) -> None:
     """timm's train.py: --data-dir with train/ and validation/, resnet18 at 32 px on the CPU, its own

@@ -102,10 +102,10 @@ class ScriptAdvice:
         """The advice for the command, said; its lines in the terms of what made the training loader."""
         p = self.probed
         cap = sized_cap(opts.batches, p.get("batch_s"), opts.minutes)
-        capped = f"capped at {cap} batches (--batches)"
+        capped = f"{cap} batches (--batches)"
         if cap < opts.batches:
             capped = (
-                f"capped at {cap} batches (--batches {opts.batches}: fewer, so that the race fits in --minutes "
+                f"{cap} batches (--batches {opts.batches}: fewer, so that the race fits in --minutes "
                 f"{opts.minutes:g}; its first batches took {p['batch_s']:.2f} s each)"
             )
         made = f", made at {p['made_at']}" if p.get("made_at") else ""
@@ -114,7 +114,7 @@ class ScriptAdvice:
             f"{PROG}: your command: {' '.join(self.command)}; its training loader{run_by.get(p.get('framework'), '')}:"
             f" a {p['loader']} over a {p.get('dataset', 'dataset')}{made} (batch {p['batch_size']}, "
             + ", ".join(f"{k}={p[k]}" for k in LOADER_KEYS)
-            + f"); every epoch {capped}"
+            + f"); measured in windows of {capped}: an epoch of at most that many is one, a longer one is cut"
         )
         say(
             f"{PROG}: each measuring run is your command, run again: what it writes (checkpoints, logs, its own "

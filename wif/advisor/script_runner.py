@@ -5,8 +5,9 @@ unchanged. `ScriptRunner` is the advice's `Runner` for a script: the same roles,
 race, the same nested MLflow runs, and `Measured` read back the same way. So `wif.advisor.steps` predicts,
 races and answers as it does for `train.py`. A configuration becomes orders: its trainer's mode and epochs,
 where `trainer.epochs=auto` is the study's stopping rule (`wif.run.record.stop_rule`). Where its loader keys
-differ from the script's own DataLoader, the orders carry the settings the watch rebuilds it with. Every
-epoch is capped at `--batches` batches.
+differ from the script's own DataLoader, the orders carry the settings the watch rebuilds it with. Each
+run is measured in windows of `--batches` batches (NOTE [ Windows ] in wif.watcher.windows): a script that
+ends before it has its windows is measured again in smaller ones.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from wif.watcher.proof import UNREACHED
 
 TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
 LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")
+WANTED_WINDOWS = 8  # a script that ran out is cut into this many windows: the race's warm-up and 7 steady ones
+MIN_WINDOW = 4  # batches a window at least
+RAN_OUT = "the command ended after"
 
 
 def execute(
@@ -84,7 +88,7 @@ def execute(
             stop(proc)
             raise
     lines = [line.strip() for line in open(log_path, errors="replace") if line.strip()]
-    said = [line for line in lines if not line.startswith("wif.watch: epoch")]
+    said = [line for line in lines if not line.startswith(("wif.watch: epoch", "wif.watch: window"))]
     return rc, (said or lines or [""])[-1]
 
 
@@ -164,10 +168,11 @@ class ScriptRunner(Runner):
         probed: Optional[Dict[str, Any]] = None,
         cap: int = 50,
     ) -> None:
-        """A runner whose runs are `command`, its loader as `probed`, each epoch capped at `cap` batches."""
+        """A runner whose runs are `command`, its loader as `probed`, measured in windows of `cap` batches."""
         super().__init__(recording, deadline=deadline, say=say)
         self.command, self.probed, self.cap = list(command), dict(probed or {}), cap
         self.logs = tempfile.mkdtemp(prefix="wif-advise-script-")
+        self.told = False  # that a measured epoch is a window of a longer one
 
     def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
         """The script as it is, its first batches replayed from its second epoch on: the orders' `bound`."""
@@ -196,6 +201,36 @@ class ScriptRunner(Runner):
         return spec
 
     def _once(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Measured:
+        """One run of the command for `conf`, recorded and read back; again in smaller windows if it ran out."""
+        m = self._run_command(conf, role, name, extra)
+        window = self._smaller_window(m, conf)
+        if window is not None:
+            self.say(
+                f"  {role} {name}: your script ended after {int(m.summary[names.SCRIPT_BATCHES])} batches, "
+                f"{int(m.summary.get(names.EPOCHS_RUN, 0))} window(s) of {self.cap}: measured again, and from here "
+                f"on, in windows of {window} batches"
+            )
+            self.cap, m.replaced = window, True
+            m = self._run_command(conf, role, name, extra)
+        if m.summary.get(names.WINDOWED) and not self.told:
+            self.told = True
+            self.say(f"  an epoch below is a window of {self.cap} batches of your script's longer epoch")
+        return m
+
+    def _smaller_window(self, m: Measured, conf: Config) -> Optional[int]:
+        """A window that cuts what a script offered into WANTED_WINDOWS, where it ran out; None: none needed or helps.
+
+        Ran out: too few windows for a figure, or a script of one epoch with fewer than the run asked.
+        """
+        got, offered = int(m.summary.get(names.EPOCHS_RUN, 0)), int(m.summary.get(names.SCRIPT_BATCHES, 0))
+        tr = conf.trainer
+        asked = min(tr.min_epochs, tr.max_epochs) if tr.auto else int(tr.epochs)
+        short = m.status == FAILED and m.error.startswith(RAN_OUT)
+        one_epoch = m.status == FINISHED and m.summary.get(names.SCRIPT_EPOCHS) == 1 and got < asked
+        window = max(offered // WANTED_WINDOWS, MIN_WINDOW)
+        return window if (short or one_epoch) and window < self.cap and offered // window > got else None
+
+    def _run_command(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Measured:
         """One run of the command for `conf`, recorded and read back."""
         t0 = time.monotonic()
         tags = {
@@ -230,13 +265,13 @@ class ScriptRunner(Runner):
 
 
 def _outcome(conf: Config, rc: int, last: str, run: int, log: str) -> Tuple[str, str]:
-    """(the run's status, its error in one line): its exit code `rc` and its `run` epochs against the need.
+    """(the run's status, its error in one line): its exit code `rc` and its `run` windows against the need.
 
     Args:
         conf: the run's configuration.
         rc: the command's exit code.
         last: its last line of output.
-        run: the epochs it ran under wif.watch.
+        run: the windows it ran under wif.watch.
         log: where its output is.
     """
     need = 1 if conf.trainer.mode is TrainerMode.loader_only else conf.trainer.warmup_epochs + 1
@@ -247,7 +282,7 @@ def _outcome(conf: Config, rc: int, last: str, run: int, log: str) -> Tuple[str,
         return FAILED, f"{said} (its output: {log})"
     if run < need:
         return FAILED, (
-            f"the command ended after {run} epoch(s) under wif.watch; a measurement needs {need} (the first "
-            f"is its warm-up): let the script run more epochs (its output: {log})"
+            f"{RAN_OUT} {run} window(s) under wif.watch; a measurement needs {need} (the first is its warm-up): "
+            f"let the script run longer (its output: {log})"
         )
     return FINISHED, ""

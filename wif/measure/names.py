@@ -55,6 +55,11 @@ TEST_ACC = "test_acc"
 TEST_TIME_S = "test_time_s"  # the test pass, after the last epoch
 VAL_TIME_TOTAL_S = "val_time_total_s"  # every epoch's validation pass, summed: beside the epochs, in none of them
 SAMPLER_CPU_PCT = "sampler_cpu_pct"
+# Windows under wif.watch (NOTE [ Windows ] in wif.watcher.windows): a window's place, and what the script offered
+SCRIPT_EPOCH = "script_epoch"  # the script's epoch a window is in, from 0
+WINDOWED = "windowed"  # 1: the window is a part of its epoch; 0: the whole epoch
+SCRIPT_EPOCHS = "script_epochs"  # the script's epochs that ended under the watch
+SCRIPT_BATCHES = "script_batches"  # the batches they held, before any cut (what windows can be cut from)
 
 # Memory
 RAM_PEAK_RSS_MB = "ram_peak_rss_mb"

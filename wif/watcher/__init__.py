@@ -3,8 +3,10 @@
 The orders come through the environment, so the user's script runs the advice's measurements unchanged.
 
     watch      `wif.watch`, and `hooked`: each pass over the loader handed to its session
-    session    one loader's watch: its states, each epoch timed and said in one line
-    orders     what a measuring run of wif-advise asks of the watch: epochs and their cap, the bound's
+    session    one loader's watch: its states, each epoch timed in windows and each window said in one line
+    windows    how an epoch is cut into windows of batches: by the orders' count, or the watch's clock
+    options    how a loader is watched, and where the watch's lines go
+    orders     what a measuring run of wif-advise asks of the watch: windows and the epoch's cut, the bound's
                replayed batches, a loader-only pass, a probe, a candidate's loader settings
     rebuilt    the script's DataLoader rebuilt with a candidate's worker settings
     proof      whether those settings reached the DataLoader an epoch really iterates; standard library only

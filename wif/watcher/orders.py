@@ -33,9 +33,10 @@ from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
 from wif.watcher import ranks
-from wif.watcher.found import Found, is_dataloader
+from wif.watcher.found import Found, is_dataloader, length_of
 from wif.watcher.proof import Unreached, promised, unmet
 from wif.watcher.rebuilt import rebuild
+from wif.watcher.windows import Windows
 
 ENV = "WIF_WATCH_ORDERS"
 FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.warm): the pid it was forked from
@@ -53,6 +54,7 @@ class Orders:
         if self.mode not in MODES:
             raise SystemExit(f"wif.watch: {ENV} has mode={self.mode!r}; one of {', '.join(MODES)}")
         self.cap: Optional[int] = spec.get("batches")
+        self.windows = Windows(batches=self.cap)  # See NOTE [ Windows ] in wif.watcher.windows
         self.epochs: Optional[int] = spec.get("epochs")
         self.rule = StopRule(**spec["auto"]) if spec.get("auto") else None
         self.done, self.reason = False, ""
@@ -152,22 +154,32 @@ class Orders:
         """What the epoch iterates: the rebuilt DataLoader where the watched object was one."""
         return self.rebuilt if self.rebuilt is not None and is_dataloader(batches) else batches
 
+    def cut(self, n: Optional[int]) -> Optional[int]:
+        """An epoch's batches under the orders: its whole windows, or all of it where it is shorter than one.
+
+        None where the epoch has no length. See NOTE [ Windows ] in wif.watcher.windows.
+        """
+        if not self.cap or n is None or n <= self.cap:
+            return n
+        return n - n % self.cap
+
     def length(self, batches: Any) -> int:
-        """`len()` of the watched iterable under the orders: its batches, capped."""
-        try:
-            n = len(self.source(batches))
-        except TypeError:  # an IterableDataset without a length: the cap is all the orders know
+        """`len()` of the watched iterable under the orders: its batches, cut to whole windows."""
+        n = length_of(self.source(batches))
+        if n is None:  # an IterableDataset without a length: the cap is all the orders know
             if self.cap:
                 return self.cap
-            raise
-        return min(n, self.cap) if self.cap else n
+            raise TypeError(f"{type(batches).__name__} has no len()")
+        return self.cut(n)
 
     def batches(self, batches: Any, done: int) -> Any:
-        """The epoch's batches as the orders have them: capped, and for the bound replayed after the first."""
+        """The epoch's batches as the orders have them: cut to whole windows; the bound's replayed after its first."""
         source = self.source(batches)
+        n = length_of(source)
+        cut = self.cut(n)
         if self.mode == "bound" and done > 0 and self.replay:
             return _Replay(self.replay, self.length(batches))
-        capped = CappedBatches(source, self.cap) if self.cap else source
+        capped = CappedBatches(source, cut) if cut is not None and cut < n else source
         rebuilt = self.rebuilt
         if (
             done == 0
@@ -176,7 +188,9 @@ class Orders:
             and rebuilt.num_workers > 1
         ):
             capped = _Sharded(capped, rebuilt.num_workers, type(rebuilt.dataset).__name__)
-        return _Keep(capped, self.replay, REPLAYED) if self.mode == "bound" and done == 0 else capped
+        if self.mode == "bound" and done == 0:
+            return _Keep(capped, self.replay, window=self.cap, count=cut)
+        return capped
 
     # ------------------------------------------------------------------ when to leave
     def after_epoch(self, epochs: List[Dict[str, float]], record: Any, ranked: bool = False) -> None:
@@ -199,16 +213,26 @@ class Orders:
 
 
 class _Keep:
-    """The first epoch's batches, passed on, the first `keep` of them kept for the bound's replay."""
+    """The bound's first window, passed on, its first REPLAYED batches kept; then the kept ones replayed.
 
-    def __init__(self, batches: Any, kept: List[Any], keep: int) -> None:
-        self.batches, self.kept, self.keep = batches, kept, keep
+    An epoch longer than one window goes on in replays, to its `count` batches (None: for as long as the loop
+    asks): the bound of a script of one long epoch.
+    """
+
+    def __init__(self, batches: Any, kept: List[Any], window: Optional[int], count: Optional[int]) -> None:
+        self.batches, self.kept, self.window, self.count = batches, kept, window, count
 
     def __iter__(self) -> Iterator[Any]:
-        for batch in self.batches:
-            if len(self.kept) < self.keep:
+        taken = 0
+        for batch in itertools.islice(self.batches, self.window):
+            if len(self.kept) < REPLAYED:
                 self.kept.append(fresh(batch))  # before the step sees it: a step may change its batch in place
+            taken += 1
             yield batch
+        if self.window is None or taken < self.window or not self.kept:
+            return  # the epoch ended within its first window
+        if self.count is None or self.count > taken:
+            yield from _Replay(self.kept, None if self.count is None else self.count - taken)
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -255,15 +279,17 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class _Replay:
-    """The kept batches again, round and round, `count` of them: no loading at all."""
+    """The kept batches again, round and round, `count` of them (None: for as long as the loop asks)."""
 
-    def __init__(self, kept: List[Any], count: int) -> None:
+    def __init__(self, kept: List[Any], count: Optional[int]) -> None:
         self.kept, self.count = kept, count
 
     def __iter__(self) -> Iterator[Any]:
         return (fresh(batch) for batch in itertools.islice(itertools.cycle(self.kept), self.count))
 
     def __len__(self) -> int:
+        if self.count is None:
+            raise TypeError("an endless replay has no len()")
         return self.count
 
 

@@ -78,6 +78,7 @@ class Record:
         self.meter = HostCpuMeter(os.getpid())
         self.gpu_attached = False
         self.finished = False
+        self.script_epochs, self.script_batches = 0, 0  # what the script's epochs offered, uncut
         self.stop_reason = "the script's own epochs"
         atexit.register(self.finish)
         self._excepthook = sys.excepthook
@@ -91,8 +92,17 @@ class Record:
         self._excepthook(kind, value, tb)
 
     def begin(self) -> None:
-        """An epoch starts: the CPU meter marks it."""
+        """A window starts: the CPU meter marks it."""
         self.meter.mark()
+
+    def drop(self) -> None:
+        """The window begun last is no figure: its mark is dropped."""
+        self.meter.marks.pop()
+
+    def offered(self, batches: int) -> None:
+        """An epoch of the script ended, having offered `batches` batches (wif.advisor.script_runner reads them)."""
+        self.script_epochs += 1
+        self.script_batches += batches
 
     def end(self, t_start: float, device: torch.device) -> Dict[str, float]:
         """The epoch's figures beside its clock, read after it ended.
@@ -215,7 +225,10 @@ class Record:
             return
         self._flush()
         try:
-            self.tracker.log_metrics(run, {**self.summary(), names.SAMPLER_CPU_PCT: self.sampler.own_cost_pct()})
+            offered = {names.SCRIPT_EPOCHS: self.script_epochs, names.SCRIPT_BATCHES: self.script_batches}
+            self.tracker.log_metrics(
+                run, {**self.summary(), **offered, names.SAMPLER_CPU_PCT: self.sampler.own_cost_pct()}
+            )
             error = {names.TAG_ERROR: self.error[:4000]} if self.error else {}
             self.tracker.set_tags(run, {names.TAG_STOP_REASON: self.stop_reason, **error})
             if self.own:
@@ -262,10 +275,12 @@ RAM_SEEN = ((names.RAM_PEAK_PSS_MB, "PSS"), (names.RAM_PEAK_RSS_MB, "RSS"))  # t
 
 
 def line(e: Dict[str, float], complete: bool = True) -> str:
-    """The epoch's one line: its time and whether the step waited for data."""
+    """The window's one line: its time and whether the step waited for data."""
     share = e["data_wait_share"]
+    epoch = int(e.get(names.SCRIPT_EPOCH, e["epoch"])) + 1
+    span = f"window {int(e['epoch']) + 1} (epoch {epoch})" if e.get(names.WINDOWED) else f"epoch {epoch}"
     head = (
-        f"wif.watch: epoch {int(e['epoch']) + 1}: {e[names.EPOCH_TIME_S]:.3f} s, {int(e['batches'])} batches, "
+        f"wif.watch: {span}: {e[names.EPOCH_TIME_S]:.3f} s, {int(e['batches'])} batches, "
         f"{e[names.THROUGHPUT_IMG_S]:,.0f} samples/s, first batch {e[names.FIRST_BATCH_S]:.3f} s"
     )
     if not complete:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import enum
 import os
-import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import torch
@@ -21,9 +20,11 @@ from wif.measure.timing import synchronize
 from wif.run.ddp.gather import job_epoch
 from wif.run.loop import TimedFeed, samples_in
 from wif.watcher import origin, proof, ranks
-from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, settings_of
+from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, length_of, settings_of
+from wif.watcher.options import WatchOptions, silent, to_stderr, warn
 from wif.watcher.orders import Orders
 from wif.watcher.record import Record, line
+from wif.watcher.windows import Window, stream, watched_alone
 
 # NOTE [ The watch's states ]
 # A Session's `state` moves once, at its loader's first epoch (`claim_loader`), and then stays:
@@ -40,6 +41,7 @@ from wif.watcher.record import Record, line
 #   starting          true from an epoch's start to its first batch: a DataLoader epoch started then is this
 #                     epoch's own (`hooked` lets it run as it is).
 #   handed, expected  the batches handed out in this epoch, and its length where it has one.
+#   epoch_index       the script's epoch under way; each is timed in windows (NOTE [ Windows ]).
 #   current           a hooked epoch as the framework holds it; `taken` once every batch was handed out.
 #   warned            an epoch that could not be recorded was said; later failures are quiet.
 
@@ -53,27 +55,6 @@ class State(enum.Enum):
     WATCHED = "watched"
 
 
-@dataclass(frozen=True)
-class WatchOptions:
-    """How a loader is watched: what `wif.watch` was asked and what the environment says.
-
-    Args:
-        experiment: the MLflow experiment; None for MLFLOW_EXPERIMENT_NAME or the study's.
-        run_name: the MLflow run's name; None for "watch SCRIPT".
-        log: whether the epochs go to MLflow.
-        quiet: whether each epoch's line is left unsaid.
-        ordered: under wif-advise's orders (WIF_WATCH_ORDERS).
-        claims: one loader among all hooked ones is watched, the training loader.
-    """
-
-    experiment: Optional[str] = None
-    run_name: Optional[str] = None
-    log: bool = True
-    quiet: bool = False
-    ordered: bool = False
-    claims: bool = False
-
-
 CLAIMED: List["Session"] = []  # under orders or the hook: the one training loader's session
 
 
@@ -82,14 +63,6 @@ def _cuda() -> torch.device:
     if torch.cuda.is_initialized():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def _silent(text: str) -> None:
-    """Says nothing: a quiet watch, or a rank other than 0."""
-
-
-def _to_stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 class Session:
@@ -106,7 +79,7 @@ class Session:
         self.anchor, self.options = anchor_of(batches), options
         self.ordered, self.claims = options.ordered, options.claims or options.ordered
         under_torchrun = os.environ.get("RANK", "0") != "0"  # one line an epoch, rank 0's
-        self.say = _silent if options.quiet or under_torchrun else _to_stderr
+        self.say = silent if options.quiet or under_torchrun else to_stderr
         found = find_dataloader(batches)
         self.loader: Optional[DataLoader] = found.loader if found else None
         size = batch_size_of(self.loader) if self.loader is not None else getattr(batches, "batch_size", None)
@@ -120,6 +93,8 @@ class Session:
         self.warned = False
         self.starting = False
         self.handed, self.expected = 0, None
+        self.epoch_index = -1  # the script's epoch under way, from 0: its windows are numbered apart
+        self.alone = watched_alone()  # the windows without orders
         self.current: Optional[Iterator[Any]] = None
 
     # ------------------------------------------------------------------ the claim
@@ -158,7 +133,7 @@ class Session:
         rank, size = ranks.world()
         self.ranked = size > 1 and torch.is_grad_enabled()  # every rank's training loader: one run, rank 0's
         if rank != 0:
-            self.say = _silent
+            self.say = silent
         o = self.options
         self.record = Record(
             self.params, experiment=o.experiment, run_name=o.run_name, log=o.log and rank == 0, orders=self.orders
@@ -183,7 +158,10 @@ class Session:
             yield from orders.sample(self._started(batches))
         if orders is not None:
             self._obey(orders, batches)
-        yield from self._timed(orders.batches(batches, len(self.epochs)) if orders else batches)
+        if orders is None:
+            yield from self._timed(batches, offers=length_of(batches))
+        else:
+            yield from self._timed(orders.batches(batches, len(self.epochs)), offers=length_of(orders.source(batches)))
         if orders is not None and orders.done:
             orders.leave(self.record)
 
@@ -208,14 +186,40 @@ class Session:
         finally:
             self.starting = False
 
-    def _timed(self, source: Iterable[Any]) -> Iterator[Any]:
-        """The batches of `source`, timed by the loop's clock; the figures recorded however the pass ends."""
-        feed = TimedFeed(source, _as_is, count=lambda b: samples_in(b, self.batch_size))
-        self.record.begin()
-        self.handed, self.expected, self.starting, complete = 0, _length(source), True, False
-        proving, proven = self.orders is not None and self.orders.promise is not None, True
+    def _timed(self, source: Iterable[Any], offers: Optional[int] = None) -> Iterator[Any]:
+        """The epoch's batches of `source`, timed window by window. See NOTE [ Windows ] in wif.watcher.windows.
+
+        Under orders that are done at a window's end, the script leaves there. `offers`: the script's epoch's
+        own length, before any cut.
+        """
+        windows = self.orders.windows if self.orders is not None else self.alone
+        self.handed, self.expected, self.starting = 0, length_of(source), True
+        self.epoch_index += 1
         proof.STARTED.clear()  # the DataLoader epochs this one begins, noted from here
-        synchronize(_cuda())  # sync point: nothing from before is counted in this epoch
+        batches, first, ended = stream(source), True, False
+        try:
+            while True:
+                window = Window(batches, windows)
+                yield from self._window(window, first=first)
+                if not window.closed:
+                    ended = True
+                    return
+                first = False
+                if self.orders is not None and self.orders.done:
+                    self.orders.leave(self.record)
+        finally:  # what the script's epochs offer, for a measurement that ran out (wif.advisor.script_runner)
+            self.record.offered(offers if ended and offers is not None else self.handed)
+
+    def _window(self, window: Window, first: bool) -> Iterator[Any]:
+        """One window's batches, timed by the loop's clock; its figures recorded however it ends.
+
+        The epoch's first window proves the orders at its first batch (wif.watcher.proof).
+        """
+        feed = TimedFeed(window, _as_is, count=lambda b: samples_in(b, self.batch_size))
+        self.record.begin()
+        proving, proven = first and self.orders is not None and self.orders.promise is not None, True
+        handed, complete = self.handed, False
+        synchronize(_cuda())  # sync point: nothing from before is counted in this window
         t_start, t0 = time.monotonic(), time.perf_counter()
         try:
             for batch in feed:
@@ -229,15 +233,28 @@ class Session:
             complete = True
         finally:
             self.starting = False
-            if proven:  # else the order did not reach the loader: nothing of this epoch is a figure
-                self._close(feed, t_start=t_start, t0=t0, complete=complete)
+            # else the order did not reach the loader, or a short window past the first: no figure
+            if proven and window.windows.figure(first, window.closed, self.handed - handed):
+                whole = first and not window.closed  # the window is the epoch
+                self._close(feed, t_start=t_start, t0=t0, complete=complete, batches=self.handed - handed, whole=whole)
+            else:
+                self.record.drop()
 
-    def _close(self, feed: TimedFeed, *, t_start: float, t0: float, complete: bool) -> None:
-        """The epoch's end, however its pass ended: its figures from `feed`, recorded."""
-        synchronize(_cuda())  # sync point: the epoch's queued work is done (CUDA may have started in it)
+    def _close(self, feed: TimedFeed, *, t_start: float, t0: float, complete: bool, batches: int, whole: bool) -> None:
+        """The window's end, however its pass ended: its figures from `feed`, recorded.
+
+        Args:
+            feed: the window's timed batches.
+            t_start: its start on time.monotonic()'s clock.
+            t0: its start on time.perf_counter()'s clock.
+            complete: whether the loop took every batch of it.
+            batches: the batches it handed out.
+            whole: whether it was its whole epoch.
+        """
+        synchronize(_cuda())  # sync point: the window's queued work is done (CUDA may have started in it)
         stats = feed.stats(t_start=t_start, t0=t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
         try:
-            self._end(stats, self.handed, complete or self.taken())
+            self._end(stats, batches, complete=complete or self.taken(), whole=whole)
         except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
             if self.orders is not None:
                 raise
@@ -257,11 +274,12 @@ class Session:
             self.warned = True
             warn(f"an epoch could not be recorded ({type(err).__name__}: {err}); your training goes on")
 
-    def _end(self, stats: Any, batches: int, complete: bool) -> None:
-        """The epoch's figures: recorded, logged, said in one line, and handed to the orders."""
+    def _end(self, stats: Any, batches: int, *, complete: bool, whole: bool) -> None:
+        """The window's figures: recorded, logged, said in one line, and handed to the orders."""
         # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
         step = replace(stats, copy_s=0.0, compute_s=max(stats.epoch_time_s - stats.data_wait_s, 0.0))
         e = {"epoch": len(self.epochs), **figures(asdict(step)), "samples": stats.samples, "batches": batches}
+        e.update({names.SCRIPT_EPOCH: self.epoch_index, names.WINDOWED: float(not whole)})
         if self.ranked:  # the job's epoch: its slowest rank's, each rank's beside it
             job = job_epoch(ranks.gather({**asdict(step), "samples": stats.samples}))
             e.update(figures(job), samples=job["samples"])
@@ -277,15 +295,3 @@ class Session:
 
 def _as_is(batch: Any) -> Any:
     return batch
-
-
-def _length(batches: Any) -> Optional[int]:
-    try:
-        return len(batches)
-    except TypeError:  # not sized
-        return None
-
-
-def warn(text: str) -> None:
-    """The watch's own trouble: one line on stderr, never a traceback in the user's training."""
-    print(f"wif.watch: {text}", file=sys.stderr, flush=True)

@@ -24,8 +24,9 @@ from typing import Any, Dict, Iterable, Iterator, Optional
 from torch.utils.data import DataLoader
 
 from wif.watcher.found import anchor_of, find_dataloader
+from wif.watcher.options import WatchOptions, warn
 from wif.watcher.orders import ENV, Orders
-from wif.watcher.session import CLAIMED, Session, State, WatchOptions, warn
+from wif.watcher.session import CLAIMED, Session, State
 
 __all__ = ["MODES", "Watched", "find_dataloader", "hooked", "warn", "watch"]
 

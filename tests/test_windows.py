@@ -1,0 +1,145 @@
+"""Windows, not epochs (NOTE [ Windows ] in wif.watcher.windows): a script of one long epoch, a step-based
+loop over an endless stream, and one that leaves after `max_steps` are measured in windows of batches, by
+the watch alone and under wif-advise's orders. Real scripts in subprocesses, a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from wif.measure import names
+from wif.watcher.orders import ENV, Orders
+
+ROOT = Path(__file__).resolve().parents[1]
+PICK = re.compile(r"^Pick: .+ \(95% interval \d+\.\d+-\d+\.\d+\)", re.M)
+STREAM = """
+import sys, time, torch, wif
+from torch.utils.data import DataLoader, IterableDataset
+
+class Endless(IterableDataset):  # no len(), never ends: each batch waits 20 ms
+    def __iter__(self):
+        i = 0
+        while True:
+            time.sleep(0.02)
+            yield torch.full((4,), float(i))
+            i += 1
+
+loader = DataLoader(Endless(), batch_size=None)
+"""
+ONE_EPOCH = """
+import sys, time, torch, wif
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):  # 92 items that wait 2 ms each: one epoch of 23 batches
+    def __len__(self):
+        return 92
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.full((4,), float(i))
+
+for x in wif.watch(DataLoader(Slow(), batch_size=4)):
+    pass
+print("the script's own end", flush=True)
+"""
+
+
+def run(tmp_path: Path, source: str, store: str, orders: dict | None = None, **env: str):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source))
+    environ = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), **env}
+    environ.pop(ENV, None)
+    if orders is not None:
+        environ[ENV] = json.dumps(orders)
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=environ, capture_output=True, text=True)
+
+
+def history(client: MlflowClient, run_id: str, key: str) -> list:
+    return [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+
+
+def test_the_orders_cut_an_epoch_to_whole_windows() -> None:
+    """An epoch of at most one window runs whole; a longer one stops at its last whole window; a stream
+    without a length is never cut."""
+    orders = Orders({"uri": "", "run_id": None, "mode": "train", "batches": 50, "epochs": 3})
+    assert [orders.cut(n) for n in (None, 30, 50, 94, 150, 10_001)] == [None, 30, 50, 50, 150, 10_000]
+
+
+def test_the_watch_alone_says_and_logs_an_endless_stream_window_by_window(tmp_path: Path, store: str) -> None:
+    """A step-based loop over an endless stream, leaving after 60 steps: before, its one epoch was said and
+    logged once, at the break; now a window every WIF_WATCH_WINDOW_S seconds, each counted."""
+    body = STREAM + "for step, x in enumerate(wif.watch(loader)):\n    if step == 60:\n        break\n"
+    done = run(tmp_path, body, store, WIF_WATCH_WINDOW_S="0.3")
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("wif.watch: window")]
+    assert len(said) >= 3 and all("(epoch 1)" in line for line in said), done.stderr[-2000:]
+    client = MlflowClient(store)
+    (watched,) = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id])
+    run_id = watched.info.run_id
+    assert history(client, run_id, names.WINDOWED) == [1.0] * len(said)
+    assert sum(history(client, run_id, "batches")) <= 61  # the break's batch, taken and not stepped, at most
+    assert watched.data.metrics[names.SCRIPT_EPOCHS] == 1 and watched.data.metrics[names.SCRIPT_BATCHES] == 61
+    bad = run(tmp_path, body, store, WIF_WATCH_WINDOW_S="soon")
+    assert bad.returncode == 0 and "WIF_WATCH_WINDOW_S='soon' is not seconds above 0" in bad.stderr
+
+
+def test_orders_measure_one_epoch_in_windows_and_leave_within_it(tmp_path: Path, store: str) -> None:
+    """Orders for 3 windows of 5 batches, a script of one epoch of 23: it leaves after its third window,
+    within its epoch (before: the epoch was capped at 5 batches, and the script ended after one)."""
+    client = MlflowClient(store)
+    run_id = client.create_run(client.create_experiment("who_is_faster")).info.run_id
+    orders = {"uri": store, "experiment": "who_is_faster", "run_id": run_id, "mode": "train", "batches": 5}
+    done = run(tmp_path, ONE_EPOCH, store, {**orders, "epochs": 3})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the script's own end" not in done.stdout  # left within the epoch
+    assert history(client, run_id, "batches") == [5.0] * 3
+    assert history(client, run_id, names.WINDOWED) == [1.0] * 3
+    # asked for more windows than the epoch holds: 4 whole ones (20 of 23 batches), then the script's own end
+    again = client.create_run(client.get_experiment_by_name("who_is_faster").experiment_id).info.run_id
+    done = run(tmp_path, ONE_EPOCH, store, {**orders, "run_id": again, "epochs": 9})
+    assert done.returncode == 0 and "the script's own end" in done.stdout, done.stderr[-2000:]
+    assert history(client, again, "batches") == [5.0] * 4
+    metrics = client.get_run(again).data.metrics
+    assert metrics[names.SCRIPT_EPOCHS] == 1 and metrics[names.SCRIPT_BATCHES] == 23  # offered: the epoch uncut
+
+
+def advise(tmp_path: Path, store: str, *command: str) -> str:
+    environ = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1"}
+    environ.pop(ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "wif.advisor.advise_cli", "--minutes", "3", "--", sys.executable, "-m", *command],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    return done.stdout + done.stderr
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_advice_on_a_step_based_loop_over_an_endless_stream_picks_workers(tmp_path: Path, store: str) -> None:
+    """examples.train_stream: no epochs, items that wait 4 ms, 400 steps. Before, each measuring run ended
+    after one capped epoch: "a measurement needs 2"."""
+    out = advise(tmp_path, store, "wif.examples.train_stream", "--max-steps", "400")
+    assert PICK.search(out) and "an epoch below is a window of" in out, out[-3000:]
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_advice_on_a_script_of_one_epoch_picks_workers(tmp_path: Path, store: str) -> None:
+    """examples.train_slow_reads for 1 epoch of 1,600 items (50 batches): the first run ends with fewer
+    windows than it asked and is measured again in smaller ones, then the advice picks with an interval."""
+    command = ["wif.examples.train_slow_reads", "--epochs", "1", "--n-train", "1600", "--batch-size", "32"]
+    out = advise(tmp_path, store, *command)
+    assert re.search(r"your script ended after 50 batches, \d window\(s\) of \d+: measured again", out), out[-3000:]
+    assert PICK.search(out), out[-3000:]

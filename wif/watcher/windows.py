@@ -1,0 +1,83 @@
+"""Windows of batches: what the watch times and records, an epoch or a part of one.
+
+See NOTE [ Windows ].
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
+
+# NOTE [ Windows ]
+# A measurement is a run of consecutive windows of batches: the first is its warm-up, the rest are steady.
+# An epoch is one kind of window. A script of one long epoch, a step-based loop that leaves after
+# `max_steps`, or an endless IterableDataset is measured the same way, in parts of its one epoch.
+#   Under wif-advise's orders a window is `batches` batches, the orders' cap. An epoch of at most that many
+#     is one window, as it is. A longer one is cut at its last whole window (Orders.cut): an epoch of 94
+#     batches in windows of 50 runs 50; one of 10,000 runs window after window until the measurement has what
+#     it needs; a stream without a length runs as long. So every window holds as many batches as every
+#     other, and their times compare. A window that the loop leaves early, after its epoch's first, is no
+#     figure: a break at `max_steps` cuts the last window short.
+#   Under the watch alone, a window closes at the epoch's end or at the first batch past WINDOW_S seconds
+#     (WIF_WATCH_WINDOW_S): a long
+#     epoch, or an endless stream, is said and logged as it goes. Every window is a figure, its batches
+#     counted.
+# A script that ends before its measurement has its windows is measured again in smaller ones
+# (wif.advisor.script_runner).
+
+WINDOW_S = 60.0  # the watch alone: a long epoch is said and logged at least this often
+WINDOW_ENV = "WIF_WATCH_WINDOW_S"  # another span for that, in seconds
+
+
+@dataclass(frozen=True)
+class Windows:
+    """How an epoch is cut into windows: after `batches` batches or past `seconds`; None: not by that."""
+
+    batches: Optional[int] = None
+    seconds: Optional[float] = None
+
+    def figure(self, first: bool, closed: bool, batches: int) -> bool:
+        """Whether a window of `batches` is a figure: its epoch's first; a later one closed by its count, or with
+        any batch where only a clock cuts."""
+        return first or closed or (self.batches is None and batches > 0)
+
+
+class Window:
+    """One window of the epoch's `stream`: its batches until its count or clock closes it (`closed`)."""
+
+    def __init__(self, stream: Iterator[Any], windows: Windows) -> None:
+        self.stream, self.windows, self.closed = stream, windows, False
+
+    def __iter__(self) -> Iterator[Any]:
+        count, seconds = self.windows.batches, self.windows.seconds
+        t_end = time.perf_counter() + seconds if seconds else None
+        n = 0
+        for batch in self.stream:
+            yield batch
+            n += 1  # the check runs once the step is done, as the next batch is asked for
+            if n == count or (t_end is not None and time.perf_counter() >= t_end):
+                self.closed = True
+                return
+
+
+def watched_alone() -> Windows:
+    """The windows of the watch alone: WIF_WATCH_WINDOW_S seconds, WINDOW_S by default; a bad value is said."""
+    text = os.environ.get(WINDOW_ENV)
+    if text is None:
+        return Windows(seconds=WINDOW_S)
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        print(f"wif.watch: {WINDOW_ENV}={text!r} is not seconds above 0: windows of {WINDOW_S:g} s", file=sys.stderr)
+        return Windows(seconds=WINDOW_S)
+    return Windows(seconds=seconds)
+
+
+def stream(source: Iterable[Any]) -> Iterator[Any]:
+    """The epoch's batches as one iterator, begun at the first `next()`: its workers start in the first window."""
+    yield from source

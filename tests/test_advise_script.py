@@ -321,6 +321,8 @@ def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, stor
             assert {m.value for m in batches} == {5.0}, r.info.run_name
     w4 = [r for r in found if r.data.tags["wif.advise_role"] == "loader" and r.data.params["loader.num_workers"] == "4"]
     assert w4 and all(r.data.metrics["workers_peak"] == 4 for r in w4)  # the script's DataLoader, rebuilt with 4
+    trials = [r for r in found if r.data.tags["wif.advise_role"] == "loader"]
+    assert len(trials) >= 2 and len({r.data.tags["wif.script_log"] for r in trials}) == 1  # one process for all
 
 
 @pytest.mark.alone

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from wif.advisor import warm
-from wif.advisor.script_runner import Warm, execute
+from wif.advisor.command import Warm, execute
 
 SCRIPT = """
 import atexit, os, sys

@@ -18,6 +18,8 @@ race that proves it. Read `steps` first: its `_advise` is the pipeline, one name
     advise_cli  the command line, and `advise_overrides`, which `import wif; wif.advise(overrides)` calls
     examples  a Dataset whose items wait on storage (the must-show case; the tests use it too)
     script, script_runner   `wif-advise -- python my_train.py`: the user's command probed, then measured
+    command   the user's command run with orders to its watch: started, waited for, stopped
+    served    the loader-only trials, every candidate in one process of the command
     warm, warm_preload      that command forked from a server that has imported torch and the watch
 
 Above `wif.tools` and `wif.watcher`: imports them, for wif-tune's worker search and the watch's orders. It

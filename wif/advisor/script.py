@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from wif.advisor import warm
-from wif.advisor.script_runner import LOADER_KEYS, ScriptRunner, execute
+from wif.advisor.command import execute
+from wif.advisor.script_runner import LOADER_KEYS, ScriptRunner
 from wif.advisor.steps import PROG, Advice, Options, advise
 from wif.config import ConfigError, Device
 from wif.config.compose import load_config

@@ -7,150 +7,35 @@ races and answers as it does for `train.py`. A configuration becomes orders: its
 where `trainer.epochs=auto` is the study's stopping rule (`wif.run.record.stop_rule`). Where its loader keys
 differ from the script's own DataLoader, the orders carry the settings the watch rebuilds it with. Each
 run is measured in windows of `--batches` batches (NOTE [ Windows ] in wif.watcher.windows): a script that
-ends before it has its windows is measured again in smaller ones.
+ends before it has its windows is measured again in smaller ones. The loader-only trials all run in one
+process of the script (wif.advisor.served).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import signal
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from wif.advisor import warm
 from wif.advisor.candidates import script_extras
+from wif.advisor.command import execute
 from wif.advisor.runner import Ended, Measured, Recording, Runner
+from wif.advisor.served import Served
 from wif.advisor.settings import Candidate, training
 from wif.config import Config, TrainerMode, as_plain
 from wif.measure import names
 from wif.measure.contention import is_contended
 from wif.measure.tracking import FAILED, FINISHED, KILLED
 from wif.run.record import stop_rule
-from wif.run.supervise import INTERRUPT_GRACE_S
-from wif.watcher import hook
-from wif.watcher.orders import ENV
 from wif.watcher.proof import UNREACHED
 
-TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
 LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")
 WANTED_WINDOWS = 8  # a script that ran out is cut into this many windows: the race's warm-up and 7 steady ones
 MIN_WINDOW = 4  # batches a window at least
 RAN_OUT = "the command ended after"
-
-
-def execute(
-    command: Sequence[str],
-    orders: Mapping[str, Any],
-    log_path: str,
-    timeout: Optional[float] = None,
-    warm_start: bool = True,
-) -> Tuple[int, str]:
-    """Run the command with `orders`: (its exit code, its last line of output that is not the watch's).
-
-    It starts warm where it can and `warm_start` allows. It reads no stdin, warm or not: multiprocessing gives
-    a forked child /dev/null. So a measuring run that asks a question gets an end of file, never the terminal.
-    Ctrl-C or SIGTERM here stops it too, given its grace to end its own way, and is raised again.
-
-    Args:
-        command: the user's command.
-        orders: what its wif.watch is to do.
-        log_path: where its output goes.
-        timeout: seconds it may run; None: no limit.
-        warm_start: whether it may be forked from the warm server.
-    """
-    # WIF_ADVISE=1: the script can skip its checkpoints, uploads or auto-resume there (docs/advise.md).
-    env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1", "WIF_ADVISE": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([hook.BOOT, *filter(None, [os.environ.get("PYTHONPATH")])])  # no line changed
-    target = warm.warm_target(command) if warm_start else None
-    with open(log_path, "w") as log:
-        try:
-            proc: Any = (
-                Warm(warm.start(target, env, log_path))
-                if target is not None
-                else subprocess.Popen(
-                    list(command), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-                )
-            )
-        except OSError as err:
-            return 127, f"{command[0]}: {err.strerror}"
-        try:
-            rc = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return -1, f"the advice's --minutes ran out {timeout:.0f} s into this run, and it was stopped"
-        except KeyboardInterrupt:
-            stop(proc)
-            raise
-    lines = [line.strip() for line in open(log_path, errors="replace") if line.strip()]
-    said = [line for line in lines if not line.startswith(("wif.watch: epoch", "wif.watch: window"))]
-    return rc, (said or lines or [""])[-1]
-
-
-def stop(proc: Any) -> None:
-    """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once.
-
-    A Ctrl-C at the terminal has reached it already where it is in the terminal's foreground process group.
-    A second SIGINT would cut its own clean-up short. So it gets a moment to end, and SIGINT only if it has
-    not: a `kill` of wif-advise alone. Past the grace, it is killed.
-    """
-    if not (_at_the_terminal(proc.pid) and _ended(proc, TERMINAL_GRACE_S)):
-        proc.send_signal(signal.SIGINT)
-        if not _ended(proc, INTERRUPT_GRACE_S):
-            proc.kill()
-            proc.wait()
-
-
-def _ended(proc: Any, seconds: float) -> bool:
-    """Whether `proc` ends within `seconds`."""
-    try:
-        proc.wait(seconds)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def _at_the_terminal(pid: int) -> bool:
-    """Whether `pid` is in the foreground process group of this process's terminal (where Ctrl-C lands)."""
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY)
-    except OSError:  # no controlling terminal: no Ctrl-C reached it
-        return False
-    try:
-        return os.tcgetpgrp(fd) == os.getpgid(pid)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-class Warm:
-    """A script started warm (wif.advisor.warm), waited for and signalled as a Popen is."""
-
-    def __init__(self, proc: Any) -> None:
-        self.proc = proc
-        self.pid = proc.pid
-
-    def wait(self, timeout: Optional[float] = None) -> int:
-        """Its exit code, once it ends within `timeout`; else subprocess.TimeoutExpired."""
-        self.proc.join(timeout)
-        if self.proc.exitcode is None:
-            raise subprocess.TimeoutExpired("the script", timeout or 0.0)
-        return self.proc.exitcode
-
-    def send_signal(self, sig: int) -> None:
-        """Send `sig` while it runs."""
-        if self.proc.exitcode is None:
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        """Kill it."""
-        self.proc.kill()
 
 
 class ScriptRunner(Runner):
@@ -173,6 +58,7 @@ class ScriptRunner(Runner):
         self.command, self.probed, self.cap = list(command), dict(probed or {}), cap
         self.logs = tempfile.mkdtemp(prefix="wif-advise-script-")
         self.told = False  # that a measured epoch is a window of a longer one
+        self.served = Served(self.command)  # the loader-only trials' one process
 
     def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
         """The script as it is, its first batches replayed from its second epoch on: the orders' `bound`."""
@@ -245,7 +131,12 @@ class ScriptRunner(Runner):
         try:
             left = self.left_s()  # every measuring run ends within the advice's deadline
             orders = self.orders(conf, role, run_id)
-            rc, last = execute(self.command, orders, log, timeout=None if math.isinf(left) else left)
+            timeout = None if math.isinf(left) else left
+            if role == "loader":  # every trial in one process: NOTE [ Trials in one process ]
+                rc, last, log = self.served.measure(orders, log, timeout)
+            else:
+                self.served.close()  # its process leaves: the trials are over
+                rc, last = execute(self.command, orders, log, timeout=timeout)
             summary = dict(self.tracker.client.get_run(run_id).data.metrics)
             status, text = _outcome(conf, rc, last, int(summary.get(names.EPOCHS_RUN, 0)), log)
         finally:

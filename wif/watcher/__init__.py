@@ -9,6 +9,7 @@ The orders come through the environment, so the user's script runs the advice's 
     orders     what a measuring run of wif-advise asks of the watch: windows and the epoch's cut, the bound's
                replayed batches, a loader-only pass, a probe, a candidate's loader settings
     rebuilt    the script's DataLoader rebuilt with a candidate's worker settings
+    served     loader-only trials in one process: each candidate's end handed on, the next one's orders taken
     proof      whether those settings reached the DataLoader an epoch really iterates; standard library only
     record     what the watch records beside the clock: CPU, the tree's memory, VRAM; and its MLflow run
     found      the DataLoader inside whatever the loop iterates, its settings, and the anchor a watch is kept by

@@ -60,6 +60,7 @@ class Orders:
         self.done, self.reason = False, ""
         self.replay: List[Any] = []
         self.rebuilt: Optional[DataLoader] = None
+        self.script_loader: Optional[DataLoader] = None  # the script's own, as the first epoch found it
         self.promise: Optional[Dict[str, Any]] = None  # what the iterated DataLoader must show (wif.watcher.proof)
         self.found: Optional[Dict[str, Any]] = None  # `probe`: the loader's settings, once
         self.times: Optional[List[float]] = None  # `probe`: the first epoch's batch times, once it has begun
@@ -134,11 +135,20 @@ class Orders:
                 f"wif.watch: cannot set {settings} on the DataLoader inside a {type(batches).__name__} (a generator "
                 "over it): pass wif.watch the DataLoader, or a wrapper that holds it as an attribute"
             )
+        if self.script_loader is None:
+            self.script_loader = loader
         if self.rebuilt is None or self.rebuilt.dataset is not loader.dataset:
             self.rebuilt = rebuild(loader, settings)
             self.promise = promised(loader, self.rebuilt)
         if holder is not None:
             setattr(holder, attr, self.rebuilt)
+
+    def shut_down(self) -> None:
+        """The rebuilt loader's workers ended now: a persistent one's iterator, which DataLoader keeps, dropped."""
+        iterator = getattr(self.rebuilt, "_iterator", None)
+        if iterator is not None:
+            iterator._shutdown_workers()  # torch's own clean-up, as the iterator's __del__ runs it
+            self.rebuilt._iterator = None
 
     def prove(self, anchor: Any, started: Optional[Iterable[Tuple[Any, Any]]]) -> None:
         """At an epoch's first batch: Unreached where the DataLoader it iterates is not as ordered.

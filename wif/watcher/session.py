@@ -19,7 +19,7 @@ from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
 from wif.run.ddp.gather import job_epoch
 from wif.run.loop import TimedFeed, samples_in
-from wif.watcher import origin, proof, ranks
+from wif.watcher import origin, proof, ranks, served
 from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, length_of, settings_of
 from wif.watcher.options import WatchOptions, silent, to_stderr, warn
 from wif.watcher.orders import Orders
@@ -171,10 +171,27 @@ class Session:
             orders.leave(self.record)
         orders.take(batches, find_dataloader(batches))
         if orders.mode == "loader_only":  # the step never runs
-            while not orders.done:
-                for _ in self._timed(orders.batches(batches, len(self.epochs))):
-                    pass
+            while True:
+                while not orders.done:
+                    for _ in self._timed(orders.batches(batches, len(self.epochs))):
+                        pass
+                orders = self._follow(orders, batches)
+
+    def _follow(self, orders: Orders, batches: Iterable[Any]) -> Orders:
+        """The next candidate's orders in this process; leaves where none comes.
+
+        See NOTE [ Trials in one process ] in wif.watcher.served.
+        """
+        if not orders.spec.get("serve") or ranks.world()[1] > 1:  # a distributed script's ranks leave together
             orders.leave(self.record)
+        self.record.finish()  # its run is read as soon as wif-advise hears it is done
+        orders.shut_down()  # its workers end while the next order is awaited
+        spec = served.next_order(orders.spec)
+        if spec is None:
+            orders.leave(self.record)
+        self.orders, self.epochs = served.follow(orders, spec, batches), []
+        self._open_record()
+        return self.orders
 
     def _started(self, source: Iterable[Any]) -> Iterator[Any]:
         """`source`'s batches; a DataLoader epoch started by the first is this epoch's own (`hooked`)."""
@@ -189,8 +206,8 @@ class Session:
     def _timed(self, source: Iterable[Any], offers: Optional[int] = None) -> Iterator[Any]:
         """The epoch's batches of `source`, timed window by window. See NOTE [ Windows ] in wif.watcher.windows.
 
-        Under orders that are done at a window's end, the script leaves there. `offers`: the script's epoch's
-        own length, before any cut.
+        It ends at a window's end where the orders are done. `offers`: the script's epoch's own length, before
+        any cut.
         """
         windows = self.orders.windows if self.orders is not None else self.alone
         self.handed, self.expected, self.starting = 0, length_of(source), True
@@ -206,7 +223,7 @@ class Session:
                     return
                 first = False
                 if self.orders is not None and self.orders.done:
-                    self.orders.leave(self.record)
+                    return  # the caller leaves, or serves the next candidate, within the epoch
         finally:  # what the script's epochs offer, for a measurement that ran out (wif.advisor.script_runner)
             self.record.offered(offers if ended and offers is not None else self.handed)
 
@@ -235,7 +252,7 @@ class Session:
             self.starting = False
             # else the order did not reach the loader, or a short window past the first: no figure
             if proven and window.windows.figure(first, window.closed, self.handed - handed):
-                whole = first and not window.closed  # the window is the epoch
+                whole = first and (not window.closed or self.handed == self.expected)  # the epoch's own
                 self._close(feed, t_start=t_start, t0=t0, complete=complete, batches=self.handed - handed, whole=whole)
             else:
                 self.record.drop()

@@ -1,0 +1,144 @@
+"""The user's command run with orders to its `wif.watch`: started warm where it can, waited for, stopped.
+
+Every measuring run of `wif-advise -- COMMAND` is the command run again (wif.advisor.script_runner).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+from wif.advisor import warm
+from wif.run.supervise import INTERRUPT_GRACE_S
+from wif.watcher import hook
+from wif.watcher.orders import ENV
+
+TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
+
+
+def execute(
+    command: Sequence[str],
+    orders: Mapping[str, Any],
+    log_path: str,
+    timeout: Optional[float] = None,
+    warm_start: bool = True,
+) -> Tuple[int, str]:
+    """Run the command with `orders`: (its exit code, its last line of output that is not the watch's).
+
+    It starts warm where it can and `warm_start` allows. It reads no stdin, warm or not: multiprocessing gives
+    a forked child /dev/null. So a measuring run that asks a question gets an end of file, never the terminal.
+    Ctrl-C or SIGTERM here stops it too, given its grace to end its own way, and is raised again.
+
+    Args:
+        command: the user's command.
+        orders: what its wif.watch is to do.
+        log_path: where its output goes.
+        timeout: seconds it may run; None: no limit.
+        warm_start: whether it may be forked from the warm server.
+    """
+    try:
+        with open(log_path, "w") as log:
+            proc = launch(command, orders, log, warm_start=warm_start)
+            try:
+                rc = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return -1, ran_out(timeout)
+            except KeyboardInterrupt:
+                stop(proc)
+                raise
+    except OSError as err:
+        return 127, f"{command[0]}: {err.strerror}"
+    return rc, last_line(log_path)
+
+
+def launch(command: Sequence[str], orders: Mapping[str, Any], log: Any, warm_start: bool = True) -> Any:
+    """The command started with `orders`, its output to the open file `log`: a Popen, or a Warm; OSError."""
+    # WIF_ADVISE=1: the script can skip its checkpoints, uploads or auto-resume there (docs/advise.md).
+    env = {**os.environ, ENV: json.dumps(dict(orders)), "PYTHONUNBUFFERED": "1", "WIF_ADVISE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([hook.BOOT, *filter(None, [os.environ.get("PYTHONPATH")])])  # no line changed
+    target = warm.warm_target(command) if warm_start else None
+    if target is not None:
+        return Warm(warm.start(target, env, log.name))
+    return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+
+def ran_out(timeout: Optional[float]) -> str:
+    """The line of a run that the advice's minutes stopped."""
+    return f"the advice's --minutes ran out {timeout or 0:.0f} s into this run, and it was stopped"
+
+
+def last_line(log_path: str) -> str:
+    """The output's last line that is not the watch's own, or its last line."""
+    lines = [line.strip() for line in open(log_path, errors="replace") if line.strip()]
+    said = [line for line in lines if not line.startswith(("wif.watch: epoch", "wif.watch: window"))]
+    return (said or lines or [""])[-1]
+
+
+def stop(proc: Any) -> None:
+    """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once.
+
+    A Ctrl-C at the terminal has reached it already where it is in the terminal's foreground process group.
+    A second SIGINT would cut its own clean-up short. So it gets a moment to end, and SIGINT only if it has
+    not: a `kill` of wif-advise alone. Past the grace, it is killed.
+    """
+    if not (_at_the_terminal(proc.pid) and _ended(proc, TERMINAL_GRACE_S)):
+        proc.send_signal(signal.SIGINT)
+        if not _ended(proc, INTERRUPT_GRACE_S):
+            proc.kill()
+            proc.wait()
+
+
+def _ended(proc: Any, seconds: float) -> bool:
+    """Whether `proc` ends within `seconds`."""
+    try:
+        proc.wait(seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _at_the_terminal(pid: int) -> bool:
+    """Whether `pid` is in the foreground process group of this process's terminal (where Ctrl-C lands)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY)
+    except OSError:  # no controlling terminal: no Ctrl-C reached it
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgid(pid)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+class Warm:
+    """A script started warm (wif.advisor.warm), waited for and signalled as a Popen is."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    def poll(self) -> Optional[int]:
+        """Its exit code; None while it runs."""
+        return self.proc.exitcode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Its exit code, once it ends within `timeout`; else subprocess.TimeoutExpired."""
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:
+            raise subprocess.TimeoutExpired("the script", timeout or 0.0)
+        return self.proc.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        """Send `sig` while it runs."""
+        if self.proc.exitcode is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """Kill it."""
+        self.proc.kill()

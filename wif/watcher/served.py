@@ -1,0 +1,74 @@
+"""Loader-only trials served in one process: after each candidate, the next one's orders, or leave.
+
+See NOTE [ Trials in one process ].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, Optional
+
+from wif.watcher.found import Found, find_dataloader
+from wif.watcher.orders import Orders
+
+# NOTE [ Trials in one process ]
+# A loader-only trial never runs the step, so one process of the script can time every candidate in turn:
+# the script's start (its imports, data and model) is paid once, not once a candidate. wif-advise gives the
+# first candidate's orders with `serve`, a folder. When a candidate has what it needs, its record is
+# finished (its run read at once), `done-K.json` is written there, and the watch waits for `order-K+1.json`:
+# the next candidate's orders, or none, to leave. Between candidates the last loader's workers are ended,
+# and the next one is rebuilt from the script's own DataLoader, so each is timed from a cold start as in a
+# process of its own. The watch leaves too when wif-advise is gone, or no order comes within SERVE_WAIT_S.
+# A distributed script leaves after each candidate, as before. wif-advise's side is wif.advisor.served.
+
+SERVE_POLL_S = 0.01  # how often the next order is looked for
+SERVE_WAIT_S = 600.0  # no order within this long: wif-advise is taken to be done
+
+
+def write_json(path: str, data: Dict[str, Any]) -> None:
+    """`data` at `path`, whole or not at all: written beside it, then renamed."""
+    with open(path + ".part", "w") as out:
+        json.dump(data, out)
+    os.replace(path + ".part", path)
+
+
+def next_order(spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """This candidate's end handed to wif-advise, and the next candidate's orders; None: leave."""
+    where, k = spec["serve"], int(spec.get("serve_index", 0))
+    write_json(os.path.join(where, f"done-{k}.json"), {"run_id": spec["run_id"]})
+    path = os.path.join(where, f"order-{k + 1}.json")
+    t_end = time.monotonic() + SERVE_WAIT_S
+    while not os.path.exists(path):
+        if time.monotonic() > t_end or not _alive(spec.get("serve_pid")):
+            return None
+        time.sleep(SERVE_POLL_S)
+    with open(path) as f:
+        return json.load(f).get("orders")
+
+
+def follow(last: Orders, spec: Dict[str, Any], batches: Any) -> Orders:
+    """The next candidate's Orders, its loader rebuilt from the script's own, not from the last candidate's."""
+    orders = Orders(spec)
+    found, own = find_dataloader(batches), last.script_loader
+    if found is not None and own is not None:
+        if found.holder is not None and found.attribute:
+            setattr(found.holder, found.attribute, own)  # the script's own again, where no setting is ordered
+        found = Found(found.holder, found.attribute, own)
+    orders.take(batches, found)
+    orders.script_loader = own
+    return orders
+
+
+def _alive(pid: Optional[int]) -> bool:
+    """Whether the process `pid` still runs; True where no pid is given."""
+    if not pid:
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True

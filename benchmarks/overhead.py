@@ -251,7 +251,7 @@ def time_rounds(args: argparse.Namespace, roots: List[Path]) -> None:
     """The rounds, each side in turn; the ratios wif / bare per harness, and between harnesses."""
     sides = [("bare", ROOT)] + [("wif", root) for root in roots]
     per: Dict[int, List[float]] = {i: [] for i in range(len(sides))}
-    sampler: List[float] = []
+    sampler: Dict[int, List[float]] = {i: [] for i in range(len(sides))}
     for r in range(args.rounds):
         order = list(range(len(sides)))
         order = order[r % len(order) :] + order[: r % len(order)]  # each side goes first in turn
@@ -259,7 +259,7 @@ def time_rounds(args: argparse.Namespace, roots: List[Path]) -> None:
             got = run_side(sides[i][0], sides[i][1], args, r)
             per[i].append(statistics.median(got["epochs"][args.warmup :]))
             if got.get("sampler_cpu_pct") is not None:
-                sampler.append(got["sampler_cpu_pct"])
+                sampler[i].append(got["sampler_cpu_pct"])
         cells = ", ".join(f"{'bare' if i == 0 else roots[i - 1].name} {per[i][-1]:.3f}" for i in range(len(sides)))
         print(f"round {r + 1}/{args.rounds} (s/epoch, median of {args.epochs - args.warmup}): {cells}", flush=True)
     names = ["bare loop"] + [f"wif at {root.name}" for root in roots]
@@ -271,8 +271,9 @@ def time_rounds(args: argparse.Namespace, roots: List[Path]) -> None:
         print_ratio(f"wif at {root} / bare", [w / b for w, b in zip(per[i], per[0])])
     for i, root in enumerate(roots[1:], 2):
         print_ratio(f"wif at {root} / wif at {roots[0]}", [w / b for w, b in zip(per[i], per[1])])
-    if sampler:
-        print(f"sampler's own CPU: median {statistics.median(sampler):.2f}% of one core")
+    for i, root in enumerate(roots, 1):
+        if sampler[i]:
+            print(f"sampler's own CPU at {root.name}: median {statistics.median(sampler[i]):.2f}% of one core")
 
 
 def print_counts(args: argparse.Namespace, roots: List[Path]) -> None:

@@ -2,7 +2,7 @@
 
 - The CPU seconds of the process and its workers, and others' share of the cores (`wif.measure.contention`).
 - The tree's memory: the study's `TreeSampler`, a thread of this process. It reads RSS every 0.1 s and PSS
-  within 1% of a core, and once more at each epoch's end while the script waits.
+  within measure.pss_budget_pct of a core, and once more at each epoch's end while the script waits.
 - torch's VRAM peaks, and NVML's, where the script uses CUDA.
 
 The run (`wif.measure.tracking`) opens after the first epoch, so importing MLflow lands in no epoch. It is

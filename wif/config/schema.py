@@ -172,7 +172,7 @@ class MeasureConfig:
     rss_interval_s: float = 0.1  # RSS and CPU time: cheap (~0.05 ms a process)
     tree_interval_s: float = 0.5  # re-list the worker processes: scanning /proc costs ~2.5 ms
     pss_interval_s: float = 1.0  # USS/PSS read smaps_rollup: ~17 ms for a process with torch imported
-    pss_budget_pct: float = 0.25  # periodic PSS reads never take more than this share of a core (one more at each epoch's end, free)
+    pss_budget_pct: float = 0.25  # periodic PSS reads take at most this share of a core (epoch ends' reads: free)
     rank_indices: bool = False  # trainer.nproc>1: log each rank's sample indices per epoch (artifact rank_indices.json)
     # Others' CPU use during the measured epochs (percent of one core) above which a run is tagged
     # wif.contended=true and left out of the report's fit by default. An idle machine shows a few percent.

@@ -154,15 +154,14 @@ class Session:
             yield from batches
             return
         orders = self.orders
-        if self.state is State.PROBING:  # its first batches timed, and the script ends
-            yield from orders.sample(self._started(batches))
-        if orders is not None:
-            self._obey(orders, batches)
         if orders is None:
             yield from self._timed(batches, offers=length_of(batches))
-        else:
-            yield from self._timed(orders.batches(batches, len(self.epochs)), offers=length_of(orders.source(batches)))
-        if orders is not None and orders.done:
+            return
+        if self.state is State.PROBING:  # its first batches timed, and the script ends
+            yield from orders.sample(self._started(batches))
+        self._obey(orders, batches)
+        yield from self._timed(orders.batches(batches, len(self.epochs)), offers=length_of(orders.source(batches)))
+        if orders.done:
             orders.leave(self.record)
 
     def _obey(self, orders: Orders, batches: Iterable[Any]) -> None:

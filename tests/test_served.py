@@ -84,3 +84,23 @@ def test_a_trial_that_fails_ends_its_process_and_the_next_starts_anew(tmp_path: 
     assert rc == 0 and log == "b.log", last
     assert client.get_run(second["run_id"]).data.metrics["epochs_run"] == 2
     served.close()
+
+
+def test_the_scripts_own_persistent_workers_end_between_candidates(tmp_path: Path, store: str, monkeypatch) -> None:
+    """A candidate that is the script's own setting (no loader order), 2 persistent workers: they end while the
+    process waits for the next order, as a rebuilt loader's do (before, they idled on through every later trial
+    and counted in its memory)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WIF_ADVISE_WARM", "0")
+    own = "loader = DataLoader(Slow(), batch_size=8, num_workers=2, persistent_workers=True)"
+    (tmp_path / "train.py").write_text(SCRIPT.replace("loader = DataLoader(Slow(), batch_size=8)", own))
+    client = MlflowClient(store)
+    exp = client.create_experiment("who_is_faster")
+    served = Served([sys.executable, "train.py"])
+    spec = {"uri": store, "experiment": "who_is_faster", "mode": "loader_only", "batches": 8, "epochs": 2}
+    first = {**spec, "run_id": client.create_run(exp).info.run_id}
+    rc, last, _ = served.measure(first, "a.log", timeout=300)
+    assert rc == 0, last
+    assert psutil.Process(served.proc.pid).children() == []
+    assert client.get_run(first["run_id"]).data.metrics["workers_peak"] == 2
+    served.close()

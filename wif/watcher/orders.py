@@ -143,13 +143,6 @@ class Orders:
         if holder is not None:
             setattr(holder, attr, self.rebuilt)
 
-    def shut_down(self) -> None:
-        """The rebuilt loader's workers ended now: a persistent one's iterator, which DataLoader keeps, dropped."""
-        iterator = getattr(self.rebuilt, "_iterator", None)
-        if iterator is not None:
-            iterator._shutdown_workers()  # torch's own clean-up, as the iterator's __del__ runs it
-            self.rebuilt._iterator = None
-
     def prove(self, anchor: Any, started: Optional[Iterable[Tuple[Any, Any]]]) -> None:
         """At an epoch's first batch: Unreached where the DataLoader it iterates is not as ordered.
 

@@ -61,6 +61,15 @@ def follow(last: Orders, spec: Dict[str, Any], batches: Any) -> Orders:
     return orders
 
 
+def end_workers(*loaders: Any) -> None:
+    """Each loader's persistent workers ended now: the iterator DataLoader keeps for them, shut down and dropped."""
+    for loader in loaders:
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None:
+            iterator._shutdown_workers()  # torch's own clean-up, as the iterator's __del__ runs it
+            loader._iterator = None
+
+
 def _alive(pid: Optional[int]) -> bool:
     """Whether the process `pid` still runs; True where no pid is given."""
     if not pid:

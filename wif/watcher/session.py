@@ -184,7 +184,8 @@ class Session:
         if not orders.spec.get("serve") or ranks.world()[1] > 1:  # a distributed script's ranks leave together
             orders.leave(self.record)
         self.record.finish()  # its run is read as soon as wif-advise hears it is done
-        orders.shut_down()  # its workers end while the next order is awaited
+        found = find_dataloader(batches)  # the script's own where no setting was ordered: its workers end too
+        served.end_workers(orders.rebuilt, found.loader if found else None)  # before the next order is awaited
         spec = served.next_order(orders.spec)
         if spec is None:
             orders.leave(self.record)

@@ -142,22 +142,27 @@ def assert_answered_and_stored(out: str, store: str) -> None:
 QUICK = ["--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "measure.contended_pct=1000"]
 
 
+def advise_imagenet(tmp_path: Path, store: str, *, changed: bool, images: int, epochs: int, minutes: str) -> str:
+    """The ImageNet example advised on a folder of `images` 32-px JPEGs, run for `epochs`: its output."""
+    pytest.importorskip("torchvision")
+    script = one_line_changed(IMAGENET, tmp_path, changed)
+    make_folder(tmp_path / "data", images=images, held_out=8, classes=4, size=32, held_out_name="val")
+    return advise(
+        tmp_path,
+        store,
+        ["--minutes", minutes, "--batches", "3", *QUICK],
+        [sys.executable, str(script.relative_to(tmp_path)), "data", "-a", "mobilenet_v3_small"]
+        + ["--epochs", str(epochs), "-b", "8", "-j", "0", "-p", "100", "--seed", "0"],
+    )
+
+
 @pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.parametrize("changed", [True, False], ids=["one-line", "unchanged"])
 def test_pytorch_imagenet_example(tmp_path: Path, store: str, changed: bool) -> None:
     """pytorch/examples imagenet/main.py: ImageFolder train/ and val/, RandomResizedCrop(224), a torchvision
     model by name; on a CPU it says "using CPU, this will be slow" and trains there."""
-    pytest.importorskip("torchvision")
-    script = one_line_changed(IMAGENET, tmp_path, changed)
-    make_folder(tmp_path / "data", images=48, held_out=8, classes=4, size=32, held_out_name="val")
-    out = advise(
-        tmp_path,
-        store,
-        ["--minutes", "1.5", "--batches", "3", *QUICK],
-        [sys.executable, str(script.relative_to(tmp_path)), "data", "-a", "mobilenet_v3_small"]
-        + ["--epochs", "40", "-b", "8", "-j", "0", "-p", "100", "--seed", "0"],
-    )
+    out = advise_imagenet(tmp_path, store, changed=changed, images=48, epochs=40, minutes="1.5")
     assert_answered_and_stored(out, store)
 
 
@@ -166,16 +171,7 @@ def test_pytorch_imagenet_example(tmp_path: Path, store: str, changed: bool) -> 
 def test_pytorch_imagenet_example_of_one_epoch(tmp_path: Path, store: str) -> None:
     """The same script with `--epochs 1`: its one epoch of 12 batches is measured in windows of 3 (before:
     "a measurement needs 2 (the first is its warm-up): let the script run more epochs")."""
-    pytest.importorskip("torchvision")
-    script = one_line_changed(IMAGENET, tmp_path)
-    make_folder(tmp_path / "data", images=96, held_out=8, classes=4, size=32, held_out_name="val")
-    out = advise(
-        tmp_path,
-        store,
-        ["--minutes", "2", "--batches", "3", *QUICK],
-        [sys.executable, str(script.relative_to(tmp_path)), "data", "-a", "mobilenet_v3_small"]
-        + ["--epochs", "1", "-b", "8", "-j", "0", "-p", "100", "--seed", "0"],
-    )
+    out = advise_imagenet(tmp_path, store, changed=True, images=96, epochs=1, minutes="2")
     assert "an epoch below is a window of 3 batches" in out, out[-3000:]
     assert_answered_and_stored(out, store)
 

@@ -167,7 +167,7 @@ def main() -> None:
     if args.child:
         args.side = args.child
         return child(args)
-    from overhead import _bootstrap_ci
+    from overhead import bootstrap_ci
 
     store = f"sqlite:///{tempfile.mkdtemp(prefix='wif-watch-cost-')}/mlflow.db"
     ratios, cpu_ratios, starts = [], [], []
@@ -199,7 +199,7 @@ def main() -> None:
             flush=True,
         )
     med = statistics.median(ratios)
-    lo, hi = _bootstrap_ci(ratios)
+    lo, hi = bootstrap_ci(ratios)
     print(
         f"ratio watched / bare (median of {len(ratios)} paired rounds, epochs 3..{args.epochs}): {med:.4f}, "
         f"95% CI {lo:.4f} to {hi:.4f}  (target: within 1%)"
@@ -212,7 +212,7 @@ def main() -> None:
     # What the watch adds to the process's work (its per-batch bookkeeping, the sampler's and the sender's
     # threads): on a machine whose cores the loop keeps busy, what it takes from the loop.
     cpu_med = statistics.median(cpu_ratios)
-    cpu_lo, cpu_hi = _bootstrap_ci(cpu_ratios)
+    cpu_lo, cpu_hi = bootstrap_ci(cpu_ratios)
     print(f"CPU time watched / bare (all threads, same rounds): {cpu_med:.4f}, 95% CI {cpu_lo:.4f} to {cpu_hi:.4f}")
     sampler = _sampler_cpu_pct(store)
     if sampler:

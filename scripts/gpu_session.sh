@@ -16,7 +16,7 @@
 #   overhead benchmarks/overhead.py on GoogLeNet: wif's epoch against a hand-written loop's (overhead.txt)
 #   study    the 11 loader options x 3 fractions, raced, auto epochs
 #   extra    the bound (data=fixed), transfer=stream beside pin_nb, and data=encoded with workers
-#   advise   wif-advise on the study's workload at fraction 0.4, then `wif-advise --` on examples/train_slow_reads,
+#   advise   wif-advise on the study's workload at fraction 0.1 (the study's first within its minutes), then `wif-advise --` on examples/train_slow_reads,
 #            each to its answer; then scripts/gpu_checks.py: each advice's limit, busy share and interference
 #            against the study's baseline-gpu_resident gap (run study first, or have its runs in the store)
 #   report   wif-report on the store (report.tar.gz)
@@ -147,7 +147,8 @@ for STAGE in "${STAGES[@]}"; do
       ;;
     advise)  # the GPU step issue's check: the study's GoogLeNet at 64 px named launch-bound, its interference
       take 2   # against the measured gap to gpu_resident (scripts/gpu_checks.py); then a script's advice
-      step "advise (study)" "$PY" -m wif.advisor.advise_cli data.fraction=0.4 ${SMOKE[@]+"${SMOKE[@]}"} \
+      # at the fraction the budgeted study reaches first, so gpu_checks has the gap to set the advice beside
+      step "advise (study)" "$PY" -m wif.advisor.advise_cli data.fraction=0.1 ${SMOKE[@]+"${SMOKE[@]}"} \
         --minutes "$BUDGET"
       take 1
       step "advise (script)" "$PY" -m wif.advisor.advise_cli --minutes "$BUDGET" -- \

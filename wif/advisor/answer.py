@@ -33,6 +33,7 @@ class Bound(NamedTuple):
     source: str  # the bound's run, or the configured run's own step time
     items: int
     compute_s: float = math.nan  # the bound run's step over the epoch; NaN: no bound run measured
+    data_wait_s: float = 0.0  # the bound run's own wait over the epoch: the least any loader costs (0: none)
 
     @property
     def img_s(self) -> float:
@@ -64,7 +65,14 @@ def where_time_goes(
         workers: the configured setting's workers.
         on_gpu: whether the step runs on a GPU.
     """
-    held = limit_of(now, margin, bound.compute_s, on_gpu, exposed=loader_img_s > bound.img_s)
+    held = limit_of(
+        now,
+        margin,
+        bound_compute_s=bound.compute_s,
+        bound_data_wait_s=bound.data_wait_s,
+        on_gpu=on_gpu,
+        exposed=loader_img_s > bound.img_s,
+    )
     data_bound, sentence = _sentence(now, bound, loader_img_s=loader_img_s, margin=margin, workers=workers, held=held)
     return Verdict(data_bound=data_bound, sentence=sentence, limit=held)
 
@@ -118,7 +126,12 @@ def _zero(x: float) -> float:
 
 
 def limit_of(
-    now: Measured, margin: float, bound_compute_s: float = math.nan, on_gpu: bool = False, exposed: bool = False
+    now: Measured,
+    margin: float,
+    bound_compute_s: float = math.nan,
+    bound_data_wait_s: float = 0.0,
+    on_gpu: bool = False,
+    exposed: bool = False,
 ) -> Limit:
     """What holds the configured run's steady epochs, from its figures and the bound's step.
 
@@ -126,6 +139,7 @@ def limit_of(
         now: the configured setting's run.
         margin: a share of the epoch at most this is no limit.
         bound_compute_s: the bound run's step over the epoch; NaN: none measured.
+        bound_data_wait_s: the bound run's own wait over the epoch, the least a loader costs; 0: none measured.
         on_gpu: whether the step runs on a GPU.
         exposed: the loader is faster than the model: its wait is said as the wait, not as the loader.
     """
@@ -136,6 +150,7 @@ def limit_of(
         copy_s=_zero(now.mean(names.COPY_S)),
         compute_s=now.mean(names.COMPUTE_S),
         bound_compute_s=bound_compute_s,
+        bound_data_wait_s=bound_data_wait_s,
         gpu_blocked_s=_zero(now.mean(names.GPU_BLOCKED_S)),
         busy=None if math.isnan(busy) else busy,
         on_gpu=on_gpu,

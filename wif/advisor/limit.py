@@ -23,11 +23,14 @@ LAUNCH_REMEDIES = 'larger batches, torch.compile(mode="reduce-overhead") or CUDA
 # - `busy`: the GPU's busy share over the epoch, NVML's `gpu_util_pct`. It is the share of its ~1/6 s sample
 #   periods in which a kernel ran, read by the run's sampler, nothing in the loop. None off CUDA.
 #   `Figures.step_busy` takes it over the step's part of the epoch: the GPU also idles while the host waits.
+# - `bound_data_wait_s`: the bound's own wait, a replayed batch's hand-over: the least any loader costs.
 # Interference is `compute_s` over `bound_compute_s`, less 1: how much longer the step takes beside the loader.
-# The limit is the largest avoidable share of the epoch above the margin: the wait, the copy or the
-# interference. Where none is, a GPU busy less than LAUNCH_BUSY of the step is launch-bound; else the step
-# computes. A GPU that idles as much while another limit holds is launch-bound beyond it. The limit's
-# sentence then says so, with the bound that caps what mending the limit gains. The H200's GoogLeNet at
+# The limit is the largest avoidable share of the epoch above the margin: the wait beyond the bound's own, the
+# copy or the interference. A step of microseconds waits a share for even a list's next(): no loader setting
+# moves that (the H100's 24 tiny layers waited 7% on a TensorDataset's, docs/on-a-gpu.md). Where none is, a
+# GPU busy less than LAUNCH_BUSY of the step is launch-bound; else the step computes. A GPU that idles as
+# much while another limit holds is launch-bound beyond it. The limit's sentence then says so, with the bound
+# that caps what mending the limit gains. The H200's GoogLeNet at
 # 64 px waited for data and idled 70% between launches at once: docs/on-a-gpu.md.
 
 
@@ -41,6 +44,7 @@ class Figures:
     compute_s: float
     bound_compute_s: float  # NaN: no bound was measured
     gpu_blocked_s: float = 0.0
+    bound_data_wait_s: float = 0.0  # the bound's own wait: the least a loader costs an epoch (0: not measured)
     busy: Optional[float] = None  # the GPU's busy share (0..1); None off CUDA
     on_gpu: bool = False
     exposed: bool = False  # the loader is faster than the step, but its wait is not overlapped
@@ -93,7 +97,7 @@ class Limit:
 def name_limit(f: Figures, margin: float) -> Limit:
     """The limit of the epoch these figures describe, and the sentence that names it and what moves it."""
     shares = {
-        "data": f.data_wait_s / f.epoch_s,
+        "data": max(f.data_wait_s - f.bound_data_wait_s, 0.0) / f.epoch_s,
         "copy": (f.copy_s + _zero(f.gpu_blocked_s)) / f.epoch_s,
         "interference": f.interference_s / f.epoch_s,
     }

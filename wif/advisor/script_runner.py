@@ -140,9 +140,7 @@ class ScriptRunner(Runner):
             summary = dict(self.tracker.client.get_run(run_id).data.metrics)
             status, text = _outcome(conf, rc, last, int(summary.get(names.EPOCHS_RUN, 0)), log)
         finally:
-            contended = status == FINISHED and is_contended(
-                summary.get(names.HOST_OTHER_CPU_PCT), conf.measure.contended_pct
-            )
+            contended = status == FINISHED and is_contended(summary, conf.measure.contended_pct)
             self.tracker.set_tags(
                 run_id,
                 {

@@ -154,8 +154,15 @@ def _bound(ctx: Context, current_run: Measured, bound_run: Optional[Measured]) -
             f"{current_run.median():.3f} s: not a bound here, so {source} stands for it"
         )
         bound_run = None
-    compute_s = bound_run.mean(names.COMPUTE_S) if bound_run is not None and bound_run.ok else math.nan
-    return bound_run, Bound(epoch_s=bound_s, source=source, items=current_run.n_train, compute_s=compute_s)
+    measured = bound_run is not None and bound_run.ok
+    wait = bound_run.mean(names.DATA_WAIT_S) if measured else math.nan
+    return bound_run, Bound(
+        epoch_s=bound_s,
+        source=source,
+        items=current_run.n_train,
+        compute_s=bound_run.mean(names.COMPUTE_S) if measured else math.nan,
+        data_wait_s=0.0 if math.isnan(wait) else wait,
+    )
 
 
 def find_limit(trials: Trials) -> Found:

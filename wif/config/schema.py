@@ -174,8 +174,8 @@ class MeasureConfig:
     pss_interval_s: float = 1.0  # USS/PSS read smaps_rollup: ~17 ms for a process with torch imported
     pss_budget_pct: float = 0.25  # periodic PSS reads take at most this share of a core (epoch ends' reads: free)
     rank_indices: bool = False  # trainer.nproc>1: log each rank's sample indices per epoch (artifact rank_indices.json)
-    # Others' CPU use during the measured epochs (percent of one core) above which a run is tagged
-    # wif.contended=true and left out of the report's fit by default. An idle machine shows a few percent.
+    # Others' CPU use during the measured epochs, in percent of each core the run left idle (at least one), above
+    # which a run is tagged wif.contended=true and left out of the report's fit. An idle machine shows a few percent.
     contended_pct: float = 25.0
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Mapping, Optional
 
 import psutil
 
+from wif.measure import names
 from wif.measure.proctree import HAS_CHILDREN_FILES, descendants
 
 PROC_STAT = "/proc/stat"
@@ -23,6 +24,7 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice. Busy is all but
 # idle and iowait; guest time is already inside user and nice.
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+CORES = psutil.cpu_count() or 1  # /proc/stat's cpu line sums every core of the machine
 
 
 def machine_busy_s() -> Optional[float]:
@@ -67,9 +69,14 @@ def _descendants(root: psutil.Process) -> List[psutil.Process]:
     return out
 
 
-def is_contended(other_pct: Optional[float], threshold_pct: float) -> bool:
-    """Others took more than `threshold_pct` of a core: the run's figure may reflect them, not its settings."""
-    return other_pct is not None and other_pct > threshold_pct
+def is_contended(figures: Mapping[str, Optional[float]], threshold_pct: float) -> bool:
+    """Whether others took more than `threshold_pct` of each core the run left idle (at least one core).
+
+    `figures` holds HOST_OTHER_CPU_PCT and HOST_IDLE_CORES, as HostCpuMeter.others gives them. Others on cores
+    the run leaves idle do not slow it: a busy neighbour on 16 cores is not one on 2.
+    """
+    other, idle = figures.get(names.HOST_OTHER_CPU_PCT), figures.get(names.HOST_IDLE_CORES)
+    return other is not None and other > threshold_pct * max(1.0 if idle is None else idle, 1.0)
 
 
 @dataclass(frozen=True)
@@ -109,3 +116,12 @@ class HostCpuMeter:
             return None
         other = (b.busy_s - a.busy_s) - (b.ours_s - a.ours_s)
         return max(100.0 * other / (b.t - a.t), 0.0)
+
+    def others(self, first: int, last: int) -> Dict[str, float]:
+        """Others' CPU between marks `first` and `last` and the cores the run left idle; {} without /proc/stat."""
+        other = self.other_pct(first, last)
+        if other is None:
+            return {}
+        a, b = self.marks[first], self.marks[last]
+        idle = CORES - (b.ours_s - a.ours_s) / (b.t - a.t)
+        return {names.HOST_OTHER_CPU_PCT: other, names.HOST_IDLE_CORES: max(idle, 0.0)}

@@ -23,6 +23,7 @@ TREE_CPU_S = "tree_cpu_s"
 COMPUTE_THREADS = "compute_threads"
 COPY_BYTES_PER_EPOCH = "copy_bytes_per_epoch"
 HOST_OTHER_CPU_PCT = "host_other_cpu_pct"
+HOST_IDLE_CORES = "host_idle_cores"  # the machine's cores less the run's own use, over the same span
 STORAGE_READ_BYTES = "storage_read_bytes"
 MINOR_FAULTS = "minor_faults"
 PAGE_CACHE_RESIDENT_FRAC = "page_cache_resident_frac"

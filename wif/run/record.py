@@ -168,7 +168,7 @@ class RunRecord:
             names.VAL_LOSS: p.get(names.VAL_LOSS),
             names.VAL_ACC: p.get(names.VAL_ACC),
             names.VAL_TIME_S: p.get(names.VAL_TIME_S),
-            names.HOST_OTHER_CPU_PCT: self.meter.other_pct(-2, -1),
+            **self.meter.others(-2, -1),
             names.TREE_CPU_S: self.meter.tree_s(-2, -1),
         }
         m.update({k: p[k] for k in READ_FIGURES if k in p})
@@ -189,7 +189,7 @@ class RunRecord:
         return (
             f"{self.label}  epoch {int(p['epoch']) + 1}/{total}  {m[names.EPOCH_TIME_S]:.2f} s  "
             f"{m[names.THROUGHPUT_IMG_S]:.0f} img/s  data wait {100 * m['data_wait_share']:.0f}%"
-            f"{val}{pin}{self.contention_note(m[names.HOST_OTHER_CPU_PCT])}"
+            f"{val}{pin}{self.contention_note(m)}"
         )
 
     def within_deadline(self, decision: Decision, epoch_s: float) -> Decision:
@@ -223,17 +223,15 @@ class RunRecord:
             return f"trainer.epochs={tr.epochs} (fixed)"
         return self.decision.reason if self.decision is not None and self.decision.stop else "the run ended early"
 
-    def contention_note(self, other_pct: Optional[float]) -> str:
-        """What the progress line says when other processes took a share of the cores above the threshold."""
-        if not is_contended(other_pct, self.conf.measure.contended_pct):
+    def contention_note(self, m: Dict[str, Any]) -> str:
+        """What the progress line says when other processes took a share of the idle cores above the threshold."""
+        if not is_contended(m, self.conf.measure.contended_pct):
             return ""
-        return f"  CONTENDED: other processes used {other_pct:.0f}% of a core"
+        return f"  CONTENDED: other processes used {m[names.HOST_OTHER_CPU_PCT]:.0f}% of a core"
 
-    def measured_other_cpu_pct(self) -> Optional[float]:
-        """Others' CPU share over the measured epochs: from the mark that ended the warm-up to the last."""
-        return self.meter.other_pct(
-            epochs.left_out(len(self.epochs), self.conf.trainer.warmup_epochs), len(self.epochs)
-        )
+    def measured_others(self) -> Dict[str, float]:
+        """Others' CPU over the measured epochs, from the mark that ended the warm-up to the last, and idle cores."""
+        return self.meter.others(epochs.left_out(len(self.epochs), self.conf.trainer.warmup_epochs), len(self.epochs))
 
     def summary(self, t_end: float) -> Dict[str, float]:
         """The run's steady summary (wif.measure.epochs), with what only the harness knows.
@@ -251,7 +249,5 @@ class RunRecord:
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         out.update(self.sampler.peaks(self.epochs[0]["t_start"], t_end))
-        other = self.measured_other_cpu_pct()
-        if other is not None:
-            out[names.HOST_OTHER_CPU_PCT] = other
+        out.update(self.measured_others())
         return out

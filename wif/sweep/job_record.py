@@ -214,7 +214,7 @@ def record_outcome(job: Job, outcome: Outcome, t_job: float) -> None:
     job.tracker.log_metrics(outcome.run_id, s)
     other = s.get(names.HOST_OTHER_CPU_PCT)
     threshold = job.checked.conf.measure.contended_pct
-    contended = is_contended(other, threshold)
+    contended = is_contended(s, threshold)
     job.tracker.set_tags(outcome.run_id, {names.TAG_CONTENDED: str(contended).lower()})
     job.tally.finished += 1
     if names.TEST_ACC in s:

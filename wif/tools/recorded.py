@@ -41,7 +41,7 @@ def run_recorded(
     text = f"{error.get('type')}: {error.get('message')}" if error else ""
     if outcome.status == FINISHED:
         tracker.log_metrics(run_id, outcome.summary)
-        contended = is_contended(outcome.summary.get(names.HOST_OTHER_CPU_PCT), conf.measure.contended_pct)
+        contended = is_contended(outcome.summary, conf.measure.contended_pct)
         tracker.set_tags(run_id, {names.TAG_CONTENDED: str(contended).lower()})  # as a sweep's job is tagged
     else:
         tracker.set_tags(run_id, {names.TAG_ERROR: text[:4000]})

@@ -112,9 +112,7 @@ class Record:
         """
         self.meter.mark()
         out: Dict[str, float] = {names.TREE_CPU_S: self.meter.tree_s(-2, -1)}
-        other = self.meter.other_pct(-2, -1)
-        if other is not None:
-            out[names.HOST_OTHER_CPU_PCT] = other
+        out.update(self.meter.others(-2, -1))
         if device.type == "cuda":
             self._attach(device)
             out[names.VRAM_PEAK_ALLOCATED_MB] = torch.cuda.max_memory_allocated(device) / MB
@@ -205,9 +203,8 @@ class Record:
         out = epochs.summary(self.epochs, WARMUP_EPOCHS)
         marks = len(self.meter.marks)  # the meter marks each epoch's start and end
         steady_from = 2 * epochs.left_out(len(self.epochs), WARMUP_EPOCHS)
-        other = self.meter.other_pct(steady_from, marks - 1) if marks > 1 else None
-        if other is not None:
-            out[names.HOST_OTHER_CPU_PCT] = other  # others' share of the cores over the steady epochs
+        if marks > 1:
+            out.update(self.meter.others(steady_from, marks - 1))  # others' CPU over the steady epochs
         for key in PEAKS:
             values = [e[key] for e in self.epochs if key in e]
             if values:

@@ -73,13 +73,12 @@ def race_candidates(trials: Trials, predicted: Predicted) -> Raced:
     """Step 3: the current setting raced against the candidates to race, where the time left allows."""
     ctx = trials.ctx
     raced, close = predicted.raced, predicted.close
-    epochs = race_epochs(
-        ctx.runner.left_s(),
-        trials.measured.current_run,
-        predicted_s=[predicted.predictions[n].epoch_s for n in raced],
-        opts=ctx.opts,
-        warmup=ctx.base.trainer.warmup_epochs,
-    )
+    epochs = _race_epochs(trials, predicted, raced)
+    if epochs < MIN_RACE_EPOCHS and len(raced) > 1:  # the fastest alone, where the minutes hold no more
+        fewer = _race_epochs(trials, predicted, raced[:1])
+        if fewer >= MIN_RACE_EPOCHS:
+            ctx.say(f"  the race takes {raced[0]} alone: {', '.join(raced[1:])} too would not fit in the time left")
+            raced, epochs = raced[:1], fewer
     if close and epochs < MIN_RACE_EPOCHS:  # no time to verify a close call: the prediction's "keep" stands
         raced = []
     if raced and epochs >= MIN_RACE_EPOCHS:
@@ -104,6 +103,18 @@ def race_candidates(trials: Trials, predicted: Predicted) -> Raced:
     )
     ctx.say(f"{PROG}: 3/4 the race: nothing to race ({why})")
     return Raced(race=None, raced=[], unverified="")
+
+
+def _race_epochs(trials: Trials, predicted: Predicted, raced: List[str]) -> int:
+    """Epochs a race run of the current setting against `raced` takes within the time left."""
+    ctx = trials.ctx
+    return race_epochs(
+        ctx.runner.left_s(),
+        trials.measured.current_run,
+        predicted_s=[predicted.predictions[n].epoch_s for n in raced],
+        opts=ctx.opts,
+        warmup=ctx.base.trainer.warmup_epochs,
+    )
 
 
 def _run_the_race(trials: Trials, raced: List[str], close: Optional[str], epochs: int) -> RaceResult:

@@ -79,6 +79,7 @@ def test_ram_figures_are_ordered_and_grow_with_workers(tmp_path: Path, store: st
             "loader=pin_nb",
             f"loader.num_workers={workers}",
             f"loader.persistent_workers={persistent}",
+            "measure.pss_budget_pct=5",  # enough PSS reads in runs of seconds: the default's 0.25% allows one
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
     m = {

@@ -27,7 +27,8 @@ BEFORE = Path(__file__).parent / "data" / "mlflow_names_865fbd9.json"
 # watch's windows say where each is (script_epoch, windowed) and what the script's epochs offered.
 ADDED = {
     "train": {
-        "metrics": {"compute_mean_s", "data_wait_mean_s", "val_time_total_s"},
+        "metrics": {"compute_mean_s", "data_wait_mean_s", "val_time_total_s", "host_idle_cores"},
+        "per_epoch": {"host_idle_cores"},
         "params": {"sweep.deadline", "data.val_images", "data.test_images", "sweep.eval_images"},
     },
     "watch": {
@@ -38,8 +39,9 @@ ADDED = {
             "windowed",
             "script_epochs",
             "script_batches",
+            "host_idle_cores",
         },
-        "per_epoch": {"compute_share", "script_epoch", "windowed"},
+        "per_epoch": {"compute_share", "script_epoch", "windowed", "host_idle_cores"},
     },
     "user": {
         "metrics": {

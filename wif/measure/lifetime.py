@@ -20,8 +20,10 @@ import ctypes
 import os
 import signal
 import socket
+import sys
 import time
 import traceback
+from types import TracebackType
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 import psutil
@@ -115,11 +117,25 @@ def said_if_raised(target: Callable[..., Any], conn: Any, *args: Any) -> None:
 
 
 def dataloader_worker_init(worker_id: int) -> None:
-    """DataLoader's `worker_init_fn`: a worker dies with the run that started it.
+    """DataLoader's `worker_init_fn`: a worker dies with the run that started it, and an interrupted run's
+    batch hand-over prints no traceback.
 
     Module-level, so that spawned and forkserver workers can unpickle it.
     """
     die_with_parent()
+    sys.excepthook = _quiet_fd_sharing
+
+
+def _quiet_fd_sharing(kind: type, err: BaseException, tb: Optional[TracebackType]) -> None:
+    """No traceback where the run's process left mid-handshake with this worker's fd-sharing thread.
+
+    That thread (multiprocessing.resource_sharer) serves the batches' file descriptors and reports its errors
+    through sys.excepthook. Ctrl-C reaches the run and its workers at once: the run may leave as it connects.
+    """
+    if issubclass(kind, (ConnectionError, EOFError)) and tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith("resource_sharer.py"):
+            return
+    sys.__excepthook__(kind, err, tb)
 
 
 def run_dying(target: Callable[..., Any], parent_pid: Optional[int], *args: Any) -> None:

@@ -38,6 +38,7 @@ log = logging.getLogger("wif")
 JOBS_NAMED = 5  # jobs named per reason in the refusal; the rest are counted
 Job = Sequence[str]  # a job's overrides, as the sweeper hands them to the launcher
 _COMPOSED: Dict[Tuple[str, ...], Config] = {}  # each job's config as checked: a budgeted sweep prices them
+_LATE: Optional[Tuple[DictConfig, "_Composer"]] = None  # composes the jobs the checks did not: a race's own keys
 
 
 class _Composer:
@@ -161,8 +162,11 @@ def _key(job: Job) -> Tuple[str, ...]:
 
 def composed(master: DictConfig, job: Job) -> Config:
     """The job's typed config, as the checks composed it (composed now if they did not)."""
+    global _LATE
     if _key(job) not in _COMPOSED:
-        _COMPOSED[_key(job)] = _Composer(master).config(job)
+        if _LATE is None or _LATE[0] is not master:  # one composer a sweep: its shared compositions are kept
+            _LATE = (master, _Composer(master))
+        _COMPOSED[_key(job)] = _LATE[1].config(job)
     return _COMPOSED[_key(job)]
 
 

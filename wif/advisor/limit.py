@@ -30,8 +30,8 @@ LAUNCH_REMEDIES = 'larger batches, torch.compile(mode="reduce-overhead") or CUDA
 # moves that (the H100's 24 tiny layers waited 7% on a TensorDataset's, docs/on-a-gpu.md). Where none is, a
 # GPU busy less than LAUNCH_BUSY of the step is launch-bound; else the step computes. A GPU that idles as
 # much while another limit holds is launch-bound beyond it. The limit's sentence then says so, with the bound
-# that caps what mending the limit gains. The H200's GoogLeNet at
-# 64 px waited for data and idled 70% between launches at once: docs/on-a-gpu.md.
+# that caps what mending the limit gains. The H200's GoogLeNet at 64 px waited for data and idled 70%
+# between launches at once: docs/on-a-gpu.md.
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ class Measured:
     error: str = ""
     warmup: int = 1
     wall_s: float = 0.0  # the run's whole time, its start and end included
-    contended: bool = False  # others took more than measure.contended_pct of a core during its measured epochs
+    contended: bool = False  # others took more than measure.contended_pct of each idle core (is_contended)
     replaced: bool = False  # contended, and run again: the run again is what the advice uses
 
     @property

@@ -244,8 +244,8 @@ def _set_apart(doc: Document) -> list[str]:
         "",
         "## Runs set apart",
         "",
-        f"### Contended: other processes used more than {header.contended_pct} of a core during the measured "
-        f"epochs; {kept}",
+        f"### Contended: other processes used more than {header.contended_pct} of each core the run left "
+        f"idle (at least one) during the measured epochs; {kept}",
         "",
         contended_table(doc.contended, header.statistic),
         "",

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from wif.decide.race import RaceRules
 from wif.measure import names
 from wif.report import runs as runs_io
-from wif.report.race import RaceRules
 from wif.report.stats import Comparison, summarize_fraction
 
 ROOT = Path(__file__).resolve().parents[1]

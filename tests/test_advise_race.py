@@ -1,5 +1,5 @@
 """The advice's race stops as soon as its answer cannot change what the user should do (issue 48): the
-report's race rule (`wif.report.race.look`) settles a tie or a clear winner, and `keep_settled` settles
+report's race rule (`wif.decide.race.look`) settles a tie or a clear winner, and `keep_settled` settles
 "keep what you have" where no candidate can be faster by more than the margin; on simulated blocks."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from wif.advisor.verify import VALUE, keep_settled
-from wif.report.race import FractionState, RaceRules, look
+from wif.decide.race import FractionState, RaceRules, look
 
 RULES = RaceRules(min_blocks=2, max_blocks=6, margin=0.02)
 CURRENT = [1.00, 1.02, 0.99, 1.01]

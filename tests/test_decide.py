@@ -1,4 +1,4 @@
-"""`wif.report.decide` on simulated grids whose settings differ in noise: false calls and power.
+"""`wif.decide.decision.decide` on simulated grids whose settings differ in noise: false calls and power.
 
 The study's grid: 11 settings x 3 blocks, a random effect per block, lognormal run noise per setting.
 Null grids (every setting equally fast) under several noise patterns, up to 3x between settings and
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wif.report import decision, model
+from wif.decide import decision, model
 
 K, BLOCKS, BASE, BLOCK_SD = 11, 3, 0.05, 0.10
 NAMES = ["baseline"] + [f"s{i}" for i in range(1, K)]

@@ -25,7 +25,7 @@ from tests.conftest import (
     train_runs,
     wait_for_workers,
 )
-from wif.report.race import FractionState, RaceRules, replay
+from wif.decide.race import FractionState, RaceRules, replay
 from wif.report.report_cli import main as report_main
 
 NAMES = [f"s{i}" for i in range(11)]

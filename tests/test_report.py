@@ -16,7 +16,8 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from scipy import stats as sps
 
-from wif.report import model, plots
+from wif.decide import model
+from wif.report import plots
 from wif.report.report_cli import main
 from wif.report.runs import RunFilter, baseline_of, load_runs
 from wif.report.verdicts import slower_by

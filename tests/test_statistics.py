@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from wif.report import model, noise, stats
+from wif.decide import model, noise
+from wif.report import stats
 
 K, BLOCKS, NOISE, BLOCK_SD = 11, 3, 0.05, 0.10
 NAMES = ["baseline"] + [f"s{i}" for i in range(1, K)]

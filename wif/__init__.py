@@ -6,6 +6,8 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
     config   what a run is: typed schema, checks, composition for the tools, exit codes
     measure  how a run is observed and recorded: an epoch's account, clocks, memory sampler, NVML,
              contention, host facts, MLflow tracking, process lifetime
+    decide   deciding from few repeats: the model, the verdict, the race's rules (beside data: it
+             imports measure's names alone)
     data     where batches come from: data sources and their cache, image folders, datasets, loaders,
              transfer to the device, loader engines
     run      one run: model, epoch loop, training, the supervised child process
@@ -18,8 +20,8 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
              below)
 
 `commands` (the `wif` command: the list of commands) imports none of them. `report` stands beside them: it reads
-the MLflow store (and `measure.tracking` for its address) and never imports torch or the training code; the
-sweep uses its pure race rules.
+the MLflow store (and `measure.tracking` for its address), decides with `decide`, and never imports torch or
+the training code.
 
 From a user's own script: `wif.watch(loader)` (the one line in the loop: each pass timed and logged as an
 epoch; wif.watcher.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`

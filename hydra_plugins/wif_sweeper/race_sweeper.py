@@ -1,5 +1,5 @@
 """`hydra/sweeper=race`: the grid run in blocks, dropping after each block the settings already clearly
-slower than those that may be fastest (wif.report.race), until each fraction is settled or race.max_blocks.
+slower than those that may be fastest (wif.decide.race), until each fraction is settled or race.max_blocks.
 
 Each block is one repeat of every cell still in the race, in the order `sweep.shuffle` gives, launched
 through whatever launcher is configured. The race reads its runs back from MLflow (tag wif.race_id), so
@@ -42,7 +42,7 @@ from wif.sweep.race_cells import (
 # are imported once a race starts. Hydra's loader does not register this module either: its dataclass
 # cannot take postponed annotations, so this module has no `from __future__ import annotations`.
 if TYPE_CHECKING:  # See NOTE [ Hydra imports every plugin ]
-    from wif.report.race import RaceRules
+    from wif.decide.race import RaceRules
 
 log = logging.getLogger("wif")
 
@@ -58,7 +58,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweepe
 class RaceSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         """Name the cells, refuse a race that cannot run, merge twins, price it if budgeted, then race."""
-        from wif.report.race import RaceRules
+        from wif.decide.race import RaceRules
         from wif.sweep.race_log import RaceLog  # See NOTE [ Hydra imports every plugin ]
 
         cfg = self.config
@@ -101,7 +101,7 @@ class RaceSweeper(BasicSweeper):
 
     def _run_race(self, race: Race, budget: Any) -> List[Any]:
         """The race to its end, its record finished; stopped early, its record KILLED or FAILED."""
-        from wif.report.race import FractionState
+        from wif.decide.race import FractionState
 
         states = {
             fr: FractionState(fr, sorted({s for s, f in race.names.values() if f == fr}))
@@ -255,7 +255,7 @@ def look_at_block(race: Race, states: States, alive: Dict[float, Set[str]], bloc
         block: the block just done, from 0.
         t0: when the blocks started, on the monotonic clock.
     """
-    from wif.report.race import look
+    from wif.decide.race import look
 
     runs = race.record.usable_runs()
     done = block + 1

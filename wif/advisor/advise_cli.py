@@ -24,10 +24,10 @@ from wif.config import ConfigError
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.loaders import silence_worker_count_warning
+from wif.decide.race import RaceRules
 from wif.measure.lifetime import process_age_s
-from wif.report.race import RaceRules
+from wif.measure.nvml import resolve_device
 from wif.run.forking import parent_threads_back, preload
-from wif.run.supervise import resolve_device
 from wif.tools.tune import check_tunable
 from wif.watcher.origin import NAMED
 

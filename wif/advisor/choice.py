@@ -17,7 +17,7 @@ from wif.advisor.picture import picture
 from wif.advisor.predict import CLOSE, Prediction, close_call, distinct, rank
 from wif.advisor.trials import Found, Trials
 from wif.advisor.verify import RaceResult, run_race
-from wif.report.race import RaceRules
+from wif.decide.race import RaceRules
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Verified, not guessed: the current setting raced against the best predicted candidates.
 
 Each block runs every setting still in the race once, with trainer.epochs=auto, in an order seeded by the
-block. From `rules.min_blocks` on, the race's own look, `wif.report.race.look`, drops the settings already
+block. From `rules.min_blocks` on, the race's own look, `wif.decide.race.look`, drops the settings already
 clearly slower and says when it is settled. The answer is the report's decision rule,
-`wif.report.decision.decide`, with the current setting as the baseline: each candidate's speedup and its
+`wif.decide.decision.decide`, with the current setting as the baseline: each candidate's speedup and its
 95% interval, from the blocks. No statistics are computed here. See NOTE [ When the race stops ].
 """
 
@@ -19,9 +19,9 @@ import pandas as pd
 from wif.advisor.runner import Measured, Runner
 from wif.advisor.settings import Candidate, raced
 from wif.config import Config
+from wif.decide import decision
+from wif.decide.race import FractionState, RaceRules, look
 from wif.measure import names
-from wif.report import decision
-from wif.report.race import FractionState, RaceRules, look
 
 VALUE = names.EPOCH_TIME_MEDIAN_S
 BASELINE = "current"

@@ -2,25 +2,12 @@
 
 The modules:
 - the command (report_cli) and its options (options); reading the runs (runs);
-- the model and its simultaneous comparisons (model, stats), the simulated draws its critical values come
-  from (draws), each setting's own noise (noise), and the verdict computed in one place (decision);
-- the race's pure rules that the racing sweep and the report share (race, raced);
+- each fraction's summary (stats) from the shared rules in `wif.decide` (the model, the verdict, the race);
+- the race's record as the report reads it (raced);
 - what copying costs at the link's rate (copycost);
 - words and tables (verdicts, tables), one testbed's section (testbed), the whole Markdown report (document);
 - pictures: each question's drawing (plots), what the drawings share (chart), and the files (figures).
 
-Reads the store only. It imports no wif package but `wif.measure.tracking` (the store's address) and
-`wif.measure.names`, and never torch or the training code: it runs anywhere the store is reachable.
+Reads the store only. It imports no wif package but `wif.decide`, `wif.measure.tracking` (the store's address)
+and `wif.measure.names`, and never torch or the training code: it runs anywhere the store is reachable.
 """
-
-
-def __getattr__(name: str):
-    """`wif.report.decide(runs)`, the verdict function, loaded on first use.
-
-    Importing `wif.report.runs`, as the sweep does, must not pay for statsmodels.
-    """
-    if name == "decide":
-        from wif.report.decision import decide
-
-        return decide
-    raise AttributeError(name)

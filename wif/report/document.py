@@ -15,8 +15,8 @@ from typing import Sequence
 
 import pandas as pd
 
+from wif.decide import model
 from wif.measure import names
-from wif.report import model
 from wif.report.tables import Section, footnotes, markdown_table
 from wif.report.verdicts import Verdicts, num, verdict
 

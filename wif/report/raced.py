@@ -1,4 +1,4 @@
-"""A raced sweep's answer, read back: the race replayed from its runs with its own rules (`wif.report.race`).
+"""A raced sweep's answer, read back: the race replayed from its runs with its own rules (`wif.decide.race`).
 
 A race looks after every block, spends its error over those looks and stops the settings it drops early.
 A fresh 95% comparison of its runs would ignore both, and could name another possibly-fastest set than the
@@ -14,9 +14,9 @@ from typing import NamedTuple
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from wif.decide import decision, model
+from wif.decide.race import FractionState, RaceRules, replay
 from wif.measure import names
-from wif.report import decision, model
-from wif.report.race import FractionState, RaceRules, replay
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from wif.decide import decision, model
 from wif.measure import names
-from wif.report import decision, model
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ NO_BOUND = Bound()
 
 
 def comparison_columns(f: model.Fit, how: Comparison) -> pd.DataFrame:
-    """The verdict's columns (`wif.report.decide`), the model's estimate named as the table names it."""
+    """The verdict's columns (`wif.decide.decision.decide`), the model's estimate named as the table names it."""
     columns = decision.columns(f, how.baseline, how.confidence, how.margin, how.alpha)
     return columns.rename(columns={"time_s": "model_time_s"})
 

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import pandas as pd
 
+from wif.decide import model
 from wif.measure import names
-from wif.report import model
 from wif.report.stats import FractionSummary, significance
 
 VERDICT_NAMES = 5  # clearly slower settings named in the verdict; the table lists them all

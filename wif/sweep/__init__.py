@@ -11,5 +11,5 @@
 - Sweeps beyond one GPU (cluster, gpus).
 
 The sweepers themselves are Hydra plugins under `hydra_plugins/wif_sweeper`. Imports `wif.run` and below,
-and the report's pure race rules (`wif.report.race`).
+and the report's pure race rules (`wif.decide.race`).
 """

@@ -11,7 +11,7 @@ from wif.sweep import callback
 from wif.sweep.budget import choose_fractions, minutes
 
 if TYPE_CHECKING:  # the race's statistics (pandas, scipy) wait for a race to start
-    from wif.report.race import FractionState, RaceRules
+    from wif.decide.race import FractionState, RaceRules
 
 log = logging.getLogger("wif")
 States = Dict[float, "FractionState"]

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from wif.sweep.blocks import BLOCK_KEY
 
 if TYPE_CHECKING:  # the race's statistics (pandas, scipy) wait for a race to start
-    from wif.report.race import RaceRules
+    from wif.decide.race import RaceRules
     from wif.sweep.race_log import RaceLog
 
 Overrides = Tuple[str, ...]  # a cell's overrides, without the block
@@ -87,7 +87,7 @@ def cpu_only(cfg: Any) -> bool:
 
     A submitting launcher (slurm, local_gpus) runs them elsewhere: nothing is assumed.
     """
-    from wif.run.supervise import cuda_present
+    from wif.measure.nvml import cuda_present
     from wif.sweep.cluster import SUBMITTING_LAUNCHERS
 
     device = OmegaConf.select(cfg, "device", default="auto")

@@ -14,11 +14,11 @@ from typing import Dict, List
 import pandas as pd
 from mlflow.entities import Param
 
+from wif.decide.race import FractionState, RaceRules
 from wif.measure import names
 from wif.measure.lifetime import owner_gone, owner_tags
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.report import runs as runs_io
-from wif.report.race import FractionState, RaceRules
 from wif.report.verdicts import slower_by
 
 log = logging.getLogger("wif")

@@ -1,7 +1,7 @@
 """One model per fraction and testbed, and the simultaneous answers drawn from it (pure functions).
 
 log(run's epoch time) = setting + block, fitted by ordinary least squares over every usable run. Settings
-differ in noise, so each gets its own variance (`wif.report.noise`). That variance is never below the pooled
+differ in noise, so each gets its own variance (`wif.decide.noise`). That variance is never below the pooled
 one, and its own estimate is read conservatively. The estimates' covariance is the sandwich built from those
 variances. The pooled noise keeps its (k-1)(b-1) residual degrees of freedom for the critical values.
 Without a usable block structure the block term is dropped: no block tags, one block, or blocks that do not
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from wif.report import draws as draws_
-from wif.report import noise
+from wif.decide import draws as draws_
+from wif.decide import noise
 
 DRAWS = 100_000  # Monte Carlo draws per critical value: its 95% quantile to about 0.3%
 SEED = 20261122
@@ -46,7 +46,7 @@ class Fit:
     df: int  # residual degrees of freedom
     sigma: float  # pooled residual standard deviation on the log scale (~ relative run-to-run noise)
     noise: np.ndarray  # each setting's own relative run-to-run spread (log scale; NaN where not estimable)
-    used: np.ndarray  # each setting's variance as every statement uses it (wif.report.noise.used_variance)
+    used: np.ndarray  # each setting's variance as every statement uses it (wif.decide.noise.used_variance)
     blocked: bool
     n_blocks: int
     n_runs: int
@@ -87,7 +87,7 @@ def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
     """Least squares of log(`value`) on setting, plus block where the blocks are usable and identifiable.
 
     Each setting gets its own variance, and the covariance follows from them. The `baseline`'s variance is
-    read more carefully: every comparison against it shares it (wif.report.noise).
+    read more carefully: every comparison against it shares it (wif.decide.noise).
     """
     y = np.log(runs[value].to_numpy(dtype=float))
     x, settings, blocks = design(runs)

@@ -21,8 +21,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from wif.decide import model
 from wif.measure import names
-from wif.report import model
 
 # Each setting against the fastest (multiple comparisons with the best): what the race replaces by its own.
 VS_BEST = [

@@ -1,5 +1,5 @@
 """Racing, as F-Race and irace do it for configurations: after each block, drop the settings that are
-already clearly slower than the fastest (their simultaneous lower bound above 1: `wif.report.decide`), and
+already clearly slower than the fastest (their simultaneous lower bound above 1: `wif.decide.decision.decide`), and
 spend the next blocks on the rest. A setting merely not shown to be fastest (tied, or too noisy to tell)
 runs on: a tie is never read as a loss.
 
@@ -19,7 +19,7 @@ from typing import Dict, List, Sequence
 
 import pandas as pd
 
-from wif.report import decision, model
+from wif.decide import decision, model
 
 
 @dataclass(frozen=True)

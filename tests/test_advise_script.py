@@ -128,7 +128,7 @@ def test_a_step_on_the_cpu_is_advised_for_the_cpu_and_gets_no_pin_trial(tmp_path
     (tmp_path / "train.py").write_text(SCRIPT)
     code = (
         "import sys\nfrom wif.advisor.script import prepare\nfrom wif.advisor.candidates import script_extras, "
-        "workers\nfrom wif.run.supervise import resolve_device\n"
+        "workers\nfrom wif.measure.nvml import resolve_device\n"
         "advice = prepare(['device=auto'], [sys.executable, 'train.py', '3', '0'])\n"
         "cuda = resolve_device(advice.base.device) == 'cuda'\n"
         "made = script_extras(advice.base, workers(advice.base, 4, cuda), cuda, None, 8)\n"

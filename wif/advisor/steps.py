@@ -29,9 +29,9 @@ from wif.advisor.trials import Context, Found, Measurement, Trials
 from wif.config import Config, as_plain
 from wif.measure import names
 from wif.measure.lifetime import signals_held
+from wif.measure.nvml import resolve_device
 from wif.measure.sysinfo import usable_cores
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.supervise import resolve_device
 from wif.tools.worker_search import double_workers
 
 # NOTE [ The bound ]

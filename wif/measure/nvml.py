@@ -5,6 +5,9 @@ Where it lists none of them, the figure falls back to the device's used memory o
 says why (`tags`): in a container the driver lists host PIDs, which never match the container's own
 (NVIDIA/nvidia-docker#1483). The baseline is read before the run's process exists (`memory_baselines`, in the
 supervisor before the fork), so the run's CUDA context and everything it uploads count in it.
+
+Whether CUDA is present is asked the same way (`cuda_present`): a process that forks runs must never hold a
+CUDA context. `resolve_device` turns device=auto into the device a run gets.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from wif.config import ConfigError, Device
 from wif.measure import names
 
 PER_PROCESS = "per_process"
@@ -22,6 +26,27 @@ FOREIGN_PIDS = "pid_namespace"  # the listed PIDs are not this PID namespace's: 
 NOT_LISTED = "not_listed"  # the run's processes are not among those listed
 NONE_LISTED = "none_listed"  # NVML listed no process at all
 NO_FIGURE = "no_figure"  # the run's processes are listed without a figure
+
+
+def cuda_present() -> bool:
+    """Ask NVML, not the CUDA runtime: this process forks runs and must never hold a CUDA context."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return False
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return torch.cuda.is_available()
+
+
+def resolve_device(requested: Device) -> str:
+    """The device a run gets: "cuda" where asked for or auto and present, else "cpu"."""
+    cuda = cuda_present()
+    if requested is Device.cuda and not cuda:
+        raise ConfigError(
+            "device=cuda, but this machine has no usable CUDA device (or this torch build has no "
+            "CUDA). Use device=auto or device=cpu."
+        )
+    return "cuda" if requested is not Device.cpu and cuda else "cpu"
 
 
 def nvml_names(uuid: str) -> List[str]:

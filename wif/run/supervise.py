@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-from wif.config import Config, ConfigError, Device, UserCodeError
+from wif.config import Config, ConfigError, UserCodeError
 from wif.config.exits import describe
 from wif.data.formats.splits import cold_verdict
 from wif.measure import names
@@ -39,27 +39,6 @@ from wif.run.training import train
 
 INTERRUPT_GRACE_S = 5.0
 REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was created
-
-
-def cuda_present() -> bool:
-    """Ask NVML, not the CUDA runtime: this process forks runs and must never hold a CUDA context."""
-    import torch
-
-    if not torch.backends.cuda.is_built():
-        return False
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    return torch.cuda.is_available()
-
-
-def resolve_device(requested: Device) -> str:
-    """The device a run gets: "cuda" where asked for or auto and present, else "cpu"."""
-    cuda = cuda_present()
-    if requested is Device.cuda and not cuda:
-        raise ConfigError(
-            "device=cuda, but this machine has no usable CUDA device (or this torch build has no "
-            "CUDA). Use device=auto or device=cpu."
-        )
-    return "cuda" if requested is not Device.cpu and cuda else "cpu"
 
 
 def interrupt(signum: int, frame: Any) -> None:

@@ -24,10 +24,11 @@ from wif.data.folder_check import require_readable
 from wif.data.formats.splits import prepare_storage
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure import names
+from wif.measure.nvml import resolve_device
 from wif.measure.sysinfo import usable_cores
 from wif.measure.tracking import FAILED, FINISHED, KILLED, close_stale_runs
 from wif.run.forking import preload
-from wif.run.supervise import REFUSED, Outcome, interrupt, resolve_device, supervise
+from wif.run.supervise import REFUSED, Outcome, interrupt, supervise
 from wif.run.targets import check_user_code
 from wif.sweep.gpus import pin_gpu, require_gpus
 from wif.sweep.identity import NEW_KEY_DEFAULTS, NOT_IDENTITY, cell_name, run_identity

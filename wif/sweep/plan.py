@@ -208,8 +208,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         print(f"wif-plan: bad setting: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING
+    from wif.measure.nvml import resolve_device
     from wif.run.model import model_label
-    from wif.run.supervise import resolve_device
 
     tr = planned.conf.trainer
     testbed = {names.TAG_DEVICE: resolve_device(planned.conf.device), names.TAG_MODEL: model_label(planned.conf.model)}

@@ -124,7 +124,7 @@ class _Checks:
 
     def device(self, conf: Config) -> None:
         """ConfigError when the device cannot be used; once per device setting."""
-        from wif.run.supervise import resolve_device
+        from wif.measure.nvml import resolve_device
 
         if conf.device not in self.devices:
             try:

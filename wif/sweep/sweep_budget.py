@@ -92,8 +92,8 @@ class SweepBudget:
     def _describe(self, cfg: DictConfig, jobs: Sequence[Sequence[str]]) -> Dict[str, str]:
         """Each job composed as preflight composed it: its cell, batches, epochs and whether it ran already."""
         from wif.data.engines.common import in_flight
+        from wif.measure.nvml import resolve_device
         from wif.run.model import model_label
-        from wif.run.supervise import resolve_device
         from wif.sweep.identity import cell_name, run_identity
         from wif.sweep.preflight import composed
 

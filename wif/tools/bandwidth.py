@@ -21,9 +21,9 @@ from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.measure import names
 from wif.measure.bandwidth import DIRECTIONS, MEMORY, Rate, copy_rates, rate_metrics, size_label
+from wif.measure.nvml import cuda_present
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, Tracker
-from wif.run.supervise import cuda_present
 
 PROG = "wif-bandwidth"
 NO_CUDA = "nothing to measure: this machine has no CUDA device (copy rates are between host and GPU)."

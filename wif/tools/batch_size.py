@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from wif.config import Config, ConfigError, DataSource
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
-from wif.run.supervise import cuda_present
+from wif.measure.nvml import cuda_present
 from wif.tools.batch_probe import Probe, Sample, first_sample, run_probe
 
 PROG = "wif-batch-size"

@@ -25,9 +25,9 @@ from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EX
 from wif.data.folder_check import require_readable
 from wif.data.loaders import silence_worker_count_warning
 from wif.measure import names
+from wif.measure.nvml import resolve_device
 from wif.measure.sysinfo import usable_cores
 from wif.run.forking import preload
-from wif.run.supervise import resolve_device
 from wif.tools.tune_trials import WORKER_ONLY, Trial, Tuner, trial_config
 from wif.tools.worker_search import final_pick, finalists, search_workers, trial_of
 

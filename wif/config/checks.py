@@ -12,12 +12,12 @@ from typing import List, Optional
 from wif.config.decode import validate_decode
 from wif.config.engine_checks import validate_engine
 from wif.config.formats import validate_format
+from wif.config.loader_checks import validate_loader
 from wif.config.schema import (
     Augment,
     Config,
     DataSource,
     EngineName,
-    LoaderConfig,
     TransferKind,
     require,
 )
@@ -31,7 +31,21 @@ def validate(cfg: Config, here: bool = True) -> None:
     `here=False`, for a sweep submitted to other machines, leaves out what only the machine that runs the job
     can tell.
     """
-    d, lo, tr = cfg.data, cfg.loader, cfg.trainer
+    validate_data(cfg, here=here)
+    validate_epochs(cfg.trainer)
+    validate_loader(cfg)
+    validate_uint8(cfg)
+    validate_options(cfg)
+    validate_engine(cfg)
+    validate_format(cfg)
+    validate_decode(cfg)
+    validate_ranks(cfg)
+    validate_run(cfg)
+
+
+def validate_data(cfg: Config, here: bool = True) -> None:
+    """Refuse data keys that cannot make a training set: shares, counts, and the folder it names."""
+    d = cfg.data
     require(
         0.0 < d.fraction <= 1.0,
         f"data.fraction={d.fraction} is outside (0, 1]: pass a share of the training set, e.g. data.fraction=0.1.",
@@ -51,76 +65,41 @@ def validate(cfg: Config, here: bool = True) -> None:
     ):
         require(value > 0, f"{key}={value} must be a positive whole number.")
     require(d.num_classes >= 2, f"data.num_classes={d.num_classes}: a classifier needs at least 2 classes.")
-    validate_epochs(tr)
-    require(
-        lo.num_workers >= 0, f"loader.num_workers={lo.num_workers}: the number of worker processes cannot be negative."
-    )
-    require(lo.bg_max_prefetch > 0, f"loader.bg_max_prefetch={lo.bg_max_prefetch} must be at least 1.")
-    require(
-        not (lo.background and lo.num_workers > 0),
-        f"loader={lo.name} combines BackgroundGenerator (loader.background=true) with loader.num_workers="
-        f"{lo.num_workers}; the study notes the two deadlock together. Use one of them: "
-        "loader.background=false, or loader.num_workers=0.",
-    )
-    if lo.num_workers == 0:
-        require(
-            lo.in_order,
-            "loader.in_order=false needs worker processes, but loader.num_workers=0. "
-            "Set loader.num_workers>0, or loader.in_order=true.",
-        )
-        require(
-            lo.multiprocessing_context is None,
-            f"loader.multiprocessing_context={lo.multiprocessing_context.value if lo.multiprocessing_context else ''} "
-            "starts worker processes, but loader.num_workers=0. Set loader.num_workers>0, or "
-            "loader.multiprocessing_context=null.",
-        )
-        require(
-            lo.prefetch_factor is None,
-            f"loader.prefetch_factor={lo.prefetch_factor} needs worker processes, but loader.num_workers=0. "
-            "Set loader.num_workers>0, or loader.prefetch_factor=null.",
-        )
-        require(
-            not lo.persistent_workers,
-            "loader.persistent_workers=true needs worker processes, but loader.num_workers=0. "
-            "Set loader.num_workers>0, or loader.persistent_workers=false.",
-        )
-    else:
-        require(
-            lo.prefetch_factor is None or lo.prefetch_factor > 0,
-            f"loader.prefetch_factor={lo.prefetch_factor} must be at least 1 (or null for PyTorch's default).",
-        )
-    if cfg.transfer.kind is TransferKind.resident:
-        require(
-            lo.num_workers == 0 and not lo.background and not lo.pin_memory,
-            "transfer=resident holds the whole dataset on the device and uses no DataLoader; it cannot take "
-            f"loader.num_workers={lo.num_workers}, loader.background={lo.background} or "
-            f"loader.pin_memory={lo.pin_memory}. Use loader=gpu_resident, or another transfer option.",
-        )
-    validate_uint8(cfg)
-    validate_options(cfg)
-    require(
-        not (d.source is DataSource.custom and cfg.transfer.kind is TransferKind.resident),
-        "data=custom cannot be held on the device by transfer=resident (loader=gpu_resident): your Dataset "
-        "makes its samples on access. Choose a loader option that streams batches.",
-    )
     require(
         d.augment is Augment.none or d.source is not DataSource.synthetic,
         f"data.augment={d.augment.value} needs images decoded per sample; data=synthetic holds preprocessed "
         "tensors. Use data=encoded (or data=folder), or data.augment=none.",
     )
     require(1 <= d.jpeg_quality <= 100, f"data.jpeg_quality={d.jpeg_quality} must be between 1 and 100.")
-    _require_supported_by_torch(lo)
-    validate_engine(cfg)
-    validate_format(cfg)
-    validate_decode(cfg)
-    validate_ranks(cfg)
-    if cfg.transfer.kind is TransferKind.stream:
-        require(
-            lo.name != "gpu_resident",
-            "transfer=stream copies host batches to the device on a side CUDA stream, but loader=gpu_resident "
-            "keeps the whole dataset on the device and has no batches to copy. Use transfer=stream with a "
-            "loader option that streams batches (e.g. loader=pin_nb transfer=stream), or drop transfer=stream.",
-        )
+    if d.source is DataSource.folder and d.path is None:  # data.path: the pack is the data, its root unused
+        _require_folder(str(d.root) if d.root else "", here=here)
+    n_subset = round(d.num_train * d.fraction)
+    n_val = round(n_subset * d.val_split)
+    require(
+        n_subset - n_val > 0 and (d.val_split == 0 or n_val > 0),
+        f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
+        f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
+        "Raise data.fraction or data.num_train so that neither split is empty.",
+    )
+
+
+def _require_folder(root: str, here: bool) -> None:
+    """data=folder's root: given, and a folder where the job runs here."""
+    require(
+        bool(root),
+        "data=folder needs data.root=PATH: a folder with train/ and a held-out split (test/, "
+        "val/ or validation/), each with one sub-folder per class.",
+    )
+    require(
+        not here or Path(root).expanduser().is_dir(),
+        f"data.root={root} does not exist. Point data=folder at a folder with train/ and a held-out split "
+        "(test/, val/ or validation/), each holding one sub-folder of images per class.",
+    )
+
+
+def validate_run(cfg: Config) -> None:
+    """Refuse the trainer's caps, the sampler's intervals and the sweep's budget where they are out of range."""
+    tr, m = cfg.trainer, cfg.measure
     require(
         tr.max_batches is None or tr.max_batches > 0,
         f"trainer.max_batches={tr.max_batches} must be at least 1 (or null for whole epochs).",
@@ -129,19 +108,7 @@ def validate(cfg: Config, here: bool = True) -> None:
         tr.threads is None or tr.threads >= 1,
         f"trainer.threads={tr.threads} must be at least 1 (or null: torch's default, the cores).",
     )
-    if d.source is DataSource.folder and d.path is None:  # data.path: the pack is the data, its root unused
-        require(
-            bool(d.root),
-            "data=folder needs data.root=PATH: a folder with train/ and a held-out split (test/, "
-            "val/ or validation/), each with one sub-folder per class.",
-        )
-        require(
-            not here or Path(str(d.root)).expanduser().is_dir(),
-            f"data.root={d.root} does not exist. Point data=folder at a folder with train/ and a held-out split "
-            "(test/, val/ or validation/), each holding one sub-folder of images per class.",
-        )
-    m = cfg.measure  # a zero interval would make the sampler spin on a core the run needs
-    for key in ("rss_interval_s", "tree_interval_s", "pss_interval_s"):
+    for key in ("rss_interval_s", "tree_interval_s", "pss_interval_s"):  # a zero interval spins a core the run needs
         require(getattr(m, key) > 0, f"measure.{key}={getattr(m, key)} must be positive (seconds between samples).")
     require(
         0 <= m.pss_budget_pct <= 100,
@@ -150,14 +117,6 @@ def validate(cfg: Config, here: bool = True) -> None:
     require(
         cfg.sweep.budget_min is None or cfg.sweep.budget_min > 0,
         f"sweep.budget_min={cfg.sweep.budget_min} must be a positive number of minutes (or null: no budget).",
-    )
-    n_subset = round(d.num_train * d.fraction)
-    n_val = round(n_subset * d.val_split)
-    require(
-        n_subset - n_val > 0 and (d.val_split == 0 or n_val > 0),
-        f"data.fraction={d.fraction} of data.num_train={d.num_train} is {n_subset} images; with "
-        f"data.val_split={d.val_split} that leaves {n_subset - n_val} for training and {n_val} for validation. "
-        "Raise data.fraction or data.num_train so that neither split is empty.",
     )
 
 
@@ -188,26 +147,6 @@ def validate_uint8(cfg: Config) -> None:
         cfg.engine.name is not EngineName.dali,
         f"transfer.uint8=true with engine=dali: DALI normalizes in its own pipeline. {drop}, or use another engine.",
     )
-
-
-# DataLoader keys that older torch releases lack: (key, the default that needs no support, first release)
-_NEWER_LOADER_KEYS = (("in_order", True, "2.6"),)
-
-
-def _require_supported_by_torch(lo: LoaderConfig) -> None:
-    """Refuse a DataLoader key this torch lacks, unless it is left at its default."""
-    import inspect
-
-    import torch
-    from torch.utils.data import DataLoader
-
-    accepted = inspect.signature(DataLoader).parameters
-    for key, default, release in _NEWER_LOADER_KEYS:
-        require(
-            key in accepted or getattr(lo, key) == default,
-            f"loader.{key}={getattr(lo, key)} needs torch >= {release}; this is torch {torch.__version__}. "
-            f"Upgrade torch, or leave loader.{key} at its default ({default}).",
-        )
 
 
 def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[str]:

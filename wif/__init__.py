@@ -29,6 +29,20 @@ epoch; wif.watcher.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs
 (wif-advise: the bottleneck found and the fix raced; wif.advisor.advise_cli.advise_overrides).
 """
 
+# NOTE [ Module state ]
+# A global written at run time is kept only where no object can carry it. Each, and why:
+#   wif.sweep.callback.TALLY, LOST  Hydra makes the callback, the sweeper, the launcher and the job function
+#                                   apart; in one process they talk only through these. Reset in place per sweep.
+#   wif.watcher.hook (ORIGINAL, HELD), origin.MADE_AT, proof.STARTED   the import hooks patch torch's
+#                                   DataLoader class for the whole process: what they patched and saw is too.
+#   wif.watcher.watch._sessions, session.CLAIMED   `wif.watch(loader)` is a function the loop calls anew each
+#                                   epoch: the watch of one loop outlives each call.
+#   wif.measure.timing._ACTIVE      the epoch's copy clock, read by a transfer called from inside the user's step.
+#   wif.run.forking._PARENT_THREADS, wif.advisor.warm._preload, warm_preload.REGISTERED   what this process
+#                                   was before it forked: its children inherit it.
+# Caches beside them (preflight._COMPOSED and _LATE, job_record._TRACKERS, gpus._CLAIM, lmdb_format._OPEN,
+# targets._SEEN) hold what is the same for the whole process: a composition, a store, a claimed GPU, an open file.
+
 from typing import Any
 
 API = ("tune_workers", "time_epochs", "WorkerPick", "EpochTimes")

@@ -1,10 +1,10 @@
 """What a run is: the typed schema of every config group (schema) and its vocabulary, the errors and the choices
 each key takes (choices); the checks a type cannot express (checks), with those of the loader (loader_checks),
-the trainer (trainer_checks), the storage formats (formats), of decoding on the device (decode) and of the loader engines
-(engine_checks), kept here so that checking a config never imports a data pipeline; user code named by
-`_target_` (targets); composing `conf/` for the command-line tools (compose); and how a job's end reaches the
-user: exit codes, one line, the traceback where it is looked for (exits). The bottom layer: imports no other
-wif package.
+the trainer (trainer_checks), the storage formats (formats), of decoding on the device (decode) and of the
+loader engines (engine_checks), kept here so that checking a config never imports a data pipeline; user code
+named by `_target_` (targets); composing `conf/` for the command-line tools (compose); and how a job's end
+reaches the user: exit codes, one line, the traceback where it is looked for (exits). The bottom layer: imports
+no other wif package.
 
 The schema and its checks are re-exported here, the vocabulary every other package speaks.
 """

@@ -38,6 +38,10 @@ class SweepTally:
     started_ms: int = 0  # when the sweep started: every run it created started later
     budget: str = ""  # a budgeted sweep's outcome (wif.sweep.sweep_budget.SweepBudget.outcome): said on the last line
 
+    def reset(self, started_ms: int) -> None:
+        """A new sweep's tally, in place: whoever holds TALLY holds the new sweep's."""
+        self.__dict__.update(SweepTally(started_ms=started_ms).__dict__)
+
     def ran_elsewhere(self) -> bool:
         """Jobs were planned but none ended in this process: a launcher ran them in processes of their own.
 
@@ -56,7 +60,7 @@ def sweep_id(hydra: Any) -> str:
     return os.path.normpath(os.path.join(str(hydra.runtime.cwd or ""), str(hydra.sweep.dir)))
 
 
-TALLY = SweepTally()
+TALLY = SweepTally()  # See NOTE [ Module state ] in wif/__init__.py
 # job number -> why a submitting launcher (hydra_plugins/wif_launcher) saw it end without a result
 LOST: Dict[int, str] = {}
 SEARCH_LIMIT = 50_000  # MLflow's largest page of runs
@@ -126,8 +130,7 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Count the jobs, and refuse the sweep (exit 2) before its first job if any job cannot run."""
-        global TALLY
-        TALLY = SweepTally(started_ms=int(time.time() * 1000))
+        TALLY.reset(started_ms=int(time.time() * 1000))
         LOST.clear()
         try:
             jobs = plan_jobs(config.hydra.sweeper.params or {}, config.hydra.overrides.task)

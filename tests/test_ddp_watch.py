@@ -1,0 +1,66 @@
+"""A torchrun job under the watch alone, on 2 gloo ranks: its windows close at the same batch on every rank, so
+no rank waits for good."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from wif.measure import names
+from wif.watcher.orders import ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+EPOCHS = """
+import os, sys, time, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+data = TensorDataset(torch.randn(48, 4), torch.zeros(48, dtype=torch.long))
+loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data))  # 12 batches a rank and epoch
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    loader.sampler.set_epoch(epoch)
+    for x, y in loader:
+        time.sleep(0.15)  # epochs of about 2 s: windows of 1 s cut them
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(f"rank {rank} epoch {epoch} done", flush=True)
+    if rank == 0:
+        time.sleep(0.7)  # validation and saving, on rank 0 alone
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_torchrun_job_under_the_watch_alone_ends_every_epoch_with_windows_of_one_second(
+    tmp_path: Path, store: str
+) -> None:
+    """Windows of 1 s in epochs of 2 s, rank 0 0.7 s late into each: every epoch of both ranks ends (before: each
+    rank closed its window by its own clock and gathered, the other rank sat in the step's all-reduce, and no
+    epoch ended in 90 s), and the run holds the job's windows of all three epochs."""
+    script = tmp_path / "ddp.py"
+    script.write_text(EPOCHS)
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env.update(MLFLOW_TRACKING_URI=store, PYTHONPATH=str(ROOT), WIF_WATCH_WINDOW_S="1", PYTHONUNBUFFERED="1")
+    watch = [sys.executable, "-m", "wif.watcher.watch_cli", "--"]
+    command = [*watch, *TORCHRUN, str(script)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    finished = sorted(re.findall(r"rank \d epoch \d done", done.stdout))  # the ranks' lines may interleave
+    assert finished == [f"rank {r} epoch {e} done" for r in (0, 1) for e in range(3)], done.stdout
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id])
+    epochs = [int(m.value) for m in client.get_metric_history(run.info.run_id, names.SCRIPT_EPOCH)]
+    windowed = [m.value for m in client.get_metric_history(run.info.run_id, names.WINDOWED)]
+    assert sorted(set(epochs)) == [0, 1, 2] and len(epochs) > 3 and 1.0 in windowed  # later epochs cut in windows
+    assert {"rank0_epoch_time_s", "rank1_epoch_time_s"} <= set(run.data.metrics)  # the job's windows, gathered

@@ -1,5 +1,5 @@
 """A torchrun job under the watch alone, on 2 gloo ranks: its windows close at the same batch on every rank, so
-no rank waits for good."""
+no rank waits for good; and a torchrun command that runs out of time leaves no rank alive."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from wif.advisor.command import execute
 from wif.measure import names
 from wif.watcher.orders import ENV
 
@@ -64,3 +66,34 @@ def test_a_torchrun_job_under_the_watch_alone_ends_every_epoch_with_windows_of_o
     windowed = [m.value for m in client.get_metric_history(run.info.run_id, names.WINDOWED)]
     assert sorted(set(epochs)) == [0, 1, 2] and len(epochs) > 3 and 1.0 in windowed  # later epochs cut in windows
     assert {"rank0_epoch_time_s", "rank1_epoch_time_s"} <= set(run.data.metrics)  # the job's windows, gathered
+
+
+HUNG = """
+import os, signal, subprocess, sys, time
+rank = os.environ["RANK"]
+if rank == "0":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a rank stuck in a collective's C code: SIGKILL alone ends it
+pids = [os.getpid()]
+if rank == "1":  # a rank's own child, as a DataLoader worker is
+    pids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid)
+with open(f"pids-{rank}.txt", "w") as out:
+    out.write(" ".join(map(str, pids)))
+time.sleep(600)
+"""
+
+
+def test_a_torchrun_command_that_runs_out_of_time_leaves_no_rank_alive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wif-advise's timeout ends torchrun, its ranks (each in a session of its own) and their children, a rank
+    that ignores SIGTERM included (before: torchrun alone was killed, and its ranks ran on)."""
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG)
+    monkeypatch.chdir(tmp_path)  # torchrun runs its ranks where it is started: they write their pids here
+    log = str(tmp_path / "out.log")
+    rc, last = execute([*TORCHRUN, str(script)], {"mode": "probe"}, log, timeout=30, warm_start=False)
+    assert rc == -1 and "ran out" in last
+    pids = [int(p) for rank in (0, 1) for p in (tmp_path / f"pids-{rank}.txt").read_text().split()]
+    assert len(pids) == 3, (tmp_path / "out.log").read_text()[-2000:]
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"still running: {alive}"

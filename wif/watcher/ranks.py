@@ -19,6 +19,7 @@ every rank iterates it. A validation loop that only rank 0 runs is never waited 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -45,6 +46,19 @@ def world() -> Tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def job_root() -> Optional[int]:
+    """The process whose tree holds this job's ranks on this machine: torchrun's agent (TORCHELASTIC_RUN_ID), or
+    the process that spawned the ranks. None where this process is no rank, or its parent is no launcher of
+    the job alone (srun starts each rank under its own slurmstepd)."""
+    import multiprocessing
+
+    if world()[1] < 2:
+        return None
+    if os.environ.get("TORCHELASTIC_RUN_ID") or multiprocessing.parent_process() is not None:
+        return os.getppid()
+    return None
 
 
 def _device() -> torch.device:

@@ -145,7 +145,7 @@ def process_started() -> float:
 
 
 class _Once:
-    """The first Ctrl-C or SIGTERM raises KeyboardInterrupt; those after it are ignored.
+    """The first Ctrl-C, SIGTERM or SIGHUP raises KeyboardInterrupt; those after it are ignored.
 
     Ctrl-C held or pressed again lands while the first one's clean-up begins, which ends every run KILLED.
     Raised there, it left the parent run RUNNING.
@@ -158,6 +158,15 @@ class _Once:
         if not self.raised:
             self.raised = True
             raise KeyboardInterrupt
+
+
+def _hear_interrupts(once: _Once) -> None:
+    """`kill` ends the advice as Ctrl-C does, every run KILLED; the signals after it change nothing."""
+    signal.signal(signal.SIGTERM, once)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIGINT left ignored where it was (nohup)
+        signal.signal(signal.SIGINT, once)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # a closed terminal: the command, in a session of its
+        signal.signal(signal.SIGHUP, once)  # own (wif.advisor.command), no longer hears the hangup
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -186,17 +195,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while the command is probed: it ended its own way, and nothing was recorded
         print(f"{PROG}: interrupted before any run was recorded.", file=sys.stderr)
         return EXIT_INTERRUPTED
-    once = _Once()  # `kill` ends the advice as Ctrl-C does, every run KILLED; the signals after it change nothing
-    signal.signal(signal.SIGTERM, once)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIGINT left ignored where it was (nohup)
-        signal.signal(signal.SIGINT, once)
+    _hear_interrupts(_Once())
     try:
         preload()
         silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md, wif-tune)
         say = lambda line: print(line, flush=True)  # noqa: E731
         result = mine.advise(opts, say) if mine else advise(base, args.overrides, opts, say=say)
     except KeyboardInterrupt:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # its runs are ended: Ctrl-C again changes nothing
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # its runs are ended: Ctrl-C again changes nothing
             signal.signal(sig, signal.SIG_IGN)
         print(f"{PROG}: interrupted; its runs are ended KILLED in MLflow (tag wif.kind=advise).", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -9,7 +9,9 @@ import json
 import os
 import signal
 import subprocess
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+import psutil
 
 from wif.advisor import warm
 from wif.run.supervise import INTERRUPT_GRACE_S
@@ -17,6 +19,7 @@ from wif.watcher import hook
 from wif.watcher.orders import ENV
 
 TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
+END_GRACE_S = 5.0  # a command ended by its timeout: SIGTERM, and SIGKILL to what is left past this
 
 
 def execute(
@@ -45,8 +48,7 @@ def execute(
             try:
                 rc = proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                end(proc)
                 return -1, ran_out(timeout)
             except KeyboardInterrupt:
                 stop(proc)
@@ -64,7 +66,9 @@ def launch(command: Sequence[str], orders: Mapping[str, Any], log: Any, warm_sta
     target = warm.warm_target(command) if warm_start else None
     if target is not None:
         return Warm(warm.start(target, env, log.name))
-    return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    # A session of its own: its process group is the command's alone, ended whole (`end`).
+    io = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.STDOUT}
+    return subprocess.Popen(list(command), env=env, start_new_session=True, **io)
 
 
 def ran_out(timeout: Optional[float]) -> str:
@@ -82,15 +86,65 @@ def last_line(log_path: str) -> str:
 def stop(proc: Any) -> None:
     """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once.
 
-    A Ctrl-C at the terminal has reached it already where it is in the terminal's foreground process group.
-    A second SIGINT would cut its own clean-up short. So it gets a moment to end, and SIGINT only if it has
-    not: a `kill` of wif-advise alone. Past the grace, it is killed.
+    A Ctrl-C at the terminal has reached it already where it is in the terminal's foreground process group (a
+    warm script). A second SIGINT would cut its own clean-up short. So it gets a moment to end, and SIGINT
+    only if it has not: a command in a session of its own, or a `kill` of wif-advise alone. Past the grace,
+    it is ended with all it started (`end`).
     """
     if not (_at_the_terminal(proc.pid) and _ended(proc, TERMINAL_GRACE_S)):
-        proc.send_signal(signal.SIGINT)
+        _signal(proc.pid, [], signal.SIGINT)  # as the terminal's Ctrl-C: its process group, a shell's children too
         if not _ended(proc, INTERRUPT_GRACE_S):
-            proc.kill()
-            proc.wait()
+            end(proc)
+
+
+def end(proc: Any, grace_s: float = END_GRACE_S) -> None:
+    """The command ended with all it started: SIGTERM, then SIGKILL to what is left past `grace_s`; reaped.
+
+    Both its process group (a shell script's children) and its process tree: torchrun starts each rank in a
+    session of its own, which no signal to the group reaches, and which outlives torchrun killed alone.
+    """
+    tree = _descendants(proc.pid)  # listed before any signal: a rank whose torchrun ended is adopted by init
+    _signal(proc.pid, tree, signal.SIGTERM)
+    if not _ended(proc, grace_s) or _alive(psutil.wait_procs(tree, timeout=grace_s)[1]):
+        _signal(proc.pid, tree + _descendants(proc.pid), signal.SIGKILL)
+        psutil.wait_procs(tree, timeout=grace_s)
+    proc.wait()
+
+
+def _descendants(pid: int) -> List[psutil.Process]:
+    """The processes `pid` started, and theirs; [] where it has ended."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _alive(processes: List[psutil.Process]) -> List[psutil.Process]:
+    """Those of `processes` still running: a zombie has ended, its status unread."""
+    out = []
+    for p in processes:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _signal(pid: int, tree: List[psutil.Process], sig: int) -> None:
+    """`sig` to `pid`'s process group where it leads one, else to `pid`; and to each of `tree`."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:  # a warm script: a child of the warm server, in its group
+            os.kill(pid, sig)
+    except OSError:
+        pass  # it has ended: its tree is signalled still
+    for p in tree:
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            continue
 
 
 def _ended(proc: Any, seconds: float) -> bool:

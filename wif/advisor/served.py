@@ -13,7 +13,7 @@ import tempfile
 import time
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
-from wif.advisor.command import last_line, launch, ran_out, stop
+from wif.advisor.command import end, last_line, launch, ran_out, stop
 from wif.watcher.served import SERVE_POLL_S, write_json
 
 LEAVE_GRACE_S = 10.0  # a served script told to leave is given this long, then killed
@@ -68,8 +68,7 @@ class Served:
                     self.proc = None
                     return rc, last_line(self.log_path)
                 if time.monotonic() > t_end:
-                    self.proc.kill()
-                    self.proc.wait()
+                    end(self.proc)
                     self.proc = None
                     return -1, ran_out(timeout)
                 time.sleep(SERVE_POLL_S)
@@ -86,8 +85,7 @@ class Served:
             try:
                 self.proc.wait(LEAVE_GRACE_S)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                end(self.proc)
         self.proc = None
         if self.log is not None:
             self.log.close()

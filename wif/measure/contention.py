@@ -1,10 +1,12 @@
-"""How much CPU other processes took on the machine while a run was measured.
+"""How much CPU other processes took on the run's CPUs while a run was measured.
 
 A run that shared its cores with a compile, another user's job or a second benchmark is slower for a
 reason that has nothing to do with its settings. The machine's busy time comes from /proc/stat; the
 job's own from its process tree (the run, its workers, and reaped workers through the run's children
 times) plus the supervising process. What is left was spent by others. Readings are taken only at
 epoch boundaries, while the run waits for its epoch to be logged: nothing is added inside an epoch.
+The cores are the CPUs the run may run on (its affinity, a job's or container's cpuset): others on the
+machine's other CPUs share nothing with it.
 """
 
 from __future__ import annotations
@@ -12,29 +14,39 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, FrozenSet, List, Mapping, Optional
 
 import psutil
 
 from wif.measure import names
 from wif.measure.proctree import HAS_CHILDREN_FILES, descendants
+from wif.measure.sysinfo import own_cpus
 
 PROC_STAT = "/proc/stat"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice. Busy is all but
 # idle and iowait; guest time is already inside user and nice.
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
-CORES = psutil.cpu_count() or 1  # /proc/stat's cpu line sums every core of the machine
+MACHINE = psutil.cpu_count() or 1
+_CPUS = own_cpus()
+OWN = None if _CPUS is None or len(_CPUS) >= MACHINE else _CPUS  # None: every CPU of the machine
+CORES = len(OWN) if OWN else MACHINE  # the cores others can share with the run
 
 
-def machine_busy_s() -> Optional[float]:
-    """CPU seconds every core of the machine has spent busy since boot; None where /proc/stat is missing."""
+def machine_busy_s(cpus: Optional[FrozenSet[int]] = OWN) -> Optional[float]:
+    """CPU seconds the run's CPUs (`cpus`; None: every core of the machine, /proc/stat's cpu line) have spent
+    busy since boot; None where /proc/stat is missing."""
     try:
         with open(PROC_STAT) as stat:
-            fields = stat.readline().split()[1:]
+            lines = [stat.readline()] if cpus is None else stat.read().splitlines()
     except OSError:
         return None
-    return sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields)) / _TICKS
+    busy = 0
+    for line in lines:
+        name, *fields = line.split()
+        if cpus is None or (name[3:].isdigit() and name.startswith("cpu") and int(name[3:]) in cpus):
+            busy += sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields))
+    return busy / _TICKS
 
 
 def tree_cpu_s(root: psutil.Process) -> float:
@@ -83,25 +95,33 @@ def is_contended(figures: Mapping[str, Optional[float]], threshold_pct: float) -
 class _Mark:
     t: float
     busy_s: Optional[float]
-    ours_s: float  # the run's tree and the supervisor
+    ours_s: float  # the job's tree (the run's, or all its ranks') and the supervisor
     tree_s: float  # the run's tree alone
 
 
 class HostCpuMeter:
-    """Marks taken at epoch boundaries; the CPU share others used between any two of them."""
+    """Marks taken at epoch boundaries; the CPU share others used between any two of them.
 
-    def __init__(self, root_pid: int) -> None:
+    The run is `root_pid`'s tree. The job is `job_pid`'s tree where the run is one of its ranks (torchrun's
+    agent, or the process that spawned the ranks): a sibling rank is the job's own, never another's.
+    """
+
+    def __init__(self, root_pid: int, job_pid: Optional[int] = None) -> None:
         self.root = psutil.Process(root_pid)
+        self.job = psutil.Process(job_pid) if job_pid not in (None, root_pid) else None
         self.me = psutil.Process()  # the supervisor: its sampler thread and MLflow calls are the job's own
+        outer = self.job or self.root
+        # wif.watch meters its own process: it is in the tree, counted once
+        self.me_inside = self.me.pid == outer.pid or any(p.pid == outer.pid for p in self.me.parents())
         self.marks: List[_Mark] = []
 
     def mark(self) -> None:
         tree = tree_cpu_s(self.root)
-        own = 0.0
-        if self.me.pid != self.root.pid:  # wif.watch meters its own process: it is the tree, counted once
+        ours = tree if self.job is None else tree_cpu_s(self.job)
+        if not self.me_inside:
             times = self.me.cpu_times()
-            own = times.user + times.system
-        self.marks.append(_Mark(time.monotonic(), machine_busy_s(), tree + own, tree))
+            ours += times.user + times.system
+        self.marks.append(_Mark(time.monotonic(), machine_busy_s(), ours, tree))
 
     def tree_s(self, first: int, last: int) -> float:
         """CPU seconds the run's own processes (the run, its workers, those that ended) used between marks

@@ -28,6 +28,7 @@ from wif.measure import names
 from wif.measure.nvml import GpuProbe
 from wif.measure.proctree import HAS_CHILDREN_FILES, descendants, fork_shared_share, shm_used
 from wif.measure.series import Series, rank_peaks
+from wif.measure.sysinfo import usable_cores
 
 log = logging.getLogger(__name__)
 MB = 1024 * 1024
@@ -76,7 +77,7 @@ class TreeSampler(threading.Thread):
         self._seen: Dict[int, psutil.Process] = {pid: self.root}
         self._t_prev = time.monotonic()
         self._shm0 = shm_used()
-        self._cores = psutil.cpu_count() or 1
+        self._cores = usable_cores()  # a share of what the run may use: its CPUs, its cgroup's quota
         self.own_cpu_s = 0.0
         self.paused_cpu_s = 0.0  # spent on reads while the run waited between epochs
         self.wall_s = 0.0

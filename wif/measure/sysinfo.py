@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Dict
+from typing import Dict, FrozenSet, List, Optional
 
 import psutil
 
@@ -28,12 +29,61 @@ PACKAGES = (
 )
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (a container's or taskset's limit), not the machine's count."""
+CGROUP = "/sys/fs/cgroup"
+PERIOD_US = 100_000  # the kernel's default CFS period
+
+
+def own_cpus() -> Optional[FrozenSet[int]]:
+    """The CPUs this process may run on (taskset, a container's or a job's cpuset); None off Linux."""
     try:
-        return len(os.sched_getaffinity(0))
+        return frozenset(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return None
+
+
+def usable_cores() -> int:
+    """Cores this process may use: its CPUs (`own_cpus`), capped by its cgroup's CPU quota rounded up (a
+    container's `--cpus`, a job's CPU limit); never the machine's count where either is less."""
+    cpus = own_cpus()
+    cores = len(cpus) if cpus else (os.cpu_count() or 1)
+    quota = cpu_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def cpu_quota(folders: Optional[List[str]] = None) -> Optional[float]:
+    """The CPUs' worth of time this process's cgroup may use: cgroup v2's cpu.max, or v1's cpu.cfs_quota_us over
+    cpu.cfs_period_us, in the first of `folders` (by default its own cgroup's, then the root's) that has them.
+    None: no cap ("max", -1), or no cgroup to read."""
+    for folder in _cgroup_folders() if folders is None else folders:
+        v2 = _read(os.path.join(folder, "cpu.max")).split()
+        if v2:
+            return None if v2[0] == "max" else int(v2[0]) / int(v2[1] if len(v2) > 1 else PERIOD_US)
+        quota = _read(os.path.join(folder, "cpu.cfs_quota_us"))
+        if quota:
+            period = _read(os.path.join(folder, "cpu.cfs_period_us")) or PERIOD_US
+            return None if int(quota) <= 0 else int(quota) / int(period)
+    return None
+
+
+def _cgroup_folders() -> List[str]:
+    """Where this process's cgroup keeps its CPU controller's files, v2 and v1, from /proc/self/cgroup."""
+    out = []
+    for line in _read("/proc/self/cgroup").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if not controllers:  # v2's one hierarchy
+            out.append(CGROUP + path)
+        elif "cpu" in controllers.split(","):
+            out += [f"{CGROUP}/{controllers}{path}", f"{CGROUP}/cpu{path}"]
+    return [*dict.fromkeys([*(f.rstrip("/") for f in out), CGROUP, f"{CGROUP}/cpu"])]  # a namespace's root too
+
+
+def _read(path: str) -> str:
+    """The file's text, stripped; "" where it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _cpu_model() -> str:

@@ -15,7 +15,6 @@ study's report never mixes them with its own runs.
 from __future__ import annotations
 
 import functools
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
@@ -25,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from wif.measure import epochs as epoch_account
 from wif.measure import names
+from wif.measure.sysinfo import usable_cores
 from wif.measure.timing import StepClock, synchronize
 from wif.run.loop import TimedFeed, map_tensors, samples_in
 from wif.run.training import CappedBatches
@@ -118,7 +118,7 @@ def tune_workers(
     """
     opts = TuneOptions(**options)
     dev = _default_device(opts.device)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     cap = 2 * cores if opts.max_workers is None else opts.max_workers
     pins = [p for p in dict.fromkeys(pin_memory) if dev.type == "cuda" or not p] or [False]
     runner = _InProcessTrials(dataset=dataset, batch_size=batch_size, collate_fn=collate_fn, options=opts, device=dev)

@@ -7,6 +7,11 @@ floats. Rank 0 logs the job's epoch: the slowest rank's, each rank's beside it a
 Under wif-advise's orders, rank 0 decides when the measurement has what it needs. Every rank hears it at the
 same epoch's end, so the ranks leave together: a rank left behind would wait in its next all-reduce for good.
 
+Under the watch alone, a window closes at the same batch on every rank: rank 0's clock sets the count, heard
+by all in the rows they gather (`count_for`). No rank gathers at a batch where another does not: a window
+closed by each rank's own clock would meet the other rank's all-reduce, and both would wait for good. See
+NOTE [ Windows ] in wif.watcher.windows.
+
 Only the training loader's epochs meet in these collectives: gradients are enabled at its first epoch, where
 every rank iterates it. A validation loop that only rank 0 runs is never waited for.
 """
@@ -14,7 +19,8 @@ every rank iterates it. A validation loop that only rank 0 runs is never waited 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Tuple
+import os
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -29,6 +35,7 @@ KEYS = (
     "samples",
     "t_start",
     "t_end",
+    "batches",
 )
 
 
@@ -39,6 +46,19 @@ def world() -> Tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def job_root() -> Optional[int]:
+    """The process whose tree holds this job's ranks on this machine: torchrun's agent (TORCHELASTIC_RUN_ID), or
+    the process that spawned the ranks. None where this process is no rank, or its parent is no launcher of
+    the job alone (srun starts each rank under its own slurmstepd)."""
+    import multiprocessing
+
+    if world()[1] < 2:
+        return None
+    if os.environ.get("TORCHELASTIC_RUN_ID") or multiprocessing.parent_process() is not None:
+        return os.getppid()
+    return None
 
 
 def _device() -> torch.device:
@@ -67,6 +87,19 @@ def decided(done: bool) -> bool:
     flag = torch.tensor([1.0 if done else 0.0], device=_device())
     dist.broadcast(flag, src=0)
     return bool(flag.item())
+
+
+def count_for(rows: List[Dict[str, Any]], seconds: Optional[float]) -> Optional[int]:
+    """The batches of a window of `seconds` at rank 0's pace in the window the ranks just gathered.
+
+    Every rank computes it from the same gathered rows, so every rank's next windows close at the same batch.
+    None, an epoch is one window: no pace was measured.
+    """
+    lead = rows[0]
+    batches, took = lead.get("batches") or 0, lead.get(names.EPOCH_TIME_S) or 0.0
+    if not seconds or batches < 1 or took <= 0:
+        return None
+    return max(1, math.ceil(seconds * batches / took))
 
 
 def _float(value: Any) -> float:

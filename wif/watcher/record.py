@@ -30,6 +30,7 @@ from wif.measure.lifetime import owner_tags
 from wif.measure.paced import PacedSender
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, default_tracking_uri
+from wif.watcher import ranks
 from wif.watcher.orders import FORKED_FROM
 
 MB = 1024 * 1024
@@ -75,7 +76,7 @@ class Record:
         forked_from = os.environ.get(FORKED_FROM)  # started warm: the pages shared with the server count in full
         self.sampler = TreeSampler(os.getpid(), MeasureConfig(), forked_from=int(forked_from) if forked_from else None)
         self.sampler.start()
-        self.meter = HostCpuMeter(os.getpid())
+        self.meter = HostCpuMeter(os.getpid(), job_pid=ranks.job_root())  # a sibling rank is no other
         self.gpu_attached = False
         self.finished = False
         self.script_epochs, self.script_batches = 0, 0  # what the script's epochs offered, uncut

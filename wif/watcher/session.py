@@ -95,6 +95,7 @@ class Session:
         self.handed, self.expected = 0, None
         self.epoch_index = -1  # the script's epoch under way, from 0: its windows are numbered apart
         self.alone = watched_alone()  # the windows without orders
+        self.span = self.alone.seconds  # a ranked session's windows: this long at rank 0's pace
         self.current: Optional[Iterator[Any]] = None
 
     # ------------------------------------------------------------------ the claim
@@ -132,6 +133,8 @@ class Session:
         """The session's Record, rank 0's alone logged; the state becomes WATCHED."""
         rank, size = ranks.world()
         self.ranked = size > 1 and torch.is_grad_enabled()  # every rank's training loader: one run, rank 0's
+        if self.ranked:  # no rank's own clock cuts: the first epoch is one window (NOTE [ Windows ])
+            self.alone = replace(self.alone, seconds=None)
         if rank != 0:
             self.say = silent
         o = self.options
@@ -209,14 +212,13 @@ class Session:
         It ends at a window's end where the orders are done. `offers`: the script's epoch's own length, before
         any cut.
         """
-        windows = self.orders.windows if self.orders is not None else self.alone
         self.handed, self.expected, self.starting = 0, length_of(source), True
         self.epoch_index += 1
         proof.STARTED.clear()  # the DataLoader epochs this one begins, noted from here
         batches, first, ended = stream(source), True, False
         try:
             while True:
-                window = Window(batches, windows)
+                window = Window(batches, self.orders.windows if self.orders is not None else self.alone)
                 yield from self._window(window, first=first)
                 if not window.closed:
                     ended = True
@@ -298,7 +300,10 @@ class Session:
         e = {"epoch": len(self.epochs), **figures(asdict(step)), "samples": stats.samples, "batches": batches}
         e.update({names.SCRIPT_EPOCH: self.epoch_index, names.WINDOWED: float(not whole)})
         if self.ranked:  # the job's epoch: its slowest rank's, each rank's beside it
-            job = job_epoch(ranks.gather({**asdict(step), "samples": stats.samples}))
+            rows = ranks.gather({**asdict(step), "samples": stats.samples, "batches": batches})
+            if self.orders is None:  # every rank's next windows close at the same batch, at rank 0's pace
+                self.alone = replace(self.alone, batches=ranks.count_for(rows, self.span))
+            job = job_epoch(rows)
             e.update(figures(job), samples=job["samples"])
             e[names.COMPUTE_THREADS] = stats.compute_threads
             e.update({k: v for k, v in job.items() if k.startswith("rank") or k == "slowest_rank"})

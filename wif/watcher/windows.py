@@ -22,9 +22,15 @@ from typing import Any, Iterable, Iterator, Optional
 #     other, and their times compare. A window that the loop leaves early, after its epoch's first, is no
 #     figure: a break at `max_steps` cuts the last window short.
 #   Under the watch alone, a window closes at the epoch's end or at the first batch past WINDOW_S seconds
-#     (WIF_WATCH_WINDOW_S): a long
-#     epoch, or an endless stream, is said and logged as it goes. Every window is a figure, its batches
-#     counted.
+#     (WIF_WATCH_WINDOW_S): a long epoch, or an endless stream, is said and logged as it goes. Every window
+#     with a batch is a figure, its batches counted.
+#   A distributed script's ranks gather at every window's end (wif.watcher.ranks), so a window must close at
+#     the same batch on every rank: each rank's own clock would close it at another batch, and one rank
+#     would wait in the gather while the other waits in the step's all-reduce, for good. So under the watch
+#     alone the ranks' windows are cut by count, and rank 0's clock sets the count: the first epoch is one
+#     window, and each gather hands every rank rank 0's pace, from which each computes the same count of
+#     batches for WINDOW_S (ranks.count_for). A loop that breaks at `max_steps` breaks at the same batch on
+#     every rank: its last window ends there on each, and is a figure on each.
 # A script that ends before its measurement has its windows is measured again in smaller ones
 # (wif.advisor.script_runner).
 
@@ -38,11 +44,12 @@ class Windows:
 
     batches: Optional[int] = None
     seconds: Optional[float] = None
+    alone: bool = False  # the watch alone, without orders: every window with a batch is a figure
 
     def figure(self, first: bool, closed: bool, batches: int) -> bool:
         """Whether a window of `batches` is a figure: its epoch's first; a later one closed by its count, or with
-        any batch where only a clock cuts."""
-        return first or closed or (self.batches is None and batches > 0)
+        any batch under the watch alone."""
+        return first or closed or (self.alone and batches > 0)
 
 
 class Window:
@@ -67,15 +74,15 @@ def watched_alone() -> Windows:
     """The windows of the watch alone: WIF_WATCH_WINDOW_S seconds, WINDOW_S by default; a bad value is said."""
     text = os.environ.get(WINDOW_ENV)
     if text is None:
-        return Windows(seconds=WINDOW_S)
+        return Windows(seconds=WINDOW_S, alone=True)
     try:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
     if not seconds > 0:
         print(f"wif.watch: {WINDOW_ENV}={text!r} is not seconds above 0: windows of {WINDOW_S:g} s", file=sys.stderr)
-        return Windows(seconds=WINDOW_S)
-    return Windows(seconds=seconds)
+        return Windows(seconds=WINDOW_S, alone=True)
+    return Windows(seconds=seconds, alone=True)
 
 
 def stream(source: Iterable[Any]) -> Iterator[Any]:

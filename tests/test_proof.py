@@ -1,5 +1,6 @@
 """The proof that an order reached the loader (wif.watcher.proof) reads every argument of wif.dataloader_args off a
-live iterator. Real DataLoaders, real scripts served in a subprocess, a real SQLite store."""
+live iterator; a loader-only trial at 0 workers is its process's last (NOTE [ Trials in one process ]). Real
+DataLoaders, real scripts served in a subprocess, a real SQLite store."""
 
 from __future__ import annotations
 
@@ -122,3 +123,19 @@ def test_an_order_of_persistent_workers_alone_is_proven(trials: Trials) -> None:
     served.close()
     metrics = trials.metrics(reached)
     assert rc == 0 and metrics[names.EPOCHS_RUN] == 2 and metrics["workers_peak"] == 2, (last, metrics)
+
+
+def test_a_trial_at_0_workers_is_its_processs_last(trials: Trials) -> None:
+    """w0, then the script's own 2 workers: the w0 trial's dataset opens its file in the main process, so the next
+    trial runs in a new one, and no worker reads through a handle another process opened (before, w2's workers
+    forked from the process that w0 had opened it in, and inherited its handle)."""
+    served = Served([sys.executable, "train.py", "swapped"])
+    w0 = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}
+    first, second = trials.orders({**w0, "in_order": True}), trials.orders(None)
+    rc, last, _ = served.measure(first, "w0.log", timeout=300, in_process=True)
+    assert rc == 0 and served.proc is None, last
+    rc, last, _ = served.measure(second, "w2.log", timeout=300)
+    served.close()
+    assert rc == 0 and trials.metrics(second)[names.EPOCHS_RUN] == 2, last
+    reads = {tuple(line.split()) for line in Path("reads").read_text().splitlines()}  # (reader, opener) pids
+    assert len(reads) > 2 and all(pid == opener for pid, opener in reads), sorted(reads)  # w0's and the workers

@@ -134,7 +134,7 @@ class ScriptRunner(Runner):
             orders = self.orders(conf, role, run_id)
             timeout = None if math.isinf(left) else left
             if role == "loader":  # every trial in one process: NOTE [ Trials in one process ]
-                rc, last, log = self.served.measure(orders, log, timeout)
+                rc, last, log = self.served.measure(orders, log, timeout, in_process=conf.loader.num_workers == 0)
             else:
                 self.served.close()  # its process leaves: the trials are over
                 rc, last = execute(self.command, orders, log, timeout=timeout)

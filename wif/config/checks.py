@@ -23,6 +23,7 @@ from wif.config.schema import (
 )
 from wif.config.targets import validate_options
 from wif.config.trainer_checks import validate_epochs, validate_ranks
+from wif.dataloader_args import ARGS
 
 
 def validate(cfg: Config, here: bool = True) -> None:
@@ -190,19 +191,16 @@ def validate_uint8(cfg: Config) -> None:
     )
 
 
-# DataLoader keys that older torch releases lack: (key, the default that needs no support, first release)
-_NEWER_LOADER_KEYS = (("in_order", True, "2.6"),)
-
-
 def _require_supported_by_torch(lo: LoaderConfig) -> None:
-    """Refuse a DataLoader key this torch lacks, unless it is left at its default."""
+    """Refuse a DataLoader key this torch lacks, unless it is left at its default (wif.dataloader_args)."""
     import inspect
 
     import torch
     from torch.utils.data import DataLoader
 
     accepted = inspect.signature(DataLoader).parameters
-    for key, default, release in _NEWER_LOADER_KEYS:
+    for arg in [arg for arg in ARGS if hasattr(lo, arg.name)]:
+        key, default, release = arg.name, arg.default, ".".join(map(str, arg.since))
         require(
             key in accepted or getattr(lo, key) == default,
             f"loader.{key}={getattr(lo, key)} needs torch >= {release}; this is torch {torch.__version__}. "

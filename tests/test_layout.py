@@ -22,21 +22,24 @@ MAX_LINES = 320
 
 # Which wif packages each package may import (its own always). Bottom to top: config <- measure <- data <- run
 # <- sweep; tools beside sweep, advisor above tools; the report reads the store (measure.tracking alone: see
-# REPORT_MAY_IMPORT) and decides with `decide`.
+# REPORT_MAY_IMPORT) and decides with `decide`. Below them all, wif.dataloader_args: the standard library only, so
+# the watch's hook may read it while torch is being imported.
 MAY_IMPORT: Mapping[str, Set[str]] = {
-    "config": set(),
-    "measure": {"config"},
-    "data": {"config", "measure"},
-    "run": {"config", "measure", "data"},
+    "config": {"dataloader_args"},
+    "measure": {"config", "dataloader_args"},
+    "data": {"config", "measure", "dataloader_args"},
+    "run": {"config", "measure", "data", "dataloader_args"},
     "decide": {"measure"},
-    "sweep": {"config", "measure", "data", "run", "decide", "report"},
-    "tools": {"config", "measure", "data", "run"},
-    "advisor": {"config", "measure", "data", "run", "tools", "watcher", "decide"},
+    "sweep": {"config", "measure", "data", "run", "decide", "report", "dataloader_args"},
+    "tools": {"config", "measure", "data", "run", "dataloader_args"},
+    "advisor": {"config", "measure", "data", "run", "tools", "watcher", "decide", "dataloader_args"},
     "report": {"measure", "decide"},
-    "watcher": {"config", "measure", "data", "run"},
+    "watcher": {"config", "measure", "data", "run", "dataloader_args"},
     "commands": set(),  # wif.commands: `wif`, the list of commands; imports nothing of wif
+    "dataloader_args": set(),  # wif.dataloader_args: the table of DataLoader's arguments, below every package
 }
 REPORT_MAY_IMPORT = {"wif.measure.tracking", "wif.measure.lifetime", "wif.measure.names"}  # the store, its names
+STDLIB = set(sys.stdlib_module_names)
 HEAVY = {"torch", "torchvision", "prefetch_generator", "spdl", "torchdata"}
 
 
@@ -202,6 +205,14 @@ def test_the_report_never_imports_torch_or_the_training_code(graph) -> None:
         cwd=ROOT,
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_what_the_hook_reads_while_torch_is_imported_is_the_standard_library(graph) -> None:
+    """wif.watcher.hook patches DataLoader inside `import torch`: what it imports at its top imports nothing more."""
+    internal, external = graph
+    read = {"wif.watcher.proof", "wif.watcher.origin", "wif.dataloader_args"}
+    beyond = {m: sorted(internal[m] - read) + sorted(external[m] - {"wif", "__future__"} - STDLIB) for m in read}
+    assert {m: found for m, found in beyond.items() if found} == {}
 
 
 def test_each_package_says_what_lives_there() -> None:

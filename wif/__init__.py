@@ -19,9 +19,10 @@ The packages, bottom to top; each imports only from those below it (tests/test_l
     advisor  wif-advise: the bottleneck found, candidates predicted and raced (imports tools, watcher and
              below)
 
-`commands` (the `wif` command: the list of commands) imports none of them. `report` stands beside them: it reads
-the MLflow store (and `measure.tracking` for its address), decides with `decide`, and never imports torch or
-the training code.
+`commands` (the `wif` command: the list of commands) imports none of them. `dataloader_args`, the one table of
+DataLoader's keyword arguments (their defaults, the proof's reading, the lines to paste), lies below them all and
+imports only the standard library. `report` stands beside them: it reads the MLflow store (and
+`measure.tracking` for its address), decides with `decide`, and never imports torch or the training code.
 
 From a user's own script: `wif.watch(loader)` (the one line in the loop: each pass timed and logged as an
 epoch; wif.watcher.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`

@@ -6,6 +6,7 @@ from typing import Any, Dict, Sequence
 
 from wif.advisor.settings import Candidate
 from wif.config.compose import STUDY_COMMAND
+from wif.dataloader_args import BY_NAME
 
 
 def train_line(overrides: Sequence[str], pick: Candidate) -> str:
@@ -35,7 +36,8 @@ def dataloader_kwargs(pick: Candidate, pin: bool) -> str:
     if k.get("engine.name") not in (None, "dataloader"):
         return f"engine={k['engine.name']} (not a DataLoader: {pick.workers} threads of torchdata.nodes)"
     args = {key: value for key, value in loader_args(pick, pin).items() if key != "in_order"}
-    line = f"DataLoader(dataset, batch_size=..., shuffle=True, {', '.join(f'{k}={v}' for k, v in args.items())})"
+    pasted = ", ".join(BY_NAME[k].pasted(v) for k, v in args.items())
+    line = f"DataLoader(dataset, batch_size=..., shuffle=True, {pasted})"
     if k.get("data.preload"):  # the gain is partly the dataset's: the loader's arguments alone would not give it
         line = "a dataset that holds its decoded images in RAM (wif's data.preload=true), " + line
     return line + ("; copy with .to(device, non_blocking=True)" if pick.copy_hidden else "")

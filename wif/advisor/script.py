@@ -31,6 +31,7 @@ from wif.advisor.script_runner import LOADER_KEYS, ScriptRunner
 from wif.advisor.steps import PROG, Advice, Options, advise
 from wif.config import ConfigError, Device
 from wif.config.compose import load_config
+from wif.dataloader_args import BY_NAME
 from wif.measure.tracking import default_tracking_uri
 from wif.watcher.origin import NAMED
 
@@ -149,25 +150,19 @@ def sized_cap(batches: int, batch_s: Optional[float], minutes: float) -> int:
     return max(min(batches, int(target / batch_s)), min(MIN_CAP, batches))
 
 
-HF_FIELDS = {  # transformers.TrainingArguments' fields for DataLoader's arguments (its Trainer makes the loader)
-    "num_workers": "dataloader_num_workers",
-    "prefetch_factor": "dataloader_prefetch_factor",
-    "persistent_workers": "dataloader_persistent_workers",
-    "pin_memory": "dataloader_pin_memory",
-}
-
-
 def paste(probed: Dict[str, Any], args: Dict[str, Any], command: Sequence[str]) -> Tuple[str, str]:
     """(the lines to paste, in the terms of whatever made the training loader; how to run it again)."""
     again = f"then as before: {' '.join(command)}"
     made = f" (made at {probed['made_at']})" if probed.get("made_at") else ""
     if probed.get("framework") == "transformers":
-        fields = ", ".join(f"{HF_FIELDS[k]}={v}" for k, v in args.items() if k in HF_FIELDS)
+        fields = ", ".join(BY_NAME[k].trainer_pasted(v) for k, v in args.items() if BY_NAME[k].trainer_field)
         line = f"TrainingArguments(<your other arguments>, {fields})"
-        if "in_order" in args:
-            line += "; in_order=False has no TrainingArguments field: it needs the Trainer's get_train_dataloader"
+        for k in [k for k in args if not BY_NAME[k].trainer_field]:
+            line += f"; {BY_NAME[k].pasted(args[k])} has no TrainingArguments field: it needs the Trainer's "
+            line += "get_train_dataloader"
         return line, f"those TrainingArguments fields, {again}"
-    line = f"DataLoader(<your dataset and other arguments>, {', '.join(f'{k}={v}' for k, v in args.items())})"
+    pasted = ", ".join(BY_NAME[k].pasted(v) for k, v in args.items())
+    line = f"DataLoader(<your dataset and other arguments>, {pasted})"
     if probed.get("framework") == "lightning":
         return f"in your train_dataloader(){made}: {line}", f"those DataLoader arguments in train_dataloader(), {again}"
     return line + made, f"those DataLoader arguments in your script, {again}"

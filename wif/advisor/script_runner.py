@@ -26,13 +26,14 @@ from wif.advisor.runner import Ended, Measured, Recording, Runner
 from wif.advisor.served import Served
 from wif.advisor.settings import Candidate, training
 from wif.config import Config, TrainerMode, as_plain
+from wif.dataloader_args import ORDERED
 from wif.measure import names
 from wif.measure.contention import is_contended
 from wif.measure.tracking import FAILED, FINISHED, KILLED
 from wif.run.record import stop_rule
 from wif.watcher.proof import UNREACHED
 
-LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "in_order")
+LOADER_KEYS = ORDERED  # the DataLoader arguments the orders may set: wif.dataloader_args
 WANTED_WINDOWS = 8  # a script that ran out is cut into this many windows: the race's warm-up and 7 steady ones
 MIN_WINDOW = 4  # batches a window at least
 RAN_OUT = "the command ended after"
@@ -133,7 +134,7 @@ class ScriptRunner(Runner):
             orders = self.orders(conf, role, run_id)
             timeout = None if math.isinf(left) else left
             if role == "loader":  # every trial in one process: NOTE [ Trials in one process ]
-                rc, last, log = self.served.measure(orders, log, timeout)
+                rc, last, log = self.served.measure(orders, log, timeout, in_process=conf.loader.num_workers == 0)
             else:
                 self.served.close()  # its process leaves: the trials are over
                 rc, last = execute(self.command, orders, log, timeout=timeout)

@@ -29,15 +29,19 @@ class Served:
         self.log: Any = None
         atexit.register(self.close)
 
-    def measure(self, orders: Mapping[str, Any], log_path: str, timeout: Optional[float]) -> Tuple[int, str, str]:
+    def measure(
+        self, orders: Mapping[str, Any], log_path: str, timeout: Optional[float], *, in_process: bool = False
+    ) -> Tuple[int, str, str]:
         """One candidate's trial: (0 once it is done, else the exit code; its last line; the log of its output).
 
         The process that timed the last candidate times it, where it still waits; else a new one starts.
+        A trial that fetches in the main process is its process's last: NOTE [ Trials in one process ].
 
         Args:
             orders: the candidate's orders.
             log_path: where a new process's output goes.
             timeout: seconds the trial may take; None: no limit.
+            in_process: the candidate fetches in the script's main process (num_workers=0).
         """
         if self.proc is not None and self.proc.poll() is None:
             self.index += 1
@@ -51,7 +55,10 @@ class Served:
             except OSError as err:
                 self.proc = None
                 return 127, f"{self.command[0]}: {err.strerror}", log_path
-        return (*self._wait(timeout), self.log_path)
+        rc, last = self._wait(timeout)
+        if in_process:  # what its fetch opened stays open in the process: no later candidate's workers inherit it
+            self.close()
+        return rc, last, self.log_path
 
     def _served(self, orders: Mapping[str, Any]) -> dict:
         """The orders with where to hand the candidate's end, and who waits for it."""

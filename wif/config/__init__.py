@@ -4,7 +4,7 @@ the trainer (trainer_checks), the storage formats (formats), of decoding on the 
 loader engines (engine_checks), kept here so that checking a config never imports a data pipeline; user code
 named by `_target_` (targets); composing `conf/` for the command-line tools (compose); and how a job's end
 reaches the user: exit codes, one line, the traceback where it is looked for (exits). The bottom layer: imports
-no other wif package.
+no other wif package, only wif.dataloader_args, the table of DataLoader's arguments.
 
 The schema and its checks are re-exported here, the vocabulary every other package speaks.
 """

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from wif.config.schema import Config, DataSource, LoaderConfig, TransferKind, require
+from wif.dataloader_args import ARGS, WORKER_ONLY
 
 
 def validate_loader(cfg: Config) -> None:
@@ -47,43 +50,33 @@ def validate_loader(cfg: Config) -> None:
 
 
 def _require_no_worker_keys(lo: LoaderConfig) -> None:
-    """At loader.num_workers=0, refuse the keys that only worker processes take."""
-    require(
-        lo.in_order,
-        "loader.in_order=false needs worker processes, but loader.num_workers=0. "
-        "Set loader.num_workers>0, or loader.in_order=true.",
-    )
-    require(
-        lo.multiprocessing_context is None,
-        f"loader.multiprocessing_context={lo.multiprocessing_context.value if lo.multiprocessing_context else ''} "
-        "starts worker processes, but loader.num_workers=0. Set loader.num_workers>0, or "
-        "loader.multiprocessing_context=null.",
-    )
-    require(
-        lo.prefetch_factor is None,
-        f"loader.prefetch_factor={lo.prefetch_factor} needs worker processes, but loader.num_workers=0. "
-        "Set loader.num_workers>0, or loader.prefetch_factor=null.",
-    )
-    require(
-        not lo.persistent_workers,
-        "loader.persistent_workers=true needs worker processes, but loader.num_workers=0. "
-        "Set loader.num_workers>0, or loader.persistent_workers=false.",
-    )
+    """At loader.num_workers=0, refuse the keys that only worker processes take (wif.dataloader_args)."""
+    for arg in [arg for arg in WORKER_ONLY if hasattr(lo, arg.name)]:
+        value = getattr(lo, arg.name)
+        require(
+            value == arg.default,
+            f"loader.{arg.name}={_yaml(value)} needs worker processes, but loader.num_workers=0. "
+            f"Set loader.num_workers>0, or loader.{arg.name}={_yaml(arg.default)}.",
+        )
 
 
-# DataLoader keys that older torch releases lack: (key, the default that needs no support, first release)
-_NEWER_LOADER_KEYS = (("in_order", True, "2.6"),)
+def _yaml(value: Any) -> str:
+    """A value as it is typed on the command line: true, null, spawn."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(getattr(value, "value", value))
 
 
 def _require_supported_by_torch(lo: LoaderConfig) -> None:
-    """Refuse a DataLoader key this torch lacks, unless it is left at its default."""
+    """Refuse a DataLoader key this torch lacks, unless it is left at its default (wif.dataloader_args)."""
     import inspect
 
     import torch
     from torch.utils.data import DataLoader
 
     accepted = inspect.signature(DataLoader).parameters
-    for key, default, release in _NEWER_LOADER_KEYS:
+    for arg in [arg for arg in ARGS if hasattr(lo, arg.name)]:
+        key, default, release = arg.name, arg.default, ".".join(map(str, arg.since))
         require(
             key in accepted or getattr(lo, key) == default,
             f"loader.{key}={getattr(lo, key)} needs torch >= {release}; this is torch {torch.__version__}. "

@@ -1,13 +1,14 @@
 """What a job is: its identity, which resume matches on, and its cell, which the report compares.
 
-Pure: reads a typed config, imports nothing beyond `wif.config` and `wif.measure.names`.
+Pure: reads a typed config, imports nothing beyond `wif.config`, `wif.dataloader_args` and `wif.measure.names`.
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 from wif.config import Config, DataSource, EngineName, TransferKind, as_plain
+from wif.dataloader_args import ARGS, DataLoaderArg
 from wif.measure.names import Cell
 
 # Keys that do not change what a run measures: left out of the identity that resume matches on.
@@ -85,13 +86,14 @@ def cell_name(conf: Config) -> str:
 def _loader_knobs(conf: Config) -> List[Tuple[bool, str]]:
     """(whether set, knob) for the loader's own knobs and the engine, in the cell's order."""
     lo = conf.loader
-    context = lo.multiprocessing_context
-    return [
-        (lo.persistent_workers, "persistent"),
-        (not lo.in_order, "out_of_order"),
-        (context is not None, getattr(context, "value", "")),
-        (conf.engine.name is not EngineName.dataloader, conf.engine.name.value),
-    ]
+    marked = [arg for arg in ARGS if arg.label]  # persistent, out_of_order, the start method: wif.dataloader_args
+    knobs = [(getattr(lo, arg.name) != arg.default, _label(arg, getattr(lo, arg.name))) for arg in marked]
+    return knobs + [(conf.engine.name is not EngineName.dataloader, conf.engine.name.value)]
+
+
+def _label(arg: DataLoaderArg, value: Any) -> str:
+    """`arg`'s mark in a cell's name, at `value`: the start method's own name, as `spawn`."""
+    return arg.label.format(getattr(value, "value", value))
 
 
 def _run_knobs(conf: Config) -> List[Tuple[bool, str]]:

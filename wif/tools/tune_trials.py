@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from wif import dataloader_args
 from wif.config import Config, TrainerMode, validate
 from wif.measure import names
 from wif.measure.sysinfo import host_tags
@@ -21,13 +22,8 @@ from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
 from wif.tools.recorded import run_recorded
 
-# Loader keys that only mean something with worker processes, and their value without any.
-WORKER_ONLY = (
-    ("prefetch_factor", None),
-    ("persistent_workers", False),
-    ("in_order", True),
-    ("multiprocessing_context", None),
-)
+# Loader keys that only mean something with worker processes, and their value without any: DataLoader's default.
+WORKER_ONLY = tuple((arg.name, arg.default) for arg in dataloader_args.WORKER_ONLY)
 
 
 @dataclass

@@ -13,6 +13,8 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 from torch.utils.data import DataLoader
 
+from wif.dataloader_args import BY_NAME, ORDERED
+
 HOLDERS = ("loader", "_loader", "dataloader", "data_loader", "_dataloader", "base_loader", "train_loader", "iterable")
 LEAVES = (str, bytes, int, float, torch.Tensor, dict, list, tuple)
 
@@ -114,14 +116,11 @@ def settings_of(batches: Any, loader: Optional[DataLoader]) -> Dict[str, Any]:
     name = getattr(batches, "wif_name", type(batches).__name__)  # a hooked DataLoader's epoch: its class
     if loader is None:
         return {"loader": name}
+    ordered = {key: getattr(loader, key, BY_NAME[key].default) for key in ORDERED}  # what orders may change
     return {
         "loader": name,
         "batch_size": batch_size_of(loader),
-        "num_workers": loader.num_workers,
-        "prefetch_factor": loader.prefetch_factor,
-        "pin_memory": loader.pin_memory,
-        "persistent_workers": loader.persistent_workers,
-        "in_order": getattr(loader, "in_order", True),
+        **ordered,
         "drop_last": loader.drop_last,
         "dataset_len": length_of(loader.dataset),
     }

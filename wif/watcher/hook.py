@@ -15,7 +15,7 @@ So does Lightning for its own bookkeeping, in `lightning.pytorch.utilities.data.
 that is why `__init__` keeps its signature.
 
 This module imports nothing but the standard library, wif.watcher.origin and wif.watcher.proof, which import
-nothing either.
+nothing else but wif.dataloader_args, the standard library's only (tests/test_layout.py holds them to it).
 It is patched in while torch itself is being imported, by wif/watcher/boot/sitecustomize.py where
 `wif-watch` and `wif-advise` put it on PYTHONPATH. The watch is imported at the first epoch.
 """

@@ -1,7 +1,7 @@
 """A DataLoader rebuilt with a candidate's worker settings, as wif-advise's orders ask (wif.watcher.orders).
 
-`num_workers`, `pin_memory`, `prefetch_factor`, `persistent_workers` and `in_order` change; the dataset,
-sampler or batch sampler, collate_fn, worker_init_fn and generator stay.
+The arguments orders may set change (wif.dataloader_args.ORDERED); the dataset, sampler or batch sampler,
+collate_fn, worker_init_fn, generator, start method and pin device stay.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Dict
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from wif.data.loaders import TAKES_IN_ORDER
+from wif.dataloader_args import ARGS
 
 
 def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
@@ -20,17 +20,16 @@ def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
     A framework's own DataLoader subclass stays what it is: a copy of it, its worker settings changed.
     accelerate's DataLoaderShard, for one, places each batch on its device.
     """
-    workers = int(settings.get("num_workers", loader.num_workers))
+    ordered = ordered_args(loader, settings)
     if type(loader) is not DataLoader:
-        return _adjusted(loader, settings, workers)
+        return _adjusted(loader, ordered)
     kwargs: Dict[str, Any] = dict(
-        num_workers=workers,
         collate_fn=loader.collate_fn,
-        pin_memory=bool(settings.get("pin_memory", loader.pin_memory)),
         timeout=loader.timeout,
         worker_init_fn=loader.worker_init_fn,
         generator=loader.generator,
         pin_memory_device=loader.pin_memory_device,
+        **ordered,
     )
     if isinstance(loader.dataset, IterableDataset):
         kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
@@ -38,30 +37,40 @@ def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
         kwargs.update(batch_sampler=loader.batch_sampler)
     else:
         kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
-    if workers > 0:
-        kwargs.update(
-            prefetch_factor=settings.get("prefetch_factor") or loader.prefetch_factor or 2,
-            persistent_workers=bool(settings.get("persistent_workers", loader.persistent_workers)),
-            multiprocessing_context=loader.multiprocessing_context,
-        )
-        if TAKES_IN_ORDER:
-            kwargs["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
+    if ordered["num_workers"] > 0:
+        kwargs.update(multiprocessing_context=loader.multiprocessing_context)
     return DataLoader(loader.dataset, **kwargs)
 
 
-def _adjusted(loader: DataLoader, settings: Dict[str, Any], workers: int) -> DataLoader:
+def ordered_args(loader: DataLoader, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """Each argument orders may set: as `settings` asks, else as `loader` has it.
+
+    Without workers, those that need them are left out; so is one this torch's DataLoader lacks.
+    """
+    workers = int(settings.get("num_workers", loader.num_workers))
+    out: Dict[str, Any] = {}
+    for arg in ARGS:
+        if not arg.ordered or not hasattr(loader, arg.name) or (arg.needs_workers and workers == 0):
+            continue
+        asked = settings.get(arg.name)
+        value = getattr(loader, arg.name) if asked is None else asked
+        out[arg.name] = bool(value) if isinstance(arg.default, bool) else value
+    out["num_workers"] = workers
+    if workers > 0:
+        out["prefetch_factor"] = out["prefetch_factor"] or 2  # DataLoader's own default with workers
+    return out
+
+
+def _adjusted(loader: DataLoader, ordered: Dict[str, Any]) -> DataLoader:
     """A copy of a DataLoader subclass with other worker settings.
 
     DataLoader reads them when an epoch's iterator is made. `persistent_workers` is guarded after __init__, so
-    it is set in the instance's dict.
+    each is set in the instance's dict; one left out is set to DataLoader's default.
     """
     new = copy.copy(loader)
     state = new.__dict__
     state["_iterator"] = None  # the copy starts its own workers
-    state["num_workers"] = workers
-    state["pin_memory"] = bool(settings.get("pin_memory", loader.pin_memory))
-    state["prefetch_factor"] = (settings.get("prefetch_factor") or loader.prefetch_factor or 2) if workers else None
-    state["persistent_workers"] = workers > 0 and bool(settings.get("persistent_workers", loader.persistent_workers))
-    if TAKES_IN_ORDER:
-        state["in_order"] = bool(settings.get("in_order", getattr(loader, "in_order", True)))
+    for arg in ARGS:
+        if arg.ordered and hasattr(loader, arg.name):
+            state[arg.name] = ordered.get(arg.name, arg.default)
     return new

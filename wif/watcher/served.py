@@ -22,6 +22,9 @@ from wif.watcher.orders import Orders
 # and the next one is rebuilt from the script's own DataLoader, so each is timed from a cold start as in a
 # process of its own. The watch leaves too when wif-advise is gone, or no order comes within SERVE_WAIT_S.
 # A distributed script leaves after each candidate, as before. wif-advise's side is wif.advisor.served.
+# A candidate at num_workers=0 is its process's last. Its fetch runs in the main process, and a dataset that opens
+# its file lazily (h5py, LMDB) opens it there. A later candidate's workers would fork holding that handle: a
+# file shared across processes, which neither h5py nor LMDB supports. So the next candidate starts a new process.
 
 SERVE_POLL_S = 0.01  # how often the next order is looked for
 SERVE_WAIT_S = 600.0  # no order within this long: wif-advise is taken to be done

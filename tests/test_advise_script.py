@@ -226,13 +226,36 @@ def test_the_probe_ends_a_script_that_leaves_each_epoch_early(tmp_path: Path, ho
 def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
     """With the advice's minutes spent, a measurement is SKIPPED, said as such, and no run is started or
     recorded (before: it started, was stopped "-1 s into this run" and left a FAILED run behind)."""
-    from wif.advisor.runner import SKIPPED, Recording
+    from wif.advisor.runner import SKIPPED, Failure, Recording
     from wif.advisor.script_runner import ScriptRunner
 
     recording = Recording(tracker=None, device="cpu", parent_id="parent", advise_id="advise")
     runner = ScriptRunner(recording, deadline=time.monotonic() - 1, command=["python", "train.py"])
     m = runner.run(None, "loader", "w4")  # a real run would need its configuration and store: none is touched
     assert m.status == SKIPPED and not m.ok and "--minutes ran out before it started" in m.error and runner.runs == []
+    assert m.failure is Failure.OUT_OF_TIME
+
+
+def test_a_failed_measurement_says_why_as_a_type() -> None:
+    """The command's exit and last line are read once, at the process's edge: past it, why a run gave no figure
+    is a Failure, never matched by its text (before: `"ran out" in m.error`, `m.error.startswith(UNREACHED)`)."""
+    from wif.advisor.command import ran_out
+    from wif.advisor.runner import FINISHED, Failure
+    from wif.advisor.script_runner import _outcome
+    from wif.config import Config
+    from wif.watcher.proof import UNREACHED
+
+    conf = Config()
+    said = {
+        (1, f"wif.watch: {UNREACHED}: num_workers=4 was ordered", 0): Failure.UNREACHED,
+        (-1, ran_out(12.0), 0): Failure.OUT_OF_TIME,
+        (1, "RuntimeError: out of memory", 0): Failure.FAILED,
+        (0, "done", 1): Failure.RAN_OUT,
+        (0, "done", 2): None,
+    }
+    for (rc, last, windows), failure in said.items():
+        status, text, why = _outcome(conf, rc, last, windows, "log.txt")
+        assert why is failure and (status == FINISHED) == (failure is None) and (text == "") == (failure is None)
 
 
 def test_the_trials_leave_the_race_its_time() -> None:

@@ -16,6 +16,7 @@ once while the advice has time (`Runner.run`). So no answer rests on a disturbed
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 import statistics
 import time
@@ -32,6 +33,17 @@ from wif.run.model import model_label
 from wif.tools.recorded import run_recorded
 
 SKIPPED = "SKIPPED"  # a measurement not started: the advice's minutes had run out
+
+
+class Failure(enum.Enum):
+    """Why a measuring run gave no figure. Its one line, `Measured.error`, is for people only."""
+
+    OUT_OF_TIME = "out_of_time"  # the advice's --minutes ran out before the run started, or stopped it
+    RAN_OUT = "ran_out"  # the script ended before the measurement had its windows
+    UNREACHED = "unreached"  # the order did not reach the loader (wif.watcher.proof)
+    FAILED = "failed"  # the run failed otherwise: its line says how
+
+
 MIN_RUN_S = 1.0  # a run is not started with less time than this left
 
 
@@ -47,6 +59,7 @@ class Measured:
     epochs: List[Dict[str, float]] = field(default_factory=list)
     tags: Dict[str, str] = field(default_factory=dict)
     error: str = ""
+    failure: Optional[Failure] = None  # None where it finished
     warmup: int = 1
     wall_s: float = 0.0  # the run's whole time, its start and end included
     contended: bool = False  # others took more than measure.contended_pct of each idle core (is_contended)
@@ -89,12 +102,13 @@ class Measured:
 
 
 class Ended(NamedTuple):
-    """A measuring run as it ended: its record, its status, its summary and its error in one line."""
+    """A measuring run as it ended: its record, its status, its summary, its error in one line, and why."""
 
     run_id: str
     status: str
     summary: Dict[str, float]
     error: str
+    failure: Optional[Failure] = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +165,9 @@ class Runner:
         if self.left_s() < MIN_RUN_S:
             kept = f", {self.kept_s:.0f} s kept for the race" if self.kept_s else ""
             error = f"the --minutes ran out before it started ({role} {name}{kept})"
-            return Measured(role=role, name=name, run_id="", status=SKIPPED, summary={}, error=error)
+            return Measured(
+                role=role, name=name, run_id="", status=SKIPPED, summary={}, error=error, failure=Failure.OUT_OF_TIME
+            )
         m = self._once(conf, role, name, extra)
         while m.contended and reruns > 0 and m.wall_s < self.left_s():
             reruns -= 1
@@ -177,7 +193,8 @@ class Runner:
             tags=self.tags(conf, role, name, extra=extra),
             label=f"{role} {name}",
         )
-        return self.measured(conf, role, name, Ended(run_id, outcome.status, outcome.summary, text), t0)
+        failure = None if outcome.status in (FINISHED, KILLED) else Failure.FAILED
+        return self.measured(conf, role, name, Ended(run_id, outcome.status, outcome.summary, text, failure), t0)
 
     def tags(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
         """A nested run's tags: the advice it belongs to, its role and setting."""
@@ -216,6 +233,7 @@ class Runner:
             epochs=self._epochs(ended.run_id),
             tags=tags,
             error=ended.error,
+            failure=ended.failure,
             warmup=conf.trainer.warmup_epochs,
             wall_s=time.monotonic() - t0,
             contended=tags.get(names.TAG_CONTENDED) == "true",

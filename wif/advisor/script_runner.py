@@ -22,7 +22,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from wif.advisor.candidates import script_extras
 from wif.advisor.command import execute
-from wif.advisor.runner import Ended, Measured, Recording, Runner
+from wif.advisor.runner import Ended, Failure, Measured, Recording, Runner
 from wif.advisor.served import Served
 from wif.advisor.settings import Candidate, training
 from wif.config import Config, TrainerMode, as_plain
@@ -112,7 +112,7 @@ class ScriptRunner(Runner):
         got, offered = int(m.summary.get(names.EPOCHS_RUN, 0)), int(m.summary.get(names.SCRIPT_BATCHES, 0))
         tr = conf.trainer
         asked = min(tr.min_epochs, tr.max_epochs) if tr.auto else int(tr.epochs)
-        short = m.status == FAILED and m.error.startswith(RAN_OUT)
+        short = m.failure is Failure.RAN_OUT
         one_epoch = m.status == FINISHED and m.summary.get(names.SCRIPT_EPOCHS) == 1 and got < asked
         window = max(offered // WANTED_WINDOWS, MIN_WINDOW)
         return window if (short or one_epoch) and window < self.cap and offered // window > got else None
@@ -128,7 +128,7 @@ class ScriptRunner(Runner):
         plain = as_plain(conf)
         run_id = self.tracker.start_run(f"advise-{role}-{name}", plain, tags, plain)
         log = os.path.join(self.logs, f"{len(self.runs):03d}-{role}-{name}.log")
-        status, text, summary = KILLED, "interrupted (Ctrl-C, SIGTERM)", {}
+        status, text, summary, failure = KILLED, "interrupted (Ctrl-C, SIGTERM)", {}, None
         try:
             left = self.left_s()  # every measuring run ends within the advice's deadline
             orders = self.orders(conf, role, run_id)
@@ -139,7 +139,7 @@ class ScriptRunner(Runner):
                 self.served.close()  # its process leaves: the trials are over
                 rc, last = execute(self.command, orders, log, timeout=timeout)
             summary = dict(self.tracker.client.get_run(run_id).data.metrics)
-            status, text = _outcome(conf, rc, last, int(summary.get(names.EPOCHS_RUN, 0)), log)
+            status, text, failure = _outcome(conf, rc, last, int(summary.get(names.EPOCHS_RUN, 0)), log)
         finally:
             contended = status == FINISHED and is_contended(summary, conf.measure.contended_pct)
             self.tracker.set_tags(
@@ -151,28 +151,35 @@ class ScriptRunner(Runner):
                 },
             )
             self.tracker.end_run(run_id, status)
-        return self.measured(conf, role, name, Ended(run_id, status, summary, text), t0)
+        return self.measured(conf, role, name, Ended(run_id, status, summary, text, failure), t0)
 
 
-def _outcome(conf: Config, rc: int, last: str, run: int, log: str) -> Tuple[str, str]:
-    """(the run's status, its error in one line): its exit code `rc` and its `run` windows against the need.
+def _outcome(conf: Config, rc: int, last: str, run: int, log: str) -> Tuple[str, str, Optional[Failure]]:
+    """(the run's status, its error in one line, why it failed): its exit code `rc` and its `run` windows.
+
+    The command's last line is read here once, at the process's edge; past it the failure is a type.
 
     Args:
         conf: the run's configuration.
-        rc: the command's exit code.
+        rc: the command's exit code; -1 where the advice's minutes stopped it.
         last: its last line of output.
         run: the windows it ran under wif.watch.
         log: where its output is.
     """
     need = 1 if conf.trainer.mode is TrainerMode.loader_only else conf.trainer.warmup_epochs + 1
     if rc != 0 and UNREACHED in last:  # no figure for this setting, and why: wif.watcher.proof
-        return FAILED, f"{last[last.index(UNREACHED) :]} (its output: {log})"
+        return FAILED, f"{last[last.index(UNREACHED) :]} (its output: {log})", Failure.UNREACHED
+    if rc == -1:
+        return FAILED, f"{last} (its output: {log})", Failure.OUT_OF_TIME
     if rc != 0:
-        said = last if rc == -1 else f"the command exited {rc}: {last}"
-        return FAILED, f"{said} (its output: {log})"
+        return FAILED, f"the command exited {rc}: {last} (its output: {log})", Failure.FAILED
     if run < need:
-        return FAILED, (
-            f"{RAN_OUT} {run} window(s) under wif.watch; a measurement needs {need} (the first is its warm-up): "
-            f"let the script run longer (its output: {log})"
+        return (
+            FAILED,
+            (
+                f"{RAN_OUT} {run} window(s) under wif.watch; a measurement needs {need} (the first is its warm-up): "
+                f"let the script run longer (its output: {log})"
+            ),
+            Failure.RAN_OUT,
         )
-    return FINISHED, ""
+    return FINISHED, "", None

@@ -15,7 +15,7 @@ from wif.advisor.advice import TRIAL_EPOCHS, Options
 from wif.advisor.answer import Bound
 from wif.advisor.limit import Limit
 from wif.advisor.predict import Prediction, Step, cannot_win, predict
-from wif.advisor.runner import SKIPPED, Measured, Runner
+from wif.advisor.runner import Failure, Measured, Runner
 from wif.advisor.settings import Candidate, loader_only
 from wif.config import Config
 from wif.measure import names
@@ -107,8 +107,8 @@ class Trials:
             + (f"{self.ceilings[cand.name]:>9,.0f} img/s" if m.ok else f"{m.status}: {m.error}")
         )
         if not m.ok:
-            self.cut.extend([cand.name] if m.status == SKIPPED or "ran out" in m.error else [])
-            self.unreached.update({cand.name: m.error} if m.error.startswith(UNREACHED) else {})
+            self.cut.extend([cand.name] if m.failure is Failure.OUT_OF_TIME else [])
+            self.unreached.update({cand.name: m.error} if m.failure is Failure.UNREACHED else {})
             return None
         self.runs[cand.name] = m
         return self.ceilings[cand.name]

@@ -279,13 +279,13 @@ def test_a_frameworks_dataloader_is_rebuilt_as_itself() -> None:
 def test_the_bound_hands_each_replay_its_own_batch() -> None:
     """A step that normalizes its batch in place, or pops a key, sees the same batch at every replay (before,
     the replay handed it the objects the step had changed)."""
-    from wif.watcher.orders import _Keep, _Replay
+    from wif.watcher.replay import Keep, Replay
 
     kept: list = []
-    (first,) = list(_Keep([{"x": torch.ones(2), "y": torch.zeros(2)}], kept, window=8, count=1))
+    (first,) = list(Keep([{"x": torch.ones(2), "y": torch.zeros(2)}], kept, window=8, count=1))
     first["x"].mul_(0)  # the step of the first epoch normalizes in place
     for _ in range(3):
-        (batch,) = list(_Replay(kept, 1))
+        (batch,) = list(Replay(kept, 1))
         assert batch["x"].tolist() == [1.0, 1.0] and "y" in batch
         batch.pop("y")  # the step pops a key
 
@@ -293,15 +293,15 @@ def test_the_bound_hands_each_replay_its_own_batch() -> None:
 def test_the_bound_of_one_long_epoch_replays_after_its_first_window() -> None:
     """A script of one epoch, or an endless stream, has no second epoch to replay: the bound reads its first
     window from the loader and replays the kept batches for the rest of the epoch (before: it read them all)."""
-    from wif.watcher.orders import _Keep
+    from wif.watcher.replay import Keep
 
     read = []
     source = (read.append(i) or torch.tensor([float(i)]) for i in range(100))
     kept: list = []
-    got = [float(b) for b in itertools.islice(_Keep(source, kept, window=3, count=None), 10)]
+    got = [float(b) for b in itertools.islice(Keep(source, kept, window=3, count=None), 10)]
     assert read == [0, 1, 2] and got == [0.0, 1.0, 2.0] * 3 + [0.0]
     short: list = []  # an epoch that ends within its first window: nothing replayed after it
-    assert [float(b) for b in _Keep([torch.tensor([5.0])], short, window=3, count=None)] == [5.0]
+    assert [float(b) for b in Keep([torch.tensor([5.0])], short, window=3, count=None)] == [5.0]
 
 
 @pytest.mark.parametrize(("mode", "lines", "logged"), [("print", 2, False), ("yes", 2, True)])

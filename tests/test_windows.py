@@ -108,6 +108,7 @@ def test_orders_measure_one_epoch_in_windows_and_leave_within_it(tmp_path: Path,
     assert history(client, again, "batches") == [5.0] * 4
     metrics = client.get_run(again).data.metrics
     assert metrics[names.SCRIPT_EPOCHS] == 1 and metrics[names.SCRIPT_BATCHES] == 23  # offered: the epoch uncut
+    assert names.SCRIPT_STREAM not in metrics  # it has a length: no line on what a stream's figures assume
 
 
 def advise(tmp_path: Path, store: str, *command: str) -> str:
@@ -143,3 +144,108 @@ def test_advice_on_a_script_of_one_epoch_picks_workers(tmp_path: Path, store: st
     out = advise(tmp_path, store, *command)
     assert re.search(r"your script ended after 50 batches, \d window\(s\) of \d+: measured again", out), out[-3000:]
     assert PICK.search(out), out[-3000:]
+
+
+# NOTE [ A window times the script's own run ] in wif.watcher.windows: the three scripts below run under orders.
+PACED = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+import wif
+
+class Paced(Dataset):  # one epoch of 15 batches of 1 item, each waiting 100 ms at 0 workers
+    def __len__(self):
+        return 15
+    def __getitem__(self, i):
+        time.sleep(0.1)
+        return torch.full((4,), float(i))
+
+waits, t = [], None
+for x in wif.watch(DataLoader(Paced(), batch_size=1)):
+    if t is not None:
+        waits.append(time.perf_counter() - t)  # the loop's own wait for this batch
+    t = time.perf_counter()
+print("WAITS", *waits, file=sys.stderr, flush=True)
+"""
+CUT = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+import wif
+
+class Items(Dataset):  # epochs of 10 batches of 2 items that wait 5 ms
+    def __len__(self):
+        return 20
+    def __getitem__(self, i):
+        time.sleep(0.005)
+        return torch.full((4,), float(i))
+
+loader = DataLoader(Items(), batch_size=2, num_workers=2, persistent_workers=False)  # started every epoch
+for epoch in range(3):
+    for x in wif.watch(loader):
+        pass
+"""
+
+
+def orders_for(client: MlflowClient, store: str, **spec) -> dict:
+    run_id = client.create_run(client.create_experiment("who_is_faster")).info.run_id  # one run a store
+    return {"uri": store, "experiment": "who_is_faster", "run_id": run_id, "mode": "train", **spec}
+
+
+def test_windows_of_one_epoch_follow_each_other_at_once(tmp_path: Path, store: str) -> None:
+    """Between two windows of an epoch the loop waits no longer than for a batch of its own: nothing but the
+    clock and the stopping rule runs there (before: the MLflow run opened there, 14.7 s on a loaded CPU, while
+    4 workers filled their queue of 16 batches). The windows are logged once the epoch is over."""
+    client = MlflowClient(store)
+    orders = orders_for(client, store, batches=3, epochs=9)  # more windows than the epoch's 5: the loop goes on
+    done = run(tmp_path, PACED, store, orders)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert history(client, orders["run_id"], "batches") == [3.0] * 5
+    waits = [float(w) for w in done.stderr.split("WAITS")[1].split()]  # waits[k]: batch k + 1's
+    starts = [waits[k - 1] for k in (3, 6, 9, 12)]  # the first batch of windows 2-5
+    batch = sorted(waits)[len(waits) // 2]
+    assert max(starts) - batch < 0.5 * batch, (starts, batch)
+
+
+def test_a_cut_epoch_pays_its_start_once_per_the_scripts_epoch(tmp_path: Path, store: str) -> None:
+    """Epochs of 10 batches, 2 workers started every epoch, cut to 8 in windows of 4: each window's figure
+    carries start x 4 / 10 of its epoch's start, the first window's wait beyond a steady batch's (before: the
+    first window carried it whole, the second none)."""
+    client = MlflowClient(store)
+    orders = orders_for(client, store, batches=4, epochs=4)
+    done = run(tmp_path, CUT, store, orders)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figure, raw, start, epoch = (
+        history(client, orders["run_id"], key)
+        for key in (names.EPOCH_TIME_S, names.WINDOW_TIME_S, names.EPOCH_START_S, names.SCRIPT_EPOCH)
+    )
+    assert epoch == [0.0, 0.0, 1.0, 1.0] and start[0] == start[1] and start[2] == start[3] and min(start) > 0
+    for k in range(4):
+        paid = start[k] if k % 2 == 0 else 0.0  # each epoch's first window paid it
+        assert figure[k] == pytest.approx(raw[k] - paid + start[k] * 4 / 10, abs=1e-9)
+
+
+def test_the_bound_leaves_its_copies_out_of_the_wait(tmp_path: Path, store: str) -> None:
+    """The bound's replays hand the step a copy of each kept batch, made in the loop's next(): its time is
+    left out of the window and of its wait, as no loader makes it (before: it was the bound's data wait)."""
+    body = ONE_EPOCH.replace("torch.full((4,), float(i))", "torch.full((1024, 1024), float(i))")
+    body = body.replace("for x in wif.watch(", "for epoch in range(3):\n  for x in wif.watch(")
+    client = MlflowClient(store)
+    orders = orders_for(client, store, mode="bound", batches=23, epochs=3)
+    done = run(tmp_path, body, store, orders)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figure, raw, wait = (
+        history(client, orders["run_id"], key) for key in (names.EPOCH_TIME_S, names.WINDOW_TIME_S, names.DATA_WAIT_S)
+    )
+    copied = [r - f for r, f in zip(raw, figure)]  # an uncut epoch: the copies alone are left out
+    assert all(c > 0 for c in copied) and all(w < c for w, c in zip(wait[1:], copied[1:])), (copied, wait)
+
+
+def test_orders_on_a_stream_log_that_it_has_no_epoch(tmp_path: Path, store: str) -> None:
+    """An endless stream has no epoch to spread its start over: its windows' figures are their clocks, and the
+    run says it was a stream, for wif-advise's line on what its figures assume."""
+    client = MlflowClient(store)
+    orders = orders_for(client, store, batches=4, epochs=3)
+    done = run(tmp_path, STREAM + "for x in wif.watch(loader):\n    pass\n", store, orders)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert client.get_run(orders["run_id"]).data.metrics[names.SCRIPT_STREAM] == 1.0
+    raw = history(client, orders["run_id"], names.WINDOW_TIME_S)
+    assert len(raw) == 3 and history(client, orders["run_id"], names.EPOCH_TIME_S) == raw

@@ -73,6 +73,7 @@ class Advice:
     contention: str = ""  # whether other processes disturbed the runs, with the figure
     loader_args: Dict[str, Any] = field(default_factory=dict)  # the pick's DataLoader arguments, by name
     limit: Optional[Limit] = None  # what holds the configured setting's epoch: wif.advisor.limit
+    assumes: str = ""  # what the figures assume, where that needs saying: a stream's (wif.advisor.script_runner)
 
 
 # NOTE [ The race's time ]

@@ -46,6 +46,8 @@ def report(a: Advice, say: Callable[[str], None] = print) -> None:
         say(f"In your script: {a.dataloader}")
     else:
         say(f"Keep what you have: {a.why}")
+    if a.assumes:
+        say(a.assumes)
     say(a.contention)
     if a.picture:
         say(f"Picture: {a.picture} (also an artifact of the parent run)")

@@ -172,6 +172,7 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
         measured={n: race.measured_s(n) for n in ["current"] + raced.raced} if race else {},
         loader_args=paste.loader_args(chosen, pin) if chosen else {},
         limit=found.limit,
+        assumes=ctx.runner.assumes,
     )
 
 

@@ -134,6 +134,7 @@ class Runner:
         self.kept_s = 0.0  # seconds of the deadline kept for a later step: see `keeping`
         self.runs: List[Measured] = []
         self.reruns = 0  # contended runs run again
+        self.assumes = ""  # what the measured figures assume, said with the answer ('' where nothing needs saying)
 
     def left_s(self) -> float:
         """Seconds left before the advice's deadline, less those kept for a later step."""

@@ -102,6 +102,11 @@ class ScriptRunner(Runner):
         if m.summary.get(names.WINDOWED) and not self.told:
             self.told = True
             self.say(f"  an epoch below is a window of {self.cap} batches of your script's longer epoch")
+        if m.summary.get(names.SCRIPT_STREAM):  # NOTE [ A window times the script's own run ] in wif.watcher.windows
+            self.assumes = (
+                f"Your training loader has no length (a stream): a figure is {self.cap} batches of it as it runs on, "
+                "after its workers started. Where your loop starts the stream again, that window carries the start."
+            )
         return m
 
     def _smaller_window(self, m: Measured, conf: Config) -> Optional[int]:

@@ -61,6 +61,10 @@ SCRIPT_EPOCH = "script_epoch"  # the script's epoch a window is in, from 0
 WINDOWED = "windowed"  # 1: the window is a part of its epoch; 0: the whole epoch
 SCRIPT_EPOCHS = "script_epochs"  # the script's epochs that ended under the watch
 SCRIPT_BATCHES = "script_batches"  # the batches they held, before any cut (what windows can be cut from)
+# Under wif-advise's orders a window's epoch_time_s is the script's own (NOTE [ A window times the script's own run ])
+WINDOW_TIME_S = "window_time_s"  # the window's clock as it ran, before its epoch's start was spread
+EPOCH_START_S = "epoch_start_s"  # its epoch's start: the first batch's wait beyond a steady batch's
+SCRIPT_STREAM = "script_stream"  # 1: the script's loader had no length (a stream): no epoch to spread a start over
 
 # Memory
 RAM_PEAK_RSS_MB = "ram_peak_rss_mb"

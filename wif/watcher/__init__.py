@@ -4,10 +4,12 @@ The orders come through the environment, so the user's script runs the advice's 
 
     watch      `wif.watch`, and `hooked`: each pass over the loader handed to its session
     session    one loader's watch: its states, each epoch timed in windows and each window said in one line
-    windows    how an epoch is cut into windows of batches: by the orders' count, or the watch's clock
+    windows    how an epoch is cut into windows of batches: by the orders' count, or the watch's clock; under
+               orders, a window's figure as the script's own epoch would spend it
     options    how a loader is watched, and where the watch's lines go
     orders     what a measuring run of wif-advise asks of the watch: windows and the epoch's cut, the bound's
                replayed batches, a loader-only pass, a probe, a candidate's loader settings
+    replay     the bound's kept batches handed out again, each a copy, its time left out of the window
     rebuilt    the script's DataLoader rebuilt with a candidate's worker settings
     served     loader-only trials in one process: each candidate's end handed on, the next one's orders taken
     proof      whether those settings reached the DataLoader an epoch really iterates; standard library only

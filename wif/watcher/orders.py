@@ -18,7 +18,6 @@ wif-advise opened (`run_id`), which wif-advise ends from the exit code.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import time
@@ -28,7 +27,6 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from wif.measure import names
-from wif.run.loop import map_tensors
 from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
@@ -36,13 +34,13 @@ from wif.watcher import ranks
 from wif.watcher.found import Found, is_dataloader, length_of
 from wif.watcher.proof import Unreached, promised, unmet
 from wif.watcher.rebuilt import rebuild
+from wif.watcher.replay import Copies, Keep, Replay
 from wif.watcher.windows import Windows
 
 ENV = "WIF_WATCH_ORDERS"
 FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.warm): the pid it was forked from
 MODES = ("train", "bound", "loader_only", "probe")
 PROBE_BATCHES, PROBE_S = 8, 10.0  # the probe times up to this many batches after the first, within this long
-REPLAYED = 8  # batches kept for the bound: the DALI LoaderEvaluator's idea, within a few hundred MB at 224 px
 
 
 class Orders:
@@ -59,6 +57,7 @@ class Orders:
         self.rule = StopRule(**spec["auto"]) if spec.get("auto") else None
         self.done, self.reason = False, ""
         self.replay: List[Any] = []
+        self.copies = Copies()  # the bound's copies of its kept batches, left out of each window (wif.watcher.replay)
         self.rebuilt: Optional[DataLoader] = None
         self.script_loader: Optional[DataLoader] = None  # the script's own, as the first epoch found it
         self.promise: Optional[Dict[str, Any]] = None  # what the iterated DataLoader must show (wif.watcher.proof)
@@ -181,7 +180,7 @@ class Orders:
         n = length_of(source)
         cut = self.cut(n)
         if self.mode == "bound" and done > 0 and self.replay:
-            return _Replay(self.replay, self.length(batches))
+            return Replay(self.replay, self.length(batches), self.copies)
         capped = CappedBatches(source, cut) if cut is not None and cut < n else source
         rebuilt = self.rebuilt
         if (
@@ -192,7 +191,7 @@ class Orders:
         ):
             capped = _Sharded(capped, rebuilt.num_workers, type(rebuilt.dataset).__name__)
         if self.mode == "bound" and done == 0:
-            return _Keep(capped, self.replay, window=self.cap, count=cut)
+            return Keep(capped, self.replay, window=self.cap, count=cut, copies=self.copies)
         return capped
 
     # ------------------------------------------------------------------ when to leave
@@ -213,32 +212,6 @@ class Orders:
         """The measurement has what it needs: log, and end the script's process."""
         record.finish()
         raise SystemExit(0)
-
-
-class _Keep:
-    """The bound's first window, passed on, its first REPLAYED batches kept; then the kept ones replayed.
-
-    An epoch longer than one window goes on in replays, to its `count` batches (None: for as long as the loop
-    asks): the bound of a script of one long epoch.
-    """
-
-    def __init__(self, batches: Any, kept: List[Any], window: Optional[int], count: Optional[int]) -> None:
-        self.batches, self.kept, self.window, self.count = batches, kept, window, count
-
-    def __iter__(self) -> Iterator[Any]:
-        taken = 0
-        for batch in itertools.islice(self.batches, self.window):
-            if len(self.kept) < REPLAYED:
-                self.kept.append(fresh(batch))  # before the step sees it: a step may change its batch in place
-            taken += 1
-            yield batch
-        if self.window is None or taken < self.window or not self.kept:
-            return  # the epoch ended within its first window
-        if self.count is None or self.count > taken:
-            yield from _Replay(self.kept, None if self.count is None else self.count - taken)
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
 
 class _Sharded:
@@ -279,27 +252,3 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a == b
-
-
-class _Replay:
-    """The kept batches again, round and round, `count` of them (None: for as long as the loop asks)."""
-
-    def __init__(self, kept: List[Any], count: Optional[int]) -> None:
-        self.kept, self.count = kept, count
-
-    def __iter__(self) -> Iterator[Any]:
-        return (fresh(batch) for batch in itertools.islice(itertools.cycle(self.kept), self.count))
-
-    def __len__(self) -> int:
-        if self.count is None:
-            raise TypeError("an endless replay has no len()")
-        return self.count
-
-
-def fresh(batch: Any) -> Any:
-    """A copy of a batch's tensors, in its structure of tuples, lists and dicts; anything else as it is.
-
-    The bound hands each replay its own copy. A step that pops a key, or moves or normalizes the batch in place,
-    then sees the same batch every time. A memory copy costs far less than a fetch.
-    """
-    return map_tensors(batch, torch.Tensor.clone)

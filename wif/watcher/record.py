@@ -70,6 +70,8 @@ class Record:
         self.tracker: Optional[Tracker] = None
         self.epochs: List[Dict[str, float]] = []
         self.sender: Optional[PacedSender] = None  # the epochs' figures on their way to MLflow
+        self.held: List[Dict[str, float]] = []  # windows logged once no window follows at once (`send_held`)
+        self.stream = False  # an epoch of the script had no length: NOTE [ A window times the script's own run ]
         self.tagged: Dict[str, Any] = {}
         self.poke_s = 0.0  # what the last epoch-end PSS read cost the user's loop
         self.status, self.t0 = FINISHED, time.monotonic()
@@ -92,9 +94,12 @@ class Record:
         self.error = f"{kind.__name__}: {value}"
         self._excepthook(kind, value, tb)
 
-    def begin(self) -> None:
-        """A window starts: the CPU meter marks it."""
-        self.meter.mark()
+    def begin(self, follows: bool = False) -> None:
+        """A window starts: the CPU meter marks it. One that `follows` the last at once shares its end's mark."""
+        if follows and self.meter.marks:
+            self.meter.marks.append(self.meter.marks[-1])
+        else:
+            self.meter.mark()
 
     def drop(self) -> None:
         """The window begun last is no figure: its mark is dropped."""
@@ -105,11 +110,11 @@ class Record:
         self.script_epochs += 1
         self.script_batches += batches
 
-    def end(self, t_start: float, device: torch.device) -> Dict[str, float]:
+    def end(self, t_start: float, device: torch.device, pss: bool = True) -> Dict[str, float]:
         """The epoch's figures beside its clock, read after it ended.
 
-        The tree's PSS is read once more here where that costs at most 1% of the epoch; shorter epochs get the
-        sampler's own budgeted reads.
+        With `pss`, the tree's PSS is read once more here where that costs at most 1% of the epoch; shorter
+        epochs, and a window the next follows at once, get the sampler's own budgeted reads.
         """
         self.meter.mark()
         out: Dict[str, float] = {names.TREE_CPU_S: self.meter.tree_s(-2, -1)}
@@ -119,7 +124,7 @@ class Record:
             out[names.VRAM_PEAK_ALLOCATED_MB] = torch.cuda.max_memory_allocated(device) / MB
             out[names.VRAM_PEAK_RESERVED_MB] = torch.cuda.max_memory_reserved(device) / MB
         now = time.monotonic()
-        if now - t_start >= 100 * self.poke_s:  # a PSS read, ~17 ms with torch, costs 1% of the epoch at most
+        if pss and now - t_start >= 100 * self.poke_s:  # a PSS read, ~17 ms with torch, costs 1% of the epoch at most
             self.sampler.poke()
             self.poke_s, now = time.monotonic() - now, time.monotonic()
         out.update(self.sampler.epoch_means(t_start, now))
@@ -182,11 +187,22 @@ class Record:
                 )
         return self.run_id
 
-    def log_epoch(self, e: Dict[str, float], epochs: List[Dict[str, float]]) -> None:
-        """The epoch `e` on its way to MLflow, with the tags that changed; `epochs` kept for the summary."""
+    def log_epoch(self, e: Dict[str, float], epochs: List[Dict[str, float]], hold: bool = False) -> None:
+        """The epoch `e` on its way to MLflow, with the tags that changed; `epochs` kept for the summary.
+
+        With `hold`, it waits for `send_held`: the next window follows at once (NOTE [ A window times the
+        script's own run ] in wif.watcher.windows).
+        """
         self.epochs = epochs
-        run = self.open()
-        if run is not None:
+        self.held.append(e)
+        if not hold:
+            self.send_held()
+
+    def send_held(self) -> None:
+        """The epochs held so far on their way to MLflow: at an epoch's end, the measurement's, or the script's."""
+        held, self.held = self.held, []
+        run = self.open() if held else None
+        for e in held if run is not None else []:
             tags = {names.TAG_N_TRAIN: int(e["samples"]), names.TAG_TORCH_THREADS: torch.get_num_threads()}
             fresh = {k: v for k, v in tags.items() if self.tagged.get(k) != v}
             self.tagged.update(fresh)
@@ -218,12 +234,14 @@ class Record:
             return
         self.finished = True
         self.sampler.stop()
+        self.send_held()
         run = self.open() if self.epochs else None
         if run is None:
             return
         self._flush()
         try:
             offered = {names.SCRIPT_EPOCHS: self.script_epochs, names.SCRIPT_BATCHES: self.script_batches}
+            offered.update({names.SCRIPT_STREAM: 1.0} if self.stream else {})
             self.tracker.log_metrics(
                 run, {**self.summary(), **offered, names.SAMPLER_CPU_PCT: self.sampler.own_cost_pct()}
             )

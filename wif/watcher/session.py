@@ -24,7 +24,7 @@ from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, length_
 from wif.watcher.options import WatchOptions, silent, to_stderr, warn
 from wif.watcher.orders import Orders
 from wif.watcher.record import Record, line
-from wif.watcher.windows import Window, stream, watched_alone
+from wif.watcher.windows import Opened, Window, as_the_script, epoch_start, script_share, stream, watched_alone
 
 # NOTE [ The watch's states ]
 # A Session's `state` moves once, at its loader's first epoch (`claim_loader`), and then stays:
@@ -94,6 +94,8 @@ class Session:
         self.starting = False
         self.handed, self.expected = 0, None
         self.epoch_index = -1  # the script's epoch under way, from 0: its windows are numbered apart
+        self.own: Optional[int] = None  # its batches, uncut (None: a stream); and its start, from its first window
+        self.start_s = 0.0
         self.alone = watched_alone()  # the windows without orders
         self.span = self.alone.seconds  # a ranked session's windows: this long at rank 0's pace
         self.current: Optional[Iterator[Any]] = None
@@ -163,7 +165,9 @@ class Session:
         if self.state is State.PROBING:  # its first batches timed, and the script ends
             yield from orders.sample(self._started(batches))
         self._obey(orders, batches)
-        yield from self._timed(orders.batches(batches, len(self.epochs)), offers=length_of(orders.source(batches)))
+        offers = length_of(orders.source(batches))
+        self.record.stream = self.record.stream or offers is None  # said by wif-advise: what its figures assume
+        yield from self._timed(orders.batches(batches, len(self.epochs)), offers=offers)
         if orders.done:
             orders.leave(self.record)
 
@@ -213,7 +217,7 @@ class Session:
         any cut.
         """
         self.handed, self.expected, self.starting = 0, length_of(source), True
-        self.epoch_index += 1
+        self.epoch_index, self.own, self.start_s = self.epoch_index + 1, offers, 0.0
         proof.STARTED.clear()  # the DataLoader epochs this one begins, noted from here
         batches, first, ended = stream(source), True, False
         try:
@@ -228,18 +232,20 @@ class Session:
                     return  # the caller leaves, or serves the next candidate, within the epoch
         finally:  # what the script's epochs offer, for a measurement that ran out (wif.advisor.script_runner)
             self.record.offered(offers if ended and offers is not None else self.handed)
+            self.record.send_held()  # no window follows at once: what the windows held back goes out
 
     def _window(self, window: Window, first: bool) -> Iterator[Any]:
         """One window's batches, timed by the loop's clock; its figures recorded however it ends.
 
         The epoch's first window proves the orders at its first batch (wif.watcher.proof).
         """
-        feed = TimedFeed(window, _as_is, count=lambda b: samples_in(b, self.batch_size))
-        self.record.begin()
+        feed = TimedFeed(window, lambda b: b, count=lambda b: samples_in(b, self.batch_size))
+        self.record.begin(follows=not first)
         proving, proven = first and self.orders is not None and self.orders.promise is not None, True
         handed, complete = self.handed, False
+        copied = self.orders.copies.s if self.orders is not None else 0.0
         synchronize(_cuda())  # sync point: nothing from before is counted in this window
-        t_start, t0 = time.monotonic(), time.perf_counter()
+        opened = Opened(t_start=time.monotonic(), t0=time.perf_counter(), copied_s=copied, first=first)
         try:
             for batch in feed:
                 self.handed += 1
@@ -254,37 +260,38 @@ class Session:
             self.starting = False
             # else the order did not reach the loader, or a short window past the first: no figure
             if proven and window.windows.figure(first, window.closed, self.handed - handed):
-                whole = first and (not window.closed or self.handed == self.expected)  # the epoch's own
-                self._close(feed, t_start=t_start, t0=t0, complete=complete, batches=self.handed - handed, whole=whole)
+                self._close(feed, opened, complete=complete, batches=self.handed - handed, closed=window.closed)
             else:
                 self.record.drop()
 
-    def _close(self, feed: TimedFeed, *, t_start: float, t0: float, complete: bool, batches: int, whole: bool) -> None:
+    def _close(self, feed: TimedFeed, opened: Opened, *, complete: bool, batches: int, closed: bool) -> None:
         """The window's end, however its pass ended: its figures from `feed`, recorded.
 
-        Args:
-            feed: the window's timed batches.
-            t_start: its start on time.monotonic()'s clock.
-            t0: its start on time.perf_counter()'s clock.
-            complete: whether the loop took every batch of it.
-            batches: the batches it handed out.
-            whole: whether it was its whole epoch.
+        `complete`: the loop took every batch of it; `closed`: its count or clock closed it, the next may follow.
+        Under orders its figure is the script's own: NOTE [ A window times the script's own run ].
         """
         synchronize(_cuda())  # sync point: the window's queued work is done (CUDA may have started in it)
-        stats = feed.stats(t_start=t_start, t0=t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
+        stats = feed.stats(t_start=opened.t_start, t0=opened.t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
+        raw: Dict[str, float] = {}
+        if self.orders is not None:
+            self.start_s = (
+                epoch_start(stats.first_batch_s, stats.data_wait_s, batches) if opened.first else self.start_s
+            )
+            raw = {names.WINDOW_TIME_S: stats.epoch_time_s, names.EPOCH_START_S: self.start_s}
+            left = script_share(self.start_s, batches, self.own, opened.first) + self.orders.copies.s - opened.copied_s
+            stats = as_the_script(stats, left)
+        whole = opened.first and (not closed or self.handed == self.expected)  # the epoch's own
         try:
-            self._end(stats, batches, complete=complete or self.taken(), whole=whole)
+            self._end(stats, batches, complete=complete or self.taken(), whole=whole, raw=raw, follows=closed)
         except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
             if self.orders is not None:
                 raise
             self._warn_unrecorded(err)
 
     def taken(self) -> bool:
-        """Whether a hooked epoch is open with every batch handed out.
+        """Whether a hooked epoch is open with every batch handed out: Lightning's fetcher never asks for the end.
 
-        Lightning's fetcher counts its batches and never asks for the end: the epoch is over when anything
-        else starts.
-        """
+        It counts its batches: the epoch is over when anything else starts."""
         return self.current is not None and self.expected is not None and self.handed >= self.expected
 
     def _warn_unrecorded(self, err: Exception) -> None:
@@ -293,12 +300,15 @@ class Session:
             self.warned = True
             warn(f"an epoch could not be recorded ({type(err).__name__}: {err}); your training goes on")
 
-    def _end(self, stats: Any, batches: int, *, complete: bool, whole: bool) -> None:
-        """The window's figures: recorded, logged, said in one line, and handed to the orders."""
+    def _end(self, stats: Any, batches: int, *, complete: bool, whole: bool, raw: Dict, follows: bool) -> None:
+        """The window's figures: recorded, logged, said in one line, and handed to the orders.
+
+        Where the next window `follows` at once, the PSS read waits, and under orders the MLflow run. See
+        NOTE [ A window times the script's own run ] in wif.watcher.windows."""
         # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
         step = replace(stats, copy_s=0.0, compute_s=max(stats.epoch_time_s - stats.data_wait_s, 0.0))
         e = {"epoch": len(self.epochs), **figures(asdict(step)), "samples": stats.samples, "batches": batches}
-        e.update({names.SCRIPT_EPOCH: self.epoch_index, names.WINDOWED: float(not whole)})
+        e.update({names.SCRIPT_EPOCH: self.epoch_index, names.WINDOWED: float(not whole), **raw})
         if self.ranked:  # the job's epoch: its slowest rank's, each rank's beside it
             rows = ranks.gather({**asdict(step), "samples": stats.samples, "batches": batches})
             if self.orders is None:  # every rank's next windows close at the same batch, at rank 0's pace
@@ -307,13 +317,9 @@ class Session:
             e.update(figures(job), samples=job["samples"])
             e[names.COMPUTE_THREADS] = stats.compute_threads
             e.update({k: v for k, v in job.items() if k.startswith("rank") or k == "slowest_rank"})
-        e.update(self.record.end(stats.t_start, _cuda()))
+        e.update(self.record.end(stats.t_start, _cuda(), pss=not follows))
         self.epochs.append(e)
-        self.record.log_epoch(e, self.epochs)
+        self.record.log_epoch(e, self.epochs, hold=follows and self.orders is not None)
         self.say(line(e, complete))
         if self.orders is not None:
             self.orders.after_epoch(self.epochs, self.record, self.ranked)
-
-
-def _as_is(batch: Any) -> Any:
-    return batch

@@ -21,12 +21,14 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterable, Iterator, Optional
 
+import torch
 from torch.utils.data import DataLoader
 
+from wif.watcher.claim import CLAIMED, State, begun_by, drop, weak, would_claim
 from wif.watcher.found import anchor_of, find_dataloader
 from wif.watcher.options import WatchOptions, warn
 from wif.watcher.orders import ENV, Orders
-from wif.watcher.session import CLAIMED, Session, State
+from wif.watcher.session import Session
 
 __all__ = ["MODES", "Watched", "find_dataloader", "hooked", "warn", "watch"]
 
@@ -111,34 +113,54 @@ def _mode() -> Optional[str]:
 def hooked(loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
     """An epoch of `loader` started by whatever iterates it (wif.watcher.hook), as the watch has it.
 
-    The watch's epoch where it is the training loader. None where it runs as it is: another loader, or one
-    inside a watched epoch.
+    The watch's epoch where it is the training loader's. None where it runs as it is: another loader, an
+    evaluation, or one inside a watched epoch. See NOTE [ The watch's states ] in wif.watcher.claim.
     """
     mode = _mode()
     if mode is None:
         return None
-    for other in CLAIMED:  # another loader's epoch begins, such as the validation pass: the training epoch ended
-        if other.anchor is not loader.dataset and other.taken():
-            other.current.close()
-    session = _sessions.get(id(loader.dataset))
-    if session is not None and session.anchor is loader.dataset:
-        if session.starting or session.state is State.PASSED:  # the watched epoch's own, or not the training one
+    kept = _sessions.get(id(loader.dataset))
+    if kept is not None and kept.anchor is loader.dataset and (kept.starting or not kept.options.claims):
+        return None  # the watched epoch's own DataLoader, or one the script's own wif.watch line watches
+    if CLAIMED:
+        claimed = CLAIMED[0]
+        seen = begun_by(claimed, loader)
+        if seen == "inner":
             return None
-        if session.current is not None:
-            session.current.close()  # its next epoch: the last one ended, though the framework still holds it
-    elif CLAIMED:
+        if seen == "again":
+            return _again(claimed, loader, own)
+        if claimed.taken():  # Lightning's fetcher takes its batches by count: the training epoch is over
+            claimed.current.close()
+        if claimed.proven or claimed.open or not would_claim(loader):
+            return None  # another loader, such as an evaluation's: as it is, and the training epoch goes on
+        drop(claimed)  # its epoch ended with no step: an evaluation with gradients on, as the HF Trainer's
+    elif not would_claim(loader):
         return None
     options = WatchOptions(log=mode != "print", quiet=mode == "quiet", ordered=bool(os.environ.get(ENV)), claims=True)
-    session = _session(own, options)
+    session = _session(own, options, fresh=True)
+    session.iterated = weak(loader)
     session.current = session.epoch(own)
     return session.current
 
 
-def _session(batches: Iterable[Any], options: WatchOptions) -> Session:
-    """The watch of this loader: the one kept by its anchor, or a new one."""
+def _again(claimed: Session, loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
+    """The claimed loader's next epoch; None for a pass with gradients off over it, an evaluation."""
+    if not torch.is_grad_enabled():
+        return None
+    if claimed.current is not None:
+        claimed.current.close()  # the last one ended, though the framework may still hold it
+    if not claimed.proven:
+        claimed.publish()  # its own loader again, nothing between: the claim stands without a step
+    claimed.iterated = weak(loader)
+    claimed.current = claimed.epoch(own)
+    return claimed.current
+
+
+def _session(batches: Iterable[Any], options: WatchOptions, fresh: bool = False) -> Session:
+    """The watch of this loader: the one kept by its anchor, or a new one; `fresh`: new where that one passed."""
     anchor = anchor_of(batches)
     session = _sessions.get(id(anchor))
-    if session is not None and session.anchor is anchor:
+    if session is not None and session.anchor is anchor and not (fresh and session.state is State.PASSED):
         return session
     session = _sessions[id(anchor)] = Session(batches, options)
     return session

@@ -19,7 +19,8 @@ One loader's watch is a `wif.watcher.session.Session`; see NOTE [ The watch's st
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Iterator, Optional
+import sys
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -32,7 +33,7 @@ from wif.watcher.session import Session
 
 __all__ = ["MODES", "Watched", "find_dataloader", "hooked", "warn", "watch"]
 
-_sessions: Dict[int, Session] = {}  # by id() of the anchor (wif.watcher.found), which the session holds
+_sessions: Dict[Any, Session] = {}  # by id() of the anchor (wif.watcher.found), or by the loop: `_key`
 MODES = ("1", "0", "print", "quiet")  # WIF_WATCH
 
 
@@ -90,7 +91,8 @@ def watch(
         ordered=ordered,
     )
     try:
-        session = _session(batches, options)
+        caller = sys._getframe(1)  # the loop's line: a generator made anew there each epoch is the same loop
+        session = _session(batches, options, site=(caller.f_code.co_filename, caller.f_lineno))
     except Exception as err:  # noqa: BLE001 - without orders, the watch's own failure is a warning line
         if ordered:
             raise
@@ -156,11 +158,33 @@ def _again(claimed: Session, loader: DataLoader, own: Iterable[Any]) -> Optional
     return claimed.current
 
 
-def _session(batches: Iterable[Any], options: WatchOptions, fresh: bool = False) -> Session:
-    """The watch of this loader: the one kept by its anchor, or a new one; `fresh`: new where that one passed."""
+def _session(
+    batches: Iterable[Any], options: WatchOptions, fresh: bool = False, site: Optional[Tuple[str, int]] = None
+) -> Session:
+    """The watch of this loader: the one kept by its anchor or its loop, or a new one.
+
+    Args:
+        batches: this epoch's iterable.
+        options: how a new session watches.
+        fresh: a new session where the one kept passed.
+        site: where `wif.watch` was called, the file and line.
+    """
     anchor = anchor_of(batches)
-    session = _sessions.get(id(anchor))
-    if session is not None and session.anchor is anchor and not (fresh and session.state is State.PASSED):
+    key = _key(batches, anchor, site)
+    session = _sessions.get(key)
+    kept = session is not None and (session.anchor is anchor or not isinstance(key, int))
+    if kept and not (fresh and session.state is State.PASSED):
         return session
-    session = _sessions[id(anchor)] = Session(batches, options)
+    session = _sessions[key] = Session(batches, options)
     return session
+
+
+def _key(batches: Any, anchor: Any, site: Optional[Tuple[str, int]]) -> Any:
+    """What keeps a session: its DataLoader's dataset, else the loop that watches it.
+
+    An iterable with no DataLoader inside, such as a generator of batches made anew each epoch, is one loop
+    by its `wif.watch` line, its type and its generator's code. See wif.watcher.found.
+    """
+    if anchor is not batches or site is None:
+        return id(anchor)
+    return (*site, type(batches).__qualname__, getattr(getattr(batches, "gi_code", None), "co_qualname", ""))

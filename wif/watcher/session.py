@@ -90,6 +90,7 @@ class Session:
                 self.state = State.PASSED
                 return False
             CLAIMED.append(self)
+            self.proven = self.proven or bool(os.environ.get(origin.NAMED))  # named: the script's own word
             if not self.proven:
                 steps.arm()
         if self.ordered:

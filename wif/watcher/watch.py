@@ -22,7 +22,6 @@ import os
 import sys
 from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
-import torch
 from torch.utils.data import DataLoader
 
 from wif.watcher.claim import CLAIMED, State, begun_by, drop, weak, would_claim
@@ -147,7 +146,7 @@ def hooked(loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
 
 def _again(claimed: Session, loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
     """The claimed loader's next epoch; None for a pass with gradients off over it, an evaluation."""
-    if not torch.is_grad_enabled():
+    if not would_claim(loader):  # a pass with gradients off over it, not named: an evaluation
         return None
     if claimed.current is not None:
         claimed.current.close()  # the last one ended, though the framework may still hold it

@@ -3,7 +3,9 @@
 The orders come through the environment, so the user's script runs the advice's measurements unchanged.
 
     watch      `wif.watch`, and `hooked`: each pass over the loader handed to its session
-    session    one loader's watch: its states, each epoch timed in windows and each window said in one line
+    session    one loader's watch: each epoch timed in windows and each window said in one line
+    claim      which loader trains: the claim at its first epoch, proven by a step, dropped for an evaluation
+    steps      whether the training took a step: a backward pass or an optimizer step, counted while a claim waits
     windows    how an epoch is cut into windows of batches: by the orders' count, or the watch's clock; under
                orders, a window's figure as the script's own epoch would spend it
     options    how a loader is watched, and where the watch's lines go

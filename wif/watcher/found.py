@@ -3,7 +3,7 @@
 People hand `wif.watch` a DataLoader, a wrapper holding one, or a generator over one. timm's PrefetchLoader
 keeps it as `.loader`, tqdm as `.iterable`. Many make a new wrapper, or a new DataLoader, every epoch.
 The epochs of one training loader are one watch: its anchor is the DataLoader's dataset. An iterable with no
-DataLoader inside is its own anchor.
+DataLoader inside is its own anchor; one made anew each epoch is kept by its loop (wif.watcher.watch._key).
 """
 
 from __future__ import annotations

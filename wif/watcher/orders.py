@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -83,12 +83,13 @@ class Orders:
         if not has_dataloader:
             raise SystemExit(0)
 
-    def sample(self, batches: Any) -> Iterator[Any]:
+    def sample(self, batches: Any, proven: Callable[[], bool]) -> Iterator[Any]:
         """`probe`: the first batches of the training loop as it runs, each timed with its fetch and its step.
 
         Their median after the first, which starts the workers, is written beside the settings as `batch_s`.
         wif-advise sizes its measuring runs to its minutes by it. Then the script ends: after those batches, or
-        at the epoch's end. A loop that left the epoch before either ends as the loader's next epoch starts:
+        at the epoch's end, once `proven` says the claim is (wif.watcher.steps). An epoch with no step runs on
+        unsampled. A loop that left the epoch before either ends as the loader's next epoch starts:
         a break, or Lightning's fetcher taking an epoch's batches by count and never asking for the end.
         """
         if self.times is not None:
@@ -100,9 +101,10 @@ class Orders:
             now = time.perf_counter()
             times.append(now - t)
             t = now
-            if len(times) > PROBE_BATCHES or sum(times) > PROBE_S:
+            if (len(times) > PROBE_BATCHES or sum(times) > PROBE_S) and proven():
                 break
-        self._probed()
+        if proven():
+            self._probed()
 
     def _probed(self) -> None:
         """The probe's batch time written beside the settings, and the script ends."""

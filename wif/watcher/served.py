@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any, Dict, Optional
 
+from wif.watcher import ranks
 from wif.watcher.found import Found, find_dataloader
 from wif.watcher.orders import Orders
 
@@ -49,6 +50,19 @@ def next_order(spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         time.sleep(SERVE_POLL_S)
     with open(path) as f:
         return json.load(f).get("orders")
+
+
+def next_orders(orders: Orders, record: Any, batches: Any) -> Orders:
+    """After a candidate: its run finished, its workers ended, and the next one's Orders; leaves where none comes."""
+    if not orders.spec.get("serve") or ranks.world()[1] > 1:  # a distributed script's ranks leave together
+        orders.leave(record)
+    record.finish()  # its run is read as soon as wif-advise hears it is done
+    found = find_dataloader(batches)  # the script's own where no setting was ordered: its workers end too
+    end_workers(orders.rebuilt, found.loader if found else None)  # before the next order is awaited
+    spec = next_order(orders.spec)
+    if spec is None:
+        orders.leave(record)
+    return follow(orders, spec, batches)
 
 
 def follow(last: Orders, spec: Dict[str, Any], batches: Any) -> Orders:

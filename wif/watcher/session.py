@@ -5,11 +5,11 @@
 
 from __future__ import annotations
 
-import enum
+import atexit
 import os
 import time
 from dataclasses import asdict, replace
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -19,43 +19,13 @@ from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
 from wif.run.ddp.gather import job_epoch
 from wif.run.loop import TimedFeed, samples_in
-from wif.watcher import origin, proof, ranks, served
+from wif.watcher import claim, origin, proof, ranks, served, steps
+from wif.watcher.claim import CLAIMED, State
 from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, length_of, settings_of
 from wif.watcher.options import WatchOptions, silent, to_stderr, warn
 from wif.watcher.orders import Orders
 from wif.watcher.record import Record, line
 from wif.watcher.windows import Opened, Window, as_the_script, epoch_start, script_share, stream, watched_alone
-
-# NOTE [ The watch's states ]
-# A Session's `state` moves once, at its loader's first epoch (`claim_loader`), and then stays:
-#   UNDECIDED -> PASSED    another loader is claimed, or this one is not the training loader: it runs as it
-#                          is, for good. Only a session that claims, under orders or the hook, can pass.
-#   UNDECIDED -> PROBING   wif-advise's probe: the first batches are timed, nothing is recorded, and the script
-#                          ends (SystemExit) after them or at the next epoch's start.
-#   UNDECIDED -> WATCHED   its Record opened: every epoch timed, said and logged.
-# A claim is made once per script: CLAIMED holds the one training loader's session.
-# A WATCHED session under orders ends the script (SystemExit) at the epoch where the orders are done.
-# Record's failure to open leaves the session UNDECIDED but claimed; its next epoch tries again.
-# Beside the state, a few flags:
-#   ranked            set at the claim: a distributed script's training loader, its ranks' figures gathered.
-#   starting          true from an epoch's start to its first batch: a DataLoader epoch started then is this
-#                     epoch's own (`hooked` lets it run as it is).
-#   handed, expected  the batches handed out in this epoch, and its length where it has one.
-#   epoch_index       the script's epoch under way; each is timed in windows (NOTE [ Windows ]).
-#   current           a hooked epoch as the framework holds it; `taken` once every batch was handed out.
-#   warned            an epoch that could not be recorded was said; later failures are quiet.
-
-
-class State(enum.Enum):
-    """Where a Session stands. See NOTE [ The watch's states ]."""
-
-    UNDECIDED = "undecided"
-    PASSED = "passed"
-    PROBING = "probing"
-    WATCHED = "watched"
-
-
-CLAIMED: List["Session"] = []  # under orders or the hook: the one training loader's session
 
 
 def _cuda() -> torch.device:
@@ -81,10 +51,11 @@ class Session:
         under_torchrun = os.environ.get("RANK", "0") != "0"  # one line an epoch, rank 0's
         self.say = silent if options.quiet or under_torchrun else to_stderr
         found = find_dataloader(batches)
-        self.loader: Optional[DataLoader] = found.loader if found else None
-        size = batch_size_of(self.loader) if self.loader is not None else getattr(batches, "batch_size", None)
+        loader = found.loader if found else None
+        self._loader = claim.weak(loader)  # held weakly: a DataLoader made anew each epoch goes when done
+        size = batch_size_of(loader) if loader is not None else getattr(batches, "batch_size", None)
         self.batch_size = int(size or 1)  # a batch with no tensor of a batch dimension counts as this many
-        self.params = settings_of(batches, self.loader)
+        self.params = settings_of(batches, loader)
         self.state = State.UNDECIDED
         self.orders: Optional[Orders] = None
         self.record: Optional[Record] = None
@@ -99,6 +70,15 @@ class Session:
         self.alone = watched_alone()  # the windows without orders
         self.span = self.alone.seconds  # a ranked session's windows: this long at rank 0's pace
         self.current: Optional[Iterator[Any]] = None
+        self.proven = not options.claims  # a loader the script handed wif.watch is its own proof
+        self.pending: List[Tuple[Dict[str, float], bool, bool]] = []  # windows held until the claim is proven
+        self.steps_at, self.open = 0, False
+        self.iterated: Optional[Any] = None
+
+    @property
+    def loader(self) -> Optional[DataLoader]:
+        """The DataLoader the session was made with, while it lives."""
+        return self._loader()
 
     # ------------------------------------------------------------------ the claim
     def claim_loader(self, batches: Iterable[Any]) -> bool:
@@ -109,10 +89,13 @@ class Session:
         if self.state is not State.UNDECIDED:
             return self.state is not State.PASSED
         if self.claims and self not in CLAIMED:
-            if CLAIMED or not self._training():
+            if CLAIMED or not claim.would_claim(self.loader):
                 self.state = State.PASSED
                 return False
             CLAIMED.append(self)
+            self.proven = self.proven or bool(os.environ.get(origin.NAMED))  # named: the script's own word
+            if not self.proven:
+                steps.arm()
         if self.ordered:
             self.orders = self.orders or Orders.from_env()
             if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
@@ -123,13 +106,6 @@ class Session:
                 return True
         self._open_record()
         return True
-
-    def _training(self) -> bool:
-        """Whether this is the training loader at its first epoch: named, or iterated with gradients on."""
-        named = os.environ.get(origin.NAMED)
-        if not named:
-            return torch.is_grad_enabled()
-        return self.loader is not None and origin.is_named(named, self.loader)
 
     def _open_record(self) -> None:
         """The session's Record, rank 0's alone logged; the state becomes WATCHED."""
@@ -144,6 +120,8 @@ class Session:
             self.params, experiment=o.experiment, run_name=o.run_name, log=o.log and rank == 0, orders=self.orders
         )
         self.state = State.WATCHED
+        if not self.proven:
+            atexit.register(claim.stand, self)  # after the Record's own: it runs first
         if self.record.log and self.record.own and "MLFLOW_TRACKING_URI" not in os.environ:
             where = os.path.abspath("mlflow.db")
             self.say(f"wif.watch: logging to {where} (or MLFLOW_TRACKING_URI; nowhere: WIF_WATCH=print)")
@@ -158,12 +136,18 @@ class Session:
         if not self.claim_loader(batches):
             yield from batches
             return
-        orders = self.orders
+        self.steps_at, orders = steps.count(), self.orders
         if orders is None:
             yield from self._timed(batches, offers=length_of(batches))
             return
-        if self.state is State.PROBING:  # its first batches timed, and the script ends
-            yield from orders.sample(self._started(batches))
+        if self.state is State.PROBING:  # its first batches timed, and the script ends once the claim is proven
+            yield from orders.sample(self._started(batches), proven=self.stepped)
+            return
+        if orders.mode == "loader_only" and not self.proven:  # the loader alone only once it proved it trains
+            yield from self._started(batches)
+            if self.stepped():
+                self.publish()
+            return
         self._obey(orders, batches)
         offers = length_of(orders.source(batches))
         self.record.stream = self.record.stream or offers is None  # said by wif-advise: what its figures assume
@@ -181,24 +165,10 @@ class Session:
                 while not orders.done:
                     for _ in self._timed(orders.batches(batches, len(self.epochs))):
                         pass
-                orders = self._follow(orders, batches)
-
-    def _follow(self, orders: Orders, batches: Iterable[Any]) -> Orders:
-        """The next candidate's orders in this process; leaves where none comes.
-
-        See NOTE [ Trials in one process ] in wif.watcher.served.
-        """
-        if not orders.spec.get("serve") or ranks.world()[1] > 1:  # a distributed script's ranks leave together
-            orders.leave(self.record)
-        self.record.finish()  # its run is read as soon as wif-advise hears it is done
-        found = find_dataloader(batches)  # the script's own where no setting was ordered: its workers end too
-        served.end_workers(orders.rebuilt, found.loader if found else None)  # before the next order is awaited
-        spec = served.next_order(orders.spec)
-        if spec is None:
-            orders.leave(self.record)
-        self.orders, self.epochs = served.follow(orders, spec, batches), []
-        self._open_record()
-        return self.orders
+                # the next candidate's in this process: NOTE [ Trials in one process ] in wif.watcher.served
+                orders = self.orders = served.next_orders(orders, self.record, batches)
+                self.epochs = []
+                self._open_record()
 
     def _started(self, source: Iterable[Any]) -> Iterator[Any]:
         """`source`'s batches; a DataLoader epoch started by the first is this epoch's own (`hooked`)."""
@@ -220,6 +190,7 @@ class Session:
         self.epoch_index, self.own, self.start_s = self.epoch_index + 1, offers, 0.0
         proof.STARTED.clear()  # the DataLoader epochs this one begins, noted from here
         batches, first, ended = stream(source), True, False
+        self.open = True
         try:
             while True:
                 window = Window(batches, self.orders.windows if self.orders is not None else self.alone)
@@ -231,6 +202,7 @@ class Session:
                 if self.orders is not None and self.orders.done:
                     return  # the caller leaves, or serves the next candidate, within the epoch
         finally:  # what the script's epochs offer, for a measurement that ran out (wif.advisor.script_runner)
+            self.open = False
             self.record.offered(offers if ended and offers is not None else self.handed)
             self.record.send_held()  # no window follows at once: what the windows held back goes out
 
@@ -307,7 +279,7 @@ class Session:
         NOTE [ A window times the script's own run ] in wif.watcher.windows."""
         # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
         step = replace(stats, copy_s=0.0, compute_s=max(stats.epoch_time_s - stats.data_wait_s, 0.0))
-        e = {"epoch": len(self.epochs), **figures(asdict(step)), "samples": stats.samples, "batches": batches}
+        e = {**figures(asdict(step)), "samples": stats.samples, "batches": batches}
         e.update({names.SCRIPT_EPOCH: self.epoch_index, names.WINDOWED: float(not whole), **raw})
         if self.ranked:  # the job's epoch: its slowest rank's, each rank's beside it
             rows = ranks.gather({**asdict(step), "samples": stats.samples, "batches": batches})
@@ -318,8 +290,24 @@ class Session:
             e[names.COMPUTE_THREADS] = stats.compute_threads
             e.update({k: v for k, v in job.items() if k.startswith("rank") or k == "slowest_rank"})
         e.update(self.record.end(stats.t_start, _cuda(), pss=not follows))
-        self.epochs.append(e)
-        self.record.log_epoch(e, self.epochs, hold=follows and self.orders is not None)
-        self.say(line(e, complete))
-        if self.orders is not None:
-            self.orders.after_epoch(self.epochs, self.record, self.ranked)
+        self.pending.append((e, complete, follows and self.orders is not None))
+        if self.proven or self.stepped():
+            self.publish()
+
+    def stepped(self) -> bool:
+        """Whether the training took a step since this epoch began: the claim is proven."""
+        return self.proven or steps.count() > self.steps_at
+
+    def publish(self) -> None:
+        """The claim stands: the held windows recorded, logged, said and handed to the orders, in turn."""
+        if not self.proven:
+            self.proven = True
+            steps.disarm()
+        held, self.pending = self.pending, []
+        for e, complete, hold in held:
+            e["epoch"] = len(self.epochs)
+            self.epochs.append(e)
+            self.record.log_epoch(e, self.epochs, hold=hold)
+            self.say(line(e, complete))
+            if self.orders is not None:
+                self.orders.after_epoch(self.epochs, self.record, self.ranked)

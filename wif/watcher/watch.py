@@ -19,18 +19,20 @@ One loader's watch is a `wif.watcher.session.Session`; see NOTE [ The watch's st
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Iterator, Optional
+import sys
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 from torch.utils.data import DataLoader
 
+from wif.watcher.claim import CLAIMED, State, begun_by, drop, weak, would_claim
 from wif.watcher.found import anchor_of, find_dataloader
 from wif.watcher.options import WatchOptions, warn
 from wif.watcher.orders import ENV, Orders
-from wif.watcher.session import CLAIMED, Session, State
+from wif.watcher.session import Session
 
 __all__ = ["MODES", "Watched", "find_dataloader", "hooked", "warn", "watch"]
 
-_sessions: Dict[int, Session] = {}  # by id() of the anchor (wif.watcher.found), which the session holds
+_sessions: Dict[Any, Session] = {}  # by id() of the anchor (wif.watcher.found), or by the loop: `_key`
 MODES = ("1", "0", "print", "quiet")  # WIF_WATCH
 
 
@@ -88,7 +90,8 @@ def watch(
         ordered=ordered,
     )
     try:
-        session = _session(batches, options)
+        caller = sys._getframe(1)  # the loop's line: a generator made anew there each epoch is the same loop
+        session = _session(batches, options, site=(caller.f_code.co_filename, caller.f_lineno))
     except Exception as err:  # noqa: BLE001 - without orders, the watch's own failure is a warning line
         if ordered:
             raise
@@ -111,34 +114,76 @@ def _mode() -> Optional[str]:
 def hooked(loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
     """An epoch of `loader` started by whatever iterates it (wif.watcher.hook), as the watch has it.
 
-    The watch's epoch where it is the training loader. None where it runs as it is: another loader, or one
-    inside a watched epoch.
+    The watch's epoch where it is the training loader's. None where it runs as it is: another loader, an
+    evaluation, or one inside a watched epoch. See NOTE [ The watch's states ] in wif.watcher.claim.
     """
     mode = _mode()
     if mode is None:
         return None
-    for other in CLAIMED:  # another loader's epoch begins, such as the validation pass: the training epoch ended
-        if other.anchor is not loader.dataset and other.taken():
-            other.current.close()
-    session = _sessions.get(id(loader.dataset))
-    if session is not None and session.anchor is loader.dataset:
-        if session.starting or session.state is State.PASSED:  # the watched epoch's own, or not the training one
+    kept = _sessions.get(id(loader.dataset))
+    if kept is not None and kept.anchor is loader.dataset and (kept.starting or not kept.options.claims):
+        return None  # the watched epoch's own DataLoader, or one the script's own wif.watch line watches
+    if CLAIMED:
+        claimed = CLAIMED[0]
+        seen = begun_by(claimed, loader)
+        if seen == "inner":
             return None
-        if session.current is not None:
-            session.current.close()  # its next epoch: the last one ended, though the framework still holds it
-    elif CLAIMED:
+        if seen == "again":
+            return _again(claimed, loader, own)
+        if claimed.taken():  # Lightning's fetcher takes its batches by count: the training epoch is over
+            claimed.current.close()
+        if claimed.proven or claimed.open or not would_claim(loader):
+            return None  # another loader, such as an evaluation's: as it is, and the training epoch goes on
+        drop(claimed)  # its epoch ended with no step: an evaluation with gradients on, as the HF Trainer's
+    elif not would_claim(loader):
         return None
     options = WatchOptions(log=mode != "print", quiet=mode == "quiet", ordered=bool(os.environ.get(ENV)), claims=True)
-    session = _session(own, options)
+    session = _session(own, options, fresh=True)
+    session.iterated = weak(loader)
     session.current = session.epoch(own)
     return session.current
 
 
-def _session(batches: Iterable[Any], options: WatchOptions) -> Session:
-    """The watch of this loader: the one kept by its anchor, or a new one."""
+def _again(claimed: Session, loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
+    """The claimed loader's next epoch; None for a pass with gradients off over it, an evaluation."""
+    if not would_claim(loader):  # a pass with gradients off over it, not named: an evaluation
+        return None
+    if claimed.current is not None:
+        claimed.current.close()  # the last one ended, though the framework may still hold it
+    if not claimed.proven:
+        claimed.publish()  # its own loader again, nothing between: the claim stands without a step
+    claimed.iterated = weak(loader)
+    claimed.current = claimed.epoch(own)
+    return claimed.current
+
+
+def _session(
+    batches: Iterable[Any], options: WatchOptions, fresh: bool = False, site: Optional[Tuple[str, int]] = None
+) -> Session:
+    """The watch of this loader: the one kept by its anchor or its loop, or a new one.
+
+    Args:
+        batches: this epoch's iterable.
+        options: how a new session watches.
+        fresh: a new session where the one kept passed.
+        site: where `wif.watch` was called, the file and line.
+    """
     anchor = anchor_of(batches)
-    session = _sessions.get(id(anchor))
-    if session is not None and session.anchor is anchor:
+    key = _key(batches, anchor, site)
+    session = _sessions.get(key)
+    kept = session is not None and (session.anchor is anchor or not isinstance(key, int))
+    if kept and not (fresh and session.state is State.PASSED):
         return session
-    session = _sessions[id(anchor)] = Session(batches, options)
+    session = _sessions[key] = Session(batches, options)
     return session
+
+
+def _key(batches: Any, anchor: Any, site: Optional[Tuple[str, int]]) -> Any:
+    """What keeps a session: its DataLoader's dataset, else the loop that watches it.
+
+    An iterable with no DataLoader inside, such as a generator of batches made anew each epoch, is one loop
+    by its `wif.watch` line, its type and its generator's code. See wif.watcher.found.
+    """
+    if anchor is not batches or site is None:
+        return id(anchor)
+    return (*site, type(batches).__qualname__, getattr(getattr(batches, "gi_code", None), "co_qualname", ""))

@@ -3,7 +3,8 @@
 For a loop inside a framework, such as Lightning's `Trainer.fit`, the HF `Trainer` or accelerate, or any
 script one would rather not edit. The command runs as it is, with wif.watcher.hook's folder on PYTHONPATH.
 Its training loader's epochs are timed, said and logged as `wif.watch` does. That loader is the first
-DataLoader iterated with gradients enabled, or `--loader NAME`. WIF_WATCH=print says them and logs nothing.
+DataLoader iterated with gradients enabled that takes a step, or `--loader NAME`. WIF_WATCH=print says them
+and logs nothing.
 The command replaces this process (`exec`): its exit code, its signals and its terminal are its own.
 """
 

@@ -7,7 +7,7 @@ pairs, each pair in the other order on the next turn. The truth is the median of
 holds it, how far it misses and the prediction's error. A failure or a timeout is a row, and the panel goes on.
 
     python benchmarks/truth.py [--scripts epochs,stream,...] [--minutes 3] [--turns 5] [--out truth.json]
-    python benchmarks/truth.py --scripts epochs,stream --small --minutes 1.5 --turns 1   # the suite's short form
+    python benchmarks/truth.py --scripts epochs,stream --small --minutes 2 --turns 1   # the suite's short form
 
 Targets (issue 81, docs/benchmarks.md): at most one interval misses its truth, by at most 5% of the truth; the
 median prediction error at most 10%.
@@ -102,10 +102,8 @@ def command(case: Case, small: bool, flags: List[str] = ()) -> List[str]:
 
 def failure(done: Done, timeout_s: float) -> str:
     """One line: why a command did not end well."""
-    if done.rc is None:
-        return f"timed out after {timeout_s:.0f} s"
     lines = [ln for ln in done.err.splitlines() if ln.strip()] or [ln for ln in done.out.splitlines() if ln.strip()]
-    return f"exit {done.rc}: {lines[-1][:200] if lines else 'no output'}"
+    return f"timed out after {timeout_s:.0f} s" if done.rc is None else f"exit {done.rc}: {(lines or ['none'])[-1]}"
 
 
 def env_for(store: Optional[Path] = None) -> Dict[str, str]:
@@ -119,11 +117,12 @@ class Claim(NamedTuple):
     """wif-advise's answer: the pick ("keep": none), its speedup and 95% interval, the pick as the script's flags."""
 
     pick: str
-    speedup: float
-    low: float
-    high: float
+    speedup: float  # 1.0 for "keep", with its interval
+    speedup_ci_low: float
+    speedup_ci_high: float
     flags: List[str]
     advise_s: float
+    said: str  # the answer's line: `Pick: ...` or `Keep what you have: ...`
 
 
 PASTE = re.compile(r"\b(?:dataloader_)?(num_workers|prefetch_factor|persistent_workers|pin_memory|in_order)=(\w+)")
@@ -151,24 +150,24 @@ def parent_figures(store: Path) -> Dict[str, object]:
     return {"pick": parent.data.tags.get("wif.advise.pick", "keep"), **parent.data.metrics}
 
 
-def advise(case: Case, folder: Path, minutes: float, small: bool) -> Claim | str:
-    """`wif-advise --minutes M -- COMMAND` on the case; its claim, or one line saying why there is none."""
+def advise(case: Case, folder: Path, args: argparse.Namespace) -> Claim | str:
+    """`wif-advise --minutes M [OVERRIDES] -- COMMAND` on the case; its claim, or one line saying why there is none."""
     folder.mkdir(parents=True)
-    store = folder / "mlflow.db"
-    argv = [sys.executable, "-m", "wif.advisor.advise_cli", "--minutes", f"{minutes:g}", "--", *command(case, small)]
+    store, minutes = folder / "mlflow.db", args.minutes
+    argv = [sys.executable, "-m", "wif.advisor.advise_cli", "--minutes", f"{minutes:g}", *args.overrides.split()]
+    argv += ["--", *command(case, args.small)]
     timeout_s = 60 * minutes + 240  # its own start and probe, and a margin past --minutes
     done = run_group(argv, timeout_s, cwd=folder, env=env_for(store))
     (folder / "advise.log").write_text(f"$ {' '.join(argv)}\n{done.out}\n--- stderr\n{done.err}")
     if done.rc != 0:
         return failure(done, timeout_s)
     got = parent_figures(store)
-    if got["pick"] == "keep":  # no claim to time: the row says so
-        return Claim("keep", 1.0, 1.0, 1.0, [], done.wall_s)
+    said = [ln for ln in done.out.splitlines() if ln.startswith(("Pick:", "Keep what you have:"))][-1]
     flags = flags_of("".join(ln for ln in done.out.splitlines() if ln.startswith("In your script:")))
-    if not flags:
+    if got["pick"] != "keep" and not flags:
         return f"no DataLoader arguments in the answer for {got['pick']}"
-    low, high = float(got["speedup_ci_low"]), float(got["speedup_ci_high"])
-    return Claim(str(got["pick"]), float(got["speedup"]), low, high, flags, done.wall_s)
+    figures = {key: float(got.get(key, 1.0)) for key in ("speedup", "speedup_ci_low", "speedup_ci_high")}
+    return Claim(pick=str(got["pick"]), flags=flags, advise_s=done.wall_s, said=said, **figures)
 
 
 class Timing(NamedTuple):
@@ -202,10 +201,10 @@ def time_turns(case: Case, flags: List[str], turns: int, small: bool) -> Timing 
 
 def row_of(name: str, claim: Claim, timing: Timing) -> Dict[str, object]:
     """The panel's row: the claim, the truth (median of the turns' ratios) and its spread, held, miss and error."""
-    ratios = [o / p for o, p in zip(timing.own_s, timing.pick_s)]
-    truth = statistics.median(ratios)
-    held = claim.low <= truth <= claim.high
-    miss = 0.0 if held else (claim.low - truth if truth < claim.low else truth - claim.high) / truth
+    truth = statistics.median(ratios := [own / pick for own, pick in zip(timing.own_s, timing.pick_s)])
+    low, high = claim.speedup_ci_low, claim.speedup_ci_high
+    held = low <= truth <= high
+    miss = 0.0 if held else (low - truth if truth < low else truth - high) / truth
     return {
         "script": name,
         **claim._asdict(),
@@ -227,8 +226,8 @@ def row_line(row: Dict[str, object]) -> str:
     if row.get("failed"):
         return f"{name}failed: {row['failed']}"
     if row["pick"] == "keep":
-        return f"{name}{'keep':<12}no pick, nothing to time"
-    claimed = f"{row['speedup']:.2f} ({row['low']:.2f}-{row['high']:.2f})"
+        return f"{name}{row['said']}"
+    claimed = f"{row['speedup']:.2f} ({row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f})"
     truth = f"{row['truth']:.2f} ({row['truth_spread'][0]:.2f}-{row['truth_spread'][1]:.2f})"
     held = f"{'yes' if row['held'] else 'NO':<6}{row['miss_pct']:>6.1f}%{row['error_pct']:>+7.1f}%"
     return f"{name}{row['pick']:<12}{claimed:<21}{truth:<21}{held}"
@@ -254,7 +253,7 @@ def summary(rows: List[Dict[str, object]]) -> str:
 def run_case(name: str, args: argparse.Namespace, work: Path) -> Dict[str, object]:
     """One row: the case advised, then timed in turns at its own setting and at the pick."""
     case = PANEL[name]
-    claim = advise(case, work / name, minutes=args.minutes, small=args.small)
+    claim = advise(case, work / name, args)
     if isinstance(claim, str):
         return {"script": name, "failed": f"wif-advise: {claim}"}
     if claim.pick == "keep":
@@ -269,6 +268,7 @@ def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scripts", default=",".join(PANEL), help=f"a comma-separated subset of {', '.join(PANEL)}")
     ap.add_argument("--minutes", type=float, default=3.0, help="wif-advise --minutes for each script")
+    ap.add_argument("--overrides", default="", help="wif-advise's, e.g. 'measure.contended_pct=1000' when shared")
     ap.add_argument("--turns", type=int, default=5, help="pairs of plain runs (own setting, pick) a script")
     ap.add_argument("--small", action="store_true", help="each script at about a third of its size (the suite's)")
     ap.add_argument("--out", type=Path, help="write the rows and the machine's load here, as JSON")

@@ -51,7 +51,7 @@ def test_a_command_past_its_timeout_is_ended_with_its_whole_group(tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.alone  # wif-advise's pick and the plain runs' times: another test beside it would disturb them
-def test_the_short_panel_prints_a_claim_and_a_truth_per_script(tmp_path: Path) -> None:
+def test_the_short_panel_prints_a_claim_and_a_truth_per_pick(tmp_path: Path) -> None:
     out = tmp_path / "truth.json"
     argv = ["--scripts", "epochs,stream", "--small", "--minutes", "2", "--turns", "1", "--out", str(out)]
     argv += ["--overrides", "measure.contended_pct=1000"]  # as tests/test_advise_script.py: no run again
@@ -68,16 +68,23 @@ def test_the_short_panel_prints_a_claim_and_a_truth_per_script(tmp_path: Path) -
     report = json.loads(out.read_text())
     rows = report["rows"]
     assert [r["script"] for r in rows] == ["epochs", "stream"] and report["turns"] == 1
+    lines = done.stdout.splitlines()
     for row in rows:
-        said = row.get("failed") or (row["said"] if row["pick"] == "keep" else "")
-        if "--minutes" in said:  # a loaded machine: the advice had no time to race (the race is what is checked)
-            pytest.skip(f"{row['script']}: wif-advise within --minutes 2 on this machine: {said}")
-        assert not said, row  # each script waits on its reads at 0 workers: a worker setting is picked
+        if "--minutes" in row.get("failed", ""):  # a loaded machine: the advice's minutes ran out before its answer
+            pytest.skip(f"{row['script']}: wif-advise within --minutes 2 on this machine: {row['failed']}")
+        assert not row.get("failed"), row
+        if row["pick"] == "keep":  # no claim to time: whether the race shows a gain is a timing, not checked here
+            assert row["said"].startswith("Keep what you have: ") and "truth" not in row, row
+            assert f"{row['script']:<14}{row['said']}" in lines
+            continue
         assert row["speedup_ci_low"] <= row["speedup"] <= row["speedup_ci_high"]
         assert row["flags"][:1] == ["--num-workers"] and row["said"].startswith(f"Pick: {row['pick']}, ")
         assert len(row["own_s"]) == len(row["pick_s"]) == 1 and row["truth"] == row["own_s"][0] / row["pick_s"][0]
         assert row["truth_spread"] == [row["truth"]] * 2 and isinstance(row["held"], bool)
         assert math.isclose(row["error_pct"], 100 * (row["speedup"] / row["truth"] - 1))
         assert (row["miss_pct"] == 0) == row["held"]
-        assert any(line.startswith(f"{row['script']:<14}{row['pick']}") for line in done.stdout.splitlines())
-    assert done.stdout.splitlines()[-1].startswith("2 rows timed, 0 failed; intervals that miss their truth:")
+        assert any(line.startswith(f"{row['script']:<14}{row['pick']} ") for line in lines)
+    timed = [r for r in rows if r["pick"] != "keep"]
+    assert lines[-1].startswith(f"{len(timed)} rows timed, 0 failed" if timed else "no row timed (0 failed)")
+    if not timed:
+        pytest.skip(f"no pick to time on this machine: {'; '.join(r['said'] for r in rows)}")

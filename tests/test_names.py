@@ -24,12 +24,19 @@ BEFORE = Path(__file__).parent / "data" / "mlflow_names_865fbd9.json"
 # warm-up epoch set apart and the step's share, time_epochs every figure the other two log. A study run's
 # config gained sweep.deadline, the time a budgeted auto job ends by, and the sizes of what a run evaluates
 # (data.val_images, data.test_images, sweep.eval_images); its validation passes' time is summed apart. The
-# watch's windows say where each is (script_epoch, windowed) and what the script's epochs offered.
+# watch's windows say where each is (script_epoch, windowed) and what the script's epochs offered. The loader
+# gained worker_threads (a row of wif.dataloader_args): each worker's OpenCV and BLAS threads.
 ADDED = {
     "train": {
         "metrics": {"compute_mean_s", "data_wait_mean_s", "val_time_total_s", "host_idle_cores"},
         "per_epoch": {"host_idle_cores"},
-        "params": {"sweep.deadline", "data.val_images", "data.test_images", "sweep.eval_images"},
+        "params": {
+            "sweep.deadline",
+            "data.val_images",
+            "data.test_images",
+            "sweep.eval_images",
+            "loader.worker_threads",
+        },
     },
     "watch": {
         "metrics": {
@@ -42,6 +49,7 @@ ADDED = {
             "host_idle_cores",
         },
         "per_epoch": {"compute_share", "script_epoch", "windowed", "host_idle_cores"},
+        "params": {"worker_threads"},
     },
     "user": {
         "metrics": {

@@ -27,7 +27,8 @@ imports only the standard library. `report` stands beside them: it reads the MLf
 From a user's own script: `wif.watch(loader)` (the one line in the loop: each pass timed and logged as an
 epoch; wif.watcher.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`
 (wif.tools.api; imported on first use, so `import wif` stays free of torch), and `wif.advise(overrides)`
-(wif-advise: the bottleneck found and the fix raced; wif.advisor.advise_cli.advise_overrides).
+(wif-advise: the bottleneck found and the fix raced; wif.advisor.advise_cli.advise_overrides), and
+`worker_init_fn=wif.limit_worker_threads(n)` (each worker's OpenCV and BLAS threads at n; wif.data.worker_threads).
 """
 
 # NOTE [ Module state ]
@@ -58,6 +59,10 @@ def __getattr__(name: str) -> Any:
         from wif.tools import api
 
         return getattr(api, name)
+    if name == "limit_worker_threads":  # the worker_threads option in one's own DataLoader: stdlib only
+        from wif.data.worker_threads import limit_worker_threads
+
+        return limit_worker_threads
     if name == "watch":
         from wif.watcher.watch import watch
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Tuple
 
 WORKERS = "_workers"  # `on_iterator` of the start method: the proof reads it off the iterator's worker processes
+INIT = "worker_init_fn"  # where an argument that is no DataLoader keyword lives: on the loader's worker_init_fn
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,18 @@ class DataLoaderArg:
     # worker processes, or "" for the DataLoader's own attribute where the iterator keeps no copy of it.
     on_iterator: str = ""
     as_asked: bool = True  # the iterator keeps it as asked on any machine (pinning needs an accelerator)
+    # False: no DataLoader keyword; the loader's worker_init_fn carries it (wif.data.worker_threads), read there
+    keyword: bool = True
+    paste_as: str = ""  # how it is pasted where not as `name=value` ("{}": its value)
+
+    def of(self, loader: Any) -> Any:
+        """The argument as `loader`, a DataLoader, has it: its attribute, or its worker_init_fn's."""
+        holder = loader if self.keyword else getattr(loader, INIT, None)
+        return getattr(holder, self.name, self.default)
 
     def pasted(self, value: Any) -> str:
         """The argument as one pastes it into a DataLoader call: `num_workers=4`."""
-        return f"{self.name}={value!r}"
+        return self.paste_as.format(value) if self.paste_as else f"{self.name}={value!r}"
 
     def trainer_pasted(self, value: Any) -> str:
         """The argument as a TrainingArguments field: `dataloader_num_workers=4`; "" where it has none."""
@@ -99,6 +108,18 @@ ARGS: Tuple[DataLoaderArg, ...] = (
         ordered=False,
         label="{}",
         on_iterator=WORKERS,
+    ),
+    # Each worker's OpenCV, BLAS and OpenMP threads (torch's own are 1 there): a worker_init_fn applies it.
+    DataLoaderArg(
+        name="worker_threads",
+        default=None,  # left as the libraries set them: often one per core in each worker
+        needs_workers=True,
+        since=(1, 0),
+        ordered=True,
+        label="wthreads{}",
+        on_iterator="_worker_init_fn",  # read off the iterator's worker_init_fn, as `of` reads a DataLoader's
+        keyword=False,
+        paste_as="worker_init_fn=wif.limit_worker_threads({})",  # one's own chained: (n, your_fn)
     ),
     # Since torch 2.9 the iterator keeps the current accelerator's type, whatever was asked: the DataLoader's own.
     DataLoaderArg(name="pin_memory_device", default="", needs_workers=False, since=(1, 12), ordered=False),

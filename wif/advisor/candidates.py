@@ -3,7 +3,8 @@
 Worker counts are searched as `wif-tune` searches them, `wif.tools.tune.search_workers`, each with
 persistent workers: a kept worker costs nothing per epoch, a fresh one starts every epoch. At the best count
 come a deeper prefetch, the thread-based engine where torchdata is installed, and on a GPU pinned memory with
-non_blocking copies. `data=folder` adds `data.preload=true`, decoded images held in RAM, where the decoded
+non_blocking copies; for a script, each worker's OpenCV and BLAS threads limited where they pass the cores
+(`worker_threads`). `data=folder` adds `data.preload=true`, decoded images held in RAM, where the decoded
 set fits in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried. On a GPU the whole
 dataset on the device, `gpu_resident`, is tried too, whatever the workers gave. It removes the loader's work
 beside the step: the interference that a launch-bound step feels (docs/on-a-gpu.md).
@@ -20,7 +21,9 @@ from wif.advisor.runner import Measured
 from wif.advisor.settings import Candidate, apply
 from wif.config import Config, ConfigError, DataSource, TransferKind, validate
 from wif.data.loaders import TAKES_IN_ORDER
+from wif.data.worker_threads import default_threads
 from wif.measure import names
+from wif.measure.sysinfo import usable_cores
 
 
 def current(base: Config, cuda: bool) -> Candidate:
@@ -109,14 +112,30 @@ def script_extras(
     """The other knobs for a user's script, `wif-advise --`, at the best count: DataLoader's own only.
 
     The script's copy and data stay its own. So: a deeper prefetch, batches out of order where torch has
-    them, pinned memory on a GPU. The arguments are `extras`'.
+    them, pinned memory on a GPU, and each worker's threads limited where its workers' threads pass the
+    cores. The arguments are `extras`'.
     """
     out = _deeper(best)
     if best.workers > 0 and TAKES_IN_ORDER and base.loader.in_order:
         out.append(_more(best, "unordered", {"loader.in_order": False}))
+    out += _limited_threads(base, best, cuda)
     if cuda and not base.loader.pin_memory:
         out.append(_more(best, "pin", {"loader.pin_memory": True}))
     return out
+
+
+def _limited_threads(base: Config, best: Candidate, cuda: bool) -> List[Candidate]:
+    """Each worker's OpenCV and BLAS threads at its share of the cores, where its workers' threads pass them.
+
+    At the best count; where that is none, at the script's own count: threads that oversubscribe the cores
+    slow every count with workers, so the best may be none for want of this very limit.
+    """
+    anchor = best if best.workers > 0 else workers(base, base.loader.num_workers, cuda)
+    cores = usable_cores()
+    if anchor.workers == 0 or base.loader.worker_threads is not None or anchor.workers * default_threads() <= cores:
+        return []
+    n = max(1, cores // anchor.workers)  # a thread per core in each worker, as OpenCV and BLAS start, is too many
+    return [_more(anchor, f"wthreads{n}", {"loader.worker_threads": n})]
 
 
 def _deeper(best: Candidate) -> List[Candidate]:

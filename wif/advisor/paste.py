@@ -25,6 +25,8 @@ def loader_args(pick: Candidate, pin: bool) -> Dict[str, Any]:
     args["pin_memory"] = bool(k.get("loader.pin_memory", pin))
     if k.get("loader.in_order") is False:
         args["in_order"] = False
+    if k.get("loader.worker_threads") is not None:  # pasted as a worker_init_fn: wif.dataloader_args
+        args["worker_threads"] = k["loader.worker_threads"]
     return args
 
 

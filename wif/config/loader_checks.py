@@ -28,6 +28,10 @@ def validate_loader(cfg: Config) -> None:
             lo.prefetch_factor is None or lo.prefetch_factor > 0,
             f"loader.prefetch_factor={lo.prefetch_factor} must be at least 1 (or null for PyTorch's default).",
         )
+        require(
+            lo.worker_threads is None or lo.worker_threads >= 1,
+            f"loader.worker_threads={lo.worker_threads} must be at least 1 (or null: as the libraries set them).",
+        )
     if transfer is TransferKind.resident:
         require(
             lo.num_workers == 0 and not lo.background and not lo.pin_memory,
@@ -75,7 +79,7 @@ def _require_supported_by_torch(lo: LoaderConfig) -> None:
     from torch.utils.data import DataLoader
 
     accepted = inspect.signature(DataLoader).parameters
-    for arg in [arg for arg in ARGS if hasattr(lo, arg.name)]:
+    for arg in [arg for arg in ARGS if arg.keyword and hasattr(lo, arg.name)]:  # worker_threads: any torch
         key, default, release = arg.name, arg.default, ".".join(map(str, arg.since))
         require(
             key in accepted or getattr(lo, key) == default,

@@ -78,6 +78,8 @@ class LoaderConfig:
     persistent_workers: bool = False
     in_order: bool = True  # false: PyTorch may deliver batches out of order (torch >= 2.6)
     multiprocessing_context: Optional[StartMethod] = None  # null: PyTorch's default start method
+    # each worker's OpenCV, BLAS and OpenMP threads (torch's are 1 there); null: as the libraries set them
+    worker_threads: Optional[int] = None
     shuffle: bool = True
 
 

@@ -116,7 +116,7 @@ def settings_of(batches: Any, loader: Optional[DataLoader]) -> Dict[str, Any]:
     name = getattr(batches, "wif_name", type(batches).__name__)  # a hooked DataLoader's epoch: its class
     if loader is None:
         return {"loader": name}
-    ordered = {key: getattr(loader, key, BY_NAME[key].default) for key in ORDERED}  # what orders may change
+    ordered = {key: BY_NAME[key].of(loader) for key in ORDERED}  # what orders may change
     return {
         "loader": name,
         "batch_size": batch_size_of(loader),

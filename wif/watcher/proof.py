@@ -5,8 +5,9 @@ An order rebuilds the script's DataLoader and puts the copy where the watched ob
 Then the trial would time the script's own setting under the candidate's name. So each epoch under loader
 orders checks, at its first batch, the iterator of the DataLoader over its dataset that began in it
 (wif.watcher.hook notes each in STARTED). Each argument in wif.dataloader_args must be as ordered: its
-workers, prefetch, pinning, persistent workers, order, start method and pin device. Its workers must be alive.
-Where they are not, the script ends with one line that starts with UNREACHED, and nothing of it is recorded.
+workers, prefetch, pinning, persistent workers, order, worker threads, start method and pin device. Its
+workers must be alive. Where they are not, the script ends with one line that starts with UNREACHED,
+and nothing of it is recorded.
 
 This module imports nothing but the standard library and wif.dataloader_args, which imports nothing either: the
 hook imports it while torch is being imported.
@@ -62,8 +63,8 @@ def promised(found: Any, rebuilt: Any) -> Dict[str, Any]:
     for arg in dataloader_args.ARGS:
         if arg.needs_workers and not rebuilt.num_workers:
             continue
-        asked = _plain(arg, getattr(rebuilt, arg.name, arg.default))
-        if arg.as_asked or asked != _plain(arg, getattr(found, arg.name, arg.default)):
+        asked = _plain(arg, arg.of(rebuilt))
+        if arg.as_asked or asked != _plain(arg, arg.of(found)):
             out[arg.name] = asked
     return out
 
@@ -105,7 +106,9 @@ def _read(arg: dataloader_args.DataLoaderArg, loader: Any, epoch: Any) -> Any:
         methods = {getattr(getattr(w, "_popen", None), "method", None) for w in getattr(epoch, "_workers", [])}
         return ", ".join(sorted(filter(None, methods))) or None
     if not arg.on_iterator:  # a copy the iterator does not keep as asked: the DataLoader's own
-        return _plain(arg, getattr(loader, arg.name, arg.default))
+        return _plain(arg, arg.of(loader))
+    if not arg.keyword:  # worker_threads: on the worker_init_fn that the iterator's workers run
+        return getattr(getattr(epoch, arg.on_iterator, None), arg.name, arg.default)
     return _plain(arg, getattr(epoch, arg.on_iterator, arg.default))  # a process's own fetch has no prefetch
 
 

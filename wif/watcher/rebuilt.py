@@ -1,7 +1,8 @@
 """A DataLoader rebuilt with a candidate's worker settings, as wif-advise's orders ask (wif.watcher.orders).
 
 The arguments orders may set change (wif.dataloader_args.ORDERED); the dataset, sampler or batch sampler,
-collate_fn, worker_init_fn, generator, start method and pin device stay.
+collate_fn, worker_init_fn, generator, start method and pin device stay. One that is no DataLoader keyword,
+worker_threads, wraps the loader's own worker_init_fn (wif.data.worker_threads).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any, Dict
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from wif.data.worker_threads import with_worker_threads
 from wif.dataloader_args import ARGS
 
 
@@ -21,12 +23,13 @@ def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
     accelerate's DataLoaderShard, for one, places each batch on its device.
     """
     ordered = ordered_args(loader, settings)
+    init = with_worker_threads(loader.worker_init_fn, ordered.pop("worker_threads", None))
     if type(loader) is not DataLoader:
-        return _adjusted(loader, ordered)
+        return _adjusted(loader, ordered, init)
     kwargs: Dict[str, Any] = dict(
         collate_fn=loader.collate_fn,
         timeout=loader.timeout,
-        worker_init_fn=loader.worker_init_fn,
+        worker_init_fn=init,
         generator=loader.generator,
         pin_memory_device=loader.pin_memory_device,
         **ordered,
@@ -50,10 +53,11 @@ def ordered_args(loader: DataLoader, settings: Dict[str, Any]) -> Dict[str, Any]
     workers = int(settings.get("num_workers", loader.num_workers))
     out: Dict[str, Any] = {}
     for arg in ARGS:
-        if not arg.ordered or not hasattr(loader, arg.name) or (arg.needs_workers and workers == 0):
+        held = hasattr(loader, arg.name) or not arg.keyword  # one this torch lacks is left out
+        if not arg.ordered or not held or (arg.needs_workers and workers == 0):
             continue
         asked = settings.get(arg.name)
-        value = getattr(loader, arg.name) if asked is None else asked
+        value = arg.of(loader) if asked is None else asked
         out[arg.name] = bool(value) if isinstance(arg.default, bool) else value
     out["num_workers"] = workers
     if workers > 0:
@@ -61,16 +65,17 @@ def ordered_args(loader: DataLoader, settings: Dict[str, Any]) -> Dict[str, Any]
     return out
 
 
-def _adjusted(loader: DataLoader, ordered: Dict[str, Any]) -> DataLoader:
+def _adjusted(loader: DataLoader, ordered: Dict[str, Any], init: Any) -> DataLoader:
     """A copy of a DataLoader subclass with other worker settings.
 
     DataLoader reads them when an epoch's iterator is made. `persistent_workers` is guarded after __init__, so
-    each is set in the instance's dict; one left out is set to DataLoader's default.
+    each is set in the instance's dict; one left out is set to DataLoader's default. `init`: its worker_init_fn.
     """
     new = copy.copy(loader)
     state = new.__dict__
     state["_iterator"] = None  # the copy starts its own workers
+    state["worker_init_fn"] = init
     for arg in ARGS:
-        if arg.ordered and hasattr(loader, arg.name):
+        if arg.ordered and arg.keyword and hasattr(loader, arg.name):
             state[arg.name] = ordered.get(arg.name, arg.default)
     return new

@@ -1,0 +1,76 @@
+"""The `worker_threads` option: each DataLoader worker's OpenCV, BLAS and OpenMP threads limited to n.
+
+torch sets its own threads to 1 in each worker; OpenCV and the BLAS behind numpy do not. 12 workers of 16
+OpenCV threads each are 192 threads on 16 cores. DataLoader has no keyword for it: the worker's
+`worker_init_fn` limits them, then calls the loader's own. wif.dataloader_args reads the limit off it.
+
+This module imports nothing but the standard library at import time: a spawned worker unpickles it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Callable, Optional
+
+
+class LimitWorkerThreads:
+    """A `worker_init_fn` that limits the worker's threads to `worker_threads`, then calls `inner`.
+
+    Module-level and plain, so that a spawned worker unpickles it.
+    """
+
+    def __init__(self, worker_threads: int, inner: Optional[Callable[[int], Any]] = None) -> None:
+        self.worker_threads = int(worker_threads)
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        limit_threads(self.worker_threads)
+        if self.inner is not None:
+            self.inner(worker_id)
+
+    def __repr__(self) -> str:
+        return f"wif.limit_worker_threads({self.worker_threads})"
+
+
+def limit_worker_threads(n: int, worker_init_fn: Optional[Callable[[int], Any]] = None) -> LimitWorkerThreads:
+    """DataLoader's `worker_init_fn=` limiting each worker to `n` threads, then calling `worker_init_fn`."""
+    if int(n) < 1:
+        raise ValueError(f"worker_threads={n}: a worker needs at least 1 thread")
+    return LimitWorkerThreads(n, worker_init_fn)
+
+
+def with_worker_threads(worker_init_fn: Any, n: Optional[int]) -> Any:
+    """`worker_init_fn` limiting to `n` threads; None: the loader's own, unwrapped of any earlier limit."""
+    inner = worker_init_fn.inner if isinstance(worker_init_fn, LimitWorkerThreads) else worker_init_fn
+    return inner if n is None else LimitWorkerThreads(n, inner)
+
+
+def limit_threads(n: int) -> None:
+    """This process's OpenCV threads, and its BLAS and OpenMP pools, at `n` each: each library where importable."""
+    if importlib.util.find_spec("cv2") is not None:
+        import cv2
+
+        cv2.setNumThreads(n)
+    if importlib.util.find_spec("threadpoolctl") is not None:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=n)  # called, not entered: the limit holds for the worker's life
+
+
+def default_threads() -> int:
+    """The most threads one of OpenCV, BLAS or OpenMP runs in a process left as is: what each worker starts with.
+
+    Read in this process, numpy's BLAS loaded and OpenCV where importable: the same libraries as a script's
+    workers on this host, at their defaults unless the environment (OMP_NUM_THREADS) says otherwise.
+    """
+    counts = [1]
+    if importlib.util.find_spec("threadpoolctl") is not None and importlib.util.find_spec("numpy") is not None:
+        import numpy  # noqa: F401  (its BLAS loaded, so that threadpoolctl sees it)
+        from threadpoolctl import threadpool_info
+
+        counts += [int(pool.get("num_threads") or 1) for pool in threadpool_info()]
+    if importlib.util.find_spec("cv2") is not None:
+        import cv2
+
+        counts.append(int(cv2.getNumThreads()))
+    return max(counts)

@@ -37,8 +37,10 @@ epoch; wif.watcher.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs
 #                                   apart; in one process they talk only through these. Reset in place per sweep.
 #   wif.watcher.hook (ORIGINAL, HELD), origin.MADE_AT, proof.STARTED   the import hooks patch torch's
 #                                   DataLoader class for the whole process: what they patched and saw is too.
-#   wif.watcher.watch._sessions, session.CLAIMED   `wif.watch(loader)` is a function the loop calls anew each
-#                                   epoch: the watch of one loop outlives each call.
+#   wif.watcher.steps (_seen, _undo)   torch's backward and optimizer-step hooks are process-wide: so is their count.
+#   wif.watcher.watch._sessions, claim.CLAIMED, claim.DROPPED   `wif.watch(loader)` is a function the loop calls
+#                                   anew each epoch, and a hooked epoch has no caller of wif's: one loop's watch,
+#                                   and the one training loader, outlive each call.
 #   wif.measure.timing._ACTIVE      the epoch's copy clock, read by a transfer called from inside the user's step.
 #   wif.run.forking._PARENT_THREADS, wif.advisor.warm._preload, warm_preload.REGISTERED   what this process
 #                                   was before it forked: its children inherit it.

@@ -70,7 +70,7 @@ class TreeSampler(threading.Thread):
         self._parent: Dict[int, int] = {}
         self._halt = threading.Event()
         self._wake = threading.Event()  # set by stop() and poke(): the next sample is taken at once
-        self._poked = False
+        self._poked, self._poke_slow = False, True
         self._poke_done = threading.Event()
         self._lock = threading.Lock()
         self._cpu_prev: Dict[int, float] = {}
@@ -226,13 +226,14 @@ class TreeSampler(threading.Thread):
                     # new workers, each epoch's unless persistent: read at the next tick, else a short epoch's never are
                     next_slow = min(next_slow, now + cfg.rss_interval_s)
             self._sample_fast(procs, now)
-            if poked:
+            if poked and self._poke_slow:
                 # the run waits for its ack: a still tree, and a read outside the budget that costs it nothing
                 c0 = time.thread_time()
                 read = self._sample_slow(now)
                 if read is not None:  # fresh: no periodic read is due again before the interval
                     in_slow, next_slow = read, now + cfg.pss_interval_s
                 self.paused_cpu_s += time.thread_time() - c0
+            if poked:
                 self._poke_done.set()
             # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget
             if now >= next_slow and slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start):
@@ -247,13 +248,15 @@ class TreeSampler(threading.Thread):
         self.own_cpu_s, self.wall_s = time.thread_time() - cpu0, time.monotonic() - start
         self._poke_done.set()  # nobody waits on a sampler that has stopped
 
-    def poke(self, timeout_s: float = 30.0) -> None:
-        """Sample everything now, PSS included, and return when it is done.
+    def poke(self, timeout_s: float = 30.0, slow: bool = True) -> None:
+        """Sample everything now, PSS included where `slow`, and return when it is done.
 
         Called while the run waits between epochs, the read disturbs nothing: every epoch gets a PSS figure.
+        Without `slow` it lists the tree and reads RSS and CPU alone (a few ms): a window its next follows at
+        once still gets its workers and RSS counted.
         """
         self._poke_done.clear()
-        self._poked = True
+        self._poked, self._poke_slow = True, slow
         self._wake.set()
         if self.is_alive():
             self._poke_done.wait(timeout_s)

@@ -127,6 +127,9 @@ class Record:
         if pss and now - t_start >= 100 * self.poke_s:  # a PSS read, ~17 ms with torch, costs 1% of the epoch at most
             self.sampler.poke()
             self.poke_s, now = time.monotonic() - now, time.monotonic()
+        elif not pss:  # the tree listed and its RSS read, a few ms: the window's workers are counted
+            self.sampler.poke(slow=False)
+            now = time.monotonic()
         out.update(self.sampler.epoch_means(t_start, now))
         out.update(self.sampler.peaks(t_start, now))
         return out

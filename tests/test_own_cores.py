@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from wif.measure.contention import HostCpuMeter, machine_busy_s
-from wif.measure.sysinfo import cpu_quota, own_cpus, usable_cores
+from wif.measure.sysinfo import cpu_quota
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,6 @@ def test_a_cgroups_quota_caps_the_cores_and_max_or_minus_one_is_none(tmp_path: P
 def test_the_cores_are_the_processs_cpus_under_taskset() -> None:
     """Under `taskset -c 0` a process may use 1 core, whatever the machine has (before: the machine's count);
     its meter reads its one CPU's busy time, less than the machine's."""
-    assert 1 <= usable_cores() <= len(own_cpus() or {0})
     code = (
         "from wif.measure import contention as c, sysinfo as s;"
         "print(s.usable_cores(), c.CORES, c.machine_busy_s() < c.machine_busy_s(None) or c.MACHINE == 1)"

@@ -79,7 +79,6 @@ def folder_advice(tmp_path_factory: pytest.TempPathFactory):
     return out.stdout, runs, time.monotonic() - t0
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_the_advice_uses_the_whole_folder_and_says_so_first(folder_advice) -> None:
     text, runs, _ = folder_advice
@@ -93,7 +92,6 @@ def test_the_advice_uses_the_whole_folder_and_says_so_first(folder_advice) -> No
     assert {r.data.tags["wif.n_val"] for r in measured} == {"0"}  # the folder's own held-out split is the evaluation
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_the_bound_run_takes_the_measured_workloads_batches(folder_advice) -> None:
     _, runs, _ = folder_advice
@@ -103,7 +101,6 @@ def test_the_bound_run_takes_the_measured_workloads_batches(folder_advice) -> No
     assert {(r.data.params["data.batch_size"], r.data.params["data.image_size"]) for r in bounds} == {("8", "64")}
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_the_advice_says_whether_other_processes_disturbed_it(folder_advice) -> None:
     text, runs, _ = folder_advice
@@ -116,7 +113,6 @@ def test_the_advice_says_whether_other_processes_disturbed_it(folder_advice) -> 
     assert all("host_other_cpu_pct" in r.data.metrics for r in finished)
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_the_advice_states_its_time_at_its_start(folder_advice) -> None:
     text, _, wall = folder_advice

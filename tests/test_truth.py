@@ -49,8 +49,7 @@ def test_a_command_past_its_timeout_is_ended_with_its_whole_group(tmp_path: Path
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
 
 
-@pytest.mark.slow
-@pytest.mark.alone  # wif-advise's pick and the plain runs' times: another test beside it would disturb them
+@pytest.mark.slow  # not alone: a pick or a keep, each row's structure is checked, never its timings
 def test_the_short_panel_prints_a_claim_and_a_truth_per_pick(tmp_path: Path) -> None:
     out = tmp_path / "truth.json"
     argv = ["--scripts", "epochs,stream", "--small", "--minutes", "2", "--turns", "1", "--out", str(out)]

@@ -1,7 +1,7 @@
 """What `wif-advise` says: where the time goes, the candidates' epochs, the pick or why to keep, the lines.
 
-The candidates' epochs are predicted, and measured where raced. The lines to paste and the picture of each
-epoch's split are in `wif.advisor.paste`.
+The candidates' epochs are predicted, and measured where raced. The mode gives the lines to paste
+(wif.advisor.mode); `wif.advisor.choice` draws the picture.
 """
 
 from __future__ import annotations

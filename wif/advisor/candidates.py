@@ -1,13 +1,13 @@
 """The settings worth trying, and the measured rates the prediction model takes from their trials.
 
-Worker counts are searched as `wif-tune` searches them, `wif.tools.tune.search_workers`, each with
-persistent workers: a kept worker costs nothing per epoch, a fresh one starts every epoch. At the best count
-come a deeper prefetch, the thread-based engine where torchdata is installed, and on a GPU pinned memory with
-non_blocking copies; for a script, each worker's OpenCV and BLAS threads limited where they pass the cores
-(`worker_threads`). `data=folder` adds `data.preload=true`, decoded images held in RAM, where the decoded
-set fits in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried. On a GPU the whole
-dataset on the device, `gpu_resident`, is tried too, whatever the workers gave. It removes the loader's work
-beside the step: the interference that a launch-bound step feels (docs/on-a-gpu.md).
+The worker search is `wif-tune`'s (`wif.tools.tune.search_workers`), each count with persistent workers. A
+kept worker costs nothing per epoch; a fresh one starts every epoch. At the best count, `extras` adds a
+deeper prefetch and the thread-based engine where torchdata is installed. On a GPU it adds pinned memory with
+non_blocking copies. `data=folder` adds `data.preload=true` where the decoded images fit in half the free
+RAM. wif has no RAM cache for `data=encoded`, so none is tried. On a GPU, `resident` tries the whole dataset
+on the device, whatever the workers gave. It removes the loader's work beside the step, which a launch-bound
+step feels (docs/on-a-gpu.md). A script gets `script_extras`: DataLoader's own knobs, and its workers'
+threads limited.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def script_extras(
 ) -> List[Candidate]:
     """The other knobs for a user's script, `wif-advise --`, at the best count: DataLoader's own only.
 
-    The script's copy and data stay its own. So: a deeper prefetch, batches out of order where torch has
-    them, pinned memory on a GPU, and each worker's threads limited where its workers' threads pass the
+    The script's copy and data stay its own. So it tries a deeper prefetch and batches out of order where
+    torch has them. It tries pinned memory on a GPU, and each worker's threads limited where they pass the
     cores. The arguments are `extras`'.
     """
     out = _deeper(best)
@@ -127,8 +127,8 @@ def script_extras(
 def _limited_threads(base: Config, best: Candidate, cuda: bool) -> List[Candidate]:
     """Each worker's OpenCV and BLAS threads at its share of the cores, where its workers' threads pass them.
 
-    At the best count; where that is none, at the script's own count: threads that oversubscribe the cores
-    slow every count with workers, so the best may be none for want of this very limit.
+    The limit goes at the best count, or at the script's own count where the best is none. Threads that
+    oversubscribe the cores slow every count with workers. So the best may be none for want of this limit.
     """
     anchor = best if best.workers > 0 else workers(base, base.loader.num_workers, cuda)
     cores = usable_cores()

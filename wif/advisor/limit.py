@@ -1,9 +1,15 @@
 """What holds an epoch back, named: the loader, the copy, interference, the launches or the compute.
 
-The kinds: `data`, the step waits for the loader; `copy`, the transfer to the device; `interference`, the
-loader's host work slows the step itself; `launch`, the GPU idles between the small kernels the host
-launches; `compute`, the step's own work. Pure: the advice's measuring runs give the figures, the tests
-give them by hand. See NOTE [ The figures and the limit ].
+The kinds, one a line:
+
+    `data`: the step waits for the loader.
+    `copy`: the transfer to the device takes the time.
+    `interference`: the loader's host work slows the step itself.
+    `launch`: the GPU idles between the small kernels the host launches.
+    `compute`: the step's own work.
+
+Pure: the advice's measuring runs give the figures, the tests give them by hand. See NOTE [ The figures and
+the limit ].
 """
 
 from __future__ import annotations

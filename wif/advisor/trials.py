@@ -1,6 +1,6 @@
 """What the advice's steps hand on: its context, what step 1 measured, and the loader-only trials of step 2.
 
-`Trials` holds every candidate made, its trial run, its ceiling and those the minutes cut; its methods run
+`Trials` holds every candidate made, its trial run, its ceiling and those the minutes cut. Its methods run
 the trials and predict each candidate's epoch from them (wif.advisor.predict).
 """
 
@@ -14,6 +14,7 @@ from wif.advisor import candidates
 from wif.advisor.advice import TRIAL_EPOCHS, Options
 from wif.advisor.answer import Bound
 from wif.advisor.limit import Limit
+from wif.advisor.mode import Mode
 from wif.advisor.predict import Prediction, Step, cannot_win, predict
 from wif.advisor.runner import Failure, Measured, Runner
 from wif.advisor.settings import Candidate, loader_only
@@ -24,11 +25,12 @@ from wif.watcher.proof import UNREACHED
 
 @dataclass(frozen=True)
 class Context:
-    """What every step reads: the configuration, its overrides, the options, the runner and the machine."""
+    """What every step reads: the configuration, its overrides, the options, the mode, its runner and the machine."""
 
     base: Config
     overrides: List[str]
     opts: Options
+    mode: Mode  # train.py's harness or the user's script: what differs between the two
     runner: Runner
     cuda: bool
     cores: int

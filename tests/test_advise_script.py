@@ -91,7 +91,7 @@ SCRIPT = (
 
 
 def probed(tmp_path: Path, source: str, *args: str) -> Dict[str, Any]:
-    """`source` written as tmp_path/train.py and probed as wif-advise probes it (wif.advisor.script.probe):
+    """`source` written as tmp_path/train.py and probed as wif-advise probes it (wif.advisor.script.mode.probe):
     what the probe found."""
     (tmp_path / "train.py").write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}

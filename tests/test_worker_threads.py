@@ -15,9 +15,9 @@ from torch.utils.data import DataLoader, Dataset
 
 import wif
 from wif.advisor import candidates
+from wif.advisor.candidates import Candidate
 from wif.advisor.mode import loader_args
 from wif.advisor.script.mode import paste as script_paste
-from wif.advisor.settings import Candidate
 from wif.config import ConfigError
 from wif.config.compose import load_config
 from wif.data.worker_threads import LimitWorkerThreads, default_threads

@@ -2,14 +2,13 @@
 race that proves it. Read `steps` first: its `_advise` is the pipeline, one named step a line.
 
     `steps`: the steps in order, within --minutes; every run ended KILLED on an interruption.
-    `trials`: what the steps hand on: the context, step 1's measurement, the loader-only trials.
+    `trials`: what the steps hand on: the context, step 1's measurement, the trials and their rates.
     `choice`: the last steps: the candidates predicted, the best raced, the answer.
     `mode`: train.py's harness or a user's script, chosen once; the harness's lines to paste.
     `script`/: the script's mode: its command probed, measured, run warm (`wif-advise -- python my.py`).
     `runner`: the measuring runs, recorded; a contended run again while there is time.
     `predict`: the prediction model: each candidate's epoch time from measured rates; pure, no torch.
-    `settings`: a candidate loader setting, and the configurations of its runs.
-    `candidates`: the settings worth trying, and the rates the prediction takes from their trials.
+    `candidates`: a candidate setting, the configurations of its runs, and the settings worth trying.
     `verify`: the race of the current setting against the best predicted, by the report's rules.
     `answer`: the sentence, the candidates' table, and why to keep the current setting.
     `limit`: what holds the epoch: the loader, the copy, interference, the launches or the compute.

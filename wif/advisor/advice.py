@@ -71,7 +71,6 @@ class Advice:
     predicted: Dict[str, float] = field(default_factory=dict)
     measured: Dict[str, float] = field(default_factory=dict)
     contention: str = ""  # whether other processes disturbed the runs, with the figure
-    loader_args: Dict[str, Any] = field(default_factory=dict)  # the pick's DataLoader arguments, by name
     limit: Optional[Limit] = None  # what holds the configured setting's epoch: wif.advisor.limit
     assumes: str = ""  # what the figures assume, where that needs saying: a stream's (wif.advisor.script.runner)
 

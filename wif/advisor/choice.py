@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 from wif.advisor import answer
 from wif.advisor.advice import MIN_RACE_EPOCHS, PROG, Advice, race_epochs
 from wif.advisor.answer import PHASES, Bound
-from wif.advisor.mode import loader_args
+from wif.advisor.limit import or_zero
 from wif.advisor.predict import CLOSE, Prediction, close_call, distinct, rank
 from wif.advisor.runner import Measured
 from wif.advisor.trials import Found, Trials
@@ -159,7 +159,7 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
     pick = faster[0] if faster else None
     chosen = trials.made[pick] if pick is not None else None
     pin = ctx.base.loader.pin_memory
-    run_line, pasted = ctx.mode.lines(ctx.overrides, chosen, pin) if chosen else (None, None)
+    pasted, run_line = ctx.mode.lines(ctx.overrides, chosen, pin) if chosen else (None, None)
     return Advice(
         data_bound=found.data_bound,
         sentence=found.sentence,
@@ -175,7 +175,6 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
         picture=_picture(trials, raced),
         predicted={n: p.epoch_s for n, p in predicted.predictions.items()},
         measured={n: race.measured_s(n) for n in ["current"] + raced.raced} if race else {},
-        loader_args=loader_args(chosen, pin) if chosen else {},
         limit=found.limit,
         assumes=ctx.runner.assumes,
     )
@@ -225,8 +224,7 @@ def picture(runs: Sequence[Measured], bound: Bound, path: Path) -> Optional[Path
         bars.append(f"{m.name} ({m.role})")
         total, shown = m.mean(names.EPOCH_TIME_S), 0.0
         for key, label in phases:
-            v = m.mean(key)
-            v = 0.0 if math.isnan(v) else v
+            v = or_zero(m.mean(key))
             parts[label].append(v)
             shown += v
         parts["other"].append(max(total - shown, 0.0))

@@ -1,19 +1,18 @@
 """What the advice runs on: train.py's harness or a user's script, two implementations of `Mode`.
 
-The command chooses the mode once: `Harness` for a study's overrides, `wif.advisor.script.mode.Script` for
-`wif-advise -- COMMAND`. The steps ask the mode which candidates it tries, what runs a measurement, what the
-bound is and how the pick is pasted. The runner only runs. Here are also the harness's lines to paste.
+The command chooses the mode once: `Harness` for train.py's overrides, with its lines to paste here, or
+`wif.advisor.script.mode.Script` for `wif-advise -- COMMAND`. The steps ask the mode; the runner only runs.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from wif.advisor import candidates, settings
+from wif.advisor import candidates
 from wif.advisor.advice import Options
+from wif.advisor.candidates import Candidate, apply
 from wif.advisor.runner import Recording, Runner
-from wif.advisor.settings import Candidate
-from wif.config import Config
+from wif.config import Augment, Config, DataSource, PageCache, TrainerMode
 from wif.config.compose import STUDY_COMMAND
 from wif.dataloader_args import BY_NAME
 
@@ -35,7 +34,7 @@ class Mode(Protocol):
         """The bound's run; None: the configured run's own step time stands for it."""
 
     def knobs(
-        self, base: Config, best: Candidate, cuda: bool, *, ram_free_bytes: Optional[float], items: int
+        self, base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int
     ) -> List[Candidate]:
         """The other knobs at the best worker count. The arguments are `candidates.extras`'."""
 
@@ -43,7 +42,7 @@ class Mode(Protocol):
         """The settings with no loader beside the step, tried whatever the workers gave."""
 
     def lines(self, overrides: Sequence[str], pick: Candidate, pin: bool) -> Tuple[str, str]:
-        """The pick's lines: (how to run it, what to paste). `pin` is the configured pin_memory."""
+        """The pick's lines: (what to paste, how to run it). `pin` is the configured pin_memory."""
 
     def failure(self, err: RuntimeError) -> Exception:
         """The advice's failure, as the command says it."""
@@ -62,22 +61,27 @@ class Harness:
         return Runner(recording, deadline=deadline, say=say)
 
     def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
-        """data=fixed at the configured model and batch: `settings.bound`."""
-        return settings.bound(base, epochs, n_train)
+        """data=fixed at the configured model, step, batch and image size, `n_train` items an epoch.
 
-    def knobs(
-        self, base: Config, best: Candidate, cuda: bool, *, ram_free_bytes: Optional[float], items: int
-    ) -> List[Candidate]:
-        """The loader's, the copy's and the dataset's knobs: `candidates.extras`."""
-        return candidates.extras(base, best, cuda, ram_free_bytes=ram_free_bytes, items=items)
+        `n_train` is the measured run's, whatever data.num_train says: the batches of the workload it stands for.
+        None with data=custom: the user's Dataset decides the inputs' shape, which data=fixed cannot know.
+        """
+        if base.data.source is DataSource.custom:
+            return None
+        conf = apply(base, Candidate(name="bound", keys={"loader.num_workers": 0}))
+        d = conf.data
+        d.source, d.format, d.preload, d.augment = DataSource.fixed, None, False, Augment.none
+        d.page_cache, d.num_train, d.fraction, d.val_split = PageCache.warm, max(n_train, 1), 1.0, 0.0
+        conf.transfer.uint8 = False
+        conf.trainer.mode, conf.trainer.epochs = TrainerMode.train, epochs
+        return conf
 
-    def resident(self, base: Config, cuda: bool) -> List[Candidate]:
-        """On a GPU, the whole dataset on the device: `candidates.resident`."""
-        return candidates.resident(base, cuda)
+    knobs = staticmethod(candidates.extras)  # the loader's, the copy's and the dataset's knobs
+    resident = staticmethod(candidates.resident)  # on a GPU, the whole dataset on the device
 
     def lines(self, overrides: Sequence[str], pick: Candidate, pin: bool) -> Tuple[str, str]:
-        """(the `wif-study` line, the DataLoader arguments for one's own script)."""
-        return train_line(overrides, pick), dataloader_kwargs(pick, pin)
+        """(the DataLoader arguments for one's own script, the `wif-study` line)."""
+        return dataloader_kwargs(pick, pin), train_line(overrides, pick)
 
     def failure(self, err: RuntimeError) -> Exception:
         """The error as it is: the advice failed (exit 1)."""

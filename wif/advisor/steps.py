@@ -21,12 +21,13 @@ import psutil
 from wif.advisor import answer, candidates, workload
 from wif.advisor.advice import ANSWER_S, PROG, Advice, Options, log_answer, race_reserve_s
 from wif.advisor.answer import Bound
+from wif.advisor.candidates import Candidate, training
 from wif.advisor.choice import give_answer, predict_candidates, race_candidates
+from wif.advisor.limit import or_zero
 from wif.advisor.mode import Harness, Mode
 from wif.advisor.predict import batch_sizes
 from wif.advisor.runner import Measured, Recording
-from wif.advisor.settings import Candidate, training
-from wif.advisor.trials import Context, Found, Measurement, Trials
+from wif.advisor.trials import Context, Found, Measurement, Trials, step_rates
 from wif.config import Config, as_plain
 from wif.measure import names
 from wif.measure.lifetime import signals_held
@@ -133,7 +134,7 @@ def measure(ctx: Context) -> Measurement:
         bound_run=bound_run,
         bound=bound,
         sizes=batch_sizes(current_run.n_train, bs),
-        step=candidates.step_rates(current_run, bound_run, batch_size=bs, cores=ctx.cores, on_cpu=not ctx.cuda),
+        step=step_rates(current_run, bound_run, batch_size=bs, cores=ctx.cores, on_cpu=not ctx.cuda),
     )
 
 
@@ -143,10 +144,8 @@ def _bound(ctx: Context, current_run: Measured, bound_run: Optional[Measured]) -
     See NOTE [ The bound ].
     """
     label = ctx.mode.bound_label
-    blocked = current_run.mean(names.GPU_BLOCKED_S)  # CUDA only: the GPU's own work, waited for in a blocking copy
-    bound_s = (
-        current_run.mean(names.COMPUTE_S) + current_run.mean(names.COPY_S) + (0.0 if math.isnan(blocked) else blocked)
-    )
+    blocked = or_zero(current_run.mean(names.GPU_BLOCKED_S))  # CUDA only: the GPU's own work, in a blocking copy
+    bound_s = current_run.mean(names.COMPUTE_S) + current_run.mean(names.COPY_S) + blocked
     source = "the configured run's own step time"
     ok = bound_run is not None and bound_run.ok
     if bound_run is not None and not bound_run.ok:
@@ -166,7 +165,7 @@ def _bound(ctx: Context, current_run: Measured, bound_run: Optional[Measured]) -
         source=source,
         items=current_run.n_train,
         compute_s=bound_run.mean(names.COMPUTE_S) if measured else math.nan,
-        data_wait_s=0.0 if math.isnan(wait) else wait,
+        data_wait_s=or_zero(wait),
     )
 
 

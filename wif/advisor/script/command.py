@@ -180,7 +180,7 @@ def _at_the_terminal(pid: int) -> bool:
 
 
 class Warm:
-    """A script started warm (wif.advisor.script.warm), waited for and signalled as a Popen is."""
+    """A script started warm (wif.advisor.script.warm), waited for as a Popen is; signalled by its `pid`."""
 
     def __init__(self, proc: Any) -> None:
         self.proc = proc
@@ -196,15 +196,6 @@ class Warm:
         if self.proc.exitcode is None:
             raise subprocess.TimeoutExpired("the script", timeout or 0.0)
         return self.proc.exitcode
-
-    def send_signal(self, sig: int) -> None:
-        """Send `sig` while it runs."""
-        if self.proc.exitcode is None:
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        """Kill it."""
-        self.proc.kill()
 
 
 class Served:

@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wif.advisor.advice import PROG, Options
-from wif.advisor.candidates import script_extras
+from wif.advisor.candidates import Candidate, script_extras, training
 from wif.advisor.mode import Say, loader_args
 from wif.advisor.runner import Recording, Runner
 from wif.advisor.script import warm
 from wif.advisor.script.command import execute
 from wif.advisor.script.runner import LOADER_KEYS, ScriptRunner
-from wif.advisor.settings import Candidate, training
 from wif.config import Config, ConfigError, Device
 from wif.config.compose import load_config
 from wif.dataloader_args import BY_NAME
@@ -141,20 +140,15 @@ class Script:
         """The script as it is, its first batches replayed from its second epoch on: the orders' `bound`."""
         return training(base, Candidate(name="bound", keys={}), epochs)
 
-    def knobs(
-        self, base: Config, best: Candidate, cuda: bool, *, ram_free_bytes: Optional[float], items: int
-    ) -> List[Candidate]:
-        """DataLoader's own knobs, `candidates.script_extras`: the script's copy and data stay its own."""
-        return script_extras(base, best, cuda, ram_free_bytes=ram_free_bytes, items=items)
+    knobs = staticmethod(script_extras)  # DataLoader's own knobs: the script's copy and data stay its own
 
     def resident(self, base: Config, cuda: bool) -> List[Candidate]:
         """None: the script's dataset stays where the script puts it."""
         return []
 
     def lines(self, overrides: Sequence[str], pick: Candidate, pin: bool) -> Tuple[str, str]:
-        """(the command to run again, the lines to paste), in the terms of what made the training loader."""
-        pasted, again = paste(self.probed, loader_args(pick, pin), self.command)
-        return again, pasted
+        """(the lines to paste, in the terms of what made the training loader; the command to run again)."""
+        return paste(self.probed, loader_args(pick, pin), self.command)
 
     def failure(self, err: RuntimeError) -> Exception:
         """The script failed as it is: the command's fault, said as a bad input is (exit 2)."""

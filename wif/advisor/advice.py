@@ -2,8 +2,8 @@
 
 The Options set the trials' size, the race's shape and margins, and the minutes the whole advice takes. Of
 those minutes the answer keeps ANSWER_S, and a race run takes `race_epochs` epochs in the time left. The
-steps between the two are `steps`'; the command line, `advise_cli`, and the script's runs fill in the one
-and read the other.
+steps between the two are `steps`'. The command line, `advise_cli`, fills in the Options and reads the
+Advice.
 """
 
 from __future__ import annotations

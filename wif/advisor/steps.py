@@ -211,7 +211,7 @@ def search_candidates(trials: Trials, found: Found) -> Trials:
 
 
 def _knobs(trials: Trials, best: Candidate) -> List[Candidate]:
-    """The other knobs to try at the best worker count; only the dataset on the device where it keeps up."""
+    """The mode's other knobs at the best worker count, and its settings with no loader beside the step."""
     ctx, mode = trials.ctx, trials.ctx.mode
     resident = mode.resident(ctx.base, ctx.cuda)  # no loader beside the step at all
     if best.name in trials.runs and trials.predicted(best).bound == "compute":  # its knobs cannot gain

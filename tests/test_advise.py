@@ -147,8 +147,8 @@ def test_where_the_time_goes_lists_gpu_blocked_so_a_gpu_epochs_phases_add_up() -
 
 def test_the_line_to_paste_says_when_the_pick_holds_decoded_images_in_ram() -> None:
     """A preload pick's gain is the dataset's as much as the loader's: its DataLoader line alone would not give it."""
-    from wif.advisor.paste import dataloader_kwargs
-    from wif.advisor.settings import Candidate
+    from wif.advisor.candidates import Candidate
+    from wif.advisor.mode import dataloader_kwargs
 
     keys = {"loader.num_workers": 2, "loader.persistent_workers": True}
     plain = Candidate(name="w2", keys=keys, workers=2, persistent=True, prefetch=2, copy_hidden=False)
@@ -171,9 +171,8 @@ def test_on_a_gpu_the_dataset_on_the_device_is_a_candidate_as_the_study_has_it()
     (its step was shorter: no loader work beside it); the advice tries it on a GPU. Applied to any loader setting
     it is the study's loader=gpu_resident; never on a CPU, nor where the data is already there or is made by the
     user's Dataset on access."""
-    from wif.advisor.candidates import resident
-    from wif.advisor.paste import dataloader_kwargs
-    from wif.advisor.settings import apply
+    from wif.advisor.candidates import apply, resident
+    from wif.advisor.mode import dataloader_kwargs
     from wif.config.compose import load_config
 
     base = load_config(["loader=pin_nb_w4_pf2", "data.fraction=0.4"])

@@ -91,11 +91,11 @@ SCRIPT = (
 
 
 def probed(tmp_path: Path, source: str, *args: str) -> Dict[str, Any]:
-    """`source` written as tmp_path/train.py and probed as wif-advise probes it (wif.advisor.script.probe):
+    """`source` written as tmp_path/train.py and probed as wif-advise probes it (wif.advisor.script.mode.probe):
     what the probe found."""
     (tmp_path / "train.py").write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
-    code = "import json, sys; from wif.advisor.script import probe; print(json.dumps(probe(sys.argv[1:])))"
+    code = "import json, sys; from wif.advisor.script.mode import probe; print(json.dumps(probe(sys.argv[1:])))"
     done = subprocess.run(
         [sys.executable, "-c", code, sys.executable, "train.py", *args],
         cwd=tmp_path,
@@ -112,7 +112,7 @@ def probed(tmp_path: Path, source: str, *args: str) -> Dict[str, Any]:
 def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(tmp_path: Path) -> None:
     """The probe runs the script's first batches, each 0.3 s of step here, and reports their median; with
     batches that slow an epoch gets fewer of them (at least 16), so that the race fits in the minutes."""
-    from wif.advisor.script import sized_cap
+    from wif.advisor.script.mode import sized_cap
 
     found = probed(tmp_path, SCRIPT, "40", "0.3")
     assert found["batch_size"] == 2 and 0.3 <= found["batch_s"] < 0.6, found
@@ -127,7 +127,7 @@ def test_a_step_on_the_cpu_is_advised_for_the_cpu_and_gets_no_pin_trial(tmp_path
     epoch. The advice is then for the CPU whatever the machine has, so no pin_memory trial is made."""
     (tmp_path / "train.py").write_text(SCRIPT)
     code = (
-        "import sys\nfrom wif.advisor.script import prepare\nfrom wif.advisor.candidates import script_extras, "
+        "import sys\nfrom wif.advisor.script.mode import prepare\nfrom wif.advisor.candidates import script_extras, "
         "workers\nfrom wif.measure.nvml import resolve_device\n"
         "advice = prepare(['device=auto'], [sys.executable, 'train.py', '3', '0'])\n"
         "cuda = resolve_device(advice.base.device) == 'cuda'\n"
@@ -227,7 +227,7 @@ def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
     """With the advice's minutes spent, a measurement is SKIPPED, said as such, and no run is started or
     recorded (before: it started, was stopped "-1 s into this run" and left a FAILED run behind)."""
     from wif.advisor.runner import SKIPPED, Failure, Recording
-    from wif.advisor.script_runner import ScriptRunner
+    from wif.advisor.script.runner import ScriptRunner
 
     recording = Recording(tracker=None, device="cpu", parent_id="parent", advise_id="advise")
     runner = ScriptRunner(recording, deadline=time.monotonic() - 1, command=["python", "train.py"])
@@ -239,9 +239,9 @@ def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
 def test_a_failed_measurement_says_why_as_a_type() -> None:
     """The command's exit and last line are read once, at the process's edge: past it, why a run gave no figure
     is a Failure, never matched by its text (before: `"ran out" in m.error`, `m.error.startswith(UNREACHED)`)."""
-    from wif.advisor.command import ran_out
     from wif.advisor.runner import FINISHED, Failure
-    from wif.advisor.script_runner import _outcome
+    from wif.advisor.script.command import ran_out
+    from wif.advisor.script.runner import _outcome
     from wif.config import Config
     from wif.watcher.proof import UNREACHED
 
@@ -264,7 +264,7 @@ def test_the_trials_leave_the_race_its_time() -> None:
     each its start (wall time less its epochs) and 3 epochs at 1.3x the measured one, with half an epoch to spare."""
     from wif.advisor.advice import MIN_RACE_EPOCHS, Options, race_epochs, race_reserve_s
     from wif.advisor.runner import FINISHED, SKIPPED, Measured, Recording
-    from wif.advisor.script_runner import ScriptRunner
+    from wif.advisor.script.runner import ScriptRunner
 
     now = Measured("measure", "current", "id", FINISHED, {}, epochs=[{"epoch_time_s": t} for t in (3.0, 1.0, 1.0)])
     now.wall_s = 12.0  # 7 s of start beside 5 s of epochs
@@ -405,7 +405,7 @@ def test_sigterm_ends_the_script_and_every_run_killed(tmp_path: Path, store: str
     script = []
     while not script and time.monotonic() < deadline:  # the measuring run's process: the advice is under way
         time.sleep(1)
-        # the script forked warm by wif-advise's forkserver (wif.advisor.warm), with the server itself
+        # the script forked warm by wif-advise's forkserver (wif.advisor.script.warm), with the server itself
         script = psutil.Process(proc.pid).children(recursive=True) if runs(store) else []
     assert len(script) >= 2, "the measuring run never started"
     time.sleep(3)

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from wif.advisor.command import execute
+from wif.advisor.script.command import execute
 from wif.measure import names
 from wif.watcher.orders import ENV
 

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import SideBySide, holds_unless_disturbed
 from tests.test_advise_script import advise, runs
-from wif.advisor.script import paste
+from wif.advisor.script.mode import paste
 
 ROOT = Path(__file__).resolve().parents[1]
 STEADY = ("epoch_time_s", "data_wait_s")  # per epoch, the first (the warm-up) left out

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader, TensorDataset
 
 import wif
-from wif.advisor.served import Served
+from wif.advisor.script.command import Served
 from wif.dataloader_args import BY_NAME
 from wif.measure import names
 from wif.watcher.proof import UNREACHED, promised, unmet

@@ -1,5 +1,5 @@
 """Loader-only trials served in one process (NOTE [ Trials in one process ] in wif.watcher.served): wif-advise's
-side (wif.advisor.served) and the watch's, with a real script in a subprocess and a real SQLite store."""
+side (wif.advisor.script.command) and the watch's, with a real script in a subprocess and a real SQLite store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Tuple
 import psutil
 from mlflow.tracking import MlflowClient
 
-from wif.advisor.served import Served
+from wif.advisor.script.command import Served
 
 SCRIPT = """
 import time, torch, wif

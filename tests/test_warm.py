@@ -1,4 +1,4 @@
-"""A user's script started warm (wif.advisor.warm) runs as `python` would run it: a real forkserver, real scripts."""
+"""A user's script started warm (wif.advisor.script.warm) runs as `python` runs it: a real forkserver, real scripts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from wif.advisor import warm
-from wif.advisor.command import Warm, execute
+from wif.advisor.script import warm
+from wif.advisor.script.command import Warm, execute
 
 SCRIPT = """
 import atexit, os, sys

@@ -14,9 +14,10 @@ from threadpoolctl import threadpool_info
 from torch.utils.data import DataLoader, Dataset
 
 import wif
-from wif.advisor import candidates, paste
-from wif.advisor.script import paste as script_paste
-from wif.advisor.settings import Candidate
+from wif.advisor import candidates
+from wif.advisor.candidates import Candidate
+from wif.advisor.mode import loader_args
+from wif.advisor.script.mode import paste as script_paste
 from wif.config import ConfigError
 from wif.config.compose import load_config
 from wif.data.worker_threads import LimitWorkerThreads, default_threads
@@ -125,5 +126,5 @@ def test_wif_advise_offers_the_limit_and_its_paste_line_names_it() -> None:
     mine = load_config([f"loader.num_workers={cores}"])
     at_w0 = candidates.script_extras(mine, candidates.workers(mine, 0, False), False, None, 64)
     assert [(c.workers, c.keys["loader.worker_threads"]) for c in at_w0] == [(cores, 1)]
-    line, _ = script_paste({}, paste.loader_args(made[0], pin=False), ["python", "train.py"])
+    line, _ = script_paste({}, loader_args(made[0], pin=False), ["python", "train.py"])
     assert "worker_init_fn=wif.limit_worker_threads(1)" in line, line

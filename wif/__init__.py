@@ -42,7 +42,7 @@ epoch; wif.watcher.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs
 #                                   anew each epoch, and a hooked epoch has no caller of wif's: one loop's watch,
 #                                   and the one training loader, outlive each call.
 #   wif.measure.timing._ACTIVE      the epoch's copy clock, read by a transfer called from inside the user's step.
-#   wif.run.forking._PARENT_THREADS, wif.advisor.warm._preload, warm_preload.REGISTERED   what this process
+#   wif.run.forking._PARENT_THREADS, wif.advisor.script.warm._preload, warm_preload.REGISTERED   what this process
 #                                   was before it forked: its children inherit it.
 # Caches beside them (preflight._COMPOSED and _LATE, job_record._TRACKERS, gpus._CLAIM, lmdb_format._OPEN,
 # targets._SEEN) hold what is the same for the whole process: a composition, a store, a claimed GPU, an open file.

@@ -2,8 +2,8 @@
 
 The Options set the trials' size, the race's shape and margins, and the minutes the whole advice takes. Of
 those minutes the answer keeps ANSWER_S, and a race run takes `race_epochs` epochs in the time left. The
-steps between the two are `steps`'; the command line, `advise_cli`, and the script's runs fill in the one
-and read the other.
+steps between the two are `steps`'. The command line, `advise_cli`, fills in the Options and reads the
+Advice.
 """
 
 from __future__ import annotations
@@ -71,9 +71,8 @@ class Advice:
     predicted: Dict[str, float] = field(default_factory=dict)
     measured: Dict[str, float] = field(default_factory=dict)
     contention: str = ""  # whether other processes disturbed the runs, with the figure
-    loader_args: Dict[str, Any] = field(default_factory=dict)  # the pick's DataLoader arguments, by name
     limit: Optional[Limit] = None  # what holds the configured setting's epoch: wif.advisor.limit
-    assumes: str = ""  # what the figures assume, where that needs saying: a stream's (wif.advisor.script_runner)
+    assumes: str = ""  # what the figures assume, where that needs saying: a stream's (wif.advisor.script.runner)
 
 
 # NOTE [ The race's time ]
@@ -88,8 +87,8 @@ class Advice:
 def race_reserve_s(now: Measured, opts: Options, left_s: float = math.inf) -> float:
     """Seconds the smallest race takes: kept from the trials, of the `left_s` left.
 
-    Never so many that the first trial cannot run: without a trial there is nothing to race, and a prediction
-    said unverified tells more than none. See NOTE [ The race's time ].
+    The first trial always keeps its time: without a trial there is nothing to race. A prediction said
+    unverified tells more than none. See NOTE [ The race's time ].
     """
     epoch = now.median() * RACE_SLACK
     start = now.start_s
@@ -129,34 +128,20 @@ def log_answer(tracker: Any, parent: str, out: Advice, runs: Sequence[Measured])
     docs/what-each-run-records.md#the-advices-parent-run lists them.
     """
     limit = out.limit
-    tracker.log_metrics(
-        parent,
-        {
-            "advise_seconds": out.seconds,
-            "advise_runs": out.runs,
-            "data_bound": out.data_bound,
-            "contended_runs": sum(m.contended for m in runs),
-            **(
-                {
-                    names.LIMIT_SHARE: limit.share,
-                    "interference": limit.interference,
-                    names.INTERFERENCE_S: limit.interference_s,
-                }
-                if limit
-                else {}
-            ),
-            **(
-                {"gpu_busy_step": limit.busy, "launch_bound": float(limit.launch_bound)}
-                if limit and limit.busy is not None
-                else {}
-            ),
-            **(
-                {"speedup": out.speedup[0], "speedup_ci_low": out.speedup[1], "speedup_ci_high": out.speedup[2]}
-                if out.speedup
-                else {}
-            ),
-        },
-    )
+    metrics = {
+        "advise_seconds": out.seconds,
+        "advise_runs": out.runs,
+        "data_bound": out.data_bound,
+        "contended_runs": sum(m.contended for m in runs),
+    }
+    if limit:
+        metrics.update({names.LIMIT_SHARE: limit.share, names.INTERFERENCE_S: limit.interference_s})
+        metrics["interference"] = limit.interference
+    if limit and limit.busy is not None:
+        metrics.update(gpu_busy_step=limit.busy, launch_bound=float(limit.launch_bound))
+    if out.speedup:
+        metrics.update(zip(("speedup", "speedup_ci_low", "speedup_ci_high"), out.speedup))
+    tracker.log_metrics(parent, metrics)
     tracker.set_tags(
         parent,
         {

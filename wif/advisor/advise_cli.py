@@ -16,11 +16,12 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
-from wif.advisor import script
+from wif.advisor.mode import Harness, Mode
+from wif.advisor.script.mode import prepare, split
 from wif.advisor.steps import PROG, Advice, Options, advise
-from wif.config import ConfigError
+from wif.config import Config, ConfigError
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.loaders import silence_worker_count_warning
@@ -168,7 +169,18 @@ def _hear_interrupts(once: _Once) -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIGINT left ignored where it was (nohup)
         signal.signal(signal.SIGINT, once)
     if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # a closed terminal: the command, in a session of its
-        signal.signal(signal.SIGHUP, once)  # own (wif.advisor.command), no longer hears the hangup
+        signal.signal(signal.SIGHUP, once)  # own (wif.advisor.script.command), no longer hears the hangup
+
+
+def choose_mode(args: argparse.Namespace, command: Optional[Sequence[str]]) -> Tuple[Mode, Config]:
+    """The mode, chosen once, and the advice's configuration: train.py's harness, or the command after `--`.
+
+    The command is checked and probed up to its wif.watch call here (wif.advisor.script.mode.prepare).
+    """
+    if command is None:
+        return Harness(), load_config(args.overrides, args.config_dir)
+    mine = prepare(args.overrides, command, args.config_dir)
+    return mine, mine.base
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -176,19 +188,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     quick_exit()
     started = process_started()
     setup_logging(PROG)
-    argv, command = script.split(sys.argv[1:] if argv is None else argv)  # `-- python my_train.py ...`: a script
+    argv, command = split(sys.argv[1:] if argv is None else argv)  # `-- python my_train.py ...`: a script
     args = build_parser().parse_intermixed_args(argv)
     opts = Options(**{k: v for k, v in vars(args).items() if k in Options.__dataclass_fields__}, started=started)
-    mine = None  # the user's own script (wif.advisor.script), probed to its wif.watch call
     try:
         check(opts)
         if args.loader is not None:
             if command is None:
                 raise ConfigError("--loader names a loader of your command: give it after `--`")
             os.environ[NAMED] = args.loader  # the script's runs inherit it (wif.watcher.watch)
-        if command is not None:
-            mine = script.prepare(args.overrides, command, args.config_dir)
-        base = mine.base if mine else load_config(args.overrides, args.config_dir)
+        mode, base = choose_mode(args, command)
         check_tunable(base)
         resolve_device(base.device)
     except ConfigError as err:
@@ -202,15 +211,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         preload()
         silence_worker_count_warning()  # the search goes to twice the cores on purpose (docs/tuning.md, wif-tune)
         say = lambda line: print(line, flush=True)  # noqa: E731
-        result = mine.advise(opts, say) if mine else advise(base, args.overrides, opts, say=say)
+        result = advise(base, args.overrides, opts, say=say, mode=mode)
     except KeyboardInterrupt:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # its runs are ended: Ctrl-C again changes nothing
             signal.signal(sig, signal.SIG_IGN)
         print(f"{PROG}: interrupted; its runs are ended KILLED in MLflow (tag wif.kind=advise).", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (ConfigError, RuntimeError) as err:  # ConfigError: the user's command failed under wif.watch
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return EXIT_BAD_SETTING if isinstance(err, ConfigError) else EXIT_FAILED
+        said = err if isinstance(err, ConfigError) else mode.failure(err)
+        print(f"{PROG}: {said}", file=sys.stderr)
+        return EXIT_BAD_SETTING if isinstance(said, ConfigError) else EXIT_FAILED
     report(result)
     return EXIT_OK
 

@@ -1,7 +1,7 @@
 """What `wif-advise` says: where the time goes, the candidates' epochs, the pick or why to keep, the lines.
 
-The candidates' epochs are predicted, and measured where raced. The lines to paste and the picture of each
-epoch's split are in `wif.advisor.paste`.
+The candidates' epochs are predicted, and measured where raced. The mode gives the lines to paste
+(wif.advisor.mode); `wif.advisor.choice` draws the picture.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Dict, NamedTuple, Optional, Sequence
 
-from wif.advisor.limit import Figures, Limit, name_limit
+from wif.advisor.limit import Figures, Limit, name_limit, or_zero
 from wif.advisor.predict import Prediction, relative_error
 from wif.advisor.runner import Measured
 from wif.advisor.verify import BASELINE, RaceResult
@@ -65,14 +65,20 @@ def where_time_goes(
         workers: the configured setting's workers.
         on_gpu: whether the step runs on a GPU.
     """
-    held = limit_of(
-        now,
-        margin,
+    busy = now.mean(names.GPU_UTIL_PCT) / 100.0
+    figures = Figures(
+        epoch_s=now.median(),
+        data_wait_s=now.mean(names.DATA_WAIT_S),
+        copy_s=or_zero(now.mean(names.COPY_S)),
+        compute_s=now.mean(names.COMPUTE_S),
         bound_compute_s=bound.compute_s,
         bound_data_wait_s=bound.data_wait_s,
+        gpu_blocked_s=or_zero(now.mean(names.GPU_BLOCKED_S)),
+        busy=None if math.isnan(busy) else busy,
         on_gpu=on_gpu,
-        exposed=loader_img_s > bound.img_s,
+        exposed=loader_img_s > bound.img_s,  # the loader is faster than the model: its wait is said as the wait
     )
+    held = name_limit(figures, margin)
     data_bound, sentence = _sentence(now, bound, loader_img_s=loader_img_s, margin=margin, workers=workers, held=held)
     return Verdict(data_bound=data_bound, sentence=sentence, limit=held)
 
@@ -87,7 +93,7 @@ def _sentence(
     head = (
         f"The configured setting: {epoch:.3f} s an epoch ({split}); the bound ({bound.source}): {bound.epoch_s:.3f} s."
     )
-    wait = (now.mean(names.DATA_WAIT_S) + _zero(now.mean(names.GPU_IDLE_S))) / epoch
+    wait = (now.mean(names.DATA_WAIT_S) + or_zero(now.mean(names.GPU_IDLE_S))) / epoch
     what = f"\nWhat holds the epoch: {held.said}."
     if gap <= margin:
         return (
@@ -118,45 +124,6 @@ def _sentence(
             f"workers overlap the loading with the step.{what}"
         )
     return True, f"{head}\nData-bound: {rates}; {waited}.{what}"
-
-
-def _zero(x: float) -> float:
-    """`x`, or 0 where it was not measured."""
-    return 0.0 if math.isnan(x) else x
-
-
-def limit_of(
-    now: Measured,
-    margin: float,
-    bound_compute_s: float = math.nan,
-    bound_data_wait_s: float = 0.0,
-    on_gpu: bool = False,
-    exposed: bool = False,
-) -> Limit:
-    """What holds the configured run's steady epochs, from its figures and the bound's step.
-
-    Args:
-        now: the configured setting's run.
-        margin: a share of the epoch at most this is no limit.
-        bound_compute_s: the bound run's step over the epoch; NaN: none measured.
-        bound_data_wait_s: the bound run's own wait over the epoch, the least a loader costs; 0: none measured.
-        on_gpu: whether the step runs on a GPU.
-        exposed: the loader is faster than the model: its wait is said as the wait, not as the loader.
-    """
-    busy = now.mean(names.GPU_UTIL_PCT) / 100.0
-    figures = Figures(
-        epoch_s=now.median(),
-        data_wait_s=now.mean(names.DATA_WAIT_S),
-        copy_s=_zero(now.mean(names.COPY_S)),
-        compute_s=now.mean(names.COMPUTE_S),
-        bound_compute_s=bound_compute_s,
-        bound_data_wait_s=bound_data_wait_s,
-        gpu_blocked_s=_zero(now.mean(names.GPU_BLOCKED_S)),
-        busy=None if math.isnan(busy) else busy,
-        on_gpu=on_gpu,
-        exposed=exposed,
-    )
-    return name_limit(figures, margin)
 
 
 def candidate_table(

@@ -1,29 +1,93 @@
-"""The settings worth trying, and the measured rates the prediction model takes from their trials.
+"""A candidate loader setting, the configurations of its runs, and the settings worth trying.
 
-Worker counts are searched as `wif-tune` searches them, `wif.tools.tune.search_workers`, each with
-persistent workers: a kept worker costs nothing per epoch, a fresh one starts every epoch. At the best count
-come a deeper prefetch, the thread-based engine where torchdata is installed, and on a GPU pinned memory with
-non_blocking copies; for a script, each worker's OpenCV and BLAS threads limited where they pass the cores
-(`worker_threads`). `data=folder` adds `data.preload=true`, decoded images held in RAM, where the decoded
-set fits in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried. On a GPU the whole
-dataset on the device, `gpu_resident`, is tried too, whatever the workers gave. It removes the loader's work
-beside the step: the interference that a launch-bound step feels (docs/on-a-gpu.md).
+`Candidate` is a setting: the keys it sets, and what the prediction needs of it. `training`, `raced` and
+`loader_only` configure its runs. The worker search is `wif-tune`'s (`wif.tools.tune.search_workers`), each
+count with persistent workers. A kept worker costs nothing per epoch; a fresh one starts every epoch. At the
+best count, `extras` adds a deeper prefetch and the thread-based engine where torchdata is installed. On a
+GPU it adds pinned memory with non_blocking copies. `data=folder` adds `data.preload=true` where the decoded
+images fit in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried. On a GPU,
+`resident` tries the whole dataset on the device, whatever the workers gave. It removes the loader's work
+beside the step, which a launch-bound step feels (docs/on-a-gpu.md). A script gets `script_extras`:
+DataLoader's own knobs, and its workers' threads limited.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
-import math
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
-from wif.advisor.predict import Loader, Step, batch_sizes, item_time
-from wif.advisor.runner import Measured
-from wif.advisor.settings import Candidate, apply
-from wif.config import Config, ConfigError, DataSource, TransferKind, validate
+from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, validate
 from wif.data.loaders import TAKES_IN_ORDER
 from wif.data.worker_threads import default_threads
-from wif.measure import names
 from wif.measure.sysinfo import usable_cores
+from wif.tools.tune import WORKER_ONLY
+
+
+@dataclass
+class Candidate:
+    """A loader setting: the keys it sets (as train.py overrides) and what the prediction needs of it."""
+
+    name: str
+    keys: Dict[str, Any]  # dotted config key -> value, e.g. {"loader.num_workers": 4}
+    workers: int = 0
+    persistent: bool = False
+    prefetch: int = 2
+    copy_hidden: bool = False
+
+    def overrides(self) -> List[str]:
+        """Its keys as train.py overrides, `key=value`."""
+        return [f"{k}={_text(v)}" for k, v in self.keys.items()]
+
+
+def _text(value: Any) -> str:
+    """A value as a train.py override writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(getattr(value, "value", value))
+
+
+def apply(base: Config, cand: Candidate) -> Config:
+    """The base configuration with the candidate's keys set; worker-only keys neutral at 0 workers."""
+    conf = copy.deepcopy(base)
+    for key, value in cand.keys.items():
+        group, name = key.split(".", 1)
+        node = getattr(conf, group)
+        old = getattr(node, name)
+        setattr(
+            node, name, type(old)(value) if old is not None and value is not None and hasattr(old, "value") else value
+        )
+    if conf.loader.num_workers == 0:
+        for key, neutral in WORKER_ONLY:
+            setattr(conf.loader, key, neutral)
+    return conf
+
+
+def training(base: Config, cand: Candidate, epochs: int) -> Config:
+    """A candidate's training run of `epochs` fixed epochs (the first is warm-up)."""
+    conf = apply(base, cand)
+    conf.trainer.mode, conf.trainer.epochs = TrainerMode.train, epochs
+    return conf
+
+
+def raced(base: Config, cand: Candidate, max_epochs: int) -> Config:
+    """A candidate's run in the race: trainer.epochs=auto, capped at `max_epochs`."""
+    conf = apply(base, cand)
+    tr = conf.trainer
+    tr.mode, tr.epochs, tr.max_epochs = TrainerMode.train, "auto", min(tr.max_epochs, max_epochs)
+    tr.min_epochs = min(tr.min_epochs, tr.max_epochs)
+    return conf
+
+
+def loader_only(base: Config, cand: Candidate, batches: int, epochs: int) -> Config:
+    """A candidate's loader-only trial: `batches` batches an epoch, no model."""
+    conf = apply(base, cand)
+    tr = conf.trainer
+    tr.mode, tr.epochs, tr.max_batches = TrainerMode.loader_only, epochs, batches
+    return conf
 
 
 def current(base: Config, cuda: bool) -> Candidate:
@@ -111,8 +175,8 @@ def script_extras(
 ) -> List[Candidate]:
     """The other knobs for a user's script, `wif-advise --`, at the best count: DataLoader's own only.
 
-    The script's copy and data stay its own. So: a deeper prefetch, batches out of order where torch has
-    them, pinned memory on a GPU, and each worker's threads limited where its workers' threads pass the
+    The script's copy and data stay its own. So it tries a deeper prefetch and batches out of order where
+    torch has them. It tries pinned memory on a GPU, and each worker's threads limited where they pass the
     cores. The arguments are `extras`'.
     """
     out = _deeper(best)
@@ -127,8 +191,8 @@ def script_extras(
 def _limited_threads(base: Config, best: Candidate, cuda: bool) -> List[Candidate]:
     """Each worker's OpenCV and BLAS threads at its share of the cores, where its workers' threads pass them.
 
-    At the best count; where that is none, at the script's own count: threads that oversubscribe the cores
-    slow every count with workers, so the best may be none for want of this very limit.
+    The limit goes at the best count, or at the script's own count where the best is none. Threads that
+    oversubscribe the cores slow every count with workers. So the best may be none for want of this limit.
     """
     anchor = best if best.workers > 0 else workers(base, base.loader.num_workers, cuda)
     cores = usable_cores()
@@ -159,72 +223,3 @@ def _accepted(base: Config, cand: Candidate) -> bool:
     except ConfigError:
         return False
     return True
-
-
-# ----------------------------------------------------------------------------- rates from trials
-def loader_rates(trial: Measured, cand: Candidate, batch_size: int, batches: int, cores: int) -> Loader:
-    """The candidate's rates from its loader-only trial of `batches` batches an epoch.
-
-    Args:
-        trial: the loader-only run.
-        cand: the candidate it tried.
-        batch_size: the configured batch size.
-        batches: the trial's batches an epoch.
-        cores: the host's usable cores.
-    """
-    sizes = batch_sizes(trial.n_train, batch_size, batches)
-    epoch = trial.median(names.EPOCH_TIME_S)
-    startup = 0.0
-    if cand.workers > 0 and not cand.persistent:  # its steady epochs' first batch waits on the start-up
-        first = item_time(sizes, cand.workers, epoch, cand.prefetch) * max(sizes)
-        startup = max(trial.mean(names.FIRST_BATCH_S) - first, 0.0)
-    item = item_time(sizes, cand.workers, epoch, cand.prefetch, startup)
-    cpu = trial.mean(names.TREE_CPU_S) / trial.mean(names.EPOCH_TIME_S)  # exact: the trial's processes' CPU seconds
-    if math.isnan(cpu):  # a run from before tree_cpu_s: the sampler missed ~40% of 0.15 s epochs
-        cpu = trial.mean(names.CPU_UTIL_PCT) / 100.0 * cores
-    if math.isnan(cpu):  # an epoch shorter than the sampler's interval: count the fetch as all CPU
-        cpu = float(min(max(cand.workers, 1), cores))
-    return Loader(
-        workers=cand.workers,
-        item_s=item,
-        cpu_cores=cpu,
-        prefetch=cand.prefetch,
-        persistent=cand.persistent,
-        startup_s=startup,
-        copy_hidden=cand.copy_hidden,
-    )
-
-
-def in_process_rates(run: Measured, cand: Candidate, batch_size: int) -> Loader:
-    """A 0-worker setting's rates from its training run: its data wait is its fetch."""
-    return Loader(
-        workers=0,
-        item_s=run.mean(names.DATA_WAIT_S) / max(run.n_train, 1),
-        cpu_cores=0.0,
-        prefetch=cand.prefetch,
-        persistent=False,
-        startup_s=0.0,
-        copy_hidden=cand.copy_hidden,
-    )
-
-
-def step_rates(run: Measured, bound: Optional[Measured], batch_size: int, cores: int, on_cpu: bool) -> Step:
-    """The step's time per batch at the bound, data=fixed, or from the configured run's own step time.
-
-    Args:
-        run: the configured setting's run.
-        bound: the bound's run; None or failed: the configured run's step stands for it.
-        batch_size: the configured batch size.
-        cores: the host's usable cores.
-        on_cpu: whether the step computes on the host's cores.
-    """
-    src = bound if bound is not None and bound.ok else run
-    per_batch = src.mean(names.COMPUTE_S) / max(len(batch_sizes(src.n_train, batch_size)), 1)
-    copy = run.mean(names.COPY_S) / max(len(batch_sizes(run.n_train, batch_size)), 1)
-    threads = int(run.tags.get(names.TAG_TORCH_THREADS, cores) or cores)
-    return Step(
-        compute_s=per_batch,
-        copy_s=0.0 if math.isnan(copy) else copy,
-        cores=float(min(threads, cores)) if on_cpu else 1.0,
-        on_cpu=on_cpu,
-    )

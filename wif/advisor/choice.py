@@ -1,23 +1,27 @@
 """The advice's last steps: the candidates predicted, the best raced against the current setting, the answer.
 
 Each step takes what the one before returned: `Trials` and `Found` (wif.advisor.trials), then `Predicted`,
-then `Raced`, and gives back the `Advice`.
+then `Raced`, and gives back the `Advice`. The answer's picture shows each epoch's split beside the bound.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
-from wif.advisor import answer, paste
+from wif.advisor import answer
 from wif.advisor.advice import MIN_RACE_EPOCHS, PROG, Advice, race_epochs
-from wif.advisor.picture import picture
+from wif.advisor.answer import PHASES, Bound
+from wif.advisor.limit import or_zero
 from wif.advisor.predict import CLOSE, Prediction, close_call, distinct, rank
+from wif.advisor.runner import Measured
 from wif.advisor.trials import Found, Trials
 from wif.advisor.verify import RaceResult, run_race
 from wif.decide.race import RaceRules
+from wif.measure import names
 
 
 @dataclass(frozen=True)
@@ -155,13 +159,14 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
     pick = faster[0] if faster else None
     chosen = trials.made[pick] if pick is not None else None
     pin = ctx.base.loader.pin_memory
+    pasted, run_line = ctx.mode.lines(ctx.overrides, chosen, pin) if chosen else (None, None)
     return Advice(
         data_bound=found.data_bound,
         sentence=found.sentence,
         pick=pick,
         speedup=_speedup(race, pick) if chosen else None,
-        train_line=paste.train_line(ctx.overrides, chosen) if chosen else None,
-        dataloader=paste.dataloader_kwargs(chosen, pin) if chosen else None,
+        train_line=run_line,
+        dataloader=pasted,
         why=answer.memory_cost(race, pick) if chosen else _why_keep(trials, found, predicted, raced),
         table=answer.candidate_table(predicted.order, trials.table_ceilings, predicted.predictions, race=race),
         parent_run_id=ctx.runner.parent_id,
@@ -170,7 +175,6 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
         picture=_picture(trials, raced),
         predicted={n: p.epoch_s for n, p in predicted.predictions.items()},
         measured={n: race.measured_s(n) for n in ["current"] + raced.raced} if race else {},
-        loader_args=paste.loader_args(chosen, pin) if chosen else {},
         limit=found.limit,
         assumes=ctx.runner.assumes,
     )
@@ -202,3 +206,39 @@ def _picture(trials: Trials, raced: Raced) -> Optional[str]:
     path = Path(tempfile.mkdtemp(prefix="wif-advise-")) / "epoch_split.png"
     pic = picture([measured.current_run] + first_runs + bound_run, measured.bound, path)
     return str(pic) if pic else None
+
+
+def picture(runs: Sequence[Measured], bound: Bound, path: Path) -> Optional[Path]:
+    """Each setting's steady epoch as stacked phases, beside the bound: a PNG at `path`; None: no run finished."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars: List[str] = []
+    ok = [m for m in runs if m.ok]
+    phases = [(key, label) for key, label in PHASES if any(not math.isnan(m.mean(key)) for m in ok)]  # CUDA's alone
+    parts: Dict[str, List[float]] = {label: [] for _, label in phases}
+    parts["other"] = []
+    for m in ok:
+        bars.append(f"{m.name} ({m.role})")
+        total, shown = m.mean(names.EPOCH_TIME_S), 0.0
+        for key, label in phases:
+            v = or_zero(m.mean(key))
+            parts[label].append(v)
+            shown += v
+        parts["other"].append(max(total - shown, 0.0))
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(9.5, 0.5 * len(bars) + 1.5))
+    left = [0.0] * len(bars)
+    for label, values in parts.items():
+        ax.barh(bars, values, left=left, label=label)
+        left = [a + b for a, b in zip(left, values)]
+    ax.axvline(bound.epoch_s, color="black", linestyle="--", label=f"bound ({bound.source})")
+    ax.set_xlabel("seconds per epoch (steady epochs' mean)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars, never over them
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

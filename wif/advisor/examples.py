@@ -3,12 +3,10 @@
 Each item sleeps `delay_ms`, a network or disk read that takes no CPU, then returns a small image. So at 0
 workers the step waits on the data, and workers overlap the waits even on 2 cores. The default sizes give 12
 batches of 64 at data.fraction=0.1, the issue's measured case, and small validation and test sets. So
-`wif-advise` on it finishes in a few minutes.
+`wif-advise` on it finishes in a few minutes. With `+data.kwargs.burn=true`, each item computes for its
+`delay_ms` instead, as a decode takes a core. Workers then compete with the step for the cores. Run it so:
 
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
-
-With `+data.kwargs.burn=true` each item spends its `delay_ms` computing instead, as a decode that takes a
-core: workers then compete with the step for the cores.
 """
 
 from __future__ import annotations

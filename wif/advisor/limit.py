@@ -1,9 +1,15 @@
 """What holds an epoch back, named: the loader, the copy, interference, the launches or the compute.
 
-The kinds: `data`, the step waits for the loader; `copy`, the transfer to the device; `interference`, the
-loader's host work slows the step itself; `launch`, the GPU idles between the small kernels the host
-launches; `compute`, the step's own work. Pure: the advice's measuring runs give the figures, the tests
-give them by hand. See NOTE [ The figures and the limit ].
+The kinds, one a line:
+
+    `data`: the step waits for the loader.
+    `copy`: the transfer to the device takes the time.
+    `interference`: the loader's host work slows the step itself.
+    `launch`: the GPU idles between the small kernels the host launches.
+    `compute`: the step's own work.
+
+Pure: the advice's measuring runs give the figures, the tests give them by hand. See NOTE [ The figures and
+the limit ].
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ class Figures:
         """
         if not self.on_gpu or self.busy is None:
             return None
-        step = self.compute_s + self.copy_s + _zero(self.gpu_blocked_s)
+        step = self.compute_s + self.copy_s + or_zero(self.gpu_blocked_s)
         return min(self.busy * self.epoch_s / step, 1.0) if step > 0 else self.busy
 
     @property
@@ -98,7 +104,7 @@ def name_limit(f: Figures, margin: float) -> Limit:
     """The limit of the epoch these figures describe, and the sentence that names it and what moves it."""
     shares = {
         "data": max(f.data_wait_s - f.bound_data_wait_s, 0.0) / f.epoch_s,
-        "copy": (f.copy_s + _zero(f.gpu_blocked_s)) / f.epoch_s,
+        "copy": (f.copy_s + or_zero(f.gpu_blocked_s)) / f.epoch_s,
         "interference": f.interference_s / f.epoch_s,
     }
     kind, share = max(shares.items(), key=lambda kv: kv[1])
@@ -156,5 +162,6 @@ def _said(kind: str, share: float, f: Figures) -> str:
     return f"the step's own compute ({share:.0%} of the epoch): loader settings cannot shorten it"
 
 
-def _zero(x: float) -> float:
+def or_zero(x: Optional[float]) -> float:
+    """`x`, or 0 where it was not measured (None or NaN)."""
     return 0.0 if x is None or math.isnan(x) else x

@@ -194,10 +194,11 @@ def distinct(
 ) -> List[str]:
     """Up to `count` of the ranked candidates to race, fastest first, none the model cannot tell apart.
 
-    A candidate is left out where it is predicted within `margin` of a faster one already in, and either holds:
-    - both are limited by the step: what differs is the loader's, which the epoch does not wait on;
-    - both have as many workers: what differs is a knob of the same workers, whose rates their trials measured.
-      The model's uncertain part, the workers' share of the cores, is the same in both.
+    A candidate predicted within `margin` of a faster one already in is left out where the model cannot tell
+    the two apart. That is so in two cases.
+    Both are limited by the step: what differs is the loader's, which the epoch does not wait on.
+    Both have as many workers: what differs is a knob of the same workers, whose rates their trials measured.
+    The model's uncertain part, the workers' share of the cores, is the same in both.
     A race run of it would buy nothing the prediction does not already say.
     """
     out: List[str] = []

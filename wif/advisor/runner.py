@@ -1,15 +1,11 @@
 """The measuring runs of `wif-advise`: the study's own loop in a forked, sampled child, recorded in MLflow.
 
-Each run is `wif.run.supervise.supervise`'s, nested under the advice's parent run by `mlflow.parentRunId`
-and tagged `wif.kind=advise`, so the study's report never mixes them in. The runs:
-
-- the configured setting's training epochs: the split into data wait, copy, compute and GPU idle;
-- the compute bound: `data=fixed`, the same batch on the device every step. For `data=custom` the configured
-  run's own step time stands for it: data=fixed cannot make the user's batches;
-- loader-only trials of each candidate: its ceiling, and its rate per item for the prediction.
+Each run is `wif.run.supervise.supervise`'s. It is nested under the advice's parent run by
+`mlflow.parentRunId` and tagged `wif.kind=advise`, so the study's report never mixes it in. The runner only
+runs: the mode (wif.advisor.mode) says what to run, and a script's runs are `wif.advisor.script.runner`'s.
 
 Each run's `host_other_cpu_pct` is the share of a core others used during its measured epochs
-(`wif.measure.contention`). A run above `measure.contended_pct` is tagged `wif.contended=true` and run again
+(`wif.measure.contention`). A run above `measure.contended_pct` is tagged `wif.contended=true`. It runs again
 once while the advice has time (`Runner.run`). So no answer rests on a disturbed run it could have repeated.
 """
 
@@ -23,7 +19,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional
 
-from wif.advisor.settings import Candidate, bound
 from wif.config import Config, validate
 from wif.measure import names
 from wif.measure.epochs import EPOCH_KEYS, steady
@@ -243,15 +238,6 @@ class Runner:
         if ended.status == KILLED:
             raise KeyboardInterrupt
         return m
-
-    # What the workload's own measurements are: wif.advisor.script runs a user's script instead of train.py.
-    bound_label = "data=fixed"  # what the bound is, as the answer names it
-    # the other knobs at the best count; None: candidates.extras
-    knobs: Optional[Callable[..., List[Candidate]]] = None
-
-    def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
-        """The bound's run (None: the configured run's own step time stands for it)."""
-        return bound(base, epochs, n_train)
 
     def _epochs(self, run_id: str) -> List[Dict[str, float]]:
         """The run's figures, epoch by epoch, read back from its metric history."""

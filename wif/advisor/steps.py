@@ -1,9 +1,9 @@
 """The advice's steps in order, within the minutes it states at its start, `--minutes`.
 
-1. where the time goes: the configured setting's epochs split, the compute bound, the loader's ceiling;
-2. candidates: loader-only trials, each one's epoch predicted (wif.advisor.predict);
-3. verified: the current setting raced against the best predicted (wif.advisor.verify), in the time left;
-4. the answer: the pick with its speedup interval and memory cost, or keep what you have.
+1. Where the time goes: the configured setting's epochs split, the compute bound, the loader's ceiling.
+2. Candidates: loader-only trials, each one's epoch predicted (wif.advisor.predict).
+3. Verified: the current setting raced against the best predicted (wif.advisor.verify), in the time left.
+4. The answer: the pick with its speedup interval and memory cost, or keep what you have.
 
 One MLflow parent run, tagged wif.kind=advise, has every run nested under it. An interruption or an error
 ends every one of them still open: KILLED for Ctrl-C or SIGTERM, else FAILED. None is left RUNNING.
@@ -21,11 +21,13 @@ import psutil
 from wif.advisor import answer, candidates, workload
 from wif.advisor.advice import ANSWER_S, PROG, Advice, Options, log_answer, race_reserve_s
 from wif.advisor.answer import Bound
+from wif.advisor.candidates import Candidate, training
 from wif.advisor.choice import give_answer, predict_candidates, race_candidates
+from wif.advisor.limit import or_zero
+from wif.advisor.mode import Harness, Mode
 from wif.advisor.predict import batch_sizes
-from wif.advisor.runner import Measured, Recording, Runner
-from wif.advisor.settings import Candidate, training
-from wif.advisor.trials import Context, Found, Measurement, Trials
+from wif.advisor.runner import Measured, Recording
+from wif.advisor.trials import Context, Found, Measurement, Trials, step_rates
 from wif.config import Config, as_plain
 from wif.measure import names
 from wif.measure.lifetime import signals_held
@@ -46,7 +48,7 @@ def advise(
     overrides: Sequence[str],
     opts: Options,
     say: Callable[[str], None] = print,
-    make_runner: Callable[..., Runner] = Runner,
+    mode: Optional[Mode] = None,
 ) -> Advice:
     """Measure, predict, race and answer for the configuration `base`, composed from `overrides`.
 
@@ -55,12 +57,14 @@ def advise(
         overrides: the command line's overrides that composed it.
         opts: the advice's options.
         say: where its lines go.
-        make_runner: what runs the measurements; wif.advisor.script's runs a user's script under wif.watch.
+        mode: train.py's harness (None: `Harness()`) or a user's script (wif.advisor.script.mode.Script).
     """
+    mode = Harness() if mode is None else mode
     t0 = time.monotonic() if opts.started is None else opts.started
     device = resolve_device(base.device)
     cuda, cores = device == "cuda", usable_cores()
     overrides = list(overrides) + workload.whole_folder(base, overrides)
+    mode.introduce(opts, say)
     say(f"{PROG}: {workload.data_line(base, workload.training_items(base))}")
     say(
         f"{PROG}: within {opts.minutes:g} minutes (--minutes): the race stops once its answer is settled, or "
@@ -73,9 +77,11 @@ def advise(
         parent = tracker.start_run("advise", as_plain(base), tags, as_plain(base))
     deadline = t0 + 60 * opts.minutes - min(ANSWER_S, 6 * opts.minutes)  # its answer too within the minutes
     recording = Recording(tracker=tracker, device=device, parent_id=parent, advise_id=advise_id)
-    runner = make_runner(recording, deadline=deadline, say=say)
+    runner = mode.runner(recording, opts=opts, deadline=deadline, say=say)
     try:
-        ctx = Context(base=base, overrides=overrides, opts=opts, runner=runner, cuda=cuda, cores=cores, say=say)
+        ctx = Context(
+            base=base, overrides=overrides, opts=opts, mode=mode, runner=runner, cuda=cuda, cores=cores, say=say
+        )
         out = _advise(ctx)
         out.seconds, out.runs = time.monotonic() - t0, len(runner.runs)
         out.contention = workload.contention_line(runner.runs, base.measure.contended_pct, runner.reruns)
@@ -118,7 +124,7 @@ def measure(ctx: Context) -> Measurement:
     current_run = runner.run(training(base, current, opts.epochs), "measure", "current")
     if not current_run.ok:
         raise RuntimeError(f"the configured setting failed: {current_run.error}")
-    bound_conf = runner.bound(base, opts.epochs, current_run.n_train)
+    bound_conf = ctx.mode.bound(base, opts.epochs, current_run.n_train)
     bound_run = runner.run(bound_conf, "bound", "fixed") if bound_conf is not None else None
     bound_run, bound = _bound(ctx, current_run, bound_run)
     bs = base.data.batch_size
@@ -128,7 +134,7 @@ def measure(ctx: Context) -> Measurement:
         bound_run=bound_run,
         bound=bound,
         sizes=batch_sizes(current_run.n_train, bs),
-        step=candidates.step_rates(current_run, bound_run, batch_size=bs, cores=ctx.cores, on_cpu=not ctx.cuda),
+        step=step_rates(current_run, bound_run, batch_size=bs, cores=ctx.cores, on_cpu=not ctx.cuda),
     )
 
 
@@ -137,11 +143,9 @@ def _bound(ctx: Context, current_run: Measured, bound_run: Optional[Measured]) -
 
     See NOTE [ The bound ].
     """
-    label = ctx.runner.bound_label
-    blocked = current_run.mean(names.GPU_BLOCKED_S)  # CUDA only: the GPU's own work, waited for in a blocking copy
-    bound_s = (
-        current_run.mean(names.COMPUTE_S) + current_run.mean(names.COPY_S) + (0.0 if math.isnan(blocked) else blocked)
-    )
+    label = ctx.mode.bound_label
+    blocked = or_zero(current_run.mean(names.GPU_BLOCKED_S))  # CUDA only: the GPU's own work, in a blocking copy
+    bound_s = current_run.mean(names.COMPUTE_S) + current_run.mean(names.COPY_S) + blocked
     source = "the configured run's own step time"
     ok = bound_run is not None and bound_run.ok
     if bound_run is not None and not bound_run.ok:
@@ -161,7 +165,7 @@ def _bound(ctx: Context, current_run: Measured, bound_run: Optional[Measured]) -
         source=source,
         items=current_run.n_train,
         compute_s=bound_run.mean(names.COMPUTE_S) if measured else math.nan,
-        data_wait_s=0.0 if math.isnan(wait) else wait,
+        data_wait_s=or_zero(wait),
     )
 
 
@@ -207,12 +211,11 @@ def search_candidates(trials: Trials, found: Found) -> Trials:
 
 
 def _knobs(trials: Trials, best: Candidate) -> List[Candidate]:
-    """The other knobs to try at the best worker count; only the dataset on the device where it keeps up."""
-    ctx, runner = trials.ctx, trials.ctx.runner
-    resident = [] if runner.knobs else candidates.resident(ctx.base, ctx.cuda)  # no loader beside the step at all
+    """The mode's other knobs at the best worker count, and its settings with no loader beside the step."""
+    ctx, mode = trials.ctx, trials.ctx.mode
+    resident = mode.resident(ctx.base, ctx.cuda)  # no loader beside the step at all
     if best.name in trials.runs and trials.predicted(best).bound == "compute":  # its knobs cannot gain
         ctx.say(f"  {best.name} is predicted to feed the step faster than it computes: no other loader knob is tried")
         return resident
-    more = runner.knobs or candidates.extras
     free = psutil.virtual_memory().available
-    return more(ctx.base, best, ctx.cuda, ram_free_bytes=free, items=trials.measured.items) + resident
+    return mode.knobs(ctx.base, best, ctx.cuda, ram_free_bytes=free, items=trials.measured.items) + resident

@@ -1,7 +1,8 @@
 """What the advice's steps hand on: its context, what step 1 measured, and the loader-only trials of step 2.
 
-`Trials` holds every candidate made, its trial run, its ceiling and those the minutes cut; its methods run
-the trials and predict each candidate's epoch from them (wif.advisor.predict).
+`Trials` holds every candidate made, its trial run, its ceiling and those the minutes cut. Its methods run
+the trials and predict each candidate's epoch from them (wif.advisor.predict). The rates the prediction takes
+from the runs are here too: the loader's from its trial, the step's from the bound.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Callable, Dict, List, Optional
 from wif.advisor import candidates
 from wif.advisor.advice import TRIAL_EPOCHS, Options
 from wif.advisor.answer import Bound
-from wif.advisor.limit import Limit
-from wif.advisor.predict import Prediction, Step, cannot_win, predict
+from wif.advisor.candidates import Candidate, loader_only
+from wif.advisor.limit import Limit, or_zero
+from wif.advisor.mode import Mode
+from wif.advisor.predict import Loader, Prediction, Step, batch_sizes, cannot_win, item_time, predict
 from wif.advisor.runner import Failure, Measured, Runner
-from wif.advisor.settings import Candidate, loader_only
 from wif.config import Config
 from wif.measure import names
 from wif.watcher.proof import UNREACHED
@@ -24,11 +26,12 @@ from wif.watcher.proof import UNREACHED
 
 @dataclass(frozen=True)
 class Context:
-    """What every step reads: the configuration, its overrides, the options, the runner and the machine."""
+    """What every step reads: the configuration, its overrides, the options, the mode, its runner and the machine."""
 
     base: Config
     overrides: List[str]
     opts: Options
+    mode: Mode  # train.py's harness or the user's script: what differs between the two
     runner: Runner
     cuda: bool
     cores: int
@@ -143,9 +146,9 @@ class Trials:
         bs = ctx.base.data.batch_size
         if cand.name in self.runs:
             trial = self.runs[cand.name]
-            rates = candidates.loader_rates(trial, cand, batch_size=bs, batches=self.batches, cores=ctx.cores)
+            rates = loader_rates(trial, cand, batch_size=bs, batches=self.batches, cores=ctx.cores)
         else:
-            rates = candidates.in_process_rates(measured.current_run, cand, bs)
+            rates = in_process_rates(measured.current_run, cand, bs)
         return predict(measured.sizes, measured.step, rates, cores=ctx.cores)
 
     def predictions(self) -> Dict[str, Prediction]:
@@ -156,3 +159,71 @@ class Trials:
         if "current" not in out and "w0" in out:
             out["current"] = out["w0"]
         return out
+
+
+def loader_rates(trial: Measured, cand: Candidate, batch_size: int, batches: int, cores: int) -> Loader:
+    """The candidate's rates from its loader-only trial of `batches` batches an epoch.
+
+    Args:
+        trial: the loader-only run.
+        cand: the candidate it tried.
+        batch_size: the configured batch size.
+        batches: the trial's batches an epoch.
+        cores: the host's usable cores.
+    """
+    sizes = batch_sizes(trial.n_train, batch_size, batches)
+    epoch = trial.median(names.EPOCH_TIME_S)
+    startup = 0.0
+    if cand.workers > 0 and not cand.persistent:  # its steady epochs' first batch waits on the start-up
+        first = item_time(sizes, cand.workers, epoch, cand.prefetch) * max(sizes)
+        startup = max(trial.mean(names.FIRST_BATCH_S) - first, 0.0)
+    item = item_time(sizes, cand.workers, epoch, cand.prefetch, startup)
+    cpu = trial.mean(names.TREE_CPU_S) / trial.mean(names.EPOCH_TIME_S)  # exact: the trial's processes' CPU seconds
+    if math.isnan(cpu):  # a run from before tree_cpu_s: the sampler missed ~40% of 0.15 s epochs
+        cpu = trial.mean(names.CPU_UTIL_PCT) / 100.0 * cores
+    if math.isnan(cpu):  # an epoch shorter than the sampler's interval: count the fetch as all CPU
+        cpu = float(min(max(cand.workers, 1), cores))
+    return Loader(
+        workers=cand.workers,
+        item_s=item,
+        cpu_cores=cpu,
+        prefetch=cand.prefetch,
+        persistent=cand.persistent,
+        startup_s=startup,
+        copy_hidden=cand.copy_hidden,
+    )
+
+
+def in_process_rates(run: Measured, cand: Candidate, batch_size: int) -> Loader:
+    """A 0-worker setting's rates from its training run: its data wait is its fetch."""
+    return Loader(
+        workers=0,
+        item_s=run.mean(names.DATA_WAIT_S) / max(run.n_train, 1),
+        cpu_cores=0.0,
+        prefetch=cand.prefetch,
+        persistent=False,
+        startup_s=0.0,
+        copy_hidden=cand.copy_hidden,
+    )
+
+
+def step_rates(run: Measured, bound: Optional[Measured], batch_size: int, cores: int, on_cpu: bool) -> Step:
+    """The step's time per batch at the bound, data=fixed, or from the configured run's own step time.
+
+    Args:
+        run: the configured setting's run.
+        bound: the bound's run; None or failed: the configured run's step stands for it.
+        batch_size: the configured batch size.
+        cores: the host's usable cores.
+        on_cpu: whether the step computes on the host's cores.
+    """
+    src = bound if bound is not None and bound.ok else run
+    per_batch = src.mean(names.COMPUTE_S) / max(len(batch_sizes(src.n_train, batch_size)), 1)
+    copy = run.mean(names.COPY_S) / max(len(batch_sizes(run.n_train, batch_size)), 1)
+    threads = int(run.tags.get(names.TAG_TORCH_THREADS, cores) or cores)
+    return Step(
+        compute_s=per_batch,
+        copy_s=or_zero(copy),
+        cores=float(min(threads, cores)) if on_cpu else 1.0,
+        on_cpu=on_cpu,
+    )

@@ -16,8 +16,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
 
+from wif.advisor.candidates import Candidate, raced
 from wif.advisor.runner import Measured, Runner
-from wif.advisor.settings import Candidate, raced
 from wif.config import Config
 from wif.decide import decision
 from wif.decide.race import FractionState, RaceRules, look

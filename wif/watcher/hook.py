@@ -107,7 +107,7 @@ def _say_once(text: str) -> None:
 
 
 def install() -> None:
-    """The patch, where torch is imported already (a script forked warm, wif.advisor.warm)."""
+    """The patch, where torch is imported already (a script forked warm, wif.advisor.script.warm)."""
     from torch.utils.data import DataLoader
 
     patch(DataLoader)

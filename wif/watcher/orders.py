@@ -38,7 +38,7 @@ from wif.watcher.replay import Copies, Keep, Replay
 from wif.watcher.windows import Windows
 
 ENV = "WIF_WATCH_ORDERS"
-FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.warm): the pid it was forked from
+FORKED_FROM = "WIF_WATCH_FORKED_FROM"  # a script forked warm (wif.advisor.script.warm): the pid it was forked from
 MODES = ("train", "bound", "loader_only", "probe")
 PROBE_BATCHES, PROBE_S = 8, 10.0  # the probe times up to this many batches after the first, within this long
 

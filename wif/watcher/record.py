@@ -106,7 +106,7 @@ class Record:
         self.meter.marks.pop()
 
     def offered(self, batches: int) -> None:
-        """An epoch of the script ended, having offered `batches` batches (wif.advisor.script_runner reads them)."""
+        """An epoch of the script ended, having offered `batches` batches (wif.advisor.script.runner reads them)."""
         self.script_epochs += 1
         self.script_batches += batches
 

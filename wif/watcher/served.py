@@ -22,7 +22,7 @@ from wif.watcher.orders import Orders
 # the next candidate's orders, or none, to leave. Between candidates the last loader's workers are ended,
 # and the next one is rebuilt from the script's own DataLoader, so each is timed from a cold start as in a
 # process of its own. The watch leaves too when wif-advise is gone, or no order comes within SERVE_WAIT_S.
-# A distributed script leaves after each candidate, as before. wif-advise's side is wif.advisor.served.
+# A distributed script leaves after each candidate, as before. wif-advise's side is wif.advisor.script.command.
 # A candidate at num_workers=0 is its process's last. Its fetch runs in the main process, and a dataset that opens
 # its file lazily (h5py, LMDB) opens it there. A later candidate's workers would fork holding that handle: a
 # file shared across processes, which neither h5py nor LMDB supports. So the next candidate starts a new process.

@@ -201,7 +201,7 @@ class Session:
                 first = False
                 if self.orders is not None and self.orders.done:
                     return  # the caller leaves, or serves the next candidate, within the epoch
-        finally:  # what the script's epochs offer, for a measurement that ran out (wif.advisor.script_runner)
+        finally:  # what the script's epochs offer, for a measurement that ran out (wif.advisor.script.runner)
             self.open = False
             self.record.offered(offers if ended and offers is not None else self.handed)
             self.record.send_held()  # no window follows at once: what the windows held back goes out

@@ -34,7 +34,7 @@ from wif.measure.epochs import EpochStats
 #     batches for WINDOW_S (ranks.count_for). A loop that breaks at `max_steps` breaks at the same batch on
 #     every rank: its last window ends there on each, and is a figure on each.
 # A script that ends before its measurement has its windows is measured again in smaller ones
-# (wif.advisor.script_runner).
+# (wif.advisor.script.runner).
 #
 # NOTE [ A window times the script's own run ]
 # The race compares windows, so a window under orders times what the script's own epoch would spend on its

@@ -26,14 +26,14 @@ from wif.watcher.orders import FORKED_FROM
 # was about 5 s of a 6-s measurement: torch with its CUDA libraries, torch._dynamo at the first optimizer,
 # MLflow. It is paid in no epoch, but in the advice's minutes. The study forks its runs from a warm supervisor,
 # `wif.run.forking.preload`. So the script is forked from a multiprocessing forkserver whose only import is
-# `wif.advisor.warm_preload`, and run there as Python would run it. `sys.argv`, `sys.path[0]`, the environment
+# `wif.advisor.script.warm_preload`, and run there as Python would run it. `sys.argv`, `sys.path[0]`, the environment
 # and the working directory are the command's, and `__main__` its own. Its exit code and uncaught exception
 # are as they would be, and its atexit handlers run. Its RAM is counted as a forked run's is: the pages it
 # still shares with the server are added back in full, `wif.measure.proctree.fork_shared_share`, as in a
 # script started on its own.
 
 Target = Tuple[str, str, List[str]]  # ("path" | "module", the script or module, its arguments)
-PRELOAD = "wif.advisor.warm_preload"
+PRELOAD = "wif.advisor.script.warm_preload"
 
 
 def warm_target(command: Sequence[str]) -> Optional[Target]:
@@ -104,7 +104,7 @@ def _as_a_main_process() -> None:
     """
     import multiprocessing.process as mp_process
 
-    from wif.advisor.warm_preload import MAIN
+    from wif.advisor.script.warm_preload import MAIN
 
     MAIN.name = "MainProcess"  # the fork's preparation gave it the child's name
     mp_process._current_process = MAIN  # type: ignore[attr-defined]  # the server's own, a main process

@@ -2,19 +2,17 @@
 
 The script runs under `wif.watch`, the one line in its loop, and is otherwise unchanged. Before anything is
 recorded, the command runs once to its `wif.watch` call: the orders' `probe` reports the DataLoader it
-watches and ends there. A missing program or script, a command that fails, one that ends without calling
-`wif.watch`, or a watched iterable with no DataLoader inside is said in one line, exit 2, and leaves no run.
-Then `wif.advisor.steps` gives the advice as it does for train.py, its measurements the script's own
-(`wif.advisor.script_runner`). They are the script as it is, the bound with its first batches replayed,
-loader-only trials of its DataLoader rebuilt with each candidate's settings, and the race. The answer's
-lines are the `DataLoader(...)` keyword arguments to paste, and the command to run again. Overrides before
-`--` set what they set for train.py: tracking.uri, measure.contended_pct, device. The data and model are
-the script's.
+watches and ends there. Some commands cannot be advised: a missing program or script, a failing command,
+one that never calls `wif.watch`, or a watched iterable without a DataLoader. Each is said in one line,
+exit 2, and leaves no run. Then `wif.advisor.steps` gives the advice, asking `Script`, this mode. Its runs
+are the script's own (`wif.advisor.script.runner`): the script as it is, and its first batches replayed for
+the bound. The loader-only trials rebuild its DataLoader with each candidate's settings. The answer's lines
+are the `DataLoader(...)` keyword arguments to paste, and the command to run again. Overrides before `--` set
+what they set for train.py: tracking.uri, measure.contended_pct, device. The data and model are the script's.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -23,13 +21,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from wif.advisor import warm
-from wif.advisor.command import execute
-from wif.advisor.script_runner import LOADER_KEYS, ScriptRunner
-from wif.advisor.steps import PROG, Advice, Options, advise
-from wif.config import ConfigError, Device
+from wif.advisor.advice import PROG, Options
+from wif.advisor.candidates import Candidate, script_extras, training
+from wif.advisor.mode import Say, loader_args
+from wif.advisor.runner import Recording, Runner
+from wif.advisor.script import warm
+from wif.advisor.script.command import execute
+from wif.advisor.script.runner import LOADER_KEYS, ScriptRunner
+from wif.config import Config, ConfigError, Device
 from wif.config.compose import load_config
 from wif.dataloader_args import BY_NAME
 from wif.measure.tracking import default_tracking_uri
@@ -93,17 +94,18 @@ def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str,
 
 
 @dataclass
-class ScriptAdvice:
-    """The advice for one command: its configuration, with the probed loader's settings, and how to run it."""
+class Script:
+    """The advice's mode for one command: its configuration, with the probed loader's settings, and how to run it."""
 
     command: List[str]
     probed: Dict[str, Any]
-    base: Any
+    base: Config
 
-    def advise(self, opts: Options, say: Callable[[str], None]) -> Advice:
-        """The advice for the command, said; its lines in the terms of what made the training loader."""
-        p = self.probed
-        cap = sized_cap(opts.batches, p.get("batch_s"), opts.minutes)
+    bound_label = "the first batches replayed"
+
+    def introduce(self, opts: Options, say: Say) -> None:
+        """Say the command, its training loader, its windows, and that each measuring run runs it again."""
+        p, cap = self.probed, self.cap(opts)
         capped = f"{cap} batches (--batches)"
         if cap < opts.batches:
             capped = (
@@ -123,14 +125,34 @@ class ScriptAdvice:
             "trackers) it writes each time, and a script that resumes from its checkpoints resumes; WIF_ADVISE=1 "
             "is set in its environment so that it can skip them"
         )
-        make = functools.partial(ScriptRunner, command=self.command, probed=self.probed, cap=cap)
-        try:
-            out = advise(self.base, [], opts, say=say, make_runner=make)
-        except RuntimeError as err:  # the script as it is failed: the command's fault, said as a bad input is
-            raise ConfigError(f"`{' '.join(self.command)}` under wif.watch: {err}") from None
-        if out.pick is not None:
-            out.dataloader, out.train_line = paste(self.probed, out.loader_args, self.command)
-        return out
+
+    def cap(self, opts: Options) -> int:
+        """An epoch's batches in every measuring run: `sized_cap` of the probe's batch time."""
+        return sized_cap(opts.batches, self.probed.get("batch_s"), opts.minutes)
+
+    def runner(self, recording: Recording, *, opts: Options, deadline: float, say: Say) -> Runner:
+        """A runner whose every run is the command again, under wif.watch."""
+        return ScriptRunner(
+            recording, deadline=deadline, say=say, command=self.command, probed=self.probed, cap=self.cap(opts)
+        )
+
+    def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
+        """The script as it is, its first batches replayed from its second epoch on: the orders' `bound`."""
+        return training(base, Candidate(name="bound", keys={}), epochs)
+
+    knobs = staticmethod(script_extras)  # DataLoader's own knobs: the script's copy and data stay its own
+
+    def resident(self, base: Config, cuda: bool) -> List[Candidate]:
+        """None: the script's dataset stays where the script puts it."""
+        return []
+
+    def lines(self, overrides: Sequence[str], pick: Candidate, pin: bool) -> Tuple[str, str]:
+        """(the lines to paste, in the terms of what made the training loader; the command to run again)."""
+        return paste(self.probed, loader_args(pick, pin), self.command)
+
+    def failure(self, err: RuntimeError) -> Exception:
+        """The script failed as it is: the command's fault, said as a bad input is (exit 2)."""
+        return ConfigError(f"`{' '.join(self.command)}` under wif.watch: {err}")
 
 
 MIN_CAP = 16  # batches an epoch at least: four workers' prefetch twice over, the pipeline in its steady state
@@ -168,7 +190,7 @@ def paste(probed: Dict[str, Any], args: Dict[str, Any], command: Sequence[str]) 
     return line + made, f"those DataLoader arguments in your script, {again}"
 
 
-def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Optional[Path] = None) -> ScriptAdvice:
+def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Optional[Path] = None) -> Script:
     """The command checked and probed, and the advice's configuration; ConfigError in one line if it cannot run."""
     check_command(command)
     if warm.warm_target(command) is not None:
@@ -190,4 +212,4 @@ def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Option
     base.data.batch_size = int(found["batch_size"] or 1)
     base.data.fraction, base.data.val_split = 1.0, 0.0  # the script's data as it builds it: wif cuts nothing
     found["probe_s"] = time.monotonic() - t0
-    return ScriptAdvice(list(command), found, base)
+    return Script(command=list(command), probed=found, base=base)

@@ -1,14 +1,13 @@
 """The measurements of `wif-advise -- python my_train.py ARGS...`: each one the user's command run again.
 
 Each run gives orders to the script's `wif.watch` in the environment (`wif.watcher.orders`); the script is
-unchanged. `ScriptRunner` is the advice's `Runner` for a script: the same roles, measure, bound, loader and
-race, the same nested MLflow runs, and `Measured` read back the same way. So `wif.advisor.steps` predicts,
-races and answers as it does for `train.py`. A configuration becomes orders: its trainer's mode and epochs,
-where `trainer.epochs=auto` is the study's stopping rule (`wif.run.record.stop_rule`). Where its loader keys
-differ from the script's own DataLoader, the orders carry the settings the watch rebuilds it with. Each
-run is measured in windows of `--batches` batches (NOTE [ Windows ] in wif.watcher.windows): a script that
-ends before it has its windows is measured again in smaller ones. The loader-only trials all run in one
-process of the script (wif.advisor.served).
+unchanged. `ScriptRunner` is the advice's `Runner` for a script. It keeps the roles, the nested MLflow runs,
+and `Measured` read back the same way. A configuration becomes orders: its trainer's mode and epochs, where
+`trainer.epochs=auto` is the study's stopping rule (`wif.run.record.stop_rule`). Where its loader keys
+differ from the script's own DataLoader, the orders carry the settings the watch rebuilds it with. Each run
+is measured in windows of `--batches` batches (NOTE [ Windows ] in wif.watcher.windows). A script that ends
+before it has its windows is measured again in smaller ones. The loader-only trials all run in one process
+of the script (`Served`, wif.advisor.script.command).
 """
 
 from __future__ import annotations
@@ -20,11 +19,8 @@ import time
 from dataclasses import asdict
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from wif.advisor.candidates import script_extras
-from wif.advisor.command import execute
 from wif.advisor.runner import Ended, Failure, Measured, Recording, Runner
-from wif.advisor.served import Served
-from wif.advisor.settings import Candidate, training
+from wif.advisor.script.command import Served, execute
 from wif.config import Config, TrainerMode, as_plain
 from wif.dataloader_args import ORDERED
 from wif.measure import names
@@ -42,8 +38,6 @@ RAN_OUT = "the command ended after"
 class ScriptRunner(Runner):
     """Runs the advice's measurements as the user's own command under wif.watch."""
 
-    bound_label = "the first batches replayed"
-
     def __init__(
         self,
         recording: Recording,
@@ -60,12 +54,6 @@ class ScriptRunner(Runner):
         self.logs = tempfile.mkdtemp(prefix="wif-advise-script-")
         self.told = False  # that a measured epoch is a window of a longer one
         self.served = Served(self.command)  # the loader-only trials' one process
-
-    def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
-        """The script as it is, its first batches replayed from its second epoch on: the orders' `bound`."""
-        return training(base, Candidate(name="bound", keys={}), epochs)
-
-    knobs = staticmethod(script_extras)  # DataLoader's own knobs: the script's copy stays its own
 
     def orders(self, conf: Config, role: str, run_id: str) -> Dict[str, Any]:
         """What the watch in the script is to do for this run."""

@@ -1,25 +1,33 @@
 """The user's command run with orders to its `wif.watch`: started warm where it can, waited for, stopped.
 
-Every measuring run of `wif-advise -- COMMAND` is the command run again (wif.advisor.script_runner).
+Every measuring run of `wif-advise -- COMMAND` is the command run again (wif.advisor.script.runner).
+`Served` keeps one process of the command for all the loader-only trials. Its script's side, and why, is
+NOTE [ Trials in one process ] in wif.watcher.served.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import math
 import os
 import signal
 import subprocess
+import tempfile
+import time
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
-from wif.advisor import warm
+from wif.advisor.script import warm
 from wif.run.supervise import INTERRUPT_GRACE_S
 from wif.watcher import hook
 from wif.watcher.orders import ENV
+from wif.watcher.served import SERVE_POLL_S, write_json
 
 TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
 END_GRACE_S = 5.0  # a command ended by its timeout: SIGTERM, and SIGKILL to what is left past this
+LEAVE_GRACE_S = 10.0  # a served script told to leave is given this long, then killed
 
 
 def execute(
@@ -87,9 +95,9 @@ def stop(proc: Any) -> None:
     """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once.
 
     A Ctrl-C at the terminal has reached it already where it is in the terminal's foreground process group (a
-    warm script). A second SIGINT would cut its own clean-up short. So it gets a moment to end, and SIGINT
-    only if it has not: a command in a session of its own, or a `kill` of wif-advise alone. Past the grace,
-    it is ended with all it started (`end`).
+    warm script). A second SIGINT would cut its own clean-up short. So such a script gets a moment to end
+    first. It gets SIGINT if it has not ended by then, or if it is in a session of its own. Past the grace, it
+    is ended with all it started (`end`).
     """
     if not (_at_the_terminal(proc.pid) and _ended(proc, TERMINAL_GRACE_S)):
         _signal(proc.pid, [], signal.SIGINT)  # as the terminal's Ctrl-C: its process group, a shell's children too
@@ -100,8 +108,9 @@ def stop(proc: Any) -> None:
 def end(proc: Any, grace_s: float = END_GRACE_S) -> None:
     """The command ended with all it started: SIGTERM, then SIGKILL to what is left past `grace_s`; reaped.
 
-    Both its process group (a shell script's children) and its process tree: torchrun starts each rank in a
-    session of its own, which no signal to the group reaches, and which outlives torchrun killed alone.
+    The signals go to its process group (a shell script's children) and to its process tree. Each rank that
+    torchrun starts is in a session of its own: no signal to the group reaches it. It outlives torchrun killed
+    alone.
     """
     tree = _descendants(proc.pid)  # listed before any signal: a rank whose torchrun ended is adopted by init
     _signal(proc.pid, tree, signal.SIGTERM)
@@ -171,7 +180,7 @@ def _at_the_terminal(pid: int) -> bool:
 
 
 class Warm:
-    """A script started warm (wif.advisor.warm), waited for and signalled as a Popen is."""
+    """A script started warm (wif.advisor.script.warm), waited for as a Popen is; signalled by its `pid`."""
 
     def __init__(self, proc: Any) -> None:
         self.proc = proc
@@ -188,11 +197,82 @@ class Warm:
             raise subprocess.TimeoutExpired("the script", timeout or 0.0)
         return self.proc.exitcode
 
-    def send_signal(self, sig: int) -> None:
-        """Send `sig` while it runs."""
-        if self.proc.exitcode is None:
-            os.kill(self.proc.pid, sig)
 
-    def kill(self) -> None:
-        """Kill it."""
-        self.proc.kill()
+class Served:
+    """The one process of the script that times loader-only trials, each candidate's orders handed to it in turn."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self.command = list(command)
+        self.proc: Any = None
+        self.where, self.index, self.log_path = "", 0, ""
+        self.log: Any = None
+        atexit.register(self.close)
+
+    def measure(
+        self, orders: Mapping[str, Any], log_path: str, timeout: Optional[float], *, in_process: bool = False
+    ) -> Tuple[int, str, str]:
+        """One candidate's trial: (0 once it is done, else the exit code; its last line; the log of its output).
+
+        The process that timed the last candidate times it, where it still waits; else a new one starts.
+        A trial that fetches in the main process is its process's last: NOTE [ Trials in one process ].
+
+        Args:
+            orders: the candidate's orders.
+            log_path: where a new process's output goes.
+            timeout: seconds the trial may take; None: no limit.
+            in_process: the candidate fetches in the script's main process (num_workers=0).
+        """
+        if self.proc is not None and self.proc.poll() is None:
+            self.index += 1
+            write_json(os.path.join(self.where, f"order-{self.index}.json"), {"orders": self._served(orders)})
+        else:
+            self.close()
+            self.where, self.index, self.log_path = tempfile.mkdtemp(prefix="wif-advise-served-"), 0, log_path
+            try:
+                self.log = open(log_path, "w")
+                self.proc = launch(self.command, self._served(orders), self.log)
+            except OSError as err:
+                self.proc = None
+                return 127, f"{self.command[0]}: {err.strerror}", log_path
+        rc, last = self._wait(timeout)
+        if in_process:  # what its fetch opened stays open in the process: no later candidate's workers inherit it
+            self.close()
+        return rc, last, self.log_path
+
+    def _served(self, orders: Mapping[str, Any]) -> dict:
+        """The orders with where to hand the candidate's end, and who waits for it."""
+        return {**orders, "serve": self.where, "serve_index": self.index, "serve_pid": os.getpid()}
+
+    def _wait(self, timeout: Optional[float]) -> Tuple[int, str]:
+        """(0, "") once the candidate is done; the exit code and last line where the process ended first."""
+        done = os.path.join(self.where, f"done-{self.index}.json")
+        t_end = time.monotonic() + (math.inf if timeout is None else timeout)
+        try:
+            while not os.path.exists(done):
+                rc = self.proc.poll()
+                if rc is not None:
+                    self.proc = None
+                    return rc, last_line(self.log_path)
+                if time.monotonic() > t_end:
+                    end(self.proc)
+                    self.proc = None
+                    return -1, ran_out(timeout)
+                time.sleep(SERVE_POLL_S)
+        except KeyboardInterrupt:
+            stop(self.proc)
+            self.proc = None
+            raise
+        return 0, ""
+
+    def close(self) -> None:
+        """The served process told to leave, and ended: killed past its grace."""
+        if self.proc is not None and self.proc.poll() is None:
+            write_json(os.path.join(self.where, f"order-{self.index + 1}.json"), {"orders": None})
+            try:
+                self.proc.wait(LEAVE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                end(self.proc)
+        self.proc = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None

@@ -17,18 +17,16 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, holds_unless_disturbed, run_train, train_runs
 from wif.config import ConfigError
 from wif.config.compose import load_config
-from wif.run.between import Between, between_run_noise, read_between
-from wif.run.stopping import (
-    StopRule,
+from wif.run.noise import (
+    Between,
     allocated_epochs,
-    auto_target,
-    decide,
+    between_run_noise,
     drift,
     median_interval,
     min_steady_epochs,
-    out_of_time,
-    still_growing,
+    read_between,
 )
+from wif.run.stopping import StopRule, auto_target, decide, out_of_time, still_growing
 
 FLAT = {"ram_peak_rss_mb": [500.0] * 100}
 

@@ -45,7 +45,7 @@ class BlocksSweeper(BasicSweeper):
         """
         from wif.sweep import callback
         from wif.sweep.blocks import blocks_line
-        from wif.sweep.evaluated import eval_overrides
+        from wif.sweep.budget import eval_overrides
         from wif.sweep.sweep_budget import SweepBudget
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

@@ -112,7 +112,7 @@ def probe_price(
         epochs: a run's epochs.
         runs_share: the share of the runs that run.
     """
-    from wif.sweep.budget import Job, Prices
+    from wif.sweep.prices import Job, Prices
 
     prices = Prices(probes=probes)
     runs = seconds = 0.0

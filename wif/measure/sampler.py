@@ -1,16 +1,17 @@
 """Host and device memory of a run's whole process tree, sampled from outside it.
 
-A thread of the supervising process, so it takes no GIL time from the run it measures. It follows the run's
-process and every DataLoader worker it starts:
-- RSS summed over the tree at `rss_interval_s`, and its device memory on a GPU: NVML's, context included;
-- the worker list, CPU time, /dev/shm and GPU utilization at `tree_interval_s`: listing scans /proc;
-- USS and PSS summed at `pss_interval_s`, at once when an epoch ends or workers start, within `pss_budget_pct`
-  of a core over the run: smaps_rollup costs ~17 ms for a process with torch imported.
+The sampler is a thread of the supervising process, so it takes no GIL time from the run it measures. It
+follows the run's process and every DataLoader worker it starts, at three cadences.
+At `rss_interval_s` it sums RSS over the tree, and reads its device memory on a GPU (NVML's, context included).
+At `tree_interval_s` it lists the workers, which scans /proc, and reads CPU time, /dev/shm and GPU utilization.
+At `pss_interval_s` it sums USS and PSS, within `pss_budget_pct` of a core over the run. It also reads them
+at once when an epoch ends or workers start. smaps_rollup costs ~17 ms for a process with torch imported.
 
 Summed RSS overstates, counting shared pages once per process; summed USS leaves them out and understates;
-summed PSS counts each page once. Pages still shared with the process the run was forked from count in full,
-as in a run started on its own. /dev/shm counts as its rise since the start: worker-to-main tensors travel
-there. Peaks and means are taken over windows the run reports, its epochs, never over the start-up.
+summed PSS counts each page once. Pages still shared with the process the run was forked from count in full.
+That is how they count in a run started on its own. /dev/shm counts as its rise since the start:
+worker-to-main tensors travel there. `wif.measure.series` cuts the samples into the windows the run reports,
+its epochs, never the start-up.
 """
 
 from __future__ import annotations
@@ -250,8 +251,8 @@ class TreeSampler(threading.Thread):
         """Sample everything now, PSS included where `slow`, and return when it is done.
 
         Called while the run waits between epochs, the read disturbs nothing: every epoch gets a PSS figure.
-        Without `slow` it lists the tree and reads RSS and CPU alone (a few ms): a window its next follows at
-        once still gets its workers and RSS counted.
+        Without `slow` it lists the tree and reads RSS and CPU alone, in a few ms. A window that its next window
+        follows at once still gets its workers and RSS counted.
         """
         self._poke_done.clear()
         self._poked, self._poke_slow = True, slow

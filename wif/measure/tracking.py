@@ -68,9 +68,9 @@ def _artifact_root(uri: str) -> Optional[str]:
 def _store_lock(uri: str):
     """One process at a time opens a SQLite store for the first time.
 
-    MLflow creates and migrates a new SQLite schema on first use; two processes doing it at once can
-    leave the file half-migrated (`_alembic_tmp_experiments already exists`) for good, so no retry
-    helps. A lock file beside the database serializes that step for every process on the machine.
+    MLflow creates and migrates a new SQLite schema on first use. Two processes doing it at once can leave the
+    file half-migrated for good (`_alembic_tmp_experiments already exists`), and no retry helps. A lock file
+    beside the database serializes that step for every process on the machine.
     """
     db = _sqlite_path(uri)
     if db is None:

@@ -1,11 +1,11 @@
 """The sweep's blocks: one repeat of every cell, run in an order shuffled per block.
 
-With repeat listed first in `hydra.sweeper.params`, Hydra's expansion makes each repeat one block (a
-pass over every cell). Within a block a fixed order puts the same cell always first, always after the
-same neighbour, so warm caches, thermal state or a neighbour's leftover workers bias it the same way in
-every block. Shuffling within blocks, as Google Benchmark's random interleaving does, turns that bias
-into noise the model averages out; the seed comes from the block, so a resumed sweep replays the
-same order and its blocks stay complete.
+With repeat listed first in `hydra.sweeper.params`, Hydra's expansion makes each repeat one block: a pass
+over every cell. A fixed order would put the same cell first in every block, after the same neighbour.
+Warm caches, thermal state or a neighbour's leftover workers would then bias it the same way every block.
+Shuffling within blocks turns that bias into noise the model averages out, as Google Benchmark's random
+interleaving does. The seed comes from the block. So a resumed sweep replays the same order, and its blocks
+stay complete.
 """
 
 from __future__ import annotations

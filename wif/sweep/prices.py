@@ -4,8 +4,8 @@ A job's price is its start (fork, Hydra's set-up, data) plus its epochs: `overhe
 epoch_s`. Its *expected* price plans what fits. Its *upper* price is the most epochs it may plausibly take,
 times SAFETY. What a budget lets run on these prices is `wif.sweep.budget`'s.
 
-The prices come from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe), else
-from the sweep's own first jobs: see NOTE [ Block 0 prices the rest ]. Each job this sweep runs replaces the
+The store's earlier runs of the testbed price the jobs. Without them a probe does (wif.sweep.probe), else
+the sweep's own first jobs: see NOTE [ Block 0 prices the rest ]. Each job this sweep runs replaces the
 guess for its cell with what it measured. Cells not run yet are scaled by how far the measured jobs were
 from their guesses.
 """
@@ -111,7 +111,7 @@ class Prices:
     def guess(self, job: Job) -> Optional[CellCost]:
         """The price before any job of the cell ran here.
 
-        A probe's start is the median of all probes': the first job of a process also pays one-time costs,
+        A probe's start is the median of all probes' starts. The first job of a process also pays one-time costs,
         such as imports and the data set's cache.
         """
         if job.cell in self.history:

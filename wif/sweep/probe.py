@@ -75,9 +75,9 @@ class ProbeCost:
     def cost(self, batches: int, fraction: float) -> CellCost:
         """The price of a full run at `batches` a training epoch and `fraction`.
 
-        An epoch pays the first batch's wait and its tail after the last batch (workers shut down) once, then
-        the steady batch rate times the batches. Validation pays its own start and tail once; the rest of it
-        scales with the fraction. The rest of the probe run is kept as fixed.
+        An epoch pays once for the first batch's wait and for its tail after the last batch, as workers shut down.
+        It then pays the steady batch rate times the batches. Validation pays its own start and tail once; the rest
+        of it scales with the fraction. The rest of the probe run is kept as fixed.
         """
         loop = self.loop_s or self.epoch_s
         per_batch = max(loop - self.first_batch_s, 0.0) / max(self.batches, 1)

@@ -114,8 +114,8 @@ class SweepBudget:
     def price_with_probe(self, launch: Launch) -> None:
         """Without earlier runs of the testbed, price the jobs from the probe.
 
-        The probe runs now, unless the store holds a probe of every setting of this sweep already, or every
-        job is auto and the sweep runs jobs: see NOTE [ Block 0 prices the rest ] (wif.sweep.prices).
+        The probe runs now, unless the store holds a probe of every setting of this sweep already. Nor does it run
+        where every job is auto and the sweep runs jobs: see NOTE [ Block 0 prices the rest ] (wif.sweep.prices).
         """
         if self.n_history:
             log.info("Budget: jobs priced from %d earlier runs of this testbed in the store", self.n_history)

@@ -17,7 +17,7 @@ from wif.measure.names import Cell
 from wif.sweep import budget as b
 from wif.sweep import prices as p
 from wif.sweep import probe as pr
-from wif.sweep.blocks import blocks_line
+from wif.sweep.callback import blocks_line
 from wif.sweep.prices import batches_per_epoch
 
 

@@ -18,7 +18,7 @@ from typing import Dict, FrozenSet, List, Mapping, Optional
 import psutil
 
 from wif.measure import names
-from wif.measure.proctree import HAS_CHILDREN_FILES, descendants
+from wif.measure.proctree import tree_processes
 from wif.measure.sysinfo import own_cpus
 
 PROC_STAT = "/proc/stat"
@@ -55,7 +55,7 @@ def tree_cpu_s(root: psutil.Process) -> float:
     forkserver reaps them, and their time lands in its children times.
     """
     try:
-        tree = [root] + _descendants(root)
+        tree = tree_processes(root, known={}, parents={})
     except psutil.Error:
         return 0.0
     total = 0.0
@@ -66,23 +66,6 @@ def tree_cpu_s(root: psutil.Process) -> float:
             continue  # ended since it was listed: its time is now in its parent's children times
         total += t.user + t.system + t.children_user + t.children_system
     return total
-
-
-def _descendants(root: psutil.Process) -> List[psutil.Process]:
-    """Every process below `pid`, read from /proc/PID/task/*/children where the kernel has them.
-
-    The watch marks each epoch's ends in the user's loop. By contrast, psutil's children() reads every process
-    on the machine, about 3 ms a mark.
-    """
-    if not HAS_CHILDREN_FILES:
-        return root.children(recursive=True)
-    out = []
-    for pid in descendants(root.pid):
-        try:
-            out.append(psutil.Process(pid))
-        except psutil.Error:
-            continue  # ended since it was listed: its time is now in its parent's children times
-    return out
 
 
 def is_contended(figures: Mapping[str, Optional[float]], threshold_pct: float) -> bool:

@@ -207,26 +207,18 @@ def stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
     shut its DataLoader down itself. Whatever is left after the grace period is terminated, then killed.
     """
     if procs and procs[0].is_running():
-        try:
+        with contextlib.suppress(psutil.Error):
             procs[0].terminate()
             procs[0].wait(grace_s)
-        except psutil.Error:
-            pass
     live = {p.pid: p for p in procs if p.is_running()}
     for p in list(live.values()):
-        try:
+        with contextlib.suppress(psutil.Error):
             live.update({c.pid: c for c in p.children(recursive=True)})  # started since the last sample
-        except psutil.Error:
-            pass
     procs = list(live.values())
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass

@@ -17,7 +17,6 @@ its epochs, never the start-up.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Dict, List, Optional, Tuple
@@ -27,7 +26,7 @@ import psutil
 from wif.config import MeasureConfig
 from wif.measure import names
 from wif.measure.nvml import GpuProbe
-from wif.measure.proctree import HAS_CHILDREN_FILES, descendants, fork_shared_share, shm_used
+from wif.measure.proctree import fork_shared_share, shm_used, tree_processes
 from wif.measure.series import Samples
 from wif.measure.sysinfo import usable_cores
 
@@ -111,22 +110,10 @@ class TreeSampler(threading.Thread):
 
     def _tree(self) -> List[psutil.Process]:
         """The run's process and its workers; empty once the run itself is gone."""
-        if not HAS_CHILDREN_FILES:
-            try:
-                procs = [self.root] + self.root.children(recursive=True)
-            except psutil.Error:
-                return []
-        else:
-            if not os.path.exists(f"/proc/{self.root.pid}"):
-                return []
-            below = descendants(self.root.pid)
-            self._parent.update(below)
-            procs = []
-            for pid in [self.root.pid, *below]:
-                try:
-                    procs.append(self._seen.get(pid) or psutil.Process(pid))
-                except psutil.Error:
-                    continue  # a worker that ended since it was listed
+        try:
+            procs = tree_processes(self.root, known=self._seen, parents=self._parent)
+        except psutil.Error:
+            return []
         with self._lock:
             return [self._seen.setdefault(p.pid, p) for p in procs]
 

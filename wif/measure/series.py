@@ -28,9 +28,12 @@ class Series:
 
         A window shorter than the cadence holds no sample; the value before it held during the window.
         """
+        return [r[column] for r in self.window(t0, t1) if r[column] is not None]
+
+    def window(self, t0: float, t1: float) -> List[tuple]:
+        """The rows sampled in [t0, t1]; if none fell inside, the last row sampled before t1."""
         lo, hi = bisect.bisect_left(self.t, t0), bisect.bisect_right(self.t, t1)
-        rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0) : hi]
-        return [r[column] for r in rows if r[column] is not None]
+        return self.rows[lo:hi] or self.rows[max(hi - 1, 0) : hi]
 
 
 def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, float]:
@@ -59,8 +62,7 @@ def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, fl
         vram = series.between(t0, t1, ranks + rank)
         if vram:
             out[f"rank{rank}_vram_peak_device_mb"] = float(max(vram))
-    lo, hi = bisect.bisect_left(series.t, t0), bisect.bisect_right(series.t, t1)
-    for row in series.rows[lo:hi] or series.rows[max(hi - 1, 0) : hi]:
+    for row in series.window(t0, t1):
         if ranks and all(v is not None for v in row[ranks : 2 * ranks]):
             vram_sum.append(sum(row[ranks : 2 * ranks]))
     if vram_sum:

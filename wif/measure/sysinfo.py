@@ -92,12 +92,9 @@ def _read(path: str) -> str:
 
 
 def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -110,21 +107,17 @@ def _version(pkg: str) -> str:
 
 def git_commit() -> str:
     """The commit of the code that ran, with '+dirty' when the tree had local changes."""
-    here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
+        sha, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
+def _git(*args: str) -> str:
+    """The output of `git *args` in this package's folder, stripped."""
+    here = Path(__file__).resolve().parent
+    return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5).stdout.strip()
 
 
 @functools.lru_cache(maxsize=1)

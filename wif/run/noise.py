@@ -42,14 +42,6 @@ def median_interval(values: Sequence[float], confidence: float) -> Optional[Tupl
     return xs[k - 1], xs[n - k]
 
 
-def min_steady_epochs(confidence: float) -> int:
-    """The fewest steady epochs whose median has an interval at `confidence`."""
-    n = 1
-    while median_interval([0.0] * n, confidence) is None:
-        n += 1
-    return n
-
-
 def within_sd(steady: Sequence[float]) -> float:
     """The epoch-to-epoch scatter, relative: the sd of the log epoch times.
 

@@ -23,8 +23,8 @@ from wif.measure.lifetime import process_age_s
 from wif.measure.tracking import config_hash
 from wif.sweep import callback
 from wif.sweep import prices as p
-from wif.sweep.blocks import blocks_line
 from wif.sweep.budget import fits, may_start, minutes
+from wif.sweep.callback import blocks_line
 from wif.sweep.probe import PROBE_SUFFIX, Launch, history_prices, read_history, read_probes, run_probe
 
 log = logging.getLogger("wif")

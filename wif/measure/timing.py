@@ -38,8 +38,7 @@ def record(device: torch.device) -> "torch.cuda.Event":
 def blocked_s(host_s: float, device_s: float) -> float:
     """The part of the host's `host_s` in a blocking copy that waited for the GPU's already-queued work.
 
-    That is what is left once the copy's own device time, `device_s`, is taken off. It is 0 when the device took
-    longer than the host: the host did not wait for it.
+    It is 0 when the copy's own device time, `device_s`, was longer: the host did not wait for it.
     """
     return max(host_s - device_s, 0.0)
 
@@ -66,17 +65,16 @@ class StepClock:
             self._host_compute += time.perf_counter() - self._t
 
     def compute_s(self) -> float:
-        if not self.cuda:
-            return self._host_compute
-        ev = self._events
-        return sum(ev[i].elapsed_time(ev[i + 1]) for i in range(0, len(ev) - 1, 2)) / 1e3
+        return self._spans(0, len(self._events) - 1) if self.cuda else self._host_compute
 
     def gpu_idle_s(self) -> Optional[float]:
         """None on the CPU: there is no GPU to starve, and a 0 would be a false figure."""
-        if not self.cuda:
-            return None
+        return self._spans(1, len(self._events) - 2) if self.cuda else None
+
+    def _spans(self, first: int, end: int) -> float:
+        """Seconds from event i to event i + 1, summed over every other i from `first` up to `end`."""
         ev = self._events
-        return sum(ev[i].elapsed_time(ev[i + 1]) for i in range(1, len(ev) - 2, 2)) / 1e3
+        return sum(ev[i].elapsed_time(ev[i + 1]) for i in range(first, end, 2)) / 1e3
 
 
 class CopyClock:

@@ -80,7 +80,7 @@ class Job:
     batches: int  # training batches in a full epoch
     epochs: Optional[int] = None  # trainer.epochs; None: auto (Prices.auto)
     done: bool = False  # a FINISHED run of this configuration exists: skipped, costs nothing
-    in_flight: int = 0  # batches its loader holds ahead of the step (workers x prefetch_factor)
+    in_flight: int = 0  # batches its loader holds ahead of the step (wif.data.engines.common.in_flight)
 
     @property
     def setting(self) -> str:

@@ -92,17 +92,20 @@ class ProbeCost:
         )
 
 
+def find_runs(client: MlflowClient, experiment: str, where: str, **search: Any) -> List[Any]:
+    """The runs of `experiment` that match `where`; none where the experiment does not exist."""
+    exp = client.get_experiment_by_name(experiment)
+    return list(client.search_runs([exp.experiment_id], where, **search)) if exp else []
+
+
 def read_history(client: MlflowClient, experiment: str, testbed: Dict[str, str]) -> List[RunCost]:
     """Finished training runs of the testbed (tags wif.device, wif.gpu, wif.model), oldest first."""
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return []
     where = " and ".join(
         [f"tags.`{names.TAG_KIND}` = 'train'", "attributes.status = 'FINISHED'"]
         + [f"tags.`{k}` = '{v}'" for k, v in testbed.items()]
     )
     out = []
-    for run in client.search_runs([exp.experiment_id], where, max_results=50_000):
+    for run in find_runs(client, experiment, where, max_results=50_000):
         m, p = run.data.metrics, run.data.params
         if names.TIME_TOTAL_S not in m:
             continue
@@ -142,12 +145,9 @@ def probe_job(job: Sequence[str], experiment: str, batches: int = PROBE_BATCHES)
 
 def read_probes(client: MlflowClient, experiment: str, testbed: Dict[str, str]) -> Dict[str, ProbeCost]:
     """The newest finished probe of each setting of the testbed. See NOTE [ A probe's start ]."""
-    exp = client.get_experiment_by_name(experiment + PROBE_SUFFIX)
-    if exp is None:
-        return {}
     where = " and ".join(["attributes.status = 'FINISHED'"] + [f"tags.`{k}` = '{v}'" for k, v in testbed.items()])
     out: Dict[str, ProbeCost] = {}
-    for run in client.search_runs([exp.experiment_id], where, order_by=["attributes.start_time DESC"]):
+    for run in find_runs(client, experiment + PROBE_SUFFIX, where, order_by=["attributes.start_time DESC"]):
         setting = Cell.parse(run.data.tags.get(names.TAG_CELL, "?")).setting
         if setting in out or names.TIME_TOTAL_S not in run.data.metrics:
             continue
@@ -208,8 +208,7 @@ def run_probe(jobs: Iterable[Job], launch: Launch, client: MlflowClient, experim
         start_ms, t = int(time.time() * 1000), time.monotonic()
         launch([probe_job(job.key, experiment, probe_batches(job.in_flight))])
         wall = time.monotonic() - t
-        exp = client.get_experiment_by_name(experiment + PROBE_SUFFIX)
-        for run in client.search_runs([exp.experiment_id], f"attributes.start_time >= {start_ms}") if exp else []:
+        for run in find_runs(client, experiment + PROBE_SUFFIX, f"attributes.start_time >= {start_ms}"):
             client.set_tag(run.info.run_id, names.TAG_KIND, "probe")
             client.log_metric(run.info.run_id, PROBE_WALL_S, wall)
         log.info("Probe %d/%d: %s, %.1f s", i + 1, len(picked), job.setting, wall)

@@ -25,7 +25,7 @@ from wif.sweep import callback
 from wif.sweep import prices as p
 from wif.sweep.budget import fits, may_start, minutes
 from wif.sweep.callback import blocks_line
-from wif.sweep.probe import PROBE_SUFFIX, Launch, history_prices, read_history, read_probes, run_probe
+from wif.sweep.probe import PROBE_SUFFIX, Launch, find_runs, history_prices, read_history, read_probes, run_probe
 
 log = logging.getLogger("wif")
 
@@ -93,15 +93,12 @@ class SweepBudget:
 
     def _finished_hashes(self) -> set:
         """The identities of the experiment's FINISHED training runs: their jobs are done."""
-        exp = self.client.get_experiment_by_name(self.experiment)
-        if exp is None:
-            return set()
-        runs = self.client.search_runs(
-            [exp.experiment_id],
-            f"tags.`{names.TAG_KIND}` = 'train' and attributes.status = 'FINISHED'",
-            max_results=callback.SEARCH_LIMIT,
-        )
+        runs = self._finished(f"tags.`{names.TAG_KIND}` = 'train'", most=callback.SEARCH_LIMIT)
         return {r.data.tags.get(names.TAG_CONFIG_HASH) for r in runs}
+
+    def _finished(self, where: str, most: int) -> List[Any]:
+        """The experiment's FINISHED runs that match `where`."""
+        return find_runs(self.client, self.experiment, f"{where} and attributes.status = 'FINISHED'", max_results=most)
 
     def left_s(self) -> float:
         """Seconds left in the budget."""
@@ -238,16 +235,7 @@ class SweepBudget:
         job = self.job(overrides)
         self.ran.append(job)
         self.jobs[job.key] = replace(job, done=True)
-        exp = self.client.get_experiment_by_name(self.experiment)
-        found = (
-            self.client.search_runs(
-                [exp.experiment_id],
-                f"tags.`{names.TAG_CONFIG_HASH}` = '{self.hashes[job.key]}' and attributes.status = 'FINISHED'",
-                max_results=1,
-            )
-            if exp
-            else []
-        )
+        found = self._finished(f"tags.`{names.TAG_CONFIG_HASH}` = '{self.hashes[job.key]}'", most=1)
         if not found:
             return
         m = found[0].data.metrics

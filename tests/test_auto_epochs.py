@@ -17,18 +17,15 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, holds_unless_disturbed, run_train, train_runs
 from wif.config import ConfigError
 from wif.config.compose import load_config
-from wif.run.between import Between, between_run_noise, read_between
-from wif.run.stopping import (
-    StopRule,
+from wif.run.noise import (
+    Between,
     allocated_epochs,
-    auto_target,
-    decide,
+    between_run_noise,
     drift,
     median_interval,
-    min_steady_epochs,
-    out_of_time,
-    still_growing,
+    read_between,
 )
+from wif.run.stopping import StopRule, auto_target, decide, out_of_time, still_growing
 
 FLAT = {"ram_peak_rss_mb": [500.0] * 100}
 
@@ -80,7 +77,8 @@ def test_a_deadline_stops_an_auto_run_and_keeps_its_figures(tmp_path: Path, stor
 
 
 def test_median_interval_uses_the_binomial_ranks() -> None:
-    assert min_steady_epochs(0.95) == 6 and min_steady_epochs(0.90) == 5
+    # the fewest steady epochs with an interval: 6 at 95%, 5 at 90%
+    assert median_interval([1.0] * 5, 0.90) == (1.0, 1.0) and median_interval([1.0] * 4, 0.90) is None
     assert median_interval([5, 1, 4, 2, 6, 3], 0.95) == (1, 6)  # n=6: the extremes, 96.9% coverage
     assert median_interval([float(i) for i in range(20)], 0.95) == (5.0, 14.0)  # x_(6), x_(15): 95.9%
     assert median_interval([1.0] * 5, 0.95) is None

@@ -7,7 +7,7 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 
 from tests.conftest import CONF, compose_cfg
-from wif.sweep.blocks import block_of, shuffle_within_blocks
+from wif.sweep.callback import block_of, shuffle_within_blocks
 
 CELLS = [f"loader={name}" for name in ("a", "b", "c", "d", "e", "f", "g", "h")]
 JOBS = [[f"repeat={r}", cell, "data.fraction=0.1"] for r in range(3) for cell in CELLS]

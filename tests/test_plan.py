@@ -47,8 +47,8 @@ def test_a_probe_prices_each_cell_at_its_own_fraction_and_batches() -> None:
     0.1 at 0.04 s + 0.01 + 0.01/7 s; each run adds the probes' start (0.3 s) and the rest of the probe run (0.1
     s). (The cells' batches were once read as their block, and every epoch priced at one batch: half the grid's
     time.)"""
-    from wif.sweep.budget import ProbeCost
     from wif.sweep.pricing import probe_price
+    from wif.sweep.probe import ProbeCost
 
     probe = ProbeCost(
         wall_s=0.3 + 0.1 + 2 * (0.05 + 0.02),

@@ -238,7 +238,7 @@ def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache
     assert fixed.data.tags["wif.cell"] == "fixed@0.1"  # never pooled with the loader option's cell
     assert fixed.data.tags["wif.n_train"] == real.data.tags["wif.n_train"]  # as many images per epoch
     assert fixed.data.metrics["throughput_mean_img_s"] > 0
-    if platform.libc_ver()[0] == "glibc":  # wif.run.heap: the bound's step does not map and unmap its activations
+    if platform.libc_ver()[0] == "glibc":  # keep_heap (wif.run.batches): the step keeps its heap
         assert fixed.data.tags["wif.heap_kept"] == "true"
         assert fixed.data.metrics["minor_faults"] < 5000  # the last epoch's; 72,000-107,000 with the heap trimmed
 

@@ -72,8 +72,7 @@ def test_short_epochs_reach_mlflow_batched_and_all_of_them(store: str) -> None:
     """Forty epochs ended within milliseconds: the first goes out at once, the rest wait until the first send's
     CPU is 1% of the time since and go in one call; every step arrives, the last epoch's tag wins. A store that
     refuses is said at close, and nothing raises in the loop."""
-    from wif.measure.paced import PacedSender
-    from wif.measure.tracking import Tracker
+    from wif.measure.tracking import PacedSender, Tracker
 
     tracker = Tracker(store, "paced")
     run = tracker.start_run("r", {}, {}, {})

@@ -1,7 +1,7 @@
 """`hydra/sweeper=blocks` (wif's default): Hydra's basic sweeper, with cells shuffled within each block.
 
 It expands the grid exactly as the basic sweeper does (so every launcher, basic, local_gpus or slurm,
-gets the same jobs), then reorders them with `wif.sweep.blocks.shuffle_within_blocks` unless the task config
+gets the same jobs), then reorders them with `wif.sweep.callback.shuffle_within_blocks` unless the task config
 says `sweep.shuffle=false`. Hydra finds it in the `hydra_plugins` namespace package, as it finds the
 Optuna and Ax sweepers.
 """
@@ -17,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 
-from wif.sweep.blocks import shuffle_within_blocks
+from wif.sweep.callback import shuffle_within_blocks
 
 
 @dataclass
@@ -44,8 +44,8 @@ class BlocksSweeper(BasicSweeper):
         (wif.sweep.budget).
         """
         from wif.sweep import callback
-        from wif.sweep.blocks import blocks_line
-        from wif.sweep.evaluated import eval_overrides
+        from wif.sweep.budget import eval_overrides
+        from wif.sweep.callback import blocks_line
         from wif.sweep.sweep_budget import SweepBudget
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

@@ -20,9 +20,8 @@ from omegaconf import OmegaConf, open_dict
 
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED
 from wif.sweep import callback
-from wif.sweep.blocks import BLOCK_KEY, block_of, shuffle_within_blocks
-from wif.sweep.evaluated import eval_overrides
-from wif.sweep.race_budget import States, budget_tags, decided_line, plan_fractions, undone_jobs
+from wif.sweep.budget import States, budget_tags, decided_line, eval_overrides, plan_fractions, undone_jobs
+from wif.sweep.callback import BLOCK_KEY, block_of, shuffle_within_blocks
 from wif.sweep.race_cells import (
     Overrides,
     Race,

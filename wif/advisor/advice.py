@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Sequence
 from wif.advisor.limit import Limit
 from wif.advisor.runner import Measured
 from wif.measure import names
-from wif.run.stopping import allocated_epochs
+from wif.run.noise import allocated_epochs
 
 PROG = "wif-advise"
 MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs
@@ -44,7 +44,7 @@ ANSWER_S = 10.0  # kept back from --minutes for the answer: the picture, the par
 
 # NOTE [ How long a race run is ]
 # A race run takes its warm-up epochs, then the steady epochs of Kalibera and Jones' allocation,
-# `wif.run.stopping.allocated_epochs`: a run's start against an epoch's cost. Past it, another block buys
+# `wif.run.noise.allocated_epochs`: a run's start against an epoch's cost. Past it, another block buys
 # more than another epoch. Each run costs its start, the measuring run's time beyond its epochs, and its
 # epochs. An epoch is priced at the slowest of the measured and predicted epochs, with RACE_SLACK on top.
 # A race run's epochs are longer than the measuring run's on this machine: timm's train.py took 7.7-8.5 s

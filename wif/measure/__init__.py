@@ -1,11 +1,16 @@
-"""How a run is observed and recorded: one account of an epoch, its figures, the warm-up rule and the run's
-steady summary (epochs); clocks that time an asynchronous device right (timing); the memory and CPU of its
-whole process tree (sampler, series, proctree, nvml, contention); the machine it ran on (sysinfo); the page
-cache, evicted and read without root (pagecache); the MLflow store (tracking) and epochs sent to it off the
-measured thread within a share of a core (paced); the process lifetime that keeps that tree whole
-(lifetime); the host-device copy rates every setting is bound by (bandwidth); and the names of a run's
-metrics, tags and cells, each written once (names).
+"""How a run is observed and recorded. Imports only `wif.config`.
 
-Imports only `wif.config`. Nothing is imported here: DataLoader workers import `lifetime` alone, and the
-report `tracking` and `names` alone, without torch or the sampler.
+`epochs` holds one account of an epoch: its figures, the warm-up rule and the run's steady summary.
+`timing` holds clocks that time an asynchronous device right.
+`sampler` samples the memory and CPU of a run's whole process tree; `series` cuts its samples into windows.
+`proctree`, `nvml` and `contention` read the tree, the GPUs and the other processes on the machine.
+`sysinfo` describes the machine a run ran on.
+`pagecache` evicts and reads the page cache without root.
+`tracking` writes to the MLflow store, and sends a watched script's epochs within a share of a core.
+`lifetime` keeps the process tree whole and ends it with its owner.
+`bandwidth` measures the host-device copy rates that bound every setting.
+`names` writes each name of a run's metrics, tags and cells once.
+
+Nothing is imported here. DataLoader workers import `lifetime` alone. The report imports `tracking` and
+`names` alone, without torch or the sampler.
 """

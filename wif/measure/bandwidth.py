@@ -1,9 +1,9 @@
 """The physical anchor: how fast this machine copies between host and device memory, pinned and pageable.
 
-Every host-to-device copy a run makes is bounded by this rate, so a setting's copy cost can be stated as
-bytes over rate (`wif.report.copycost`). Timed as benchmark code should time an asynchronous device: each
-copy is bracketed by two `torch.cuda.Event`s recorded on the stream that copies, after one warm-up copy;
-the device is synchronized only before and after each size's repeats, and the events are read after that.
+Every host-to-device copy a run makes is bounded by this rate. So a setting's copy cost can be stated as
+bytes over rate (`wif.report.copycost`). It is timed as an asynchronous device should be timed. After one
+warm-up copy, two `torch.cuda.Event`s on the copying stream bracket each copy. The device is synchronized
+only before and after each size's repeats, and the events are read after that.
 Rates are in decimal units (1 GB/s = 10^9 bytes per second); sizes are decimal MB (10^6 bytes).
 """
 
@@ -46,8 +46,9 @@ def _host(nbytes: int, pinned: bool) -> torch.Tensor:
 def time_copies(dst: torch.Tensor, src: torch.Tensor, repeats: int, stream: torch.cuda.Stream) -> List[float]:
     """Milliseconds of each of `repeats` copies src -> dst on `stream`, after one warm-up copy.
 
-    Events are recorded on the copying stream itself, so they bracket the copy on the device's timeline; the
-    host synchronizes once before (nothing earlier is counted) and once after, then reads the events."""
+    Events are recorded on the copying stream itself, so they bracket the copy on the device's timeline. The
+    host synchronizes once before, so nothing earlier is counted, and once after. Then it reads the events.
+    """
     with torch.cuda.stream(stream):
         dst.copy_(src, non_blocking=True)  # warm-up: first-use costs (driver mappings, staging buffers)
         stream.synchronize()  # sync point: the timed copies start from an idle stream

@@ -1,12 +1,11 @@
 """How much CPU other processes took on the run's CPUs while a run was measured.
 
-A run that shared its cores with a compile, another user's job or a second benchmark is slower for a
-reason that has nothing to do with its settings. The machine's busy time comes from /proc/stat; the
-job's own from its process tree (the run, its workers, and reaped workers through the run's children
-times) plus the supervising process. What is left was spent by others. Readings are taken only at
-epoch boundaries, while the run waits for its epoch to be logged: nothing is added inside an epoch.
-The cores are the CPUs the run may run on (its affinity, a job's or container's cpuset): others on the
-machine's other CPUs share nothing with it.
+A run that shared its cores with a compile or another job is slower for a reason unrelated to its settings.
+The machine's busy time comes from /proc/stat. The job's own time comes from its process tree and the
+supervising process. The tree counts the run, its workers, and reaped workers through the run's children
+times. What is left was spent by others. Readings are taken only at epoch boundaries, while the run waits for
+its epoch to be logged: nothing is added inside an epoch. The cores are the CPUs the run may run on: its
+affinity, a job's or a container's cpuset. Others on the machine's other CPUs share nothing with it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Dict, FrozenSet, List, Mapping, Optional
 import psutil
 
 from wif.measure import names
-from wif.measure.proctree import HAS_CHILDREN_FILES, descendants
+from wif.measure.proctree import tree_processes
 from wif.measure.sysinfo import own_cpus
 
 PROC_STAT = "/proc/stat"
@@ -50,11 +49,13 @@ def machine_busy_s(cpus: Optional[FrozenSet[int]] = OWN) -> Optional[float]:
 
 
 def tree_cpu_s(root: psutil.Process) -> float:
-    """CPU seconds of `root`, its live descendants, and the children each of them has reaped: workers that
-    ended, whether the run reaped them (fork, spawn) or a descendant did (forkserver's workers are the
-    forkserver's children, and their time lands in its children times)."""
+    """CPU seconds of `root`, its live descendants, and the children each of them has reaped.
+
+    Reaped children are workers that ended. The run reaps them under fork and spawn. Under forkserver the
+    forkserver reaps them, and their time lands in its children times.
+    """
     try:
-        tree = [root] + _descendants(root)
+        tree = tree_processes(root, known={}, parents={})
     except psutil.Error:
         return 0.0
     total = 0.0
@@ -65,20 +66,6 @@ def tree_cpu_s(root: psutil.Process) -> float:
             continue  # ended since it was listed: its time is now in its parent's children times
         total += t.user + t.system + t.children_user + t.children_system
     return total
-
-
-def _descendants(root: psutil.Process) -> List[psutil.Process]:
-    """From /proc/PID/task/*/children where the kernel has them: wif.watch marks each epoch's ends in the user's
-    loop, where psutil's children() (every process on the machine read) cost about 3 ms a mark."""
-    if not HAS_CHILDREN_FILES:
-        return root.children(recursive=True)
-    out = []
-    for pid in descendants(root.pid):
-        try:
-            out.append(psutil.Process(pid))
-        except psutil.Error:
-            continue  # ended since it was listed: its time is now in its parent's children times
-    return out
 
 
 def is_contended(figures: Mapping[str, Optional[float]], threshold_pct: float) -> bool:
@@ -102,8 +89,8 @@ class _Mark:
 class HostCpuMeter:
     """Marks taken at epoch boundaries; the CPU share others used between any two of them.
 
-    The run is `root_pid`'s tree. The job is `job_pid`'s tree where the run is one of its ranks (torchrun's
-    agent, or the process that spawned the ranks): a sibling rank is the job's own, never another's.
+    The run is `root_pid`'s tree. Where the run is one of a job's ranks, the job is `job_pid`'s tree: torchrun's
+    agent, or the process that spawned the ranks. A sibling rank is then the job's own, never another's.
     """
 
     def __init__(self, root_pid: int, job_pid: Optional[int] = None) -> None:
@@ -124,9 +111,11 @@ class HostCpuMeter:
         self.marks.append(_Mark(time.monotonic(), machine_busy_s(), ours, tree))
 
     def tree_s(self, first: int, last: int) -> float:
-        """CPU seconds the run's own processes (the run, its workers, those that ended) used between marks
-        `first` and `last`: exact, where a sampled utilization misses most of an epoch shorter than its
-        interval (wif-advise prices a loader's CPU work from it)."""
+        """CPU seconds the run's own processes used between marks `first` and `last`, ended workers included.
+
+        The figure is exact. A sampled utilization misses most of an epoch shorter than its interval. wif-advise
+        prices a loader's CPU work from it.
+        """
         return max(self.marks[last].tree_s - self.marks[first].tree_s, 0.0)
 
     def other_pct(self, first: int, last: int) -> Optional[float]:

@@ -38,8 +38,8 @@ def process_age_s() -> float:
     """Seconds since this process started, to a clock tick.
 
     A command's time limit counts its start-up, importing torch and composing, as the user's clock does.
-    psutil's create_time() adds the boot time, which Linux gives in whole seconds: an age taken from it may be
-    a second too long. The uptime and the start tick are both counted from boot, to 10 ms.
+    The create_time() of psutil adds the boot time, which Linux gives in whole seconds. An age taken from it may be a
+    second too long. The uptime and the start tick are both counted from boot, to 10 ms.
     """
     try:
         with open("/proc/self/stat") as stat:
@@ -74,9 +74,9 @@ def signals_held() -> Iterator[None]:
 def die_with_parent(parent_pid: Optional[int] = None) -> None:
     """Have the kernel SIGKILL this process when the thread that forked it ends (Linux; a no-op elsewhere).
 
-    The signal follows the forking *thread*: fork only from a thread that lives as long as its process
-    (wif forks runs and workers from the main thread). With `parent_pid`, a parent that died before the
-    request took effect ends this process at once.
+    The signal follows the forking *thread*. So fork only from a thread that lives as long as its process: wif
+    forks runs and workers from the main thread. With `parent_pid`, a parent that died before the request took
+    effect ends this process at once.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -154,8 +154,8 @@ class DyingContext:
     DataLoader's workers do so through `dataloader_worker_init`. Everything but `Process` is the wrapped
     context's own.
 
-    A forkserver's workers are the forkserver's children, not ours: they die with it (it ends when its
-    client does), and are not checked against our pid.
+    A forkserver's workers are the forkserver's children, not ours. They die with it, and it ends when its
+    client does. They are not checked against our pid.
     """
 
     def __init__(self, context: Any) -> None:
@@ -207,26 +207,18 @@ def stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
     shut its DataLoader down itself. Whatever is left after the grace period is terminated, then killed.
     """
     if procs and procs[0].is_running():
-        try:
+        with contextlib.suppress(psutil.Error):
             procs[0].terminate()
             procs[0].wait(grace_s)
-        except psutil.Error:
-            pass
     live = {p.pid: p for p in procs if p.is_running()}
     for p in list(live.values()):
-        try:
+        with contextlib.suppress(psutil.Error):
             live.update({c.pid: c for c in p.children(recursive=True)})  # started since the last sample
-        except psutil.Error:
-            pass
     procs = list(live.values())
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass

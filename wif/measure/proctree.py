@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 import psutil
 
@@ -40,8 +40,11 @@ HAS_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/chi
 
 
 def descendants(pid: int) -> Dict[int, int]:
-    """Every process below `pid`, breadth first, each with its parent, from the children files (needs
-    HAS_CHILDREN_FILES): the run's tree alone is read, never the whole machine's."""
+    """Every process below `pid`, breadth first, each with its parent.
+
+    It reads the children files, so it needs HAS_CHILDREN_FILES. Only the run's tree is read, never the whole
+    machine's.
+    """
     found: Dict[int, int] = {}
     pids = [pid]
     for parent in pids:  # grows while it is walked
@@ -51,17 +54,44 @@ def descendants(pid: int) -> Dict[int, int]:
     return found
 
 
-def fork_shared_share(parent: psutil.Process) -> int:
-    """Bytes of `parent`'s PSS that are its share of the copy-on-write pages it still shares with the
-    processes it forked.
+def tree_processes(
+    root: psutil.Process, known: Mapping[int, psutil.Process], parents: Dict[int, int]
+) -> List[psutil.Process]:
+    """`root` and every process below it; psutil.NoSuchProcess once `root` is gone.
 
-    A run forked from the supervisor shares the pages the supervisor had (the imported libraries' heaps);
-    summed PSS over the run's tree splits them with the supervisor, and each new worker shifts more of
-    them into the tree: measured, four idle workers raised the plain sum by 157 MB and this corrected
-    figure by 6 MB. Adding the supervisor's share back counts those pages once, in full, as in a run
-    started on its own. Dirty shared pages are the fork's (library files are clean and shared with
-    unrelated processes too, so they keep their plain PSS share); kernels before 6.0 lack Pss_Dirty,
-    and there the whole shared part is used.
+    It reads the children files where the kernel has them, and adds each process's parent to `parents`.
+    Elsewhere psutil's children() reads every process on the machine, about 3 ms a call. `known` lends the
+    Process objects of earlier reads, so their CPU times go on. A process that ended since it was listed is
+    left out.
+    """
+    if not HAS_CHILDREN_FILES:
+        return [root] + root.children(recursive=True)
+    if not os.path.exists(f"/proc/{root.pid}"):
+        raise psutil.NoSuchProcess(root.pid)
+    below = descendants(root.pid)
+    parents.update(below)
+    procs = [root]
+    for pid in below:
+        try:
+            procs.append(known.get(pid) or psutil.Process(pid))
+        except psutil.Error:
+            continue  # ended since it was listed
+    return procs
+
+
+# NOTE [ Pages shared with the fork's parent ]
+# A run forked from the supervisor shares the pages the supervisor had: the imported libraries' heaps.
+# Summed PSS over the run's tree splits them with the supervisor, and each new worker shifts more of them
+# into the tree. Measured: four idle workers raised the plain sum by 157 MB, and this corrected figure by
+# 6 MB. Adding the supervisor's share back counts those pages once, in full, as in a run started on its own.
+# Dirty shared pages are the fork's. Library files are clean and shared with unrelated processes too, so
+# they keep their plain PSS share. Kernels before 6.0 lack Pss_Dirty; there the whole shared part is used.
+
+
+def fork_shared_share(parent: psutil.Process) -> int:
+    """Bytes of `parent`'s PSS that are its share of the copy-on-write pages it still shares with its children.
+
+    See NOTE [ Pages shared with the fork's parent ].
     """
     fields: Dict[str, int] = {}
     try:

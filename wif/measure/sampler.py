@@ -1,22 +1,22 @@
 """Host and device memory of a run's whole process tree, sampled from outside it.
 
-A thread of the supervising process, so it takes no GIL time from the run it measures. It follows the run's
-process and every DataLoader worker it starts:
-- RSS summed over the tree at `rss_interval_s`, and its device memory on a GPU: NVML's, context included;
-- the worker list, CPU time, /dev/shm and GPU utilization at `tree_interval_s`: listing scans /proc;
-- USS and PSS summed at `pss_interval_s`, at once when an epoch ends or workers start, within `pss_budget_pct`
-  of a core over the run: smaps_rollup costs ~17 ms for a process with torch imported.
+The sampler is a thread of the supervising process, so it takes no GIL time from the run it measures. It
+follows the run's process and every DataLoader worker it starts, at three cadences.
+At `rss_interval_s` it sums RSS over the tree, and reads its device memory on a GPU (NVML's, context included).
+At `tree_interval_s` it lists the workers, which scans /proc, and reads CPU time, /dev/shm and GPU utilization.
+At `pss_interval_s` it sums USS and PSS, within `pss_budget_pct` of a core over the run. It also reads them
+at once when an epoch ends or workers start. smaps_rollup costs ~17 ms for a process with torch imported.
 
 Summed RSS overstates, counting shared pages once per process; summed USS leaves them out and understates;
-summed PSS counts each page once. Pages still shared with the process the run was forked from count in full,
-as in a run started on its own. /dev/shm counts as its rise since the start: worker-to-main tensors travel
-there. Peaks and means are taken over windows the run reports, its epochs, never over the start-up.
+summed PSS counts each page once. Pages still shared with the process the run was forked from count in full.
+That is how they count in a run started on its own. /dev/shm counts as its rise since the start:
+worker-to-main tensors travel there. `wif.measure.series` cuts the samples into the windows the run reports,
+its epochs, never the start-up.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Dict, List, Optional, Tuple
@@ -26,8 +26,8 @@ import psutil
 from wif.config import MeasureConfig
 from wif.measure import names
 from wif.measure.nvml import GpuProbe
-from wif.measure.proctree import HAS_CHILDREN_FILES, descendants, fork_shared_share, shm_used
-from wif.measure.series import Series, rank_peaks
+from wif.measure.proctree import fork_shared_share, shm_used, tree_processes
+from wif.measure.series import Samples
 from wif.measure.sysinfo import usable_cores
 
 log = logging.getLogger(__name__)
@@ -60,13 +60,10 @@ class TreeSampler(threading.Thread):
             psutil.Process(forked_from) if forked_from is not None else me if self.root.ppid() == me.pid else None
         )
         self.cfg = cfg
-        self.fast = Series()  # (rss_mb, gpu_mem_mb)
-        self.mid = Series()  # (workers, cpu_pct, shm_mb, gpu_util)
-        self.slow = Series()  # (uss_mb, pss_mb)
+        self.samples = Samples()  # what it took, cut into the run's windows by its callers
         self.gpu: Optional[GpuProbe] = None
         # trainer.nproc>1: each rank's process and its GPU, as the ranks report them (_sample_ranks)
         self.ranks: Dict[int, Tuple[int, Optional[GpuProbe]]] = {}
-        self.per_rank = Series()  # (workers of rank 0, 1, ..., vram MB of rank 0, 1, ...)
         self._parent: Dict[int, int] = {}
         self._halt = threading.Event()
         self._wake = threading.Event()  # set by stop() and poke(): the next sample is taken at once
@@ -98,6 +95,7 @@ class TreeSampler(threading.Thread):
         """A rank of a data-parallel run: its process, and the GPU it computes on (None on a CPU)."""
         with self._lock:
             self.ranks[rank] = (pid, self._probe(uuid) if uuid else None)
+            self.samples.ranks = len(self.ranks)
 
     def gpu_tags(self) -> Dict[str, str]:
         """How the run's device memory was read (wif.measure.nvml), or why it was not."""
@@ -112,22 +110,10 @@ class TreeSampler(threading.Thread):
 
     def _tree(self) -> List[psutil.Process]:
         """The run's process and its workers; empty once the run itself is gone."""
-        if not HAS_CHILDREN_FILES:
-            try:
-                procs = [self.root] + self.root.children(recursive=True)
-            except psutil.Error:
-                return []
-        else:
-            if not os.path.exists(f"/proc/{self.root.pid}"):
-                return []
-            below = descendants(self.root.pid)
-            self._parent.update(below)
-            procs = []
-            for pid in [self.root.pid, *below]:
-                try:
-                    procs.append(self._seen.get(pid) or psutil.Process(pid))
-                except psutil.Error:
-                    continue  # a worker that ended since it was listed
+        try:
+            procs = tree_processes(self.root, known=self._seen, parents=self._parent)
+        except psutil.Error:
+            return []
         with self._lock:
             return [self._seen.setdefault(p.pid, p) for p in procs]
 
@@ -140,7 +126,7 @@ class TreeSampler(threading.Thread):
                 continue  # a worker that exited since the tree was listed
         with self._lock:
             gpu_mem = self.gpu.memory({p.pid for p in procs}) / MB if self.gpu is not None else None
-        self.fast.add(now, rss / MB, gpu_mem)
+        self.samples.fast.add(now, rss / MB, gpu_mem)
         if self.ranks:
             self._sample_ranks(procs, now)
 
@@ -159,7 +145,7 @@ class TreeSampler(threading.Thread):
                     break
         workers = [len(pids) - 1 for pids in under]
         vram = [probe.memory(pids) / MB if probe is not None else None for (_, (_, probe)), pids in zip(ranks, under)]
-        self.per_rank.add(now, *workers, *vram)
+        self.samples.per_rank.add(now, *workers, *vram)
 
     def _sample_mid(self, procs: List[psutil.Process], now: float) -> None:
         cpu_delta, cpu_now = 0.0, {}
@@ -178,9 +164,9 @@ class TreeSampler(threading.Thread):
             gpu_util = self.gpu.utilization() if self.gpu is not None else None
         workers = max(len(procs) - 1, 0)
         if self.ranks:  # the ranks' workers only: the ranks and the launcher's helpers are not workers
-            last = self.per_rank.rows[-1] if self.per_rank.rows else ()
+            last = self.samples.per_rank.rows[-1] if self.samples.per_rank.rows else ()
             workers = int(sum(last[: len(self.ranks)])) if last else 0
-        self.mid.add(now, workers, cpu_pct, shm_mb, gpu_util)
+        self.samples.mid.add(now, workers, cpu_pct, shm_mb, gpu_util)
 
     def _sample_slow(self, now: float) -> Optional[set]:
         """Sum USS and PSS over the tree, kept only if the tree held still; the PIDs read, or None if dropped.
@@ -203,7 +189,7 @@ class TreeSampler(threading.Thread):
         pids = {p.pid for p in procs}
         if not uss or {p.pid for p in self._tree()} != pids:
             return None
-        self.slow.add(now, uss / MB, pss / MB)
+        self.samples.slow.add(now, uss / MB, pss / MB)
         return pids
 
     def run(self) -> None:
@@ -252,8 +238,8 @@ class TreeSampler(threading.Thread):
         """Sample everything now, PSS included where `slow`, and return when it is done.
 
         Called while the run waits between epochs, the read disturbs nothing: every epoch gets a PSS figure.
-        Without `slow` it lists the tree and reads RSS and CPU alone (a few ms): a window its next follows at
-        once still gets its workers and RSS counted.
+        Without `slow` it lists the tree and reads RSS and CPU alone, in a few ms. A window that its next window
+        follows at once still gets its workers and RSS counted.
         """
         self._poke_done.clear()
         self._poked, self._poke_slow = True, slow
@@ -271,32 +257,6 @@ class TreeSampler(threading.Thread):
         for _, probe in self.ranks.values():
             if probe is not None:
                 probe.close()
-
-    def epoch_means(self, t0: float, t1: float) -> Dict[str, float]:
-        """The tree's mean CPU and GPU utilization over [t0, t1]; a figure with no sample is left out."""
-        out: Dict[str, float] = {}
-        for key, column in ((names.CPU_UTIL_PCT, 1), (names.GPU_UTIL_PCT, 3)):
-            values = self.mid.between(t0, t1, column)
-            if values:
-                out[key] = sum(values) / len(values)
-        return out
-
-    def peaks(self, t0: float, t1: float) -> Dict[str, float]:
-        """High-water marks over [t0, t1]; a figure with no sample is left out rather than reported as 0."""
-        out: Dict[str, float] = {}
-        for key, series, column in (
-            (names.RAM_PEAK_RSS_MB, self.fast, 0),
-            (names.VRAM_PEAK_DEVICE_MB, self.fast, 1),
-            ("workers_peak", self.mid, 0),
-            (names.SHM_PEAK_MB, self.mid, 2),
-            (names.RAM_PEAK_USS_MB, self.slow, 0),
-            (names.RAM_PEAK_PSS_MB, self.slow, 1),
-        ):
-            values = series.between(t0, t1, column)
-            if values:
-                out[key] = float(max(values))
-        out.update(rank_peaks(self.per_rank, len(self.ranks), t0, t1))
-        return out
 
     def own_cost_pct(self) -> float:
         """The sampler's CPU time in percent of a core over its life, reads while the run waited left out."""

@@ -1,6 +1,6 @@
-"""Timestamped samples cut into the windows a run reports, its epochs, and a data-parallel run's per-rank peaks.
+"""A run's samples, cut into the windows it reports: its epochs' peaks and means, and each rank's peaks.
 
-Plain data: no processes, no NVML.
+This module holds plain data: no processes, no NVML. `wif.measure.sampler` takes the samples.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ class Series:
 
         A window shorter than the cadence holds no sample; the value before it held during the window.
         """
+        return [r[column] for r in self.window(t0, t1) if r[column] is not None]
+
+    def window(self, t0: float, t1: float) -> List[tuple]:
+        """The rows sampled in [t0, t1]; if none fell inside, the last row sampled before t1."""
         lo, hi = bisect.bisect_left(self.t, t0), bisect.bisect_right(self.t, t1)
-        rows = self.rows[lo:hi] or self.rows[max(hi - 1, 0) : hi]
-        return [r[column] for r in rows if r[column] is not None]
+        return self.rows[lo:hi] or self.rows[max(hi - 1, 0) : hi]
 
 
 def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, float]:
@@ -59,11 +62,47 @@ def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, fl
         vram = series.between(t0, t1, ranks + rank)
         if vram:
             out[f"rank{rank}_vram_peak_device_mb"] = float(max(vram))
-    lo, hi = bisect.bisect_left(series.t, t0), bisect.bisect_right(series.t, t1)
-    for row in series.rows[lo:hi] or series.rows[max(hi - 1, 0) : hi]:
+    for row in series.window(t0, t1):
         if ranks and all(v is not None for v in row[ranks : 2 * ranks]):
             vram_sum.append(sum(row[ranks : 2 * ranks]))
     if vram_sum:
         out[names.VRAM_PEAK_DEVICE_MB] = max(out[f"rank{r}_vram_peak_device_mb"] for r in range(ranks))
         out["vram_peak_device_sum_mb"] = max(vram_sum)
     return out
+
+
+@dataclass
+class Samples:
+    """A process tree's samples at three cadences, and each rank's, cut into windows."""
+
+    fast: Series = field(default_factory=Series)  # (rss_mb, gpu_mem_mb)
+    mid: Series = field(default_factory=Series)  # (workers, cpu_pct, shm_mb, gpu_util)
+    slow: Series = field(default_factory=Series)  # (uss_mb, pss_mb)
+    per_rank: Series = field(default_factory=Series)  # (workers of rank 0, 1, ..., vram MB of rank 0, 1, ...)
+    ranks: int = 0  # trainer.nproc>1: the ranks registered so far
+
+    def means(self, t0: float, t1: float) -> Dict[str, float]:
+        """The tree's mean CPU and GPU utilization over [t0, t1]; a figure with no sample is left out."""
+        out: Dict[str, float] = {}
+        for key, column in ((names.CPU_UTIL_PCT, 1), (names.GPU_UTIL_PCT, 3)):
+            values = self.mid.between(t0, t1, column)
+            if values:
+                out[key] = sum(values) / len(values)
+        return out
+
+    def peaks(self, t0: float, t1: float) -> Dict[str, float]:
+        """High-water marks over [t0, t1]; a figure with no sample is left out rather than reported as 0."""
+        out: Dict[str, float] = {}
+        for key, series, column in (
+            (names.RAM_PEAK_RSS_MB, self.fast, 0),
+            (names.VRAM_PEAK_DEVICE_MB, self.fast, 1),
+            ("workers_peak", self.mid, 0),
+            (names.SHM_PEAK_MB, self.mid, 2),
+            (names.RAM_PEAK_USS_MB, self.slow, 0),
+            (names.RAM_PEAK_PSS_MB, self.slow, 1),
+        ):
+            values = series.between(t0, t1, column)
+            if values:
+                out[key] = float(max(values))
+        out.update(rank_peaks(self.per_rank, self.ranks, t0, t1))
+        return out

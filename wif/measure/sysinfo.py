@@ -42,8 +42,11 @@ def own_cpus() -> Optional[FrozenSet[int]]:
 
 
 def usable_cores() -> int:
-    """Cores this process may use: its CPUs (`own_cpus`), capped by its cgroup's CPU quota rounded up (a
-    container's `--cpus`, a job's CPU limit); never the machine's count where either is less."""
+    """Cores this process may use: its CPUs (`own_cpus`), capped by its cgroup's CPU quota rounded up.
+
+    The quota is a container's `--cpus` or a job's CPU limit. Where either is less, the machine's count is
+    never used.
+    """
     cpus = own_cpus()
     cores = len(cpus) if cpus else (os.cpu_count() or 1)
     quota = cpu_quota()
@@ -51,9 +54,11 @@ def usable_cores() -> int:
 
 
 def cpu_quota(folders: Optional[List[str]] = None) -> Optional[float]:
-    """The CPUs' worth of time this process's cgroup may use: cgroup v2's cpu.max, or v1's cpu.cfs_quota_us over
-    cpu.cfs_period_us, in the first of `folders` (by default its own cgroup's, then the root's) that has them.
-    None: no cap ("max", -1), or no cgroup to read."""
+    """The CPUs' worth of time this process's cgroup may use; None without a cap ("max", -1) or a cgroup to read.
+
+    It reads cgroup v2's cpu.max, or v1's cpu.cfs_quota_us over cpu.cfs_period_us. It reads them in the first
+    of `folders` that has them: by default its own cgroup's, then the root's.
+    """
     for folder in _cgroup_folders() if folders is None else folders:
         v2 = _read(os.path.join(folder, "cpu.max")).split()
         if v2:
@@ -87,12 +92,9 @@ def _read(path: str) -> str:
 
 
 def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -105,21 +107,17 @@ def _version(pkg: str) -> str:
 
 def git_commit() -> str:
     """The commit of the code that ran, with '+dirty' when the tree had local changes."""
-    here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
+        sha, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
+def _git(*args: str) -> str:
+    """The output of `git *args` in this package's folder, stripped."""
+    here = Path(__file__).resolve().parent
+    return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5).stdout.strip()
 
 
 @functools.lru_cache(maxsize=1)

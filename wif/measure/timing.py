@@ -1,14 +1,14 @@
 """Clocks that time an asynchronous device right without adding synchronizations inside the loop.
 
-On CUDA every step records two events on the compute stream (cheap, no sync); they are read once, after
-the epoch's single synchronization. Compute time is the sum of event pairs; GPU idle time is the sum of
-gaps between one step's end and the next step's start, which is when the GPU waits for data. On the CPU
-work is synchronous, so the host clock is exact and no GPU figure exists.
+On CUDA every step records two events on the compute stream (cheap, no sync). They are read once, after
+the epoch's single synchronization. Compute time is the sum of event pairs. GPU idle time is the sum of gaps
+between one step's end and the next step's start: the GPU waits for data then. On the CPU, work is
+synchronous, so the host clock is exact and no GPU figure exists.
 
-`CopyClock` splits the host's time in a blocking copy (`.to(device)` without `non_blocking`): it returns
-only once the stream has run everything queued before it, the previous step's kernels included. Events
-bracketing the copy on its stream give the copy's own device time; the rest of the host's time in it was
-spent blocked behind the GPU's work.
+`CopyClock` splits the host's time in a blocking copy (`.to(device)` without `non_blocking`). Such a copy
+returns only once the stream has run everything queued before it, the previous step's kernels included.
+Events around the copy on its stream give the copy's own device time. The rest of the host's time in it
+was spent blocked behind the GPU's work.
 Every event is recorded on the named device's current stream, whatever device is current.
 """
 
@@ -36,9 +36,10 @@ def record(device: torch.device) -> "torch.cuda.Event":
 
 
 def blocked_s(host_s: float, device_s: float) -> float:
-    """Of the host's `host_s` in a blocking copy, the time it waited for the GPU's already-queued work: what
-    is left once the copy's own device time (`device_s`, from events around it) is taken off; 0 when the
-    device took longer than the host (the host did not wait for it)."""
+    """The part of the host's `host_s` in a blocking copy that waited for the GPU's already-queued work.
+
+    It is 0 when the copy's own device time, `device_s`, was longer: the host did not wait for it.
+    """
     return max(host_s - device_s, 0.0)
 
 
@@ -64,24 +65,25 @@ class StepClock:
             self._host_compute += time.perf_counter() - self._t
 
     def compute_s(self) -> float:
-        if not self.cuda:
-            return self._host_compute
-        ev = self._events
-        return sum(ev[i].elapsed_time(ev[i + 1]) for i in range(0, len(ev) - 1, 2)) / 1e3
+        return self._spans(0, len(self._events) - 1) if self.cuda else self._host_compute
 
     def gpu_idle_s(self) -> Optional[float]:
         """None on the CPU: there is no GPU to starve, and a 0 would be a false figure."""
-        if not self.cuda:
-            return None
+        return self._spans(1, len(self._events) - 2) if self.cuda else None
+
+    def _spans(self, first: int, end: int) -> float:
+        """Seconds from event i to event i + 1, summed over every other i from `first` up to `end`."""
         ev = self._events
-        return sum(ev[i].elapsed_time(ev[i + 1]) for i in range(1, len(ev) - 2, 2)) / 1e3
+        return sum(ev[i].elapsed_time(ev[i + 1]) for i in range(first, end, 2)) / 1e3
 
 
 class CopyClock:
-    """The GPU-blocked part of the host's time in blocking copies (CUDA only), for one epoch of `TimedFeed`:
-    while it is `active`, each copy a transfer brackets with `blocking_copy` adds two events (before and after
-    it, on its stream) and the host's seconds in it. Never a synchronization; `gpu_blocked_s` reads the events
-    after the epoch's one."""
+    """The GPU-blocked part of the host's time in blocking copies, for one epoch of `TimedFeed` (CUDA only).
+
+    While it is `active`, each copy that a transfer brackets with `blocking_copy` adds two events and the host's
+    seconds in it. The events go before and after the copy, on its stream. It never synchronizes;
+    `gpu_blocked_s` reads the events after the epoch's one synchronization.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.cuda, self.device = device.type == "cuda", device
@@ -89,8 +91,11 @@ class CopyClock:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """The window (a transfer call) whose blocking copies count in this clock: not evaluate's, nor the
-        copies a `StreamPrefetcher` queues on its side stream (behind its own copies only)."""
+        """The window, a transfer call, whose blocking copies count in this clock.
+
+        Evaluation's copies do not count. Nor do the copies a `StreamPrefetcher` queues on its side stream: they
+        wait behind its own copies only.
+        """
         global _ACTIVE
         before, _ACTIVE = _ACTIVE, self
         try:
@@ -129,10 +134,12 @@ class _TimedCopy:
 
 
 def blocking_copy(device: torch.device) -> ContextManager[None]:
-    """Brackets a copy that blocks the host (`.to(device)` without non_blocking): it starts only when its stream
-    has run everything queued before it, so the host's time in it beyond the copy's own device time was spent
-    behind the GPU's work. Recorded into the active `CopyClock`; nothing outside a timed epoch or on a CPU,
-    where it is a shared no-op (no generator made each step)."""
+    """Brackets a copy that blocks the host (`.to(device)` without non_blocking).
+
+    The copy starts only when its stream has run everything queued before it. So the host's time in it beyond
+    the copy's own device time was spent behind the GPU's work. It is recorded into the active `CopyClock`.
+    Outside a timed epoch or on a CPU it is a shared no-op, and no generator is made each step.
+    """
     clock = _ACTIVE
     if clock is None or device.type != "cuda":
         return NOT_TIMED

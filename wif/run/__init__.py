@@ -1,13 +1,13 @@
 """One run, start to finish. Imports `wif.config`, `wif.measure` and `wif.data`; knows nothing of sweeps.
 
-- training: the run itself, data to test, reporting through `emit`; batches: its data loaded and each split's
-  loaders built; model: the models; step: the step as configured (optimizer, precision, memory format,
-  compile); loop: one timed epoch and one evaluation pass; heap: the host heap of a run that loads no data,
-  kept as a data load would leave it.
-- targets: the user's factories, checked before a run.
-- supervise: the forked child that trains while its supervisor samples it; forking: the process that forks
-  runs, made ready for it; record: the supervisor's record of what the child sends (MLflow, progress, the
-  stopping rule's answer, the summary).
-- stopping: when a run has measured enough; between: a cell's between-run noise, read from earlier runs.
-- ddp/: data-parallel runs.
+`training` runs one run, data to test, and reports through `emit`.
+`batches` loads its data and builds each split's loaders; `model` builds the models.
+`step` builds the step as configured: optimizer, precision, memory format, compile.
+`loop` times one epoch and one evaluation pass.
+`targets` checks the user's factories before a run.
+`supervise` forks the child that trains while its supervisor samples it.
+`forking` makes the forking process ready for it.
+`record` keeps the supervisor's record of what the child sends: MLflow, progress, the summary.
+`stopping` says when a run has measured enough; `noise` says how its figure scatters.
+`ddp/` holds data-parallel runs.
 """

@@ -208,8 +208,8 @@ def train_epoch(step: Step, batches: Batches, transfer: Transfer) -> EpochStats:
 def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> EpochStats:
     """The loader and transfer alone, timed as `train_epoch` times them: how fast they can feed a device.
 
-    Nothing consumes the batches. The final synchronization waits for every queued copy, so a non_blocking
-    copy is counted in the epoch time even though the host did not wait for it.
+    Nothing consumes the batches. The final synchronization waits for every queued copy. So a non_blocking
+    copy counts in the epoch time, though the host did not wait for it.
     """
     feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer), device=device)
     synchronize(device)  # sync point: nothing from before is counted in this epoch

@@ -1,5 +1,7 @@
-"""The models: torchvision's GoogLeNet v1 as the study trains it, a tiny CNN for CPU runs, and the user's
-own: any torchvision or timm model by name, or any factory named by `model._target_`."""
+"""The models: GoogLeNet v1 as the study trains it, a tiny CNN for CPU runs, and the user's own.
+
+The user's own is any torchvision or timm model by name, or any factory named by `model._target_`.
+"""
 
 from __future__ import annotations
 
@@ -72,8 +74,10 @@ def build_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
 
 
 def _with_classes(factory: Callable[..., Any], num_classes: int, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """The user's keyword arguments, plus num_classes from the data when the factory takes it (and the user
-    did not set it): a factory without that argument is called as it is."""
+    """The user's keyword arguments, plus num_classes from the data where the factory takes it.
+
+    The user's own num_classes is kept. A factory without that argument is called as it is.
+    """
     out = dict(kwargs)
     try:
         params = inspect.signature(factory).parameters

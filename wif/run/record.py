@@ -20,7 +20,8 @@ from wif.measure.epochs import figures
 from wif.measure.lifetime import signals_held
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import Tracker
-from wif.run.stopping import GO_ON, STOP, Between, Decision, StopRule, decide, out_of_time
+from wif.run.noise import Between
+from wif.run.stopping import GO_ON, STOP, Decision, StopRule, decide, out_of_time
 
 log = logging.getLogger("wif")
 # The peaks trainer.epochs=auto waits on to stop rising: the tree's RSS, NVML's device memory, torch's own peaks.
@@ -143,7 +144,9 @@ class RunRecord:
         self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
         m = self._epoch_metrics(p)
         self.sampler.poke()
-        memory = {k: v for k, v in self.sampler.peaks(p["t_start"], time.monotonic()).items() if k in MEMORY_PEAKS}
+        memory = {
+            k: v for k, v in self.sampler.samples.peaks(p["t_start"], time.monotonic()).items() if k in MEMORY_PEAKS
+        }
         memory.update({k: p[k] for k in MEMORY_PEAKS if k in p})  # torch's own VRAM peaks, from the run
         self.epochs.append({**p, **m, "memory": memory})
         self.tracker.log_metrics(self.run_id, m, step=p["epoch"])
@@ -174,7 +177,7 @@ class RunRecord:
         m.update({k: p[k] for k in READ_FIGURES if k in p})
         m[names.COPY_BYTES_PER_EPOCH] = p.get(names.COPY_BYTES_PER_EPOCH)  # host-to-device bytes (None: not logged)
         m.update({k: v for k, v in p.items() if k.startswith("rank") or k == "slowest_rank"})  # trainer.nproc>1
-        m.update(self.sampler.epoch_means(p["t_start"], p["t_end"]))
+        m.update(self.sampler.samples.means(p["t_start"], p["t_end"]))
         return m
 
     def progress_line(self, p: Dict[str, Any], m: Dict[str, Any]) -> str:
@@ -248,6 +251,6 @@ class RunRecord:
             out[names.VAL_TIME_TOTAL_S] = val
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
-        out.update(self.sampler.peaks(self.epochs[0]["t_start"], t_end))
+        out.update(self.sampler.samples.peaks(self.epochs[0]["t_start"], t_end))
         out.update(self.measured_others())
         return out

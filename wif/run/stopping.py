@@ -1,16 +1,15 @@
 """trainer.epochs=auto: when a run's compared figure is pinned down, so that more epochs would tell nothing new.
 
-A pure rule, asked at epoch boundaries only. The run waits for its ack between epochs anyway, so asking costs
-the timed epochs nothing. The warm-up epochs are set apart. Over the steady epochs after them, the run's
-figure is their median epoch time, the report's `epoch_time_median_s`. Its interval is distribution-free:
-order statistics and binomial ranks assume nothing about how epoch times scatter.
+The rule is pure and is asked at epoch boundaries only. The run waits for its ack there anyway, so asking costs
+the timed epochs nothing. The warm-up epochs are set apart. The run's figure is the median of the steady epochs
+after them, the report's `epoch_time_median_s`; its interval and noise are `wif.run.noise`'s.
 
 With `trainer.auto_target` a number, the run stops once that interval is within the target of the median on
 each side. With `auto`, the default, the run stops once more epochs cannot change what its figure is for:
 the comparison of cells across runs. See NOTE [ The auto target ].
 
 Memory must have stopped growing too. Copy-on-read RAM growth in DataLoader workers (PyTorch #13246) is a
-finding, not noise: a run whose RAM or VRAM peak still rises runs on to `max_epochs` and says so.
+finding, not noise. A run whose RAM or VRAM peak still rises runs on to `max_epochs` and says so.
 """
 
 # NOTE [ The auto target ]
@@ -31,13 +30,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from wif.run.between import Between
+from wif.run.noise import Between, allocated_epochs, material_drift, median_interval, within_sd
 
 STOP, GO_ON = "stop", "logged"  # the supervisor's answer to an epoch's figures
 # The report's tie margin, wif-report --margin: wif.run may not import the report, so change both together.
 TIE_MARGIN = 0.02
 BETWEEN_SHARE = 0.5  # pinned within half the between-run sd: the run's own error adds <= ~3% to the spread
-DRIFT_Z = 1.96  # Mann-Kendall's z above which the steady epochs still trend (5%, two-sided)
 
 
 @dataclass(frozen=True)
@@ -67,32 +65,6 @@ class Decision:
     target: Optional[float] = None  # the half-width that pins (trainer.auto_target, or the derived one)
 
 
-def median_interval(values: Sequence[float], confidence: float) -> Optional[Tuple[float, float]]:
-    """The distribution-free interval of the median: the k-th smallest and the k-th largest value.
-
-    k is the largest whose coverage, 1 - 2 P[Binomial(n, 1/2) < k], is at least `confidence`. None when n is
-    too small for any k: n < 6 at 95%.
-    """
-    n, xs = len(values), sorted(values)
-    alpha_half, tail, k = (1.0 - confidence) / 2.0, 0.0, 0
-    for j in range(n // 2):  # tail = P(B < j + 1); x_(j+1) may bound the interval while it stays within alpha/2
-        tail += math.comb(n, j) / 2.0**n
-        if tail > alpha_half:
-            break
-        k = j + 1
-    if k == 0:
-        return None
-    return xs[k - 1], xs[n - k]
-
-
-def min_steady_epochs(confidence: float) -> int:
-    """The fewest steady epochs whose median has an interval at `confidence`."""
-    n = 1
-    while median_interval([0.0] * n, confidence) is None:
-        n += 1
-    return n
-
-
 def still_growing(peaks: Sequence[float], window: int, tolerance: float) -> Optional[float]:
     """The relative rise of the peak within the last `window` epochs over every peak before them.
 
@@ -111,53 +83,6 @@ def auto_target(between: Optional[Between], margin: float = TIE_MARGIN) -> Tuple
     if between is not None and BETWEEN_SHARE * between.sd > floor:
         return BETWEEN_SHARE * between.sd, f"{BETWEEN_SHARE:g} x {between.describe()}"
     return floor, f"half the report's {100 * margin:g}% tie margin"
-
-
-def within_sd(steady: Sequence[float]) -> float:
-    """The epoch-to-epoch scatter, relative: the sd of the log epoch times.
-
-    Not a robust one: at 6 epochs a MAD dips by chance and would stop a run early. A slow epoch here only asks
-    for more epochs.
-    """
-    logs = [math.log(x) for x in steady if x > 0]
-    return statistics.stdev(logs) if len(logs) > 1 else 0.0
-
-
-def drift(steady: Sequence[float]) -> Optional[float]:
-    """The steady epochs' trend per epoch, relative to their median; None when they show none.
-
-    The slope is Theil-Sen's, counted where Mann-Kendall finds a trend: 5%, two-sided, normal approximation with
-    continuity correction. A run still speeding up or slowing down has no steady figure yet.
-    """
-    n = len(steady)
-    if n < 3:
-        return None
-    s = sum((b > a) - (b < a) for i, a in enumerate(steady) for b in steady[i + 1 :])
-    if (abs(s) - 1) / math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0) <= DRIFT_Z:
-        return None
-    slope = statistics.median((steady[j] - steady[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
-    return slope / statistics.median(steady)
-
-
-def material_drift(steady: Sequence[float], target: float) -> Optional[float]:
-    """`drift` over the recent half of the steady epochs, at least 6; None unless it moves them by over `target`.
-
-    Over many epochs Mann-Kendall finds any slope, however small. A run of 60 epochs was held by a drift worth
-    0.9% in all, under a 1.4% target. A drift that small is no reason to run on.
-    """
-    recent = list(steady[-max(6, len(steady) // 2) :])
-    trend = drift(recent)
-    return trend if trend is not None and abs(trend) * len(recent) > target else None
-
-
-def allocated_epochs(start_cost: float, within: float, between: Optional[float]) -> float:
-    """Kalibera and Jones' optimal repetitions of the lower level, libkalibera's `optimalreps`.
-
-    Steady epochs per run = sqrt(start_cost x within^2 / between^2), `start_cost` being a run's start in
-    epochs. The two noises are taken as equal when no earlier run tells the between-run one.
-    """
-    ratio = 1.0 if between is None else (within / between if between > 0 else math.inf)
-    return math.sqrt(max(start_cost, 0.0)) * ratio
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, 
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.between import read_between
 from wif.run.forking import forked_run_threads
+from wif.run.noise import read_between
 from wif.run.record import RunRecord, stop_rule
 from wif.run.training import train
 

@@ -1,15 +1,14 @@
 """Many runs, a sweep or a single one.
 
-- `wif-study` (study) and the task Hydra calls for each job, a single run included (job). Its steps that
-  touch the store are job_record's; what a job is, its identity and its cell, is identity's.
-- The sweep's callback and tally (callback), and every job checked before the first starts (preflight).
-- Blocks of repeats (blocks). The race: its cells, named and merged (race_cells), its record (race_log),
-  and a race under a budget (race_budget).
-- The price of a sweep: `wif-plan` (plan) and its sums (pricing), and a first sweep's price measured (probe).
-- A time budget: its pure rules (budget), kept while the sweep runs (sweep_budget), and what its jobs
-  evaluate (evaluated).
-- Sweeps beyond one GPU (cluster, gpus).
+`study` is `wif-study`; `job` is the task Hydra calls for each job, a single run included.
+`job_record` holds a job's steps that touch the store; `identity` says what a job is, its identity and its cell.
+`callback` plans the jobs in shuffled blocks and keeps the sweep's tally.
+`preflight` checks every job before the first starts.
+`race_cells` names and merges a race's cells; `race_log` keeps its record.
+`plan` is `wif-plan`, and `pricing` sums its price; `probe` reads a sweep's prices from the store, or probes them.
+`prices` says what a run costs; `budget` says what a time budget lets run; `sweep_budget` keeps the budget.
+`cluster` and `gpus` take sweeps beyond one GPU.
 
-The sweepers themselves are Hydra plugins under `hydra_plugins/wif_sweeper`. Imports `wif.run` and below,
-and the report's pure race rules (`wif.decide.race`).
+The sweepers are Hydra plugins under `hydra_plugins/wif_sweeper`. This package imports `wif.run`
+and below, and the report's pure race rules (`wif.decide.race`).
 """

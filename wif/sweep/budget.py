@@ -1,284 +1,31 @@
-"""A time budget for a sweep (`sweep.budget_min`), the pure part: what a job costs, what fits, what is left.
+"""What a time budget lets run (`sweep.budget_min`): which job may start, what fits, which fractions race now.
 
-A job's price is its start (fork, Hydra's set-up, data) plus its epochs: `overhead_s + fixed_s + epochs *
-epoch_s`. Its *expected* price plans what fits. A job of fixed epochs starts only where its *upper* price,
-the most epochs it may plausibly take times SAFETY, fits. An auto job starts where its smallest useful run
-fits, and gets a deadline (sweep.deadline) at its upper price or the budget's end: it stops there with what
-it has. Cheaper jobs after a refused one still may start.
+The rules are pure: they take the prices of wif.sweep.prices and the seconds left. A job of fixed epochs
+starts only where its *upper* price fits. An auto job starts where its smallest useful run fits, and gets a
+deadline (sweep.deadline) at its upper price or the budget's end. It stops there with what it has. Cheaper
+jobs after a refused one still may start. wif.sweep.sweep_budget keeps the budget while the sweep runs.
 
-The prices come from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe), else
-from the sweep's own first jobs: see NOTE [ Block 0 prices the rest ]. Each job this sweep runs replaces the
-guess for its cell with what it measured. Cells not run yet are scaled by how far the measured jobs were
-from their guesses.
+A budgeted job evaluates less: see NOTE [ What a budgeted job evaluates ]. A race under a budget runs the
+fractions whose first look fits. Its record says what the budget left undone. The race itself is
+hydra_plugins/wif_sweeper/race_sweeper.py.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+import logging
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
-from wif.measure.names import Cell
-from wif.run.stopping import MIN_STEADY
+from omegaconf import DictConfig, OmegaConf
 
-SAFETY = 1.2  # a job starts only if 1.2x its upper price fits in what is left
-END_RESERVE_S = 5.0  # the sweep's own end (the last look, the record, the exit) after its last job
-RATIO_BOUNDS = (0.5, 2.0)  # how far measured jobs may scale the guesses of cells not run yet (one slow job is noise)
-AUTO_SEEN = 3  # auto runs seen before their epochs bound the next one's, instead of trainer.max_epochs
-AUTO_HEADROOM = 1.5  # ... at 1.5x the most epochs any of them took (capped at trainer.max_epochs)
+from wif.sweep import callback
+from wif.sweep.prices import END_RESERVE_S, Job, Prices
 
+if TYPE_CHECKING:  # the race's statistics (pandas, scipy) wait for a race to start
+    from wif.decide.race import FractionState, RaceRules
 
-@dataclass(frozen=True)
-class CellCost:
-    """What one run of a cell costs: its job's start, a fixed part of the run, and each epoch."""
-
-    overhead_s: float
-    fixed_s: float
-    epoch_s: float
-
-    def seconds(self, epochs: float) -> float:
-        """The run's price at `epochs` epochs."""
-        return self.overhead_s + self.fixed_s + epochs * self.epoch_s
-
-    def scaled(self, ratio: float) -> "CellCost":
-        """Every part times `ratio`."""
-        return CellCost(overhead_s=self.overhead_s * ratio, fixed_s=self.fixed_s * ratio, epoch_s=self.epoch_s * ratio)
-
-
-PROBE_BATCHES = 4  # training batches in a probe epoch, at least
-PROBE_DRAINS = 2  # ... or as many as twice the batches the loader holds in flight, whichever is more
-
-
-def probe_batches(in_flight: int) -> int:
-    """A probe epoch's batches: enough that the loader's queue fills and drains twice, so its rate is steady.
-
-    The queue is workers x prefetch_factor. Capped at fewer, the workers fetch ahead what the step never takes.
-    Their start-up and that extra work were then priced as per batch: a 2-block smoke grid priced 32% high.
-    """
-    return max(PROBE_BATCHES, PROBE_DRAINS * in_flight)
-
-
-@dataclass(frozen=True)
-class ProbeCost:
-    """A probe run of a setting (a few batches a training epoch, two epochs): what it measured."""
-
-    wall_s: float  # the job, launch to return: its run plus a start (read_probes: the median probe's start)
-    run_s: float  # time_total_s
-    epoch_s: float  # the second (steady) epoch's training pass
-    first_batch_s: float  # ... of which the wait for the first batch (workers starting)
-    val_s: float  # the second epoch's validation
-    batches: int  # batches in a probe epoch
-    fraction: float
-    loop_s: float = 0.0  # ... of which the loop over its batches (compute, data wait, copy); 0: not logged
-
-    def cost(self, batches: int, fraction: float) -> CellCost:
-        """The price of a full run at `batches` a training epoch and `fraction`.
-
-        An epoch pays the first batch's wait and its tail after the last batch (workers shut down) once, then
-        the steady batch rate times the batches. Validation pays its own start and tail once; the rest of it
-        scales with the fraction. The rest of the probe run is kept as fixed.
-        """
-        loop = self.loop_s or self.epoch_s
-        per_batch = max(loop - self.first_batch_s, 0.0) / max(self.batches, 1)
-        once = self.first_batch_s + max(self.epoch_s - loop, 0.0)  # per epoch, whatever its length
-        epoch = once + batches * per_batch
-        val_once = min(self.val_s, once)
-        val = val_once + (self.val_s - val_once) * fraction / self.fraction
-        return CellCost(
-            overhead_s=max(self.wall_s - self.run_s, 0.0),
-            fixed_s=max(self.run_s - 2 * (self.epoch_s + self.val_s), 0.0),
-            epoch_s=epoch + val,
-        )
-
-
-@dataclass(frozen=True)
-class Epochs:
-    """The epochs a run is expected to take, the most it may take, and why."""
-
-    expected: float
-    upper: float
-    why: str = ""
-
-
-def auto_epochs(taken: Sequence[int], min_epochs: int, max_epochs: int) -> Epochs:
-    """The epochs a `trainer.epochs=auto` run will take.
-
-    Expected: the median earlier auto runs of the testbed took, else min_epochs. Upper: 1.5x the most any
-    took once AUTO_SEEN have, else max_epochs.
-    """
-    if not taken:
-        return Epochs(min_epochs, max_epochs, f"auto: {min_epochs} expected (none seen), up to max_epochs={max_epochs}")
-    expected = float(statistics.median(taken))
-    if len(taken) < AUTO_SEEN:
-        return Epochs(expected, max_epochs, f"auto: {expected:g} expected ({len(taken)} seen), up to max_epochs")
-    upper = min(max_epochs, math.ceil(AUTO_HEADROOM * max(taken)))
-    return Epochs(expected, upper, f"auto: {expected:g} expected, up to {upper} ({len(taken)} seen, most {max(taken)})")
-
-
-@dataclass(frozen=True)
-class Job:
-    """One job as the budget sees it."""
-
-    key: Tuple[str, ...]  # its overrides
-    cell: str  # "setting@fraction" (wif.measure.names.Cell)
-    fraction: float
-    block: int
-    batches: int  # training batches in a full epoch
-    epochs: Optional[int] = None  # trainer.epochs; None: auto (Prices.auto)
-    done: bool = False  # a FINISHED run of this configuration exists: skipped, costs nothing
-    in_flight: int = 0  # batches its loader holds ahead of the step (workers x prefetch_factor)
-
-    @property
-    def setting(self) -> str:
-        return Cell.parse(self.cell).setting
-
-
-@dataclass
-class Prices:
-    """Each cell's price: measured in this sweep, else from earlier runs, else from its setting's probe.
-
-    Else the median cell. Guesses are scaled by how far measured jobs were from theirs.
-    """
-
-    history: Dict[str, CellCost] = field(default_factory=dict)
-    probes: Dict[str, ProbeCost] = field(default_factory=dict)
-    auto: Epochs = Epochs(7, 100)  # what a trainer.epochs=auto run takes
-    measured: Dict[str, List[CellCost]] = field(default_factory=dict)
-    ratios: List[float] = field(default_factory=list)
-    warmup: int = 1  # trainer.warmup_epochs: an auto run's smallest useful run starts with them
-    batches: Dict[str, int] = field(default_factory=dict)  # a measured cell's training batches an epoch
-    starts: List[float] = field(default_factory=list)  # each job's start here, wall less run, in order
-
-    @property
-    def priced(self) -> bool:
-        """Whether any job has a price: earlier runs, a probe, or a job of this sweep."""
-        return bool(self.history or self.probes or self.measured)
-
-    def guess(self, job: Job) -> Optional[CellCost]:
-        """The price before any job of the cell ran here.
-
-        A probe's start is the median of all probes': the first job of a process also pays one-time costs,
-        such as imports and the data set's cache.
-        """
-        if job.cell in self.history:
-            return self.history[job.cell]
-        if job.setting in self.probes:
-            start = statistics.median(max(p.wall_s - p.run_s, 0.0) for p in self.probes.values())
-            cost = self.probes[job.setting].cost(job.batches, job.fraction)
-            return CellCost(overhead_s=start, fixed_s=cost.fixed_s, epoch_s=cost.epoch_s)
-        known = list(self.history.values()) or [self.guess(_of_setting(job, s)) for s in self.probes]
-        if not known:
-            known = [self._alike(job, cell) for cell in self.measured]  # See NOTE [ Block 0 prices the rest ]
-        if not known:
-            return None
-        keys = ("overhead_s", "fixed_s", "epoch_s")
-        return CellCost(*(statistics.median(getattr(c, k) for c in known) for k in keys))
-
-    def _alike(self, job: Job, cell: str) -> CellCost:
-        """A cell measured here, its epoch scaled to the job's training batches."""
-        seen = self.measured[cell]
-        epoch_s = statistics.median(c.epoch_s for c in seen) * job.batches / max(self.batches.get(cell, 1), 1)
-        return CellCost(overhead_s=self.start_here(), fixed_s=0.0, epoch_s=epoch_s)
-
-    def start_here(self) -> float:
-        """A job's start in this sweep, whatever its cell: the median, less the first job's once others ran.
-
-        The first pays the process's one-time costs, the data's cache included. See NOTE [ A probe's start ].
-        """
-        return statistics.median(self.starts[1:] or self.starts)
-
-    def cost(self, job: Job) -> Optional[CellCost]:
-        """The price: the median of what the cell's jobs took here, else the guess, scaled."""
-        if job.cell in self.measured:
-            epoch_s = statistics.median(c.epoch_s for c in self.measured[job.cell])
-            return CellCost(overhead_s=self.start_here(), fixed_s=0.0, epoch_s=epoch_s)
-        guess = self.guess(job)
-        ratio = min(max(statistics.median(self.ratios), RATIO_BOUNDS[0]), RATIO_BOUNDS[1]) if self.ratios else 1.0
-        return guess.scaled(ratio) if guess else guess
-
-    def expected_s(self, job: Job) -> float:
-        """What the job is expected to cost; nothing once done."""
-        cost = self.cost(job)
-        return 0.0 if job.done or cost is None else cost.seconds(job.epochs or self.auto.expected)
-
-    def upper_s(self, job: Job) -> float:
-        """The most the job may cost, times SAFETY; nothing once done."""
-        cost = self.cost(job)
-        return 0.0 if job.done or cost is None else SAFETY * cost.seconds(job.epochs or self.auto.upper)
-
-    def start_s(self, job: Job) -> float:
-        """What must fit before the job starts, times SAFETY; nothing once done.
-
-        An auto run's smallest useful run: its warm-up and MIN_STEADY epochs, where its deadline stops it.
-        A run of fixed epochs: its upper price.
-        """
-        cost = self.cost(job)
-        if job.epochs is not None or job.done or cost is None:
-            return self.upper_s(job)
-        return SAFETY * cost.seconds(min(self.warmup + MIN_STEADY, self.auto.upper))
-
-    def allowed_s(self, job: Job, left_s: float, undone: int = 1) -> float:
-        """The seconds a started job may take: its upper price, at most its share of what is left.
-
-        Args:
-            job: the job, about to start.
-            left_s: the seconds left in the budget.
-            undone: the jobs at its fraction not run yet, itself included: each gets an equal share, and at
-                least its smallest useful run. More short runs tell a race more than fewer long ones.
-        """
-        share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job))
-        if self.cost(job) is None:  # no price yet: its share, and its deadline keeps its smallest run
-            return share
-        return min(self.upper_s(job), left_s - END_RESERVE_S, share)
-
-    def measure(self, job: Job, wall_s: float, run_s: float, epochs: int) -> None:
-        """Learn from what a job of this sweep took: the cell's price from now on, and the others' correction.
-
-        Args:
-            job: the job.
-            wall_s: its job, launch to return.
-            run_s: its run's time_total_s.
-            epochs: the epochs it ran.
-        """
-        guess = self.guess(job) if self.history or self.probes else None  # guesses from this sweep's jobs: no ratio
-        if guess is not None and job.cell not in self.measured:
-            self.ratios.append(wall_s / max(guess.seconds(epochs), 1e-6))
-        took = CellCost(overhead_s=max(wall_s - run_s, 0.0), fixed_s=0.0, epoch_s=run_s / max(epochs, 1))
-        self.measured.setdefault(job.cell, []).append(took)
-        self.batches[job.cell] = job.batches
-        self.starts.append(took.overhead_s)
-
-
-# NOTE [ Block 0 prices the rest ]
-# On a store with no earlier run of the testbed, a sweep of auto jobs runs no probe. A probe cost a 3-minute
-# CPU sweep 53 s of 180 for 2 epochs of a few batches each, figures no run kept. An auto job has a deadline
-# and keeps only its smallest useful run past it (wif.run.stopping.out_of_time), so it may start unpriced.
-# The first job of the smallest fraction prices the next, each cell measured prices itself, and a cell not
-# run yet costs the median measured cell, its epoch scaled by its training batches.
-
-
-def _of_setting(job: Job, setting: str) -> Job:
-    """The job as `setting` at the same fraction, block and batches would run."""
-    cell = str(Cell.of(setting, job.fraction))
-    return Job(key=job.key, cell=cell, fraction=job.fraction, block=job.block, batches=job.batches)
-
-
-def batches_per_epoch(
-    num_train: int, fraction: float, val_split: float, batch_size: int, max_batches: Optional[int]
-) -> int:
-    """Training batches in a full epoch, as wif.data.datasets splits the subset: validation cut first.
-
-    Args:
-        num_train: images in the full training set.
-        fraction: the share of them the run uses.
-        val_split: the share of the subset kept for validation.
-        batch_size: images a batch.
-        max_batches: trainer.max_batches, a cap; None for none.
-    """
-    subset = round(num_train * fraction)
-    full = max(math.ceil((subset - round(subset * val_split)) / batch_size), 1)
-    return min(full, max_batches) if max_batches else full
+log = logging.getLogger("wif")
+States = Dict[float, "FractionState"]
+EVAL_KEYS = ("data.val_images", "data.test_images")
 
 
 def may_start(upper_s: float, left_s: float) -> bool:
@@ -316,3 +63,96 @@ def choose_fractions(first_look_s: Dict[float, float], left_s: float) -> List[fl
 def minutes(seconds: float) -> str:
     """'2.5 min'."""
     return f"{seconds / 60:.1f} min"
+
+
+# NOTE [ What a budgeted job evaluates ]
+# A budgeted job is for its training epochs, which the race compares. Its validation each epoch and its test
+# pass only check that it trained. `sweep.eval_images` images tell a broken loader from a working one. A
+# 3-minute CPU sweep spent about 2 s of each 8-s job testing 10,000 images. So a budgeted sweep sets
+# data.val_images and data.test_images where the user left them null. The overrides join the job's command
+# line, so its record and its launch line say them.
+
+
+def eval_overrides(cfg: DictConfig, arguments: Sequence[str]) -> List[str]:
+    """The overrides a budgeted sweep adds to every job: each key of EVAL_KEYS set nowhere else.
+
+    None where sweep.eval_images is null, or the sweep is not budgeted. See NOTE [ What a budgeted job evaluates ].
+    """
+    size = OmegaConf.select(cfg, "sweep.eval_images")
+    budgeted = OmegaConf.select(cfg, "sweep.budget_min") is not None or bool(cfg.sweep.get("probe_only"))
+    if size is None or not budgeted:
+        return []
+    given = {a.partition("=")[0].lstrip("+~") for a in arguments}
+    return [f"{k}={size}" for k in EVAL_KEYS if k not in given and OmegaConf.select(cfg, k) is None]
+
+
+def plan_fractions(rules: RaceRules, states: States, budget: Any, waiting: List[float]) -> List[float]:
+    """The fractions a budgeted race runs now, and its plan said: what they cost to their first look.
+
+    Args:
+        rules: the race's rules.
+        states: each fraction's state.
+        budget: the sweep's budget (wif.sweep.sweep_budget.SweepBudget).
+        waiting: the fractions not settled and not run yet.
+    """
+    first_look = {fr: budget.undone_s(race_jobs(budget, states, fr, rules.min_blocks)) for fr in waiting}
+    # Unpriced, the smallest fraction's jobs cost least: they price the rest. See NOTE [ Block 0 prices the rest ]
+    focus = choose_fractions(first_look, budget.left_s()) if budget.prices.priced else [min(waiting)]
+    now = ", ".join(f"{fr:g}" for fr in focus)
+    waits = "; ".join(
+        f"{fr:g} waits ({minutes(first_look[fr])} to its first look)" for fr in waiting if fr not in focus
+    )
+    log.info(
+        "Budget plan: fractions %s now (to their first look, after block %d: %s); %s",
+        now,
+        rules.min_blocks,
+        ", ".join(minutes(first_look[fr]) for fr in focus),
+        waits or "none waits",
+    )
+    budget.log_plan(
+        [j for fr in focus for j in race_jobs(budget, states, fr, rules.max_blocks)],
+        f"the race at {now} (no setting dropped: at most)",
+    )
+    return focus
+
+
+def undone_jobs(rules: RaceRules, states: States, budget: Any) -> List[Any]:
+    """The jobs a budgeted race left undone: its unsettled fractions', and any the budget refused."""
+    undone = [j for fr, st in states.items() if not st.settled for j in race_jobs(budget, states, fr, rules.max_blocks)]
+    undone += [j for j in budget.refused if j not in undone]  # in a settled fraction too: its last blocks
+    return [j for j in undone if not budget.jobs[j.key].done]
+
+
+def decided_line(states: States) -> str:
+    """Each fraction: decided or not, and its possibly-fastest settings."""
+    return "; ".join(
+        f"f{fr:g} {f'decided ({st.settled})' if st.settled else 'not decided'}: possibly fastest {', '.join(st.alive)}"
+        for fr, st in sorted(states.items())
+    )
+
+
+def race_jobs(budget: Any, states: States, fraction: float, blocks: int) -> List[Any]:
+    """The budget's jobs of a fraction's settings still in the race, blocks 0..blocks-1, block-major.
+
+    Args:
+        budget: the sweep's budget.
+        states: each fraction's state.
+        fraction: the fraction.
+        blocks: how many blocks, from block 0.
+    """
+    alive = set(states[fraction].alive)
+    return sorted(
+        (j for j in budget.jobs.values() if j.fraction == fraction and j.setting in alive and j.block < blocks),
+        key=lambda j: j.block,
+    )
+
+
+def budget_tags(budget: Any, undone: List[Any]) -> Dict[str, str]:
+    """The budget's outcome on the race's record: what ended it, and what finishing would cost."""
+    return {
+        "wif.budget.min": f"{budget.budget_s / 60:g}",
+        "wif.budget.probe_s": f"{budget.probe_s:.1f}",
+        "wif.budget.ended": callback.TALLY.budget,
+        "wif.budget.undone_min": f"{budget.undone_s(undone) / 60:.2f}",
+        "wif.budget.by_budget": str(bool(budget.refused)).lower(),
+    }

@@ -1,7 +1,7 @@
 """Sweeps beyond one GPU: where each job ran, and the guard that keeps two timed runs off one GPU.
 
-`cluster_tags()` names the node, the SLURM or submitit job, the GPUs the job could see, and how many wif
-jobs ran on that node when it started. So the report can set a contended measurement apart.
+`cluster_tags()` names the node, the SLURM or submitit job, and the GPUs the job could see. It also counts
+the wif jobs that ran on that node when it started. So the report can set a contended measurement apart.
 
 `wif.sweep.gpus.claim_gpu()` gives a job one GPU of its own, locked, and refuses a job that would share one.
 `ClusterCallback` does this per job and checks the sweep before any job starts. It is a Hydra callback,
@@ -80,9 +80,9 @@ def is_job_command(cmdline: Sequence[str]) -> bool:
 def job_processes() -> Dict[int, int]:
     """The processes on this node that each stand for one running wif job, as {pid: parent pid}.
 
-    A process counts when its command line `is_job_command` and its parent's does not: a job's forked
-    run and DataLoader workers carry its command line and are not counted again. Other users' processes
-    count where /proc shows their command lines (not under hidepid).
+    A process counts when its command line `is_job_command` and its parent's does not. A job's forked run and
+    DataLoader workers carry its command line, so they are not counted again. Other users' processes count
+    where /proc shows their command lines (not under hidepid).
     """
     cmd: Dict[int, Sequence[str]] = {}
     parent: Dict[int, int] = {}
@@ -217,11 +217,11 @@ def open_store(config: DictConfig) -> None:
 
 
 def plan_local_gpus(config: DictConfig) -> int:
-    """hydra/launcher=local_gpus, before any job: N GPUs, N jobs per batch, GPUs handed to the jobs.
+    """With hydra/launcher=local_gpus, before any job: N GPUs, N jobs per batch, GPUs handed to the jobs.
 
-    submitit's local executor starts every job it is handed at once, each with CUDA_VISIBLE_DEVICES
-    0..gpus_per_node-1. Hydra's sweeper waits for one batch of max_batch_size jobs to end before it hands
-    over the next. So N jobs per batch on N GPUs, each claiming one in on_job_start, is one job per GPU.
+    The local executor of submitit starts every job it is handed at once. Each gets CUDA_VISIBLE_DEVICES
+    0..gpus_per_node-1. Hydra's sweeper waits for one batch of max_batch_size jobs to end before it hands over
+    the next. So N jobs per batch on N GPUs, each claiming one in on_job_start, is one job per GPU.
     """
     hydra = config.hydra
     visible = visible_gpus()

@@ -2,9 +2,9 @@
 
 `claim_gpu()` locks one GPU and pins `CUDA_VISIBLE_DEVICES` to it before the run is forked. There is one
 lock file per physical GPU, held with `flock`, so it is released when the job's processes end, however
-they end. A job that finds every GPU it may use held by another wif job on this machine is refused with a
-message, never run beside one: two timed runs on one GPU measure each other. Used by `run_job`
-(`pin_gpu`) and by the cluster callback (`wif.sweep.cluster`).
+they end. Another wif job on this machine may hold every GPU a job may use. That job is then refused with
+a message, never run beside one: two timed runs on one GPU measure each other. `run_job` (`pin_gpu`) and
+the cluster callback (`wif.sweep.cluster`) use it.
 """
 
 from __future__ import annotations
@@ -216,9 +216,9 @@ def pin_gpu(device: str) -> Optional[str]:
 
 
 def require_gpus(nproc: int, device: str) -> None:
-    """trainer.nproc>1 on CUDA needs one visible GPU per rank.
+    """On CUDA, trainer.nproc>1 needs one visible GPU per rank.
 
-    wif's GPU locks are not taken for a multi-rank job: give it a node, or GPUs, of its own.
+    A multi-rank job takes none of wif's GPU locks: give it a node, or GPUs, of its own.
     """
     gpus = visible_gpus() if device == "cuda" else None
     if gpus is not None and len(gpus) < nproc:

@@ -1,7 +1,7 @@
 """One job of a sweep, as Hydra calls it: checked, recorded in MLflow, run (wif.run.supervise), resumed.
 
-`run_job` reads as its steps. It checks the config, closes runs a dead sweep left RUNNING, skips a job
-that already has a FINISHED run (resume), and hands the run to `wif.run.supervise`. The run's MLflow
+`run_job` reads as its steps. It checks the config and closes runs a dead sweep left RUNNING. It skips a
+job that already has a FINISHED run (resume), and hands the run to `wif.run.supervise`. The run's MLflow
 record opens once its process has built the data. Last come the final status, the summary metrics and
 the exit code. The steps that touch the store live in wif.sweep.job_record.
 """

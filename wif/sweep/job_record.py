@@ -1,8 +1,8 @@
 """A job's MLflow record: its place in the store, the run it opens, and how that run ended.
 
-The steps of `wif.sweep.job.run_job` that read or write the store: where the job stands (`place_job`),
-resume (`skip_if_finished`), the run's tags and params (`new_run`, `open_run`), and its end
-(`settle_duplicates`, `record_outcome`, `record_failure`).
+These are the steps of `wif.sweep.job.run_job` that read or write the store. `place_job` says where the job
+stands; `skip_if_finished` resumes. `new_run` and `open_run` write the run's tags and params.
+`settle_duplicates`, `record_outcome` and `record_failure` record its end.
 """
 
 from __future__ import annotations

@@ -93,9 +93,9 @@ def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> P
 
 
 def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> Planned:
-    from wif.sweep.budget import batches_per_epoch
     from wif.sweep.callback import plan_jobs
     from wif.sweep.identity import cell_name
+    from wif.sweep.prices import epoch_batches
 
     with wif_hydra(config_dir):
         base = compose(
@@ -112,15 +112,7 @@ def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> Planned
                 conf = OmegaConf.to_object(compose("config", overrides=list(job)))
                 validate(conf)
                 cell_of_key[key] = cell_name(conf)
-                d = conf.data
-                batches = batches_per_epoch(
-                    num_train=d.num_train,
-                    fraction=d.fraction,
-                    val_split=d.val_split,
-                    batch_size=d.batch_size,
-                    max_batches=conf.trainer.max_batches,
-                )
-                shapes[cell_of_key[key]] = Shape(d.fraction, batches)
+                shapes[cell_of_key[key]] = Shape(conf.data.fraction, epoch_batches(conf))
             cells[cell_of_key[key]] = cells.get(cell_of_key[key], 0) + 1
     return Planned(cells, conf, shapes)
 

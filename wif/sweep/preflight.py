@@ -1,6 +1,6 @@
 """Every job of a multirun composed and checked before the first one starts.
 
-A bad value in one job of a 330-job sweep used to surface when that job came up, hours in, and stop the
+In a 330-job sweep, one job's bad value used to surface hours in, when that job came up. It stopped the
 jobs after it. Now `SweepCallback.on_multirun_start` (wif/sweep/callback.py) calls `refuse_bad_jobs`, under
 any sweeper and launcher. Each planned job's config is composed as Hydra will compose it, typed and
 validated: `wif.config.validate`, the device, an image folder's files once per folder. If any job cannot

@@ -14,7 +14,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from mlflow.tracking import MlflowClient
 
 from wif.measure import names
-from wif.sweep.probe import RunCost
+from wif.sweep.probe import RunCost, find_runs
 
 ASSUMED_RACE_SHARE = 0.4  # of the fixed grid's runs, when the store holds no race: docs/race.md measured 0.38
 
@@ -83,15 +83,12 @@ def price(
 
 def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
     """The share of its fixed grid's runs the store's finished races ran (wif.kind=race records)."""
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return None
     ran = planned = 0
     races = f"tags.`{names.TAG_KIND}` = 'race' and attributes.status = 'FINISHED'"
-    for race in client.search_runs([exp.experiment_id], races):
+    for race in find_runs(client, experiment, races):
         p = race.data.params
         runs = client.search_runs(
-            [exp.experiment_id],
+            [race.info.experiment_id],
             f"tags.`{names.TAG_RACE_ID}` = '{race.data.tags[names.TAG_RACE_ID]}' and tags.`{names.TAG_KIND}` = 'train'",
             max_results=50_000,
         )
@@ -112,7 +109,7 @@ def probe_price(
         epochs: a run's epochs.
         runs_share: the share of the runs that run.
     """
-    from wif.sweep.budget import Job, Prices
+    from wif.sweep.prices import Job, Prices
 
     prices = Prices(probes=probes)
     runs = seconds = 0.0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
-from wif.sweep.blocks import BLOCK_KEY
+from wif.sweep.callback import BLOCK_KEY
 
 if TYPE_CHECKING:  # the race's statistics (pandas, scipy) wait for a race to start
     from wif.decide.race import RaceRules

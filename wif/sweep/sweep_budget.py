@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
@@ -18,42 +17,17 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from wif.config import Config
 from wif.config.exits import EXIT_BAD_SETTING
 from wif.measure import names
 from wif.measure.lifetime import process_age_s
 from wif.measure.tracking import config_hash
-from wif.sweep import budget as b
 from wif.sweep import callback
-from wif.sweep.blocks import blocks_line
-from wif.sweep.probe import PROBE_SUFFIX, Launch, RunCost, read_history, read_probes, run_probe
+from wif.sweep import prices as p
+from wif.sweep.budget import fits, may_start, minutes
+from wif.sweep.callback import blocks_line
+from wif.sweep.probe import PROBE_SUFFIX, Launch, find_runs, history_prices, read_history, read_probes, run_probe
 
 log = logging.getLogger("wif")
-
-
-def _batches(conf: Config) -> int:
-    """Training batches in a full epoch of the job."""
-    d = conf.data
-    return b.batches_per_epoch(
-        num_train=d.num_train,
-        fraction=d.fraction,
-        val_split=d.val_split,
-        batch_size=d.batch_size,
-        max_batches=conf.trainer.max_batches,
-    )
-
-
-def _history_prices(history: Sequence[RunCost]) -> Dict[str, b.CellCost]:
-    """Each cell's price from its earlier runs: the median overhead and the median epoch."""
-    out = {}
-    for cell in {r.cell for r in history}:
-        runs = [r for r in history if r.cell == cell]
-        out[cell] = b.CellCost(
-            overhead_s=statistics.median(r.overhead_s for r in runs),
-            fixed_s=0.0,
-            epoch_s=statistics.median(r.run_s / r.epochs for r in runs),
-        )
-    return out
 
 
 class SweepBudget:
@@ -75,19 +49,19 @@ class SweepBudget:
         self.started = time.time() - process_age_s()  # the whole command counts, Hydra's start included
         self.experiment = str(cfg.tracking.experiment)
         self.client = MlflowClient(str(cfg.tracking.uri))
-        self.jobs: Dict[tuple, b.Job] = {}
+        self.jobs: Dict[tuple, p.Job] = {}
         self.hashes: Dict[tuple, str] = {}
         testbed = self._describe(cfg, jobs)
         history = read_history(self.client, self.experiment, testbed)
-        self.prices = b.Prices(history=_history_prices(history))
+        self.prices = p.Prices(history=history_prices(history))
         self.auto_taken = [r.epochs for r in history if r.auto]
-        self.prices.auto = b.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
+        self.prices.auto = p.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
         self.prices.warmup = self.tr.warmup_epochs
         self.testbed, self.n_history = testbed, len(history)
         self.probe_s = 0.0
         self.probe_only = bool(cfg.sweep.get("probe_only"))
-        self.ran: List[b.Job] = []
-        self.refused: List[b.Job] = []
+        self.ran: List[p.Job] = []
+        self.refused: List[p.Job] = []
 
     def _describe(self, cfg: DictConfig, jobs: Sequence[Sequence[str]]) -> Dict[str, str]:
         """Each job composed as preflight composed it: its cell, batches, epochs and whether it ran already."""
@@ -104,12 +78,12 @@ class SweepBudget:
             digest = config_hash(run_identity(conf, device))
             key = tuple(job)
             self.hashes[key] = digest
-            self.jobs[key] = b.Job(
+            self.jobs[key] = p.Job(
                 key=key,
                 cell=cell_name(conf),
                 fraction=conf.data.fraction,
                 block=conf.repeat,
-                batches=_batches(conf),
+                batches=p.epoch_batches(conf),
                 epochs=None if conf.trainer.auto else int(conf.trainer.epochs),
                 done=digest in done,
                 in_flight=in_flight(conf.loader, conf.engine),
@@ -119,29 +93,26 @@ class SweepBudget:
 
     def _finished_hashes(self) -> set:
         """The identities of the experiment's FINISHED training runs: their jobs are done."""
-        exp = self.client.get_experiment_by_name(self.experiment)
-        if exp is None:
-            return set()
-        runs = self.client.search_runs(
-            [exp.experiment_id],
-            f"tags.`{names.TAG_KIND}` = 'train' and attributes.status = 'FINISHED'",
-            max_results=callback.SEARCH_LIMIT,
-        )
+        runs = self._finished(f"tags.`{names.TAG_KIND}` = 'train'", most=callback.SEARCH_LIMIT)
         return {r.data.tags.get(names.TAG_CONFIG_HASH) for r in runs}
+
+    def _finished(self, where: str, most: int) -> List[Any]:
+        """The experiment's FINISHED runs that match `where`."""
+        return find_runs(self.client, self.experiment, f"{where} and attributes.status = 'FINISHED'", max_results=most)
 
     def left_s(self) -> float:
         """Seconds left in the budget."""
         return self.budget_s - (time.time() - self.started)
 
-    def job(self, overrides: Sequence[str]) -> b.Job:
+    def job(self, overrides: Sequence[str]) -> p.Job:
         """The budget's job of these overrides."""
         return self.jobs[tuple(overrides)]
 
     def price_with_probe(self, launch: Launch) -> None:
         """Without earlier runs of the testbed, price the jobs from the probe.
 
-        The probe runs now, unless the store holds a probe of every setting of this sweep already, or every
-        job is auto and the sweep runs jobs: see NOTE [ Block 0 prices the rest ] (wif.sweep.budget).
+        The probe runs now, unless the store holds a probe of every setting of this sweep already. Nor does it run
+        where every job is auto and the sweep runs jobs: see NOTE [ Block 0 prices the rest ] (wif.sweep.prices).
         """
         if self.n_history:
             log.info("Budget: jobs priced from %d earlier runs of this testbed in the store", self.n_history)
@@ -165,7 +136,7 @@ class SweepBudget:
             log.info(
                 "Probe done in %.1f s%s",
                 self.probe_s,
-                f", counted in the budget ({b.minutes(self.left_s())} left)" if math.isfinite(self.budget_s) else "",
+                f", counted in the budget ({minutes(self.left_s())} left)" if math.isfinite(self.budget_s) else "",
             )
         else:
             log.info(
@@ -174,7 +145,7 @@ class SweepBudget:
                 PROBE_SUFFIX,
             )
 
-    def log_plan(self, order: Sequence[b.Job], what: str) -> None:
+    def log_plan(self, order: Sequence[p.Job], what: str) -> None:
         """The plan, before the first job: what the order costs, what fits, what is left for later."""
         todo = [j for j in order if not j.done]
         if not self.prices.priced:
@@ -183,20 +154,20 @@ class SweepBudget:
                 f"jobs, {len(order) - len(todo)} finished already, no price yet: the first jobs price the rest"
             )
             return
-        fit, rest = b.fits(todo, self.prices, self.left_s())
+        fit, rest = fits(todo, self.prices, self.left_s())
         total = sum(self.prices.expected_s(j) for j in todo)
         log.info(
             f"Budget plan: {self.left_s() / 60:.1f} min of {self.budget_s / 60:.1f} left "
             f"(sweep.budget_min={self.budget_s / 60:g}); {what}: {len(order)} jobs, "
-            f"{len(order) - len(todo)} finished already, about {b.minutes(total)} expected "
+            f"{len(order) - len(todo)} finished already, about {minutes(total)} expected "
             f"({self._epochs_said()} a run)"
         )
         ran = [replace(j, done=j.done or j in fit) for j in order]
-        left = f"; {len(rest)} jobs, about {b.minutes(self.undone_s(rest))}, are left for a larger budget"
+        left = f"; {len(rest)} jobs, about {minutes(self.undone_s(rest))}, are left for a larger budget"
         left = left if rest else ""
         log.info(
             f"Budget plan: fits {len(fit)} jobs ({blocks_line(ran)}){left}; "
-            f"a job starts only if {b.SAFETY:.1f}x its upper price fits in what is left"
+            f"a job starts only if {p.SAFETY:.1f}x its upper price fits in what is left"
         )
 
     def _epochs_said(self) -> str:
@@ -208,7 +179,7 @@ class SweepBudget:
         """Whether this job may start now: its smallest useful run and the sweep's end fit in what is left."""
         job = self.job(overrides)
         upper = self.prices.start_s(job)
-        if b.may_start(upper, self.left_s()):
+        if may_start(upper, self.left_s()):
             allowed = self.prices.allowed_s(job, self.left_s(), undone=self.undone_at(job.fraction))
             log.info(
                 f"Budget: starting {job.cell} (block {job.block}): up to {allowed:.1f} s"
@@ -220,7 +191,7 @@ class SweepBudget:
         if not any(r.cell == job.cell for r in self.refused):  # said once a cell: later blocks only cost more
             log.warning(
                 f"Budget: {job.cell} (block {job.block}) not started: it may take up to {upper:.1f} s "
-                f"({b.SAFETY:.1f}x its upper price), and {self.left_s():.1f} s are left, {b.END_RESERVE_S:.0f} s "
+                f"({p.SAFETY:.1f}x its upper price), and {self.left_s():.1f} s are left, {p.END_RESERVE_S:.0f} s "
                 "of them kept for the sweep's end; cheaper jobs after it still may"
             )
         self.refused.append(job)
@@ -264,16 +235,7 @@ class SweepBudget:
         job = self.job(overrides)
         self.ran.append(job)
         self.jobs[job.key] = replace(job, done=True)
-        exp = self.client.get_experiment_by_name(self.experiment)
-        found = (
-            self.client.search_runs(
-                [exp.experiment_id],
-                f"tags.`{names.TAG_CONFIG_HASH}` = '{self.hashes[job.key]}' and attributes.status = 'FINISHED'",
-                max_results=1,
-            )
-            if exp
-            else []
-        )
+        found = self._finished(f"tags.`{names.TAG_CONFIG_HASH}` = '{self.hashes[job.key]}'", most=1)
         if not found:
             return
         m = found[0].data.metrics
@@ -281,13 +243,13 @@ class SweepBudget:
         self.prices.measure(job, wall_s=wall_s, run_s=m.get(names.TIME_TOTAL_S, wall_s), epochs=epochs)
         if job.epochs is None:
             self.auto_taken.append(epochs)
-            self.prices.auto = b.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
+            self.prices.auto = p.auto_epochs(self.auto_taken, self.tr.min_epochs, self.tr.max_epochs)
 
-    def undone_s(self, jobs: Iterable[b.Job]) -> float:
+    def undone_s(self, jobs: Iterable[p.Job]) -> float:
         """What these jobs are expected to cost, those done since counting nothing."""
         return sum(self.prices.expected_s(self.jobs.get(j.key, j)) for j in jobs)
 
-    def outcome(self, undone: Sequence[b.Job], decided: str = "") -> str:
+    def outcome(self, undone: Sequence[p.Job], decided: str = "") -> str:
         """The sweep's last words on its budget: what ran, what did not, what finishing would cost."""
         spent = time.time() - self.started
         left = [j for j in undone if not self.jobs.get(j.key, j).done]
@@ -298,7 +260,7 @@ class SweepBudget:
         )
         tail = (
             (
-                f"; not run: {len(left)} jobs, about {b.minutes(self.undone_s(left))} to finish "
+                f"; not run: {len(left)} jobs, about {minutes(self.undone_s(left))} to finish "
                 "(the same command with a larger sweep.budget_min resumes)"
             )
             if left

@@ -27,9 +27,8 @@ from wif.measure import epochs, names
 from wif.measure.contention import HostCpuMeter
 from wif.measure.epochs import WARMUP_EPOCHS
 from wif.measure.lifetime import owner_tags
-from wif.measure.paced import PacedSender
 from wif.measure.sampler import TreeSampler
-from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker, default_tracking_uri
+from wif.measure.tracking import FAILED, FINISHED, KILLED, PacedSender, Tracker, default_tracking_uri
 from wif.watcher import ranks
 from wif.watcher.orders import FORKED_FROM
 
@@ -130,8 +129,8 @@ class Record:
         elif not pss:  # the tree listed and its RSS read, a few ms: the window's workers are counted
             self.sampler.poke(slow=False)
             now = time.monotonic()
-        out.update(self.sampler.epoch_means(t_start, now))
-        out.update(self.sampler.peaks(t_start, now))
+        out.update(self.sampler.samples.means(t_start, now))
+        out.update(self.sampler.samples.peaks(t_start, now))
         return out
 
     def _attach(self, device: torch.device) -> None:

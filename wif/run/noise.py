@@ -1,7 +1,9 @@
-"""A cell's between-run noise: how much its figure scatters from run to run, seen in earlier finished runs.
+"""How a run's figure scatters: within the run and between runs, and how many epochs pin it.
 
-trainer.auto_target=auto pins a run's figure within half of that noise where it is larger than the report's
-tie margin (`wif.run.stopping.auto_target`). It is read from the store once, before the run starts.
+Over a run's steady epochs, the figure is their median epoch time. The median's interval is distribution-free:
+order statistics and binomial ranks assume nothing about how epoch times scatter. A cell's between-run noise is
+read from earlier finished runs, once, before the run starts. Kalibera and Jones' allocation weighs the two.
+`wif.run.stopping` asks these after each epoch.
 """
 
 from __future__ import annotations
@@ -10,15 +12,81 @@ import logging
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from wif.measure import names
 
 log = logging.getLogger("wif")
+DRIFT_Z = 1.96  # Mann-Kendall's z above which the steady epochs still trend (5%, two-sided)
 MIN_BETWEEN_DF = 2  # degrees of freedom a between-run sd needs (an sd of 2 runs ranges over a factor of 30)
 # An earlier run of the same testbed shares these tags; the host stands in for wif.gpu, set once a run has started.
 TESTBED_TAGS = (names.TAG_DEVICE, names.TAG_HOST, names.TAG_MODEL, names.TAG_STEP, names.TAG_ENGINE, names.TAG_TRANSFER)
 HISTORY_RUNS = 200  # the newest earlier runs read a query (MLflow loads each whole: ~8 ms a run on SQLite)
+
+
+def median_interval(values: Sequence[float], confidence: float) -> Optional[Tuple[float, float]]:
+    """The distribution-free interval of the median: the k-th smallest and the k-th largest value.
+
+    k is the largest rank whose coverage is at least `confidence`. That coverage is 1 - 2 P[Binomial(n, 1/2) < k].
+    None when n is too small for any k: n < 6 at 95%.
+    """
+    n, xs = len(values), sorted(values)
+    alpha_half, tail, k = (1.0 - confidence) / 2.0, 0.0, 0
+    for j in range(n // 2):  # tail = P(B < j + 1); x_(j+1) may bound the interval while it stays within alpha/2
+        tail += math.comb(n, j) / 2.0**n
+        if tail > alpha_half:
+            break
+        k = j + 1
+    if k == 0:
+        return None
+    return xs[k - 1], xs[n - k]
+
+
+def within_sd(steady: Sequence[float]) -> float:
+    """The epoch-to-epoch scatter, relative: the sd of the log epoch times.
+
+    Not a robust one: at 6 epochs a MAD dips by chance and would stop a run early. A slow epoch here only asks
+    for more epochs.
+    """
+    logs = [math.log(x) for x in steady if x > 0]
+    return statistics.stdev(logs) if len(logs) > 1 else 0.0
+
+
+def drift(steady: Sequence[float]) -> Optional[float]:
+    """The steady epochs' trend per epoch, relative to their median; None when they show none.
+
+    The slope is Theil-Sen's, counted where Mann-Kendall finds a trend: 5%, two-sided, normal approximation with
+    continuity correction. A run still speeding up or slowing down has no steady figure yet.
+    """
+    n = len(steady)
+    if n < 3:
+        return None
+    s = sum((b > a) - (b < a) for i, a in enumerate(steady) for b in steady[i + 1 :])
+    if (abs(s) - 1) / math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0) <= DRIFT_Z:
+        return None
+    slope = statistics.median((steady[j] - steady[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
+    return slope / statistics.median(steady)
+
+
+def material_drift(steady: Sequence[float], target: float) -> Optional[float]:
+    """`drift` over the recent half of the steady epochs, at least 6; None unless it moves them by over `target`.
+
+    Over many epochs Mann-Kendall finds any slope, however small. A run of 60 epochs was held by a drift worth
+    0.9% in all, under a 1.4% target. A drift that small is no reason to run on.
+    """
+    recent = list(steady[-max(6, len(steady) // 2) :])
+    trend = drift(recent)
+    return trend if trend is not None and abs(trend) * len(recent) > target else None
+
+
+def allocated_epochs(start_cost: float, within: float, between: Optional[float]) -> float:
+    """Kalibera and Jones' optimal repetitions of the lower level, libkalibera's `optimalreps`.
+
+    Steady epochs per run = sqrt(start_cost x within^2 / between^2), `start_cost` being a run's start in
+    epochs. The two noises are taken as equal when no earlier run tells the between-run one.
+    """
+    ratio = 1.0 if between is None else (within / between if between > 0 else math.inf)
+    return math.sqrt(max(start_cost, 0.0)) * ratio
 
 
 @dataclass(frozen=True)
@@ -40,7 +108,7 @@ def between_run_noise(figures: Mapping[str, Sequence[float]], cell: str) -> Opti
     """The cell's between-run noise from earlier runs' figures, given as cell -> figures.
 
     That is its own sd once it has MIN_BETWEEN_DF + 1 runs. Else it is the sd pooled over every cell with two
-    runs or more: the same testbed jitters alike from run to run more than cells differ in it. Else None.
+    runs or more. One testbed jitters alike from run to run, more than its cells differ. Else None.
     """
     logs = {c: [math.log(x) for x in xs if x > 0] for c, xs in figures.items()}
     own = logs.get(cell, [])
@@ -57,10 +125,10 @@ def between_run_noise(figures: Mapping[str, Sequence[float]], cell: str) -> Opti
 def read_between(client: Any, experiment_id: str, tags: Dict[str, str]) -> Optional[Between]:
     """The between-run noise of the cell a run with these `tags` measures, read once before the run starts.
 
-    It reads the store's earlier finished, uncontended runs of the same kind and testbed: a study's runs, or
-    one wif-advise race's, whose cells are its own. The cell's own runs come first, in one small query. While
-    they are too few, a second query reads the same sweep's earlier blocks. A store that cannot answer costs
-    the run its between-run evidence, never the run: the target falls back to the tie margin.
+    It reads the store's earlier finished, uncontended runs of the same kind and testbed. Those are a study's
+    runs, or one wif-advise race's runs, whose cells are its own. The cell's own runs come first, in one small
+    query. While they are too few, a second query reads the same sweep's earlier blocks. A store that cannot
+    answer costs the run its between-run evidence, never the run: the target falls back to the tie margin.
     """
     cell = tags.get(names.TAG_CELL, "")
     try:

@@ -99,6 +99,7 @@ def test_knobs_study_lands_its_cells(tmp_path: Path, store: str, cache_dir: Path
         cache_dir,
         "+study=knobs",
         "preset=smoke",
+        "data.num_train=800",  # its cells and the report's speedups, not their size
         "loader=pin_nb_w4_pf2",
         "loader.multiprocessing_context=fork",
     )

@@ -29,7 +29,8 @@ from tests.test_real_scripts import advise, assert_answered_and_stored
 ROOT = Path(__file__).resolve().parents[1]
 INTERVAL = r"95% interval \d+\.\d+-\d+\.\d+"
 RACED = re.compile(rf"^(Pick|Keep what you have): .*{INTERVAL}", re.M)
-# A short race of the current setting against the best candidate: an answer and its interval, not a timing.
+# A short race of the current setting against the best candidate: an answer and its interval, not a timing (so
+# these run beside other tests: a pick or a keep is checked alike).
 QUICK = ["--minutes", "5", "--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "measure.contended_pct=1000"]
 
 
@@ -54,7 +55,6 @@ def assert_raced_with_orders_in_effect(out: str, store: str, found: Sequence[str
     assert all(float(w) == peak for _, w, peak in said), f"orders that did not reach the loader: {sorted(said)}"
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_lightnings_boring_model_and_data_module(tmp_path: Path, store: str) -> None:
     """lightning.pytorch.demos.boring_classes: BoringModel fit on BoringDataModule, its loader batch 1."""
@@ -63,7 +63,6 @@ def test_lightnings_boring_model_and_data_module(tmp_path: Path, store: str) -> 
     assert_raced_with_orders_in_effect(out, store, ["(run by Lightning's Trainer)", "over a Subset"])
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_accelerates_regression_model_and_dataset(tmp_path: Path, store: str) -> None:
     """accelerate.test_utils.training: RegressionModel on RegressionDataset, the DataLoader prepared."""
@@ -72,7 +71,6 @@ def test_accelerates_regression_model_and_dataset(tmp_path: Path, store: str) ->
     assert_raced_with_orders_in_effect(out, store, ["a DataLoaderShard over a SlowRegressionDataset"])
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 def test_timms_create_loader(tmp_path: Path, store: str) -> None:
     """timm.data.create_loader over timm's ImageDataset of 96 JPEGs: fast_collate and PrefetchLoader."""

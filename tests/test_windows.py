@@ -111,11 +111,14 @@ def test_orders_measure_one_epoch_in_windows_and_leave_within_it(tmp_path: Path,
     assert names.SCRIPT_STREAM not in metrics  # it has a length: no line on what a stream's figures assume
 
 
+QUICK = ("--minutes", "3", "--race-candidates", "1", "--max-epochs", "6")  # the pick against the current setting
+
+
 def advise(tmp_path: Path, store: str, *command: str) -> str:
     environ = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1"}
     environ.pop(ENV, None)
     done = subprocess.run(
-        [sys.executable, "-m", "wif.advisor.advise_cli", "--minutes", "3", "--", sys.executable, "-m", *command],
+        [sys.executable, "-m", "wif.advisor.advise_cli", *QUICK, "--", sys.executable, "-m", *command],
         cwd=tmp_path,
         env=environ,
         capture_output=True,

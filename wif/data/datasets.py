@@ -26,8 +26,7 @@ import torch
 from torch.utils.data import Dataset
 
 from wif.config import Augment, ConfigError, DataConfig, DataSource
-from wif.data.decoders import Decoder, HeldImages, ImageFiles, JpegBlob
-from wif.data.folder import folder_files, read_image
+from wif.data.folder import Decoder, HeldImages, ImageFiles, JpegBlob, folder_files, read_image
 from wif.data.folder_check import unreadable
 from wif.data.synthetic import encoded_arrays, synthetic_arrays
 

@@ -17,7 +17,7 @@ cannot run in forked workers, so the decoding cannot move into them.
   them on its slower hybrid path. Non-JPEG files are decoded on the CPU and copied.
 
 On a CPU device the same code decodes with device='cpu' in the main process. Its figures mean nothing for the
-speed of a GPU decode: tag wif.decode_note. wif.config.decode refuses what this cannot run with.
+speed of a GPU decode: tag wif.decode_note. wif.config.formats refuses what this cannot run with.
 """
 
 from __future__ import annotations

@@ -23,9 +23,8 @@ from wif.config import ConfigError, DataFormat, DataSource
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.folder_check import require_readable
-from wif.data.formats.check import check_pack
 from wif.data.formats.pack import Progress
-from wif.data.formats.store import THROTTLE_ENV, build, listing_of
+from wif.data.formats.store import THROTTLE_ENV, build, check_pack, listing_of
 
 PROG = "wif-pack"
 BAR = 30

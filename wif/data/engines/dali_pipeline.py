@@ -26,8 +26,8 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 from wif.config import Augment
 from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD, DecodedSplit
-from wif.data.decoders import ImageFiles, JpegBlob
 from wif.data.engines.common import Request, in_flight, num_batches, sample_order
+from wif.data.folder import ImageFiles, JpegBlob
 from wif.data.loaders import Batch
 
 

@@ -17,7 +17,7 @@ import torch
 
 from wif.config import Augment, ConfigError, DataConfig, DataFormat, DataSource, PageCache
 from wif.data.datasets import Datasets, decoded_datasets, make_transform, split_picks
-from wif.data.decoders import ImageFiles
+from wif.data.folder import ImageFiles
 from wif.data.formats.lmdb_format import LmdbImages, close_all
 from wif.data.formats.pack import Pack, open_pack
 from wif.data.formats.shards import ShardPart, ShardSplit

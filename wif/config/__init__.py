@@ -1,14 +1,14 @@
 """What a run is: the typed schema of every config group, its checks, and how a job ends.
 
-    schema         the typed schema of every config group, and its errors
-    choices        the choices each key takes
-    checks         the checks a type cannot express, with the data's and the trainer's
-    loader_checks  the loader's and the transfer's checks
-    formats        the checks of storage formats and of decoding on the device
-    engine_checks  the checks of the loader engines
-    targets        user code named by `_target_`
-    compose        `conf/` composed for the command-line tools
-    exits          exit codes, the one line a failure prints, and where its traceback goes
+    `schema`: the typed schema of every config group, and its errors.
+    `choices`: the choices each key takes.
+    `checks`: the checks a type cannot express, with the data's and the trainer's.
+    `loader_checks`: the loader's and the transfer's checks.
+    `formats`: the checks of storage formats and of decoding on the device.
+    `engine_checks`: the checks of the loader engines.
+    `targets`: user code named by `_target_`.
+    `compose`: `conf/` composed for the command-line tools.
+    `exits`: exit codes, the one line a failure prints, and where its traceback goes.
 
 The checks live here so that checking a config never imports a data pipeline. This is the bottom layer: it
 imports no other wif package, only wif.dataloader_args, the table of DataLoader's arguments.

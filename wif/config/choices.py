@@ -13,8 +13,10 @@ class ConfigError(ValueError):
 
 
 class UserCodeError(ConfigError):
-    """A user's factory failed or built the wrong thing: refused as a bad setting, before any run is recorded
-    (a dataset factory is checked by the run's own process, before its MLflow run is opened)."""
+    """A user's factory failed or built the wrong thing: a bad setting, refused before any run is recorded.
+
+    The run's own process checks a dataset factory, before it opens its MLflow run.
+    """
 
 
 def require(ok: bool, message: str) -> None:

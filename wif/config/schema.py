@@ -1,7 +1,7 @@
 """Typed schemas for every config group (one dataclass a group, registered with Hydra's ConfigStore).
 
-Hydra merges each YAML option onto these dataclasses, so a typo or a wrong type fails at launch with
-Hydra's own message; `wif.config.checks` then refuses the combinations a type cannot express.
+Hydra merges each YAML option onto these dataclasses, so a typo or a wrong type fails at launch. Hydra's own
+message says why. `wif.config.checks` then refuses the combinations a type cannot express.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The study's datasets and splits, at two operating points.
 
 - Preprocessed tensors: `data=synthetic`, or `data=folder data.preload=true` without augmentation. They are
-  float32 tensors in host memory, the way the study holds its images, so the loader options differ only in
-  how batches reach the device. The subset is cut from the uint8 images: only the images a run uses are ever
-  converted to float.
+  float32 tensors in host memory, as the study holds its images. The loader options then differ only in how
+  batches reach the device. The subset is cut from the uint8 images: only the images a run uses become float.
 - Decoded per sample: `data=encoded`, `data=folder`. JPEG bytes or image files are decoded, augmented and
   normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
 
@@ -78,9 +77,9 @@ def make_transform(augment: Augment, size: int, train: bool, native: bool = Fals
 class PerSample(Dataset):
     """A split that reads its samples one by one from `self.decoder`, a batch at a time.
 
-    DataLoader's fetcher asks for a batch (`__getitems__`). After each one, the decoder may let go of what it
-    holds open between batches: an LMDB pack's map under a cold page cache, which a persistent worker would
-    otherwise hold through the eviction.
+    DataLoader's fetcher asks for a batch (`__getitems__`). After each batch the decoder may let go of what it
+    holds open. An LMDB pack's map under a cold page cache is such a thing: a persistent worker would hold it
+    through the eviction.
     """
 
     decoder: Decoder

@@ -31,8 +31,8 @@ from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, 
 def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
     """(size to resize to on decoding, whether images come at their own size), as the source decodes.
 
-    data=folder decodes at data.image_size, or at its own size under augment=standard. data=encoded is already
-    at data.image_size.
+    `data=folder` decodes at data.image_size, or at its own size under augment=standard. `data=encoded` is
+    already at data.image_size.
     """
     if source == DataSource.encoded.value:
         return None, False
@@ -144,9 +144,9 @@ class EpochStorage:
     """Around each training epoch: the data's storage, evicted and measured.
 
     Under data.page_cache=cold the data's files are evicted first. Each epoch reports the share of them still
-    resident, and the bytes the run's process tree read from storage during it. Under cold, an epoch that
-    kept more than COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage, says so with
-    `page_cache_cold` 0: a warm figure is never logged as a cold one.
+    resident, and the bytes the run's process tree read from storage during it. A cold epoch may keep more than
+    COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage. It then says so with
+    `page_cache_cold` 0, so a warm figure is never logged as a cold one.
     """
 
     def __init__(self, cfg: DataConfig) -> None:

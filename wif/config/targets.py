@@ -1,6 +1,6 @@
 """User code named by `_target_` (a model, a dataset, an optimizer), and the keys a chosen option reads.
 
-Nothing may be silently ignored. One line naming the key and what it expected stops the run at:
+Nothing may be silently ignored. Each of these stops the run, in one line naming the key:
     A key the schema does not have: the typed conversion would drop `+model.nam=x`.
     A key of another option: `model.channels` with model=torchvision, `model._target_` with model=googlenet.
     A `_target_` that cannot be imported or is not callable.

@@ -1,15 +1,17 @@
 """wif from the user's own training script (docs/your-workload.md).
 
-People paste a worker search into `main_worker` of PyTorch's ImageNet example; these two do it for them:
+People paste a worker search into `main_worker` of PyTorch's ImageNet example; these two do it for them.
+`tune_workers` runs the wif-tune search in this process; `time_epochs` puts wif's epoch clock around your own
+step. Both run in the caller's process on any Dataset and loop: no Hydra, no forked child, no memory sampler.
+A train.py run records those. `time_epochs` can log its figures to MLflow, tagged `wif.kind=user`, so the
+study's report never mixes them with its own runs.
+
+For example:
 
     import wif
-    pick = wif.tune_workers(train_set, batch_size=256)          # the wif-tune search, in this process
+    pick = wif.tune_workers(train_set, batch_size=256)
     loader = DataLoader(train_set, batch_size=256, num_workers=pick.num_workers, pin_memory=pick.pin_memory)
-    times = wif.time_epochs(loader, my_step, epochs=3)          # wif's epoch clock around your own step
-
-Both run in the caller's process on any Dataset and loop: no Hydra, no forked child, no memory sampler. A
-train.py run records those. `time_epochs` can log its figures to MLflow, tagged `wif.kind=user` so the
-study's report never mixes them with its own runs.
+    times = wif.time_epochs(loader, my_step, epochs=3)
 """
 
 from __future__ import annotations
@@ -238,10 +240,9 @@ class TimingOptions:
 def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int = 3, **options: Any) -> EpochTimes:
     """Times `epochs` passes of `step(batch)` over `loader` as wif times its own.
 
-    The device is synchronized at each epoch's start and end only. The host's wait in `next()` is summed as
-    data wait, and the step's time as compute: CUDA events on the device, read after the epoch's sync. `step`
-    should not read values off the device per batch, as `.item()` does: that synchronizes and hides the
-    overlap being measured.
+    The device is synchronized at each epoch's start and end only. The host's wait in `next()` is summed as data
+    wait. The step's time is summed as compute, by CUDA events read after the epoch's sync. `step` should not read
+    values off the device per batch, as `.item()` does: that synchronizes and hides the overlap being measured.
 
     Args:
         loader: the batches, any iterable.

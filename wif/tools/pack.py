@@ -1,13 +1,13 @@
 """`wif-pack`: pack an image source into LMDB or tar shards up front; train from it with data.path.
 
 A run would pack it so into the cache (docs/formats.md). The pack says its progress: a bar, images/s and
-bytes written.
+bytes written. It is written under a temporary name beside PATH and renamed when complete. So a pack killed
+half-way is never found under PATH. Then every record is checked against its index.
+
+For example:
 
     wif-pack data=folder data.root=IMAGES --to lmdb --out PATH
     wif-study data=folder data.format=lmdb data.path=PATH
-
-The pack is written under a temporary name beside PATH and renamed when complete: a pack killed half-way is
-never found under PATH. Then every record is checked against its index.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ Coarse steps go from 0 workers up to twice the usable cores, stopping as soon as
 Then every count within a small radius of the best is tried. Each trial is a loader-only run of the
 configured loader, `trainer.max_batches` batches an epoch. It has the study's loop, its forked and sampled
 child (`wif.run.supervise.supervise`) and its MLflow store. The runs are tagged `wif.kind=tune`, so the
-study's report never mixes them in. The pick is the fewest workers within `--min-gain` of the fastest:
-more workers for no gain only cost CPU and RAM.
+study's report never mixes them in. The pick is the fewest workers within `--min-gain` of the fastest.
+More workers for no gain only cost CPU and RAM.
+
+For example:
 
     wif-tune preset=smoke data.fraction=0.4 --batches 50
 """

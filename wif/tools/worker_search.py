@@ -74,7 +74,7 @@ def double_workers(
 
     The coarse pass tries 0, 4, 8, 16, ... and `max_workers` last. It stops at the first count that fails, or is
     not faster than the best so far by more than `min_gain`. The refining pass tries the counts halfway between
-    the best and the coarse counts beside it: about log2(max_workers) + 3 trials, where `search_workers` takes
+    the best and the coarse counts beside it. That is about log2(max_workers) + 3 trials; `search_workers` takes
     about max_workers / step. A count that fails, as one the minutes cut does, ends the coarse pass.
 
     Args:

@@ -128,4 +128,3 @@ ARGS: Tuple[DataLoaderArg, ...] = (
 BY_NAME: Dict[str, DataLoaderArg] = {arg.name: arg for arg in ARGS}
 ORDERED: Tuple[str, ...] = tuple(arg.name for arg in ARGS if arg.ordered)  # what an order may set, in this order
 WORKER_ONLY: Tuple[DataLoaderArg, ...] = tuple(arg for arg in ARGS if arg.needs_workers)
-TRAINER_FIELDS: Dict[str, str] = {arg.name: arg.trainer_field for arg in ARGS if arg.trainer_field}

@@ -1,13 +1,9 @@
 """What a run is: the typed schema of every config group, its checks, and how a job ends.
 
-    `schema`: the typed schema of every config group, and its errors.
-    `choices`: the choices each key takes.
+    `schema`: the typed schema of every config group; `choices`: the errors, and the choices each key takes.
     `checks`: the checks a type cannot express, with the data's and the trainer's.
-    `loader_checks`: the loader's and the transfer's checks.
-    `formats`: the checks of storage formats and of decoding on the device.
-    `engine_checks`: the checks of the loader engines.
-    `targets`: user code named by `_target_`.
-    `compose`: `conf/` composed for the command-line tools.
+    `loader_checks`: the loader's and transfer's; `formats`: storage and decoding; `engine_checks`: the engines'.
+    `targets`: user code named by `_target_`; `compose`: `conf/` composed for the command-line tools.
     `exits`: exit codes, the one line a failure prints, and where its traceback goes.
 
 The checks live here so that checking a config never imports a data pipeline. This is the bottom layer: it

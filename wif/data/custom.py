@@ -26,8 +26,7 @@ def _is_map_style(ds: Any) -> bool:
 def custom_sets(cfg: DataConfig) -> Dict[str, Optional[Dataset]]:
     """Call the factory and check what it returned.
 
-    Raises UserCodeError naming data._target_ unless it is a map-style Dataset of (input, label) pairs, or a
-    dict of them.
+    UserCodeError, naming data._target_, unless it is a map-style Dataset of (input, label), or a dict of them.
     """
     factory = importable("data._target_", str(cfg._target_))
     try:

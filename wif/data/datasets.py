@@ -125,7 +125,6 @@ class Datasets:
     num_classes: int
 
 
-# ----------------------------------------------------------------------------- image folders
 def _usable_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
     """folder_files, without the unreadable files under data.skip_bad=true: wif.data.folder_check found them."""
     if not cfg.skip_bad:
@@ -143,7 +142,6 @@ def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
     return arrays, n_classes
 
 
-# ----------------------------------------------------------------------------- subsets and splits
 def split_indices(n_total: int, fraction: float, val_split: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
     """A seeded subset of `fraction` of the training set, then its train/validation split.
 

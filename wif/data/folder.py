@@ -92,11 +92,7 @@ def folder_files(cfg: DataConfig, skip: AbstractSet[str] = frozenset()) -> Tuple
 
 
 class Decoder(Protocol):
-    """Image i of a set as uint8 C x H x W.
-
-    Implementations are plain classes: they pickle into workers. Those of encoded images also give image i's
-    bytes as stored (`encoded`), for data.decode=device.
-    """
+    """Image i of a set as uint8 C x H x W; a decoder of encoded images also gives its bytes (`encoded`)."""
 
     def __call__(self, i: int) -> torch.Tensor: ...
 

@@ -147,11 +147,11 @@ def unreadable(cfg: DataConfig) -> FrozenSet[str]:
     return check_folder(cfg).unreadable_paths()
 
 
-# ----------------------------------------------------------------------------- the cache
 # NOTE [ Two cache files per folder ]
 # The verdict is keyed on a digest of the whole listing: the next run of an unchanged folder reads a few bytes.
 # Every file's size, mtime and verdict are kept beside it: a changed folder decodes the changes alone.
-# See NOTE [ Two cache files per folder ]
+
+
 def _cache_file(cfg: DataConfig, root: Path) -> Path:
     key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return Path(cfg.cache_dir).expanduser() / "folder-check" / f"{key}.json"
@@ -188,7 +188,6 @@ def _write_json(path: Path, body: Dict[str, Any]) -> None:
         )
 
 
-# ----------------------------------------------------------------------------- decoding
 def _processes(n_files: int) -> int:
     return max(1, min(usable_cores(), -(-n_files // CHUNK)))
 

@@ -97,10 +97,8 @@ def batch_nbytes(batch: Any) -> int:
 def copies_from_host(batches: Batches, transfer: Transfer) -> bool:
     """Whether the batches a run's loop receives were copied host-to-device (on a CPU device: would be).
 
-    `data=fixed` (`FixedBatches`) is made on the device, and gpu_resident (`ResidentBatches`) is gathered there.
-    `engine=dali`, decoding on a GPU, yields batches on the device. None of these copies, on any device. It looks
-    through the wrappers a run puts around its batches (trainer.max_batches, transfer=stream): each keeps the
-    batches it wraps as `.batches`.
+    `data=fixed`, gpu_resident and `engine=dali` decoding on a GPU make their batches on the device: no copy. It
+    looks through a run's wrappers (trainer.max_batches, transfer=stream); each keeps its batches as `.batches`.
     """
     source: Any = batches
     while not isinstance(source, (FixedBatches, ResidentBatches)) and hasattr(source, "batches"):
@@ -117,11 +115,9 @@ def copies_from_host(batches: Batches, transfer: Transfer) -> bool:
 class StreamPrefetcher:
     """transfer=stream: any loader's batches as device batches, the next copied on a side CUDA stream.
 
-    The copy overlaps the current batch's compute, as the DataPrefetcher of NVIDIA's apex ImageNet example does.
-    See NOTE [ Side stream ]. On a device without CUDA there is no stream to overlap on: the batches are plainly
-    copied. Under `uint8` (transfer.uint8=true) the images are converted on the side stream too, after their copy.
-    So the conversion overlaps the compute as the copy does. A batch decoded there (`decode`) is decoded the same
-    way.
+    The copy overlaps the current batch's compute, as apex's ImageNet DataPrefetcher does (NOTE [ Side stream ]).
+    Without CUDA the batches are plainly copied. Under `uint8` (transfer.uint8=true) the images are converted on
+    the side stream after their copy; a batch is decoded there too (`decode`, data.decode=device).
     """
 
     def __init__(

@@ -122,7 +122,6 @@ def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
     )
 
 
-# ----------------------------------------------------------------------------- critical values
 def _design(f: Fit) -> draws_.Design:
     return draws_.Design(cov_unit=np.round(f.cov / f.sigma**2, 10).tobytes(), k=len(f.settings), df=f.df)
 
@@ -161,7 +160,6 @@ def _critical_values(f: Fit, controls: Sequence[int], two_sided: bool, confidenc
     return _critical(_design(f), tuple(controls), two_sided, confidence)
 
 
-# ----------------------------------------------------------------------------- against the baseline
 @dataclass(frozen=True)
 class VsBaseline:
     """Speedup = baseline time / setting time, with a simultaneous interval and an adjusted p-value."""
@@ -201,7 +199,6 @@ def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
     return out
 
 
-# ----------------------------------------------------------------------------- the best
 @dataclass(frozen=True)
 class VsBest:
     """How much slower than the fastest setting (whichever it is), as time ratios >= 1."""
@@ -248,7 +245,6 @@ def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
     return out
 
 
-# ----------------------------------------------------------------------------- outliers
 def outliers(runs: pd.DataFrame, value: str, limit: float = OUTLIER_SDS) -> pd.Series:
     """Runs whose residual in a robust fit of the same model lies beyond `limit` robust SDs.
 

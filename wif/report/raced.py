@@ -94,8 +94,7 @@ def answer(runs: pd.DataFrame, value: str, record: RaceRecord) -> RaceAnswer:
 def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame:
     """The table's 'vs fastest' columns as the race decided them.
 
-    The settings left in the race get its final look's MCB; each dropped setting keeps the bound it was
-    dropped with.
+    Settings left in the race get its final look's MCB; each dropped setting keeps the bound it was dropped with.
     """
     out = table.copy()
     final = decision.columns(fit, "", race.rules.look_confidence, race.rules.margin)

@@ -54,7 +54,6 @@ def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
-# ----------------------------------------------------------------------------- tune_workers
 @dataclass
 class WorkerPick:
     """The pick and every trial: the fewest workers within `min_gain` of the fastest, then no pinning."""
@@ -106,9 +105,9 @@ def tune_workers(
 ) -> WorkerPick:
     """The search `wif-tune` runs (`wif.tools.worker_search.search_workers`), on the caller's Dataset.
 
-    For each pin_memory, num_workers goes from 0 up in coarse steps until more stop helping, then every count
-    near the best is tried. Each trial iterates `batches` batches for `epochs` epochs, the first left out,
-    and copies them to the device. Without CUDA only pin_memory=False is tried: pinning has no effect there.
+    It searches num_workers for each pin_memory. Each trial iterates `batches` batches for `epochs` epochs, the
+    first left out, and copies them to the device. Without CUDA only pin_memory=False is tried: pinning has no
+    effect there.
 
     Args:
         dataset: the Dataset the trials' DataLoaders read.
@@ -194,7 +193,6 @@ class _InProcessTrials:
         return trial.img_s
 
 
-# ----------------------------------------------------------------------------- time_epochs
 @dataclass
 class EpochTimes:
     """Each epoch's figures and the summary over the measured epochs, as a train.py run and wif.watch have them.

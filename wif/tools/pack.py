@@ -4,8 +4,6 @@ A run would pack it so into the cache (docs/formats.md). The pack says its progr
 bytes written. It is written under a temporary name beside PATH and renamed when complete. So a pack killed
 half-way is never found under PATH. Then every record is checked against its index.
 
-For example:
-
     wif-pack data=folder data.root=IMAGES --to lmdb --out PATH
     wif-study data=folder data.format=lmdb data.path=PATH
 """

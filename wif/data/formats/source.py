@@ -65,8 +65,7 @@ def source_listing(cfg: DataConfig, skip: frozenset = frozenset()) -> Listing:
 def encoded_files(cfg: DataConfig) -> Listing:
     """data=encoded's JPEG bytes as files, `part/<label>/<index>.jpg`, written once into the cache.
 
-    They go into a temporary folder, renamed when complete. They hold the bytes the in-memory set decodes, in its
-    order.
+    Written to a temporary folder renamed when complete, they hold the in-memory set's bytes, in its order.
     """
     arrays = encoded_arrays(cfg)
     key = {**synthetic_key(cfg), "jpeg_quality": cfg.jpeg_quality, "version": 1}  # the files' own version

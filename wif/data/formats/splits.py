@@ -31,8 +31,7 @@ from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, 
 def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
     """(size to resize to on decoding, whether images come at their own size), as the source decodes.
 
-    `data=folder` decodes at data.image_size, or at its own size under augment=standard. `data=encoded` is
-    already at data.image_size.
+    `data=folder` decodes at data.image_size, or at its own size under augment=standard; data=encoded is at it.
     """
     if source == DataSource.encoded.value:
         return None, False

@@ -27,8 +27,7 @@ MODEL_KEYS: Dict[ModelName, Tuple[str, ...]] = {
 }
 # Data keys that only one data option reads (the others are shared by every option, or checked elsewhere).
 DATA_ONLY: Dict[str, Tuple[DataSource, ...]] = {"_target_": (DataSource.custom,), "kwargs": (DataSource.custom,)}
-# data=custom: the user's Dataset makes its own images; these keys describe the study's own sets.
-# (data.num_train / num_test, which presets set, are said once as a warning instead: see warnings_for.)
+# data=custom's Dataset makes its own images, so these keys mean nothing; num_train/num_test: a warning (warnings_for)
 NOT_FOR_CUSTOM_DATA = ("root", "synthetic_seed", "noise", "augment", "jpeg_quality", "preload", "skip_bad")
 
 

@@ -1,2 +1,2 @@
-"""A user's own workload, as wif takes it: a model factory (models), a dataset factory (datasets) and a
-training script that asks wif which loader settings feed it fastest (user_script)."""
+"""A user's own workload: a model factory (models), a dataset factory (datasets), and a script that asks wif
+for the fastest loader settings (user_script)."""

@@ -1,7 +1,7 @@
 """A dataset factory as `data=custom data._target_=examples.datasets.noisy_squares` calls it.
 
-It returns map-style Datasets of (image, label): here a dict with `train` and `test` (a `val` set is
-optional; without one wif cuts `data.val_split` of the training subset). Its arguments come from
+It returns map-style Datasets of (image, label): here a dict with `train` and `test`. A `val` set is optional;
+without one wif cuts `data.val_split` of the training subset. Its arguments come from
 `+data.kwargs.NAME=VALUE`, e.g. `+data.kwargs.size=32`. Each sample is made on access, with a little
 per-sample work, as decoding and augmenting a real image would be.
 """

@@ -1,6 +1,6 @@
 """A model factory as `model=custom model._target_=examples.models.small_cnn` calls it.
 
-wif passes `num_classes` (from the data) because the factory takes it; any other argument comes from
+The factory takes `num_classes`, so wif passes it, from the data. Any other argument comes from
 `+model.kwargs.NAME=VALUE`, e.g. `+model.kwargs.width=32`.
 """
 

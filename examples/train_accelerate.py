@@ -1,12 +1,13 @@
-"""A script with accelerate as its users write it: its own loop, the model, optimizer and both loaders handed
-to `Accelerator.prepare` (which wraps each DataLoader in its `DataLoaderShard`), `accelerator.backward`.
-Nothing of wif in it: `wif-advise -- python -m examples.train_accelerate` finds the training loader inside
-accelerate's wrapper (docs/advise.md).
+"""A script with accelerate as its users write it: its own loop, `Accelerator.prepare`, `accelerator.backward`.
+
+`Accelerator.prepare` takes the model, the optimizer and both loaders, and wraps each DataLoader in its
+`DataLoaderShard`. Nothing of wif is in it: `wif-advise -- python -m examples.train_accelerate` finds the
+training loader inside accelerate's wrapper (docs/advise.md).
+
+Each item waits `--delay-ms` on a read that takes no CPU (`wif.advisor.examples.SlowReads`, standing in for your
+Dataset). With `--delay-ms 0 --width 48` the step is the slow part instead.
 
     python -m examples.train_accelerate --epochs 3 --delay-ms 4 --workers 0
-
-Each item waits `--delay-ms` (a read that takes no CPU: `wif.advisor.examples.SlowReads`, standing in for your
-Dataset); `--delay-ms 0 --width 48` makes the step the slow part instead.
 """
 
 from __future__ import annotations

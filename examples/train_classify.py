@@ -1,5 +1,6 @@
-"""A classification loop as users write it, watched by wif: the one line is `wif.watch(loader)`. The other
-examples build their own data and model and train them with this loop (`train`) and these flags (`parser`).
+"""A classification loop as users write it, watched by wif: the one line is `wif.watch(loader)`.
+
+The other examples build their own data and model, and train with this loop (`train`) and flags (`parser`).
 
     python -m examples.train_classify --epochs 3 --workers 0
 """
@@ -53,8 +54,10 @@ def parser(doc: str, batch_size: int = 64, n_train: int = 1024) -> argparse.Argu
 
 @dataclass(frozen=True)
 class LoopOptions:
-    """How the loop is written: `bar` wraps the loader in a new tqdm each epoch; `max_steps` leaves each epoch
-    after that many batches, as loops with a per-epoch step limit do."""
+    """How the loop is written: `bar` wraps the loader in a new tqdm each epoch.
+
+    `max_steps` leaves each epoch after that many batches, as loops with a per-epoch step limit do.
+    """
 
     bar: bool = False
     max_steps: Optional[int] = None

@@ -1,5 +1,6 @@
-"""A compute-bound loop: the batches are in memory already (a TensorDataset) and the step is a real
-convolutional network's, so the step hardly waits for data and no loader setting can help.
+"""A compute-bound loop: the step hardly waits for data, and no loader setting can help.
+
+The batches are in memory already (a TensorDataset), and the step is a real convolutional network's.
 
     python -m examples.train_compute_bound --epochs 3
 """

@@ -1,12 +1,14 @@
-"""A Hugging Face `Trainer` script as its users write it: a small BERT made from its config (no download), a
-Dataset of token ids, `TrainingArguments` and `Trainer.train()` with an evaluation each epoch. Nothing of wif in
-it: `wif-advise -- python -m examples.train_hf` finds the training loader the Trainer makes (docs/advise.md), and
-its answer is in TrainingArguments' fields (`dataloader_num_workers`, ...).
+"""A Hugging Face `Trainer` script as its users write it, evaluating each epoch.
+
+It has a small BERT made from its config (no download), a Dataset of token ids, `TrainingArguments` and
+`Trainer.train()`. Nothing of wif is in it: `wif-advise -- python -m examples.train_hf` finds the training
+loader the Trainer makes (docs/advise.md). Its answer is in TrainingArguments' fields
+(`dataloader_num_workers`, ...).
+
+Each item waits `--delay-ms` on a read that takes no CPU. With `--delay-ms 0 --layers 4 --hidden 256` the step
+is the slow part instead.
 
     python -m examples.train_hf --epochs 3 --delay-ms 4 --workers 0
-
-Each item waits `--delay-ms` (a read that takes no CPU); `--delay-ms 0 --layers 4 --hidden 256` makes the step
-the slow part instead.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""A PyTorch Lightning script as its users write it: a LightningModule, a LightningDataModule with a training
-and a validation loader, `Trainer.fit`. Nothing of wif in it: `wif-advise -- python -m examples.train_lightning`
-finds the training loader inside Lightning's loop (docs/advise.md).
+"""A PyTorch Lightning script as its users write it: a LightningModule, a LightningDataModule, `Trainer.fit`.
+
+The LightningDataModule has a training and a validation loader. Nothing of wif is in it:
+`wif-advise -- python -m examples.train_lightning` finds the training loader inside Lightning's loop
+(docs/advise.md).
+
+Each item waits `--delay-ms` on a read that takes no CPU (`wif.advisor.examples.SlowReads`, standing in for your
+Dataset). With `--delay-ms 0 --width 48` the step is the slow part instead.
 
     python -m examples.train_lightning --epochs 3 --delay-ms 4 --workers 0
-
-Each item waits `--delay-ms` (a read that takes no CPU: `wif.advisor.examples.SlowReads`, standing in for your
-Dataset); `--delay-ms 0 --width 48` makes the step the slow part instead.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""A Dataset whose items wait 4 ms each on a read that takes no CPU (`time.sleep`, as a network read), trained
-by the classification loop: at 0 workers the step waits on the data, and workers overlap the waits even on
-2 cores.
+"""A Dataset whose items wait 4 ms each on a read that takes no CPU, trained by the classification loop.
+
+The read is a `time.sleep`, as a network read is. At 0 workers the step waits on the data; workers overlap
+the waits even on 2 cores.
 
     python -m examples.train_slow_reads --epochs 3 --workers 0
 """

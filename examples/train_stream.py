@@ -1,7 +1,7 @@
 """A step-based loop over an endless stream, as LLM pretraining is written: no epochs, `--max-steps` steps.
 
-The IterableDataset never ends. Each item waits 4 ms on a read that takes no CPU, and each DataLoader worker
-takes its own share of the items by `torch.utils.data.get_worker_info()`. wif measures it in windows of
+The IterableDataset never ends. Each item waits 4 ms on a read that takes no CPU. Each DataLoader worker takes
+its own share of the items by `torch.utils.data.get_worker_info()`. The watch measures it in windows of
 batches (docs/advise.md).
 
     python -m examples.train_stream --max-steps 600 --workers 0

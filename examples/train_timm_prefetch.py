@@ -1,6 +1,7 @@
-"""A loader wrapped the way timm wraps it: `timm.data.loader.PrefetchLoader` around a DataLoader of uint8
-images (normalized on the device, on a side stream where CUDA is). `wif.watch` takes the wrapper as it is and
-finds the DataLoader inside (its `.loader`) for its settings. Trained by the classification loop.
+"""A loader wrapped the way timm wraps it: `timm.data.loader.PrefetchLoader` around a DataLoader of uint8 images.
+
+The images are normalized on the device, on a side stream where CUDA is. `wif.watch` takes the wrapper as it
+is and finds the DataLoader inside (its `.loader`) for its settings. Trained by the classification loop.
 
     python -m examples.train_timm_prefetch --epochs 3
 """

@@ -1,6 +1,7 @@
-"""Your own training script, asking wif two questions (the way a worker search is often pasted into
-PyTorch's ImageNet example; docs/your-workload.md): which loader settings feed this Dataset fastest, and
-how long do my epochs take with them, split into waiting for data and computing.
+"""Your own training script, asking wif two questions (docs/your-workload.md).
+
+Which loader settings feed this Dataset fastest? How long do my epochs take with them, split into waiting for
+data and computing? A worker search is often pasted so into PyTorch's ImageNet example.
 
     python -m examples.user_script --epochs 3        # installed from a wheel: python -m wif.examples.user_script
 """

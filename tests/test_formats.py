@@ -24,10 +24,9 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, needs, run_train, train_runs
 from tests.test_data import _data_cfg
 from wif.data.datasets import load_datasets
-from wif.data.formats.check import check_pack
 from wif.data.formats.pack import PackError, crc, open_pack
 from wif.data.formats.splits import format_datasets
-from wif.data.formats.store import THROTTLE_ENV
+from wif.data.formats.store import THROTTLE_ENV, check_pack
 from wif.tools.pack import main as wif_pack
 
 FORMATS = ("folder", "lmdb", "shards")

@@ -1,34 +1,27 @@
-"""Who is Faster: which PyTorch data-loading and host-to-GPU transfer settings train fastest, and what
-each costs in VRAM and RAM.
+"""Who is Faster: which PyTorch data-loading and host-to-GPU transfer settings train fastest, at what memory cost.
 
-The packages, bottom to top; each imports only from those below it (tests/test_layout.py checks):
+The packages, bottom to top. Each imports only from those below it (tests/test_layout.py checks). Each
+package's `__init__` says what lives in it.
 
-    config   what a run is: typed schema, checks, composition for the tools, exit codes
-    measure  how a run is observed and recorded: an epoch's account, clocks, memory sampler, NVML,
-             contention, host facts, MLflow tracking, process lifetime
-    decide   deciding from few repeats: the model, the verdict, the race's rules (beside data: it
-             imports measure's names alone)
-    data     where batches come from: data sources and their cache, image folders, datasets, loaders,
-             transfer to the device, loader engines
-    run      one run: model, epoch loop, training, the supervised child process
-    sweep    many runs: the Hydra job, the sweep's callback and tally, preflight, blocks, the race's
-             record, cluster and GPU placement
-    tools    wif-tune, wif-batch-size, wif-bandwidth, wif-pack and the in-process API (import run and
-             below, never sweep)
-    watcher  wif.watch in a user's own loop, and the orders wif-advise gives it (imports run and below)
-    advisor  wif-advise: the bottleneck found, candidates predicted and raced (imports tools, watcher and
-             below)
+    `config`: what a run is: typed schema, checks, composition for the tools, exit codes.
+    `measure`: how a run is observed and recorded: clocks, memory, NVML, host facts, MLflow.
+    `decide`: deciding from few repeats. It sits beside data and imports measure's names alone.
+    `data`: where batches come from: datasets, loaders, transfer to the device, loader engines.
+    `run`: one run: model, epoch loop, training, the supervised child process.
+    `sweep`: many runs: the Hydra job, the sweep's callback, preflight, the race, placement.
+    `tools`: wif-tune, wif-batch-size, wif-bandwidth, wif-pack and the in-process API (run and below).
+    `watcher`: wif.watch in a user's own loop, and the orders wif-advise gives it (run and below).
+    `advisor`: wif-advise, the bottleneck found and the fix raced (tools, watcher and below).
 
-`commands` (the `wif` command: the list of commands) imports none of them. `dataloader_args`, the one table of
-DataLoader's keyword arguments (their defaults, the proof's reading, the lines to paste), lies below them all and
-imports only the standard library. `report` stands beside them: it reads the MLflow store (and
-`measure.tracking` for its address), decides with `decide`, and never imports torch or the training code.
+`commands`, the `wif` command that lists the commands, imports none of them. `dataloader_args` is the one
+table of DataLoader's keyword arguments. It lies below them all and imports only the standard library.
+`report` stands beside them. It reads the MLflow store and decides with `decide`, never importing torch.
 
-From a user's own script: `wif.watch(loader)` (the one line in the loop: each pass timed and logged as an
-epoch; wif.watcher.watch), `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`
-(wif.tools.api; imported on first use, so `import wif` stays free of torch), and `wif.advise(overrides)`
-(wif-advise: the bottleneck found and the fix raced; wif.advisor.advise_cli.advise_overrides), and
-`worker_init_fn=wif.limit_worker_threads(n)` (each worker's OpenCV and BLAS threads at n; wif.data.worker_threads).
+From a user's own script, imported on first use:
+    `wif.watch(loader)`: the one line in the loop; each pass is timed as an epoch.
+    `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`: see wif.tools.api.
+    `wif.advise(overrides)`: wif-advise, the bottleneck found and the fix raced.
+    `worker_init_fn=wif.limit_worker_threads(n)`: each worker's OpenCV and BLAS threads at n.
 """
 
 # NOTE [ Module state ]

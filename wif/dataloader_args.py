@@ -1,10 +1,10 @@
 """The one table of DataLoader's keyword arguments that wif reads, orders or proves, and how each site names them.
 
-Every site that speaks of one of these arguments reads it here: the watch's settings and its rebuilt loader,
-the proof that an order reached the loader iterated, wif-advise's orders and lines to paste, wif-tune's
-trials and a cell's name. A new DataLoader argument is one row here, then the sites that act on it.
+Every site that speaks of one of these arguments reads it here. The watch reads its settings and rebuilds the
+loader. The proof checks that an order reached the loader. wif-advise writes its orders and lines to paste;
+wif-tune, its trials and a cell's name. A new DataLoader argument is one row here, then the sites that act on it.
 
-Lightning's `train_dataloader()` and accelerate's `prepare` keep the DataLoader's own keywords: only
+Lightning's `train_dataloader()` and accelerate's `prepare` keep the DataLoader's own keywords. Only
 transformers' `TrainingArguments` names them otherwise (`trainer_field`).
 
 This module imports nothing but the standard library: wif.watcher.proof reads it while torch is being imported.
@@ -128,4 +128,3 @@ ARGS: Tuple[DataLoaderArg, ...] = (
 BY_NAME: Dict[str, DataLoaderArg] = {arg.name: arg for arg in ARGS}
 ORDERED: Tuple[str, ...] = tuple(arg.name for arg in ARGS if arg.ordered)  # what an order may set, in this order
 WORKER_ONLY: Tuple[DataLoaderArg, ...] = tuple(arg for arg in ARGS if arg.needs_workers)
-TRAINER_FIELDS: Dict[str, str] = {arg.name: arg.trainer_field for arg in ARGS if arg.trainer_field}

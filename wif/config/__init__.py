@@ -1,10 +1,13 @@
-"""What a run is: the typed schema of every config group (schema) and its vocabulary, the errors and the choices
-each key takes (choices); the checks a type cannot express (checks), with those of the loader (loader_checks),
-the trainer (trainer_checks), the storage formats (formats), of decoding on the device (decode) and of the
-loader engines (engine_checks), kept here so that checking a config never imports a data pipeline; user code
-named by `_target_` (targets); composing `conf/` for the command-line tools (compose); and how a job's end
-reaches the user: exit codes, one line, the traceback where it is looked for (exits). The bottom layer: imports
-no other wif package, only wif.dataloader_args, the table of DataLoader's arguments.
+"""What a run is: the typed schema of every config group, its checks, and how a job ends.
+
+    `schema`: the typed schema of every config group; `choices`: the errors, and the choices each key takes.
+    `checks`: the checks a type cannot express, with the data's and the trainer's.
+    `loader_checks`: the loader's and transfer's; `formats`: storage and decoding; `engine_checks`: the engines'.
+    `targets`: user code named by `_target_`; `compose`: `conf/` composed for the command-line tools.
+    `exits`: exit codes, the one line a failure prints, and where its traceback goes.
+
+The checks live here so that checking a config never imports a data pipeline. This is the bottom layer: it
+imports no other wif package, only wif.dataloader_args, the table of DataLoader's arguments.
 
 The schema and its checks are re-exported here, the vocabulary every other package speaks.
 """

@@ -13,8 +13,10 @@ class ConfigError(ValueError):
 
 
 class UserCodeError(ConfigError):
-    """A user's factory failed or built the wrong thing: refused as a bad setting, before any run is recorded
-    (a dataset factory is checked by the run's own process, before its MLflow run is opened)."""
+    """A user's factory failed or built the wrong thing: a bad setting, refused before any run is recorded.
+
+    The run's own process checks a dataset factory, before it opens its MLflow run.
+    """
 
 
 def require(ok: bool, message: str) -> None:
@@ -51,7 +53,7 @@ class PageCache(str, Enum):
 
 
 class Decode(str, Enum):
-    """data.decode: where images decoded per sample are decoded (wif.config.decode says what each refuses)."""
+    """data.decode: where images decoded per sample are decoded (wif.config.formats says what each refuses)."""
 
     host = "host"  # in __getitem__, in the loader's workers
     device = "device"  # the workers hand over encoded bytes; the main process decodes each batch on the device

@@ -1,9 +1,9 @@
 """The project's Hydra configuration for command-line tools other than the study (wif-tune, wif-plan, ...).
 
-They compose the same `conf/` with the same overrides `wif-study` (train.py) takes, so a setting found by a
-tool is pasted back into the study unchanged. `conf/` ships inside the package (`wif/conf`, a link to the
-checkout's `conf/`), so the commands work from any folder; a user's own YAML folder (`--config-dir`) is searched
-after it, as Hydra's `--config-dir` adds it for the study. Errors come back as `ConfigError`, one sentence.
+They compose the same `conf/` with the overrides `wif-study` (train.py) takes. A setting a tool finds thus
+pastes back into the study unchanged. `conf/` ships inside the package (`wif/conf`), so the commands work from
+any folder. A user's own YAML folder (`--config-dir`) is searched after it, as for the study. Errors come
+back as `ConfigError`, one sentence.
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def user_config_dir(config_dir: Optional[Path]) -> Optional[Path]:
 
 @contextmanager
 def wif_hydra(config_dir: Optional[Path] = None) -> Iterator[ConfigLoader]:
-    """Hydra initialized on wif's `conf/`, with the user's folder on the search path where Hydra's own
-    `--config-dir` puts it for `wif-study` (after wif's conf/), so a tool and the study compose alike."""
+    """Hydra initialized on wif's `conf/`, with the user's folder searched after it.
+
+    Hydra's own `--config-dir` puts the folder there for `wif-study`, so a tool and the study compose alike.
+    """
     folder = user_config_dir(config_dir)
     register_configs()
     GlobalHydra.instance().clear()

@@ -1,5 +1,7 @@
-"""Settings a pipeline engine cannot take, and a missing extra: part of `wif.config.validate`, kept beside the
-schema (not beside the engines) so that checking a config never imports a data pipeline."""
+"""Settings a pipeline engine cannot take, and a missing extra: part of `wif.config.validate`.
+
+They live beside the schema, not beside the engines, so that checking a config never imports a data pipeline.
+"""
 
 from __future__ import annotations
 
@@ -90,8 +92,10 @@ def _validate_dali(cfg: Config) -> None:
 
 
 def validate_dali_driver(cfg: Config, device: str) -> None:
-    """engine=dali on a GPU (`device` as resolved): refused in one line when the driver, read from NVML, is older
-    than the installed DALI wheel's CUDA needs. Nothing to check on the CPU or without NVML."""
+    """Refuse engine=dali on a GPU whose driver is older than the DALI wheel's CUDA needs.
+
+    `device` is as resolved. NVML gives the driver; there is nothing to check on the CPU or without NVML.
+    """
     if cfg.engine.name is EngineName.dali and device == "cuda":
         refusal = dali_driver_refusal(dali_wheel(), nvidia_driver())
         require(refusal is None, str(refusal))

@@ -1,9 +1,12 @@
-"""How a job's end reaches the user: exit codes a script can trust, one line on the terminal, and the full
-traceback only where someone looking for it will read it (the job's log file, the run's `error.txt`).
+"""How a job's end reaches the user: exit codes, one line on the terminal, the traceback in the job's log.
 
-Exit codes of `train.py` (README, "Exit codes"): 0 the run FINISHED or was skipped (resume); 1 the run
-FAILED, or a multirun had a job that failed; 2 a bad setting, found before any run was created; 130 the
-run was interrupted (Ctrl-C, SIGTERM) and is KILLED, as shells report an interrupted command.
+The full traceback goes only where someone looking for it reads it: the job's log file, the run's `error.txt`.
+
+Exit codes of `train.py` (README, "Exit codes"):
+    `0`: the run FINISHED, or was skipped (resume).
+    `1`: the run FAILED, or a job of a multirun failed.
+    `2`: a bad setting, found before any run was created.
+    `130`: the run was interrupted (Ctrl-C, SIGTERM) and is KILLED, as shells report it.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ _TRACEBACK_HEAD = "Traceback (most recent call last):\n"
 
 @functools.lru_cache(maxsize=None)
 def quick_exit() -> None:
-    """A command's process ends without Python's last garbage collection. torch, its compiler stack (which the
-    first optimizer imports), MLflow and SQLAlchemy leave about 570,000 tracked objects, and the collection
-    that ends every process walks them all: 1.1-1.4 s of every command's exit on a 2-core machine, after the
-    store is written and nothing is left to free. Every exit handler still runs, before or after this one:
-    the objects are only left uncollected. Once a process, however often a command's main() is called in it."""
+    """End the command's process without Python's last garbage collection.
+
+    torch, MLflow and SQLAlchemy leave about 570,000 tracked objects. The last collection walks them all, for
+    1.1-1.4 s on a 2-core machine, with nothing left to free. Every exit handler still runs. It acts once a
+    process, however often a command's main() is called in it.
+    """
     atexit.register(gc.freeze)
 
 
@@ -54,9 +58,11 @@ def worker_error(err: BaseException) -> Optional[Tuple[str, str]]:
 
 
 def describe(err: BaseException, num_workers: int) -> Tuple[str, str]:
-    """A run's error as (type name, one-line message), with the likely cause where Python's own would
-    mislead: an error raised in a DataLoader worker arrives wrapped in the worker's traceback, and a worker
-    killed while it hands a batch over shows up as a reset connection."""
+    """A run's error as (type name, one-line message), with the likely cause where Python's would mislead.
+
+    An error raised in a DataLoader worker arrives wrapped in the worker's traceback. A worker killed while it
+    hands a batch over shows up as a reset connection.
+    """
     in_worker = worker_error(err)
     if in_worker is not None:
         return in_worker
@@ -68,8 +74,10 @@ def describe(err: BaseException, num_workers: int) -> Tuple[str, str]:
 
 
 def to_log_file(text: str, logger: logging.Logger) -> None:
-    """Write `text` to the log files the logging set-up writes (Hydra's `<job>.log` for every job), not to
-    the terminal: a traceback is for whoever debugs the job, the terminal gets the one-line message."""
+    """Write `text` to the log files (Hydra's `<job>.log`), not to the terminal.
+
+    A traceback is for whoever debugs the job; the terminal gets the one-line message.
+    """
     record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, text, None, None)
     seen = set()
     source: Optional[logging.Logger] = logger
@@ -97,9 +105,11 @@ def one_line(err: BaseException) -> str:
 
 
 def main_with_bad_settings(main: Callable[[], object]) -> None:
-    """Run a `@hydra.main` function, turning what Hydra refuses while composing (an unknown key, an option
-    that does not exist, an override it cannot parse) into one line and exit 2, as wif's own checks do;
-    Hydra alone would print several lines and exit 1."""
+    """Run a `@hydra.main` function; what Hydra refuses while composing becomes one line and exit 2.
+
+    Hydra refuses an unknown key, an option that does not exist, or an override it cannot parse. Alone it would
+    print several lines and exit 1; wif's own checks print one line and exit 2.
+    """
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 

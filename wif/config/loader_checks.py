@@ -1,10 +1,10 @@
-"""The loader's checks: keys that cannot run together, with the transfer, or with this torch."""
+"""The loader's and the transfer's checks: keys that cannot run together, or with this torch."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wif.config.schema import Config, DataSource, LoaderConfig, TransferKind, require
+from wif.config.schema import Config, DataSource, EngineName, LoaderConfig, TransferKind, require
 from wif.dataloader_args import ARGS, WORKER_ONLY
 
 
@@ -86,3 +86,32 @@ def _require_supported_by_torch(lo: LoaderConfig) -> None:
             f"loader.{key}={getattr(lo, key)} needs torch >= {release}; this is torch {torch.__version__}. "
             f"Upgrade torch, or leave loader.{key} at its default ({default}).",
         )
+
+
+def validate_uint8(cfg: Config) -> None:
+    """Refuse transfer.uint8=true where batches are not wif's own images, copied from the host.
+
+    Under it, wif's own images cross from the host as uint8 and wif normalizes them on the device. So every
+    batch must be copied, and be images whose dtype and normalization wif decides.
+    """
+    if not cfg.transfer.uint8:
+        return
+    drop = "Drop transfer.uint8=true"
+    require(
+        cfg.transfer.kind is not TransferKind.resident,
+        f"transfer.uint8=true with loader={cfg.loader.name} (transfer=resident): the dataset is held on the "
+        f"device, so nothing travels per batch. {drop}, or use a loader option that streams batches.",
+    )
+    require(
+        cfg.data.source is not DataSource.fixed,
+        f"transfer.uint8=true with data=fixed: its batch is made on the device, never copied. {drop}.",
+    )
+    require(
+        cfg.data.source is not DataSource.custom,
+        f"transfer.uint8=true with data=custom: your Dataset decides its own dtype and normalization. {drop}, "
+        "or return uint8 from your Dataset and normalize in your model.",
+    )
+    require(
+        cfg.engine.name is not EngineName.dali,
+        f"transfer.uint8=true with engine=dali: DALI normalizes in its own pipeline. {drop}, or use another engine.",
+    )

@@ -1,7 +1,7 @@
 """Typed schemas for every config group (one dataclass a group, registered with Hydra's ConfigStore).
 
-Hydra merges each YAML option onto these dataclasses, so a typo or a wrong type fails at launch with
-Hydra's own message; `wif.config.checks` then refuses the combinations a type cannot express.
+Hydra merges each YAML option onto these dataclasses, so a typo or a wrong type fails at launch. Hydra's own
+message says why. `wif.config.checks` then refuses the combinations a type cannot express.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ class DataConfig:
     num_train: int = 50_000
     num_test: int = 10_000
     val_split: float = 0.2
-    # At most this many images of the validation split (each epoch) and of the test set, evenly spaced through
-    # them (null: all; data=custom and data=fixed keep theirs). A budgeted sweep sets both to sweep.eval_images
-    # where they are null.
+    # At most this many images of the validation split (each epoch) and test set, evenly spaced; null: all.
+    # data=custom and data=fixed keep theirs; a budgeted sweep sets null ones to sweep.eval_images.
     val_images: Optional[int] = None
     test_images: Optional[int] = None
     image_size: int = 64
@@ -95,10 +94,7 @@ class EngineConfig:
 class TransferConfig:
     kind: TransferKind = TransferKind.copy
     non_blocking: bool = False
-    # true: the loader yields uint8 images (a quarter of float32's bytes cross to the device), converted to float
-    # and normalized on the device after the copy (timm's PrefetchLoader); with kind copy or stream and
-    # data=synthetic|encoded|folder (wif.config.checks refuses the rest)
-    uint8: bool = False
+    uint8: bool = False  # true: uint8 images cross to the device, made float there (timm's PrefetchLoader)
 
 
 @dataclass
@@ -184,9 +180,8 @@ class MeasureConfig:
 @dataclass
 class SweepConfig:
     shuffle: bool = True  # run each block's cells in an order seeded by the block (hydra/sweeper=blocks)
-    # Minutes of wall time for the whole command (null: none): the sweep prices its jobs first (a probe when the
-    # store has no earlier run of the testbed), starts only jobs that can finish in time, and ends with what it
-    # decided (wif.sweep.budget). The same command with a larger budget resumes.
+    # Minutes of wall time for the whole command (null: none). Only jobs priced to finish in time start
+    # (wif.sweep.budget); the same command with a larger budget resumes.
     budget_min: Optional[float] = None
     probe_only: bool = False  # run the budget's probe of this sweep's settings, and nothing else (wif-plan)
     # Under sweep.budget_min: data.val_images and data.test_images where they are null (null here: the whole

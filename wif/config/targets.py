@@ -1,10 +1,10 @@
 """User code named by `_target_` (a model, a dataset, an optimizer), and the keys a chosen option reads.
 
-Nothing may be silently ignored: a key the schema does not have (`+model.nam=x` would be dropped by the
-typed conversion), a key of another option (`model.channels` with model=torchvision, `model._target_`
-with model=googlenet), or a `_target_` that cannot be imported or is not callable each stop the run with
-one line naming the key and what it expected. Whether a factory returns the right type can only be told by
-calling it: `wif.run.targets` does that, before any run is created.
+Nothing may be silently ignored. Each of these stops the run, in one line naming the key:
+    A key the schema does not have: the typed conversion would drop `+model.nam=x`.
+    A key of another option: `model.channels` with model=torchvision, `model._target_` with model=googlenet.
+    A `_target_` that cannot be imported or is not callable.
+Only a call tells whether a factory returns the right type: `wif.run.targets` calls it before any run exists.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ MODEL_KEYS: Dict[ModelName, Tuple[str, ...]] = {
 }
 # Data keys that only one data option reads (the others are shared by every option, or checked elsewhere).
 DATA_ONLY: Dict[str, Tuple[DataSource, ...]] = {"_target_": (DataSource.custom,), "kwargs": (DataSource.custom,)}
-# data=custom: the user's Dataset makes its own images; these keys describe the study's own sets.
-# (data.num_train / num_test, which presets set, are said once as a warning instead: see warnings_for.)
+# data=custom's Dataset makes its own images, so these keys mean nothing; num_train/num_test: a warning (warnings_for)
 NOT_FOR_CUSTOM_DATA = ("root", "synthetic_seed", "noise", "augment", "jpeg_quality", "preload", "skip_bad")
 
 
 def unknown_keys(cfg: DictConfig, schema: type = Config, prefix: str = "") -> List[str]:
-    """Keys of a composed config that the typed schema does not have (`+group.key=...` adds them and the
-    conversion to the schema would drop them), as dotted names; Hydra's own node is left out."""
+    """Keys of a composed config that the typed schema lacks, as dotted names; Hydra's own node is left out.
+
+    `+group.key=...` adds such keys, and the conversion to the schema would drop them.
+    """
     fields = {f.name: f for f in dataclasses.fields(schema)}
     out = []
     for key in cfg.keys():

@@ -1,11 +1,11 @@
 """Where a run's batches come from. Imports `wif.config` and `wif.measure`.
 
-- synthetic: the generated and encoded sets, and their cache; folder: image folders; folder_check: their
-  one-time check; custom: the user's own Dataset.
-- datasets: datasets and splits; decoders: image i of a set, from bytes, files or RAM.
-- loaders: the loader options as iterables of batches; worker_threads: each worker's OpenCV and BLAS threads
-  limited (loader.worker_threads); transfer: the copy to the device; decode: decoding on the device.
-- formats/: storage formats; engines/: pipeline engines.
+    `synthetic`: the generated and encoded sets, and their cache; `custom`: the user's own Dataset.
+    `folder`: image folders, and image i of a set; `folder_check`: the folders' one-time check.
+    `datasets`: datasets and splits; `loaders`: the loader options as iterables of batches.
+    `worker_threads`: each worker's OpenCV and BLAS threads limited (loader.worker_threads).
+    `transfer`: the copy to the device; `decode`: decoding on the device.
+    `formats/`: storage formats; `engines/`: pipeline engines.
 
 Nothing is imported here: a worker unpickling a dataset imports only the module that defines it.
 """

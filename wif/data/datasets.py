@@ -1,9 +1,8 @@
 """The study's datasets and splits, at two operating points.
 
 - Preprocessed tensors: `data=synthetic`, or `data=folder data.preload=true` without augmentation. They are
-  float32 tensors in host memory, the way the study holds its images, so the loader options differ only in
-  how batches reach the device. The subset is cut from the uint8 images: only the images a run uses are ever
-  converted to float.
+  float32 tensors in host memory, as the study holds its images. The loader options then differ only in how
+  batches reach the device. The subset is cut from the uint8 images: only the images a run uses become float.
 - Decoded per sample: `data=encoded`, `data=folder`. JPEG bytes or image files are decoded, augmented and
   normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
 
@@ -26,8 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from wif.config import Augment, ConfigError, DataConfig, DataSource
-from wif.data.decoders import Decoder, HeldImages, ImageFiles, JpegBlob
-from wif.data.folder import folder_files, read_image
+from wif.data.folder import Decoder, HeldImages, ImageFiles, JpegBlob, folder_files, read_image
 from wif.data.folder_check import unreadable
 from wif.data.synthetic import encoded_arrays, synthetic_arrays
 
@@ -79,9 +77,9 @@ def make_transform(augment: Augment, size: int, train: bool, native: bool = Fals
 class PerSample(Dataset):
     """A split that reads its samples one by one from `self.decoder`, a batch at a time.
 
-    DataLoader's fetcher asks for a batch (`__getitems__`). After each one, the decoder may let go of what it
-    holds open between batches: an LMDB pack's map under a cold page cache, which a persistent worker would
-    otherwise hold through the eviction.
+    DataLoader's fetcher asks for a batch (`__getitems__`). After each batch the decoder may let go of what it
+    holds open. An LMDB pack's map under a cold page cache is such a thing: a persistent worker would hold it
+    through the eviction.
     """
 
     decoder: Decoder
@@ -127,7 +125,6 @@ class Datasets:
     num_classes: int
 
 
-# ----------------------------------------------------------------------------- image folders
 def _usable_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
     """folder_files, without the unreadable files under data.skip_bad=true: wif.data.folder_check found them."""
     if not cfg.skip_bad:
@@ -145,7 +142,6 @@ def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
     return arrays, n_classes
 
 
-# ----------------------------------------------------------------------------- subsets and splits
 def split_indices(n_total: int, fraction: float, val_split: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
     """A seeded subset of `fraction` of the training set, then its train/validation split.
 

@@ -3,21 +3,22 @@
 The main process decodes the batch on the device, then resizes, crops, flips and normalizes it there. CUDA
 cannot run in forked workers, so the decoding cannot move into them.
 
-- A split's samples become (encoded bytes, label): `EncodedSplit`, or the shard format's own split with
-  `encoded` set. A batch is one blob of bytes with its offsets (`EncodedBatch`): three tensors cross from a
-  worker, however many images.
-- `DeviceDecode` is the run's transfer. It decodes a batch's JPEGs in one call: torchcodec's `decode_jpeg`
-  where installed, else torchvision's; a list on CUDA is one batched nvJPEG call. Then it applies each sample
-  the host path's own per-sample steps (`wif.data.datasets.make_transform` without its last two), and
-  `wif.data.transfer.to_float`. Random crops and flips are drawn per sample, as on the host. What the batch
-  copied is its encoded bytes and labels (`copy_bytes_per_epoch`).
-- Images the batched device decode does not take at full speed are counted per training epoch
-  (`decode_slow_path_images`). These are JPEGs other than baseline or extended sequential, and non-JPEG
-  files such as PNG. nvJPEG's hardware engine refuses progressive, lossless and arithmetic JPEGs and decodes
-  them on its slower hybrid path. Non-JPEG files are decoded on the CPU and copied.
+A split's samples become (encoded bytes, label): `EncodedSplit`, or the shard format's split with `encoded`
+set. A batch is one blob of bytes with its offsets (`EncodedBatch`). So three tensors cross from a worker,
+however many images.
+
+`DeviceDecode` is the run's transfer. It decodes a batch's JPEGs in one call: torchcodec's `decode_jpeg`
+where installed, else torchvision's. A list on CUDA is one batched nvJPEG call. Then each sample gets the host
+path's per-sample steps (`wif.data.datasets.make_transform` without its last two) and
+`wif.data.transfer.to_float`. Random crops and flips are drawn per sample, as on the host. The batch copied
+its encoded bytes and labels (`copy_bytes_per_epoch`).
+
+Each training epoch counts the images the batched decode does not take at full speed
+(`decode_slow_path_images`). nvJPEG's hardware engine refuses progressive, lossless and arithmetic JPEGs. It
+decodes them on its slower hybrid path. Non-JPEG files such as PNG are decoded on the CPU and copied.
 
 On a CPU device the same code decodes with device='cpu' in the main process. Its figures mean nothing for the
-speed of a GPU decode: tag wif.decode_note. wif.config.decode refuses what this cannot run with.
+speed of a GPU decode: tag wif.decode_note. wif.config.formats refuses what this cannot run with.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ JpegDecoder = Callable[[List[torch.Tensor], torch.device], List[torch.Tensor]]
 def jpeg_decoder(backend: DecodeBackend) -> Tuple[str, JpegDecoder]:
     """(name, decode a list of JPEGs to RGB uint8 on a device).
 
-    auto: torchcodec where it imports, else torchvision. torchcodec's build may not load with this torch.
+    `auto` takes torchcodec where it imports, else torchvision. torchcodec's build may not load with this torch.
     """
     if backend is not DecodeBackend.torchvision:
         try:

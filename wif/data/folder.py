@@ -1,14 +1,18 @@
-"""An ImageFolder root (`data=folder`): its train/ classes and its held-out split listed, and one image read the
-way training reads it. `wif.data.folder_check` decodes every file with `read_image` before a run starts.
+"""Images read as training reads them: an ImageFolder root listed (`data=folder`), and image i of a set.
 
-The held-out split is the first of `test/`, `val/` and `validation/` the root holds (wif's, torchvision's and
-timm's names); the run evaluates on it as its test split."""
+The root's held-out split is the first of `test/`, `val/` and `validation/` it holds. Those are wif's,
+torchvision's and timm's names; the run evaluates on it as its test split. `wif.data.folder_check` decodes
+every file with `read_image` before a run starts.
+
+The decoders give image i of a set as uint8 C x H x W. They read it from one blob of JPEG bytes, from image
+files, or from RAM. Each is a plain class, so it pickles into DataLoader workers.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -85,3 +89,56 @@ def folder_files(cfg: DataConfig, skip: AbstractSet[str] = frozenset()) -> Tuple
     for part, folder in (("train", "train"), ("test", test)):
         out[f"{part}_paths"], out[f"{part}_y"] = _list_part(root / folder, names, skip)
     return out, len(names)
+
+
+class Decoder(Protocol):
+    """Image i of a set as uint8 C x H x W; a decoder of encoded images also gives its bytes (`encoded`)."""
+
+    def __call__(self, i: int) -> torch.Tensor: ...
+
+
+class JpegBlob:
+    """An encoded set as one byte blob plus offsets: cheap to send to spawned workers."""
+
+    def __init__(self, blob: torch.Tensor, offsets: torch.Tensor) -> None:
+        self.blob, self.offsets = blob, offsets
+
+    def __call__(self, i: int) -> torch.Tensor:
+        from torchvision.io import decode_jpeg
+
+        return decode_jpeg(self.encoded(i))
+
+    def encoded(self, i: int) -> torch.Tensor:
+        """Image i's JPEG bytes."""
+        return self.blob[self.offsets[i] : self.offsets[i + 1]]
+
+
+class ImageFiles:
+    """Image files decoded and resized on access, as torchvision's ImageFolder would.
+
+    With `size=None`, under data.augment=standard, they stay at their own size: the transform crops them as
+    PyTorch's ImageNet example does.
+    """
+
+    def __init__(self, paths: List[str], size: Optional[int]) -> None:
+        self.paths, self.size = paths, size
+        self.native = size is None
+
+    def __call__(self, i: int) -> torch.Tensor:
+        return read_image(Path(self.paths[i]), self.size)
+
+    def encoded(self, i: int) -> torch.Tensor:
+        """Image i's file bytes."""
+        from torchvision.io import read_file
+
+        return read_file(self.paths[i])
+
+
+class HeldImages:
+    """Images already decoded (uint8) and held in RAM."""
+
+    def __init__(self, images: torch.Tensor) -> None:
+        self.images = images
+
+    def __call__(self, i: int) -> torch.Tensor:
+        return self.images[i]

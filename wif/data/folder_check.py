@@ -1,10 +1,11 @@
 """An image folder (`data=folder`) checked once, before any run starts.
 
-Without it, a file that is not an image stops a run only when a DataLoader worker reaches it, after hours of
-training; a sweep pays that for every job. Here every file is decoded once, the way training decodes it
-(`wif.data.folder.read_image`). A pool of processes forked for the check alone does it: the supervising
-process runs no torch compute. The verdict is cached under the data cache dir, keyed on each file's name,
-size and mtime. The next run of the same folder only lists it; a changed or added file is decoded again alone.
+Without it, a file that is not an image stops a run only when a DataLoader worker reaches it. That may come
+after hours of training, and a sweep pays it for every job. Here every file is decoded once, the way training
+decodes it (`wif.data.folder.read_image`). A pool of processes forked for the check alone does it: the
+supervising process runs no torch compute. The verdict is cached under the data cache dir, keyed on each
+file's name, size and mtime. The next run of the same folder only lists it; a changed or added file is decoded
+again alone.
 """
 
 from __future__ import annotations
@@ -146,11 +147,11 @@ def unreadable(cfg: DataConfig) -> FrozenSet[str]:
     return check_folder(cfg).unreadable_paths()
 
 
-# ----------------------------------------------------------------------------- the cache
 # NOTE [ Two cache files per folder ]
 # The verdict is keyed on a digest of the whole listing: the next run of an unchanged folder reads a few bytes.
 # Every file's size, mtime and verdict are kept beside it: a changed folder decodes the changes alone.
-# See NOTE [ Two cache files per folder ]
+
+
 def _cache_file(cfg: DataConfig, root: Path) -> Path:
     key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
     return Path(cfg.cache_dir).expanduser() / "folder-check" / f"{key}.json"
@@ -187,14 +188,15 @@ def _write_json(path: Path, body: Dict[str, Any]) -> None:
         )
 
 
-# ----------------------------------------------------------------------------- decoding
 def _processes(n_files: int) -> int:
     return max(1, min(usable_cores(), -(-n_files // CHUNK)))
 
 
 def _start_checker() -> None:
-    """A checking process: one thread (the pool is the parallelism), ended by the pool's SIGTERM or its
-    parent's death, never by the supervisor's own handlers it inherited."""
+    """A checking process of one thread; the pool is the parallelism.
+
+    The pool's SIGTERM or its parent's death ends it, never the supervisor's handlers it inherited.
+    """
     import torch
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -41,8 +41,7 @@ class Reading:
 def silence_worker_count_warning() -> None:
     """Silence PyTorch's warning, at every epoch's workers, that they outnumber the cores.
 
-    wif says it once per job (`warnings_for`), or means it: the tuner searches past the cores. Forked runs
-    inherit the filter.
+    `warnings_for` says it once a job, or wif means it (the tuner searches past the cores); forks inherit it.
     """
     warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 

@@ -1,5 +1,6 @@
-"""The generated study set (`data=synthetic`) and its JPEG-encoded twin (`data=encoded`), made once per
-parameter set and cached on disk, checksummed, written to a temporary folder and renamed when complete.
+"""The generated study set (`data=synthetic`) and its JPEG-encoded twin (`data=encoded`), cached on disk.
+
+Each is made once per parameter set, checksummed, written to a temporary folder and renamed when complete.
 
 See NOTE [ A cache checked once ].
 """

@@ -1,9 +1,11 @@
-"""How a host batch reaches the device. Kept apart from the loader so any loader option can be combined
-with any transfer option on the command line.
+"""How a host batch reaches the device.
 
-Under transfer.uint8=true the loader yields uint8 images: the copy moves a quarter of float32's bytes, and the
-images are converted to float and normalized on the device right after it (`to_float`, timm's
-PrefetchLoader), on the stream that copied them, so the loop still sees the float batches of the host path."""
+It is kept apart from the loader, so any loader option combines with any transfer option on the command line.
+
+Under transfer.uint8=true the loader yields uint8 images, and the copy moves a quarter of float32's bytes.
+Right after the copy, on the stream that copied them, the images become float and are normalized (`to_float`,
+as timm's PrefetchLoader does). The loop still sees the float batches of the host path.
+"""
 
 from __future__ import annotations
 
@@ -21,14 +23,18 @@ Transfer = Callable[[Batch], Batch]
 
 
 def to_float(images: torch.Tensor) -> torch.Tensor:
-    """uint8 images to the float32 the host path makes (scale to [0, 1], then normalize), on their own device:
-    (x - 255 mean) / (255 std), one new tensor and two passes in place, queued on the current stream."""
+    """uint8 images to the float32 the host path makes (scale to [0, 1], then normalize), on their own device.
+
+    It computes (x - 255 mean) / (255 std): one new tensor and two passes in place, queued on the current stream.
+    """
     return images.float().sub_(255 * NORMALIZE_MEAN).div_(255 * NORMALIZE_STD)
 
 
 class Sent(tuple):
-    """A device batch (images, labels) whose images crossed as uint8 and were converted after the copy:
-    `wire_nbytes` is what the copy moved, which `batch_nbytes` reports (the batch now holds more)."""
+    """A device batch (images, labels) whose images crossed as uint8 and were converted after the copy.
+
+    `wire_nbytes` is what the copy moved, and what `batch_nbytes` reports; the batch now holds more.
+    """
 
     wire_nbytes: int
 
@@ -58,17 +64,22 @@ def on_device(batch: Batch) -> Batch:
 
 
 def make_transfer(cfg: TransferConfig, device: torch.device, decode: Optional[Transfer] = None) -> Transfer:
-    """A blocking or non_blocking copy (or `decode`, data.decode=device's: wif.data.decode), or nothing for
-    batches already on the device (resident, or copied by a `StreamPrefetcher` before the loop sees them)."""
+    """The batch's way to the device: a blocking or non_blocking copy, `decode`, or nothing.
+
+    `decode` is data.decode=device's (wif.data.decode). Nothing is done for batches already on the device:
+    resident ones, or those a `StreamPrefetcher` copied before the loop sees them.
+    """
     if cfg.kind in (TransferKind.resident, TransferKind.stream):
         return on_device
     return decode or copy_to(device, cfg.non_blocking, cfg.uint8)
 
 
 def batch_nbytes(batch: Any) -> int:
-    """Bytes of a batch's tensors (in tuples, lists or dicts): what copying it to the device moves, as a copy
-    keeps dtype and shape (a `Sent` batch: the uint8 bytes it crossed as). `nbytes` is shape times item size,
-    host metadata: reading it never syncs."""
+    """Bytes of a batch's tensors (in tuples, lists or dicts): what copying it to the device moves.
+
+    A copy keeps dtype and shape; a `Sent` batch counts the uint8 bytes it crossed as. `nbytes` is shape times
+    item size, host metadata: reading it never syncs.
+    """
     if isinstance(batch, Sent):
         return batch.wire_nbytes
     if isinstance(batch, torch.Tensor):
@@ -86,10 +97,9 @@ def batch_nbytes(batch: Any) -> int:
 def copies_from_host(batches: Batches, transfer: Transfer) -> bool:
     """Whether the batches a run's loop receives were copied host-to-device (on a CPU device: would be).
 
-    Not for data=fixed (`FixedBatches`, made on the device) nor gpu_resident (`ResidentBatches`, gathered
-    there), on any device; nor for engine=dali decoding on a GPU, whose batches come out on the device.
-    Looks through the wrappers a run puts around its batches (trainer.max_batches, transfer=stream): each
-    keeps the batches it wraps as `.batches`."""
+    `data=fixed`, gpu_resident and `engine=dali` decoding on a GPU make their batches on the device: no copy. It
+    looks through a run's wrappers (trainer.max_batches, transfer=stream); each keeps its batches as `.batches`.
+    """
     source: Any = batches
     while not isinstance(source, (FixedBatches, ResidentBatches)) and hasattr(source, "batches"):
         source = source.batches
@@ -98,16 +108,16 @@ def copies_from_host(batches: Batches, transfer: Transfer) -> bool:
     return transfer is not on_device or isinstance(batches, StreamPrefetcher)
 
 
+# NOTE [ Side stream ]
+# Correctness rests on two calls. The compute stream waits for the copy stream before it touches a batch
+# (`wait_stream`). Each batch is marked as used by the compute stream (`record_stream`). Without that, the
+# allocator could hand the batch's memory to the copy stream's next allocation while kernels still read it.
 class StreamPrefetcher:
-    """transfer=stream: wraps any loader's batches and yields device batches, copying the next one on a side
-    CUDA stream while the current one computes (the DataPrefetcher of NVIDIA's apex ImageNet example).
+    """transfer=stream: any loader's batches as device batches, the next copied on a side CUDA stream.
 
-    Correctness rests on two calls: the compute stream waits for the copy stream before it touches a
-    batch (`wait_stream`), and each batch is marked as used by the compute stream (`record_stream`) so
-    the allocator does not hand its memory to the copy stream's next allocation while kernels still read
-    it. On a device without CUDA there is no stream to overlap on: the batches are plainly copied.
-    `uint8` (transfer.uint8=true): the images are converted on the side stream too, after their copy, so the
-    conversion overlaps the compute as the copy does; so is a batch decoded there (`decode`, data.decode=device).
+    The copy overlaps the current batch's compute, as apex's ImageNet DataPrefetcher does (NOTE [ Side stream ]).
+    Without CUDA the batches are plainly copied. Under `uint8` (transfer.uint8=true) the images are converted on
+    the side stream after their copy; a batch is decoded there too (`decode`, data.decode=device).
     """
 
     def __init__(

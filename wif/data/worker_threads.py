@@ -1,7 +1,7 @@
 """The `worker_threads` option: each DataLoader worker's OpenCV, BLAS and OpenMP threads limited to n.
 
-torch sets its own threads to 1 in each worker; OpenCV and the BLAS behind numpy do not. 12 workers of 16
-OpenCV threads each are 192 threads on 16 cores. DataLoader has no keyword for it: the worker's
+In each worker torch sets its own threads to 1; OpenCV and the BLAS behind numpy do not. So 12 workers of 16
+OpenCV threads each run 192 threads on 16 cores. DataLoader has no keyword for it: the worker's
 `worker_init_fn` limits them, then calls the loader's own. wif.dataloader_args reads the limit off it.
 
 This module imports nothing but the standard library at import time: a spawned worker unpickles it.
@@ -60,8 +60,8 @@ def limit_threads(n: int) -> None:
 def default_threads() -> int:
     """The most threads one of OpenCV, BLAS or OpenMP runs in a process left as is: what each worker starts with.
 
-    Read in this process, numpy's BLAS loaded and OpenCV where importable: the same libraries as a script's
-    workers on this host, at their defaults unless the environment (OMP_NUM_THREADS) says otherwise.
+    It reads them in this process, with numpy's BLAS loaded and OpenCV where importable. Those are a script's
+    workers' libraries on this host, at their defaults unless the environment (OMP_NUM_THREADS) says otherwise.
     """
     counts = [1]
     if importlib.util.find_spec("threadpoolctl") is not None and importlib.util.find_spec("numpy") is not None:

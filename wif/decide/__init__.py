@@ -2,11 +2,11 @@
 
 The report, the racing sweep and wif-advise share these rules, so they live below all three.
 
-    model     the per-fraction model and its simultaneous comparisons (Hsu's MCB, Dunnett)
-    draws     the simulated draws its critical values come from
-    noise     each setting's own noise
-    decision  the verdict, computed in one place: `decide(runs)`
-    race      the race's pure rules: after each block, drop the settings already clearly slower
+    `model`: the per-fraction model and its simultaneous comparisons (Hsu's MCB, Dunnett).
+    `draws`: the simulated draws its critical values come from.
+    `noise`: each setting's own noise.
+    `decision`: the verdict, computed in one place: `decide(runs)`.
+    `race`: the race's pure rules: after each block, drop the settings already clearly slower.
 
 Pure functions on frames of runs. Imports `wif.measure.names` alone, and never torch.
 See docs/statistics.md.

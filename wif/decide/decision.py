@@ -1,14 +1,15 @@
 """The one place a verdict is computed, in pure functions on frames.
 
 `decide(runs)` serves notebooks and scripts; `columns(fit)` serves the report and the race. Every word the
-report prints about a setting rests on one of these columns:
-- against the baseline: `speedup` with its simultaneous interval, `p_adj`, `significant` (Dunnett);
-- against the fastest (Hsu's MCB): `possibly_fastest`, the set that holds the fastest, and the ratio to
-  the fastest in [`slower_at_least`, `slower_at_most`];
-- `clearly_slower` only where that lower bound is above 1, `slower_in_practice` where it is above
-  1 + margin, `tied` where the upper bound is within the margin;
-- `undecided` where neither a tie nor a gap is shown, with `more_blocks`, about how many more blocks
-  would settle it at the noise seen, and `noise`, the setting's own run-to-run spread.
+report prints about a setting rests on one of these columns.
+
+Against the baseline (Dunnett): `speedup` with its simultaneous interval, `p_adj`, `significant`.
+Against the fastest (Hsu's MCB): `possibly_fastest`, the set that holds the fastest. The ratio to the fastest
+lies in [`slower_at_least`, `slower_at_most`].
+`clearly_slower`: that lower bound is above 1. `slower_in_practice`: it is above 1 + margin.
+`tied`: the upper bound is within the margin.
+`undecided`: neither a tie nor a gap is shown. `more_blocks` says about how many more blocks would settle
+it at the noise seen. `noise` is the setting's own run-to-run spread.
 
 A setting outside the possibly-fastest set whose lower bound is 1 is *not shown to be fastest*, never
 "slower": ties are common here.

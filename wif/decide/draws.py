@@ -1,11 +1,11 @@
 """The simulated draws behind the model's critical values, made cheaply and exactly as numpy makes them.
 
 A race fits a new design at every look: each setting's own variance changes the covariance. Each new design
-drew 100,000 x k fresh standard normals inside `Generator.multivariate_normal`, most of its cost, though
-those normals depend on k and the seed only. They are drawn once per k and count here. They are turned into
-the design's draws step for step as numpy does: numpy/random/_generator.pyx, `multivariate_normal` with
-method="eigh". So every number is the same as before, bit for bit. `max_t` turns them into the max-t
-statistics the critical values are quantiles of.
+used to draw 100,000 x k fresh standard normals inside `Generator.multivariate_normal`. That was most of its
+cost, though those normals depend on k and the seed only. They are now drawn once per k and counted here.
+They are turned into the design's draws step for step as numpy does: numpy/random/_generator.pyx,
+`multivariate_normal` with method="eigh". So every number is the same as before, bit for bit. `max_t` turns
+them into the max-t statistics the critical values are quantiles of.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def errors(cov_unit: np.ndarray, df: int, draws: int, seed: int) -> tuple[np.nda
 def kth_smallest(rows: np.ndarray, i: int) -> np.ndarray:
     """Each row's `i`-th smallest value, 0-based: the value `np.partition(rows, i, axis=1)[:, i]` gives.
 
-    It is found among the row's values at or above a threshold read off a sample; among all of the row when
-    that holds too few.
+    A threshold read off a sample narrows the search to the row's values at or above it. Where those are too
+    few, the whole row is searched.
     """
     n = rows.shape[1]
     top = n - i  # how many values lie at or above the answer

@@ -1,17 +1,16 @@
 """One model per fraction and testbed, and the simultaneous answers drawn from it (pure functions).
 
-log(run's epoch time) = setting + block, fitted by ordinary least squares over every usable run. Settings
-differ in noise, so each gets its own variance (`wif.decide.noise`). That variance is never below the pooled
-one, and its own estimate is read conservatively. The estimates' covariance is the sandwich built from those
-variances. The pooled noise keeps its (k-1)(b-1) residual degrees of freedom for the critical values.
-Without a usable block structure the block term is dropped: no block tags, one block, or blocks that do not
-connect the settings. Unbalanced designs, such as a failed run or settings a race dropped, are fitted as
-they are. Every interval below uses the fitted covariance.
+The model is log(run's epoch time) = setting + block, fitted by ordinary least squares over every usable run.
+Settings differ in noise, so each gets its own variance (`wif.decide.noise`). That variance is never below
+the pooled one, and its own estimate is read conservatively. The estimates' covariance is the sandwich built
+from those variances. The pooled noise keeps its (k-1)(b-1) residual degrees of freedom for the critical
+values. Without a usable block structure the block term is dropped: no block tags, one block, or blocks that
+do not connect the settings. Unbalanced designs, such as a failed run or settings a race dropped, are fitted
+as they are. Every interval below uses the fitted covariance.
 
-Two families of simultaneous 95% statements come out of one fit:
-- every setting against the baseline (Dunnett: two-sided max-|t| critical value);
-- multiple comparisons with the best (Hsu's constrained MCB, one-sided max-t critical values): the
-  settings that may be fastest, and for each setting bounds on how much slower than the fastest it is.
+One fit gives two families of simultaneous 95% statements. Dunnett compares every setting with the baseline,
+by a two-sided max-|t| critical value. Hsu's constrained MCB compares them with the best, by one-sided max-t
+critical values. It gives the settings that may be fastest, and bounds on how much slower each one is.
 
 Critical values are the quantiles of the max-t statistic under the fitted design, drawn by simulation. The
 seed is fixed: exact for any correlation pattern, reproducible run to run, cached per design.
@@ -123,7 +122,6 @@ def fit(runs: pd.DataFrame, value: str, baseline: str | None = None) -> Fit:
     )
 
 
-# ----------------------------------------------------------------------------- critical values
 def _design(f: Fit) -> draws_.Design:
     return draws_.Design(cov_unit=np.round(f.cov / f.sigma**2, 10).tobytes(), k=len(f.settings), df=f.df)
 
@@ -162,7 +160,6 @@ def _critical_values(f: Fit, controls: Sequence[int], two_sided: bool, confidenc
     return _critical(_design(f), tuple(controls), two_sided, confidence)
 
 
-# ----------------------------------------------------------------------------- against the baseline
 @dataclass(frozen=True)
 class VsBaseline:
     """Speedup = baseline time / setting time, with a simultaneous interval and an adjusted p-value."""
@@ -202,7 +199,6 @@ def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
     return out
 
 
-# ----------------------------------------------------------------------------- the best
 @dataclass(frozen=True)
 class VsBest:
     """How much slower than the fastest setting (whichever it is), as time ratios >= 1."""
@@ -218,9 +214,11 @@ def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
 
     Let d_j be the one-sided max-t critical value when j is taken as the best. The set
     S = {i: y_i - y_j - d_i se_ij <= 0 for every j} holds the fastest. For each i, the time ratio to the
-    fastest lies in [exp(low_i), exp(high_i)], all simultaneously at `confidence`:
-    - low_i = max(0, min over j in S, j != i, of y_i - y_j - d_j se_ij);
-    - high_i = max(0, max over j in S, j != i, of y_i - y_j + d_j se_ij).
+    fastest lies in [exp(low_i), exp(high_i)]. All hold simultaneously at `confidence`, with:
+
+        `low_i = max(0, min over j in S, j != i, of y_i - y_j - d_j se_ij)`.
+        `high_i = max(0, max over j in S, j != i, of y_i - y_j + d_j se_ij)`.
+
     See Hsu, Multiple Comparisons, 1996, ch. 4. `margin`, e.g. 0.02, is the practical tie.
     """
     k, y = len(f.settings), f.estimate
@@ -247,14 +245,13 @@ def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
     return out
 
 
-# ----------------------------------------------------------------------------- outliers
 def outliers(runs: pd.DataFrame, value: str, limit: float = OUTLIER_SDS) -> pd.Series:
     """Runs whose residual in a robust fit of the same model lies beyond `limit` robust SDs.
 
-    A least-squares residual spreads one bad run over its whole cell and block (with 3 blocks the run's
-    two siblings get half its residual, opposite in sign); a Huber fit leaves it on the run. The scale is
-    the MAD of those residuals, corrected for the degrees of freedom the fit uses. Returns the robust
-    z-score of each flagged run, indexed like `runs`; empty when the design leaves too few degrees of freedom.
+    A least-squares residual spreads one bad run over its whole cell and block. With 3 blocks, the run's two
+    siblings get half its residual, opposite in sign. A Huber fit leaves it on the run. The scale is the MAD of
+    those residuals, corrected for the degrees of freedom the fit uses. Returns the robust z-score of each
+    flagged run, indexed like `runs`; empty when the design leaves too few degrees of freedom.
     """
     if len(runs) == 0:
         return pd.Series(dtype=float)

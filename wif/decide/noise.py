@@ -1,15 +1,15 @@
 """Each setting's own run-to-run noise, and the variance every statement about it uses (pure numpy).
 
 Loader settings do not share one noise level: 8 worker processes jitter far more than one. A model with one
-pooled variance then overstates its confidence wherever a noisy setting is compared. In simulated null grids
-of 11 settings and 3 blocks, a baseline 3x noisier than the rest made some setting "different from baseline"
-in about 23% of grids instead of 5%.
+pooled variance then overstates its confidence wherever a noisy setting is compared. We simulated null grids
+of 11 settings and 3 blocks, with a baseline 3x noisier than the rest. Some setting was "different from
+baseline" in about 23% of grids instead of 5%.
 
 So each setting gets its own variance, estimated without bias from the residuals of the additive model. This
-is the MINQUE or Shukla stability-variance estimator: E[sum of squared residuals of setting s] is a known
-linear function of the settings' variances, solved for them. With 3 blocks that estimate has about 2 degrees
-of freedom, so it is used conservatively. A setting's variance is the larger of the pooled one and its own
-estimate taken at an upper quantile of its sampling distribution.
+is the MINQUE or Shukla stability-variance estimator. E[sum of squared residuals of setting s] is a known
+linear function of the settings' variances, and is solved for them. With 3 blocks that estimate has about 2
+degrees of freedom, so it is used conservatively. A setting's variance is the larger of the pooled one and
+its own estimate taken at an upper quantile of its sampling distribution.
 
 The baseline is read more carefully than the rest. Its variance enters every comparison against it. A noisy
 baseline that happened to look calm in its 3 runs understates all ten standard errors at once: a family-wide

@@ -1,13 +1,13 @@
 """`wif-report`: the study's answer, who is faster with confidence, from the runs in MLflow.
 
-The modules:
-- the command (report_cli) and its options (options); reading the runs (runs);
-- each fraction's summary (stats) from the shared rules in `wif.decide` (the model, the verdict, the race);
-- the race's record as the report reads it (raced);
-- what copying costs at the link's rate (copycost);
-- words and tables (verdicts, tables), one testbed's section (testbed), the whole Markdown report (document);
-- pictures: each question's drawing (plots), what the drawings share (chart), and the files (figures).
+    `report_cli`: the command; `options`: its options; `runs`: reading the runs.
+    `stats`: each fraction's summary, from the shared rules in `wif.decide` (the model, the verdict, the race).
+    `raced`: the race's record as the report reads it.
+    `copycost`: what copying costs at the link's rate.
+    `verdicts`, `tables`: words and tables; `testbed`: one testbed's section; `document`: the Markdown report.
+    `plots`: each question's drawing; `chart`: what the drawings share; `figures`: the files.
 
 Reads the store only. It imports no wif package but `wif.decide`, `wif.measure.tracking` (the store's address)
-and `wif.measure.names`, and never torch or the training code: it runs anywhere the store is reachable.
+and `wif.measure.names`. It never imports torch or the training code, so it runs wherever the store is
+reachable.
 """

@@ -1,8 +1,8 @@
 """What copying a setting's batches costs at the link's measured rate, beside what the runs measured.
 
-A training run logs `copy_bytes_per_epoch` (what its transfer moves host-to-device each epoch); `wif-bandwidth`
-logs a run tagged `wif.kind=bandwidth` with the best host-to-device rate it measured on a GPU, from pinned and
-from pageable memory. Their ratio, on the same GPU, is the least time the epoch's copies can take: the
+A training run logs `copy_bytes_per_epoch`, what its transfer moves host-to-device each epoch. `wif-bandwidth`
+logs a run tagged `wif.kind=bandwidth` with the best host-to-device rate it measured on a GPU, from pinned
+and from pageable memory. Their ratio, on the same GPU, is the least time the epoch's copies can take: the
 physical anchor for the measured `copy_s`. Pure functions on frames, and the one read of the bandwidth runs.
 """
 

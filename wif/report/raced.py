@@ -2,8 +2,8 @@
 
 A race looks after every block, spends its error over those looks and stops the settings it drops early.
 A fresh 95% comparison of its runs would ignore both, and could name another possibly-fastest set than the
-one the race ended with. So, for a fraction whose runs all come from one race, the report's 'vs fastest'
-column and verdict are the race's: the same `replay` the race uses on resume, on the same runs.
+race ended with. So where a fraction's runs all come from one race, the race gives the report's verdict and
+'vs fastest' column. It is the same `replay` the race uses on resume, on the same runs.
 """
 
 from __future__ import annotations
@@ -94,8 +94,7 @@ def answer(runs: pd.DataFrame, value: str, record: RaceRecord) -> RaceAnswer:
 def apply(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame:
     """The table's 'vs fastest' columns as the race decided them.
 
-    The settings left in the race get its final look's MCB; each dropped setting keeps the bound it was
-    dropped with.
+    Settings left in the race get its final look's MCB; each dropped setting keeps the bound it was dropped with.
     """
     out = table.copy()
     final = decision.columns(fit, "", race.rules.look_confidence, race.rules.margin)

@@ -1,7 +1,7 @@
 """`wif-report`: read the study's runs from MLflow, answer "who is faster" per fraction, write and log it.
 
-Steps: read runs -> set apart the unusable ones -> per testbed (device, GPU, model; never pooled) and
-fraction, summarize and compare -> write summary.csv, summary.md, PNGs -> log them as a `report` run.
+It sets the unusable runs apart. It summarizes and compares per testbed (device, GPU, model; never pooled)
+and fraction. It writes summary.csv, summary.md and PNGs, and logs them as a `report` run.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def _p(p: float) -> str:
 def _vs_fastest(r: pd.Series) -> str:
     """The MCB column: may this setting be the fastest, and how much slower than the fastest at least and most.
 
-    'slower' only where the lower bound shows it (`wif.decide.decision.decide`); a tie is never worded as a loss.
+    It says 'slower' only where the lower bound shows it (`wif.decide.decision.decide`). A tie is never worded as a
+    loss.
     """
     if not bool(r["possibly_fastest"]):
         if bool(r.get("clearly_slower", r["slower_at_least"] > 1)):

@@ -1,15 +1,17 @@
 """wif from the user's own training script (docs/your-workload.md).
 
-People paste a worker search into `main_worker` of PyTorch's ImageNet example; these two do it for them:
+People paste a worker search into `main_worker` of PyTorch's ImageNet example; these two do it for them.
+`tune_workers` runs the wif-tune search in this process; `time_epochs` puts wif's epoch clock around your own
+step. Both run in the caller's process on any Dataset and loop: no Hydra, no forked child, no memory sampler.
+A train.py run records those. `time_epochs` can log its figures to MLflow, tagged `wif.kind=user`, so the
+study's report never mixes them with its own runs.
+
+For example:
 
     import wif
-    pick = wif.tune_workers(train_set, batch_size=256)          # the wif-tune search, in this process
+    pick = wif.tune_workers(train_set, batch_size=256)
     loader = DataLoader(train_set, batch_size=256, num_workers=pick.num_workers, pin_memory=pick.pin_memory)
-    times = wif.time_epochs(loader, my_step, epochs=3)          # wif's epoch clock around your own step
-
-Both run in the caller's process on any Dataset and loop: no Hydra, no forked child, no memory sampler. A
-train.py run records those. `time_epochs` can log its figures to MLflow, tagged `wif.kind=user` so the
-study's report never mixes them with its own runs.
+    times = wif.time_epochs(loader, my_step, epochs=3)
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
-# ----------------------------------------------------------------------------- tune_workers
 @dataclass
 class WorkerPick:
     """The pick and every trial: the fewest workers within `min_gain` of the fastest, then no pinning."""
@@ -104,9 +105,9 @@ def tune_workers(
 ) -> WorkerPick:
     """The search `wif-tune` runs (`wif.tools.worker_search.search_workers`), on the caller's Dataset.
 
-    For each pin_memory, num_workers goes from 0 up in coarse steps until more stop helping, then every count
-    near the best is tried. Each trial iterates `batches` batches for `epochs` epochs, the first left out,
-    and copies them to the device. Without CUDA only pin_memory=False is tried: pinning has no effect there.
+    It searches num_workers for each pin_memory. Each trial iterates `batches` batches for `epochs` epochs, the
+    first left out, and copies them to the device. Without CUDA only pin_memory=False is tried: pinning has no
+    effect there.
 
     Args:
         dataset: the Dataset the trials' DataLoaders read.
@@ -192,7 +193,6 @@ class _InProcessTrials:
         return trial.img_s
 
 
-# ----------------------------------------------------------------------------- time_epochs
 @dataclass
 class EpochTimes:
     """Each epoch's figures and the summary over the measured epochs, as a train.py run and wif.watch have them.
@@ -238,10 +238,9 @@ class TimingOptions:
 def time_epochs(loader: Iterable[Any], step: Callable[[Any], Any], epochs: int = 3, **options: Any) -> EpochTimes:
     """Times `epochs` passes of `step(batch)` over `loader` as wif times its own.
 
-    The device is synchronized at each epoch's start and end only. The host's wait in `next()` is summed as
-    data wait, and the step's time as compute: CUDA events on the device, read after the epoch's sync. `step`
-    should not read values off the device per batch, as `.item()` does: that synchronizes and hides the
-    overlap being measured.
+    The device is synchronized at each epoch's start and end only. The host's wait in `next()` is summed as data
+    wait. The step's time is summed as compute, by CUDA events read after the epoch's sync. `step` should not read
+    values off the device per batch, as `.item()` does: that synchronizes and hides the overlap being measured.
 
     Args:
         loader: the batches, any iterable.

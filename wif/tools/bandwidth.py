@@ -135,8 +135,7 @@ def log_run(uri: str, experiment: str, args: argparse.Namespace, rates: Sequence
 def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, TrackingConfig]:
     """The flags, and the store train.py writes to.
 
-    ConfigError for bad input, and where there is no CUDA device: found before CUDA, the store, or anything
-    else is touched.
+    ConfigError for bad input or no CUDA device, before CUDA, the store or anything else is touched.
     """
     args = build_parser().parse_intermixed_args(argv)
     _check(args)

@@ -60,8 +60,7 @@ class Probe:
 class Sample:
     """data=custom: the first training sample of the user's Dataset, and its number of classes.
 
-    Each probe trains on it repeated to the batch size: the input's shape and dtype are the user's, not
-    data.image_size.
+    Each probe trains on it repeated to the batch size: the user's input shape and dtype, not data.image_size.
     """
 
     x: Any
@@ -145,53 +144,38 @@ def probe(conf: Config, batch: int, steps: int, sample: Optional[Sample] = None)
 
 
 def _train_steps(conf: Config, *, batch: int, steps: int, sample: Optional[Sample], device: torch.device) -> None:
-    """The run's own step on the probe's batches: its precision, memory format, compilation and optimizer.
+    """The run's own step on `steps` batches of `batch`: the user's sample repeated, else random images.
 
-    Each of those changes the memory a step takes.
+    The step keeps the run's precision, memory format, compilation and optimizer: each changes its memory.
 
     Args:
         conf: the run's configuration.
         batch: the batch size probed.
         steps: training steps run.
-        sample: data=custom's first sample; None for random images.
+        sample: data=custom's first sample; None for random images at data.image_size.
         device: the device trained on.
     """
-
+    from wif.data.loaders import FixedBatches
     from wif.run.loop import train_epoch
     from wif.run.model import build_model
     from wif.run.step import build_optimizer, prepare_model, step_for
 
-    tr = conf.trainer
-    classes = sample.num_classes if sample is not None else conf.data.num_classes
+    tr, d = conf.trainer, conf.data
+    classes = sample.num_classes if sample is not None else d.num_classes
     model = prepare_model(build_model(conf.model, classes).to(device), tr)
     step = step_for(model, build_optimizer(tr, model.parameters()), conf, device)
-    batches = _probe_batches(conf, batch=batch, steps=steps, sample=sample, device=device)
-    train_epoch(step=step, batches=batches, transfer=lambda b: b)
-
-
-def _probe_batches(conf: Config, *, batch: int, steps: int, sample: Optional[Sample], device: torch.device) -> Any:
-    """`steps` batches of `batch`: the user's sample repeated, else random images at data.image_size.
-
-    Args:
-        conf: the run's configuration.
-        batch: the batch size probed.
-        steps: training steps run.
-        sample: data=custom's first sample; None for random images.
-        device: the device trained on.
-    """
-    from wif.data.loaders import FixedBatches
-
     if sample is not None:
-        return sample_batches(sample, batch=batch, steps=steps, device=device)
-    d = conf.data
-    return FixedBatches(
-        samples=batch * steps,
-        batch_size=batch,
-        image_size=d.image_size,
-        num_classes=d.num_classes,
-        device=device,
-        seed=conf.seed,
-    )
+        batches: Any = sample_batches(sample, batch=batch, steps=steps, device=device)
+    else:
+        batches = FixedBatches(
+            samples=batch * steps,
+            batch_size=batch,
+            image_size=d.image_size,
+            num_classes=d.num_classes,
+            device=device,
+            seed=conf.seed,
+        )
+    train_epoch(step=step, batches=batches, transfer=lambda b: b)
 
 
 def _out_of_memory(batch: int, device: torch.device) -> Probe:

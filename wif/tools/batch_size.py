@@ -6,8 +6,6 @@ did not: `find_largest`, a pure function.
 
 Each probe (`batch_probe`) runs a few real training steps of the configured model, optimizer and loss, then
 reads the device's memory. The steps are the study's `train_epoch` on one fixed batch already on the device.
-Each probe is a fresh spawned process: see NOTE [ Why each probe is a fresh spawned process ] in
-batch_probe. Every way CUDA says it is out of memory counts as "too big", so the search bisects down.
 
     wif-batch-size model=googlenet data.image_size=64 --fill 0.9
 """
@@ -27,7 +25,6 @@ from wif.tools.batch_probe import Probe, Sample, first_sample, run_probe
 PROG = "wif-batch-size"
 
 
-# ----------------------------------------------------------------------------- the search (pure)
 def find_largest(fits: Callable[[int], bool], start: int, limit: int) -> int:
     """The largest n in [1, limit] with fits(n), for a `fits` that holds up to some size and fails beyond.
 
@@ -55,7 +52,6 @@ def find_largest(fits: Callable[[int], bool], start: int, limit: int) -> int:
     return lo
 
 
-# ----------------------------------------------------------------------------- command line
 class ProbeFailed(Exception):
     """A probe failed for a reason other than device memory: the search would be meaningless."""
 

@@ -1,13 +1,11 @@
 """`wif-pack`: pack an image source into LMDB or tar shards up front; train from it with data.path.
 
 A run would pack it so into the cache (docs/formats.md). The pack says its progress: a bar, images/s and
-bytes written.
+bytes written. It is written under a temporary name beside PATH and renamed when complete. So a pack killed
+half-way is never found under PATH. Then every record is checked against its index.
 
     wif-pack data=folder data.root=IMAGES --to lmdb --out PATH
     wif-study data=folder data.format=lmdb data.path=PATH
-
-The pack is written under a temporary name beside PATH and renamed when complete: a pack killed half-way is
-never found under PATH. Then every record is checked against its index.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ from wif.config import ConfigError, DataFormat, DataSource
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.folder_check import require_readable
-from wif.data.formats.check import check_pack
 from wif.data.formats.pack import Progress
-from wif.data.formats.store import THROTTLE_ENV, build, listing_of
+from wif.data.formats.store import THROTTLE_ENV, build, check_pack, listing_of
 
 PROG = "wif-pack"
 BAR = 30

@@ -1,11 +1,10 @@
 """`wif-tune`: the num_workers that feeds batches fastest, for each pin_memory (docs/tuning.md, "Loader tuner").
 
-Coarse steps go from 0 workers up to twice the usable cores, stopping as soon as more workers stop helping.
-Then every count within a small radius of the best is tried. Each trial is a loader-only run of the
-configured loader, `trainer.max_batches` batches an epoch. It has the study's loop, its forked and sampled
-child (`wif.run.supervise.supervise`) and its MLflow store. The runs are tagged `wif.kind=tune`, so the
-study's report never mixes them in. The pick is the fewest workers within `--min-gain` of the fastest:
-more workers for no gain only cost CPU and RAM.
+The search is `worker_search.search_workers`. Each trial is a loader-only run of the configured loader,
+`trainer.max_batches` batches an epoch. It has the study's loop, its forked and sampled child
+(`wif.run.supervise.supervise`) and its MLflow store. The runs are tagged `wif.kind=tune`, so the study's
+report never mixes them in. The pick is the fewest workers within `--min-gain` of the fastest. More workers
+for no gain only cost CPU and RAM.
 
     wif-tune preset=smoke data.fraction=0.4 --batches 50
 """
@@ -34,7 +33,6 @@ from wif.tools.worker_search import final_pick, finalists, search_workers, trial
 PROG = "wif-tune"
 
 
-# ----------------------------------------------------------------------------- output
 def table(trials: Sequence[Trial], best: Optional[Trial], no_ram: str = "no PSS read during the trial") -> str:
     """The trials, one row each; a RAM figure not measured shows '-', and a last line says why: `no_ram`."""
     rows = [
@@ -81,7 +79,6 @@ def train_command(base: Config, overrides: Sequence[str], best: Trial) -> str:
     return " ".join([STUDY_COMMAND] + line + kept)
 
 
-# ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
     """wif-tune's flags beside the study's overrides."""
     p = tool_parser(

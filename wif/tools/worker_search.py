@@ -72,10 +72,10 @@ def double_workers(
 ) -> Optional[int]:
     """The worker count wif-advise's search picks: counts doubled, then halfway to each neighbour.
 
-    The coarse pass tries 0, 4, 8, 16, ... and `max_workers` last. It stops at the first count that fails, or is
-    not faster than the best so far by more than `min_gain`. The refining pass tries the counts halfway between
-    the best and the coarse counts beside it: about log2(max_workers) + 3 trials, where `search_workers` takes
-    about max_workers / step. A count that fails, as one the minutes cut does, ends the coarse pass.
+    The coarse pass tries 0, 4, 8, 16, ... and `max_workers` last, and stops as `search_workers`' does. A count
+    that fails, as one the minutes cut does, ends it. The refining pass tries the counts halfway between the best
+    and the coarse counts beside it. That is about log2(max_workers) + 3 trials; `search_workers` takes about
+    max_workers / step.
 
     Args:
         measure: images/s of a worker count in a phase, "coarse" or "refine"; None where the trial failed.

@@ -1,5 +1,8 @@
-"""What every pipeline engine shares with DataLoader: the dataset a split is read through, the order its
-samples are drawn in, how a batch is made, and how many batches are in flight."""
+"""What every pipeline engine shares with DataLoader.
+
+It shares the dataset a split is read through and the order of its samples. It shares how a batch is made,
+and how many batches are in flight.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ from wif.data.loaders import Batch
 
 @dataclass(frozen=True)
 class Request:
-    """What every engine is asked for (wif.data.engines.build_engine_batches): a split, read with a loader
-    option on the configured engine, in batches of `batch_size`; shuffled with `seed` where `train`; pinned
-    where `pin`."""
+    """What every engine is asked for (wif.data.engines.build_engine_batches).
+
+    It asks for a split, read with a loader option on the configured engine, in batches of `batch_size`. The split
+    is shuffled with `seed` where `train`, and pinned where `pin`.
+    """
 
     split: AnySplit
     loader: LoaderConfig
@@ -55,8 +60,8 @@ def num_batches(dataset: Dataset, batch_size: int) -> int:
 class FetchBatch:
     """A worker's job, as in a DataLoader worker: fetch a batch's samples and collate them.
 
-    A forked worker process inherits its parent's random state, so every worker would draw the same
-    augmentations; the first call in a new process seeds it apart (DataLoader seeds each worker too).
+    A forked worker inherits its parent's random state, so every worker would draw the same augmentations. The
+    first call in a new process seeds it apart, as DataLoader seeds each worker.
     """
 
     def __init__(self, dataset: Dataset, seed: int) -> None:

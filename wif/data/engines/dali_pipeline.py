@@ -1,18 +1,19 @@
-"""engine=dali: an NVIDIA DALI pipeline per epoch, in DALI's own shape:
-
-    fn.external_source -> fn.decoders.image -> fn.resize -> [fn.random_resized_crop]
-    -> fn.crop_mirror_normalize -> DALIGenericIterator
+"""engine=dali: an NVIDIA DALI pipeline per epoch, in DALI's own shape (below).
 
 The source gives a batch's encoded bytes and labels, in the epoch's order. The decoder runs on device="mixed",
 nvJPEG on a GPU, or on "cpu" otherwise with device_id=None. Images are resized to data.image_size, randomly
 crop-resized under data.augment=standard, then made float, CHW, with the torchvision path's mean and std and a
-random flip. Where it decodes on a GPU, the labels
-move to the GPU in the pipeline.
+random flip. Where it decodes on a GPU, the labels move to the GPU in the pipeline.
 
 It reads the same images as the other engines: data=encoded's JPEG bytes, data=folder's files. The loader
 option's knobs map onto DALI's: num_workers to num_threads, the batches in flight to prefetch_queue_depth. The
 pipeline is built at every epoch, as SPDL's is. So the order and the last partial batch are the other
 engines': DataLoader's seeded sampler, drop_last=False.
+
+The pipeline:
+
+    fn.external_source -> fn.decoders.image -> fn.resize -> [fn.random_resized_crop]
+    -> fn.crop_mirror_normalize -> DALIGenericIterator
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 from wif.config import Augment
 from wif.data.datasets import NORMALIZE_MEAN, NORMALIZE_STD, DecodedSplit
-from wif.data.decoders import ImageFiles, JpegBlob
 from wif.data.engines.common import Request, in_flight, num_batches, sample_order
+from wif.data.folder import ImageFiles, JpegBlob
 from wif.data.loaders import Batch
 
 

@@ -1,10 +1,12 @@
-"""engine=spdl: an SPDL pipeline per epoch, in SPDL's own shape (its paper's and its DataLoader's):
+"""engine=spdl: an SPDL pipeline per epoch, in SPDL's own shape (its paper's and its DataLoader's).
 
-    source of sample indices -> per-sample fetch (decode, augment) on `num_workers` threads
-    -> batching -> collate -> pinning on CUDA (one thread, as DataLoader's pin thread) -> prefetch buffer
+The copy to the device is left to wif's transfer options, as for every engine, so it is timed the same way.
+SPDL's own `transfer_tensor_h2d` would hide it inside the pipeline.
 
-The copy to the device is left to wif's transfer options, as for every engine, so it is timed the same
-way (SPDL's own `transfer_tensor_h2d` would hide it inside the pipeline).
+The pipeline:
+
+    sample indices -> fetch (decode, augment) on `num_workers` threads -> batch -> collate
+    -> pin on CUDA (one thread) -> prefetch buffer
 """
 
 from __future__ import annotations

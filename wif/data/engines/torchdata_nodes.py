@@ -1,17 +1,20 @@
-"""engine=nodes_threads and engine=nodes_procs: a torchdata.nodes graph, the way torchdata's guide
-migrates a DataLoader:
+"""engine=nodes_threads and engine=nodes_procs: a torchdata.nodes graph, as torchdata's guide migrates a DataLoader.
 
-    SamplerWrapper(sample indices) -> Batcher -> ParallelMapper(fetch + collate a batch,
-    `num_workers` threads or processes; inline at 0) -> PinMemory (CUDA only) -> Prefetcher -> Loader
+A worker makes whole batches, as a DataLoader worker does. torchdata.nodes 0.11 starts its workers again at
+every epoch: it has no persistent workers. Two of its habits would make it unlike DataLoader; both are undone
+here.
 
-A worker makes whole batches, as a DataLoader worker does. torchdata.nodes 0.11 starts its workers again
-at every epoch (it has no persistent workers). Two of its habits would make it unlike DataLoader, and are
-undone here:
-- its thread workers (and its pin thread) call `torch.set_num_threads(1)`: that sets torch's process-wide
-  count, which a thread that has not yet computed (the model's, at the first epoch) then takes up, so the
-  model would compute on one thread. The count is restored in the loop's thread once the workers run.
-- its worker processes outlive a killed run: they are started through `DyingContext`, so each asks the
-  kernel to end it with the run, as DataLoader's workers do (`wif.measure.lifetime`).
+Its thread workers and pin thread call `torch.set_num_threads(1)`. That sets torch's process-wide count. A
+thread that has not computed yet, the model's at the first epoch, then takes it up and computes on one thread.
+The loop's thread restores the count once the workers run.
+
+Its worker processes outlive a killed run. They start through `DyingContext`, so each asks the kernel to end
+it with the run, as DataLoader's workers do (`wif.measure.lifetime`).
+
+The graph:
+
+    SamplerWrapper -> Batcher -> ParallelMapper (fetch, collate; `num_workers` threads or
+    processes, inline at 0) -> PinMemory (CUDA) -> Prefetcher -> Loader
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Storage formats for images decoded per sample (data.format=folder|lmdb|shards, docs/formats.md): what a
-pack is made from (source), what every pack shares (pack: pack.json, the index and its checks), LMDB
-(lmdb_format) and WebDataset-layout tar shards (shards), packs in the cache (store), a pack checked record by
-record before a run uses it (check), and a run's splits read from a format, with the cold page cache around
-each epoch (splits).
+"""Storage formats for images decoded per sample (data.format=folder|lmdb|shards, docs/formats.md).
+
+`source`: what a pack is made from.
+`pack`: what every pack shares: pack.json, the index and its checks.
+`lmdb_format`: LMDB.
+`shards`: tar shards in the WebDataset layout.
+`store`: packs in the cache, each checked record by record before a run uses it.
+`splits`: a run's splits read from a format, with the cold page cache around each epoch.
 """

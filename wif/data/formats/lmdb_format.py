@@ -124,9 +124,11 @@ class LmdbImages:
         self.release = release  # data.page_cache=cold: let go of the map after each batch (after_batch)
 
     def after_batch(self) -> None:
-        """Under data.page_cache=cold, close this process's map once its batch is read: a persistent worker's
-        map kept a tenth of the pack resident through the eviction between epochs, and its epochs read 0 bytes
-        from storage (posix_fadvise skips mapped pages). The next batch reopens it."""
+        """Under data.page_cache=cold, close this process's map once its batch is read. The next batch reopens it.
+
+        A persistent worker's open map kept a tenth of the pack resident through the eviction between epochs. Its
+        epochs then read 0 bytes from storage, as posix_fadvise skips mapped pages.
+        """
         if self.release:
             close(self.path)
 

@@ -123,8 +123,7 @@ def finish(tmp: Path, out: Path, fmt: str, index: Dict[str, Any], files: List[st
 def open_pack(path: Path, fmt: Optional[str] = None) -> Pack:
     """A pack's metadata and index, checked.
 
-    Every file is at least its recorded size, the index matches its checksum, and it lists as many records
-    as pack.json says.
+    Every file is at least its recorded size, the index matches its checksum, and it lists pack.json's records.
     """
     probe = Pack(path, {}, {})
     try:

@@ -186,8 +186,7 @@ class ShardSplit(IterableDataset):
     def _plan(self) -> Tuple[List[int], random.Random]:
         """This worker's shards for this epoch, and its random source.
 
-        Every worker draws the same shard order, since the DataLoader gives them one base seed an epoch. Then
-        each takes every n-th shard.
+        The DataLoader gives all workers one base seed an epoch, so they draw one shard order; each takes every n-th.
         """
         info = get_worker_info()
         if info is None:

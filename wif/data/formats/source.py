@@ -1,5 +1,8 @@
-"""What a pack is made from: the source's files part by part (data=folder's listing, or data=encoded's
-images written once as JPEG files into the cache), and the digest of that listing that names its packs."""
+"""What a pack is made from: the source's files part by part, and the digest of that listing.
+
+`data=folder` lists its files as they are. `data=encoded` writes its images once as JPEG files into the
+cache. The listing's digest names its packs.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ PARTS = ("train", "test")
 
 @dataclass
 class Listing:
-    """Each part's image files in the order the source numbers them (image i of a part is record i of every
-    format), their labels, and the number of classes."""
+    """Each part's image files in the source's order, their labels, and the number of classes.
+
+    Image i of a part is record i of every format.
+    """
 
     paths: Dict[str, List[str]]
     labels: Dict[str, np.ndarray]
@@ -58,8 +63,10 @@ def source_listing(cfg: DataConfig, skip: frozenset = frozenset()) -> Listing:
 
 
 def encoded_files(cfg: DataConfig) -> Listing:
-    """data=encoded's JPEG bytes as files, `part/<label>/<index>.jpg`, written once into the cache (a
-    temporary folder renamed when complete); the same bytes the in-memory set decodes, in its order."""
+    """data=encoded's JPEG bytes as files, `part/<label>/<index>.jpg`, written once into the cache.
+
+    Written to a temporary folder renamed when complete, they hold the in-memory set's bytes, in its order.
+    """
     arrays = encoded_arrays(cfg)
     key = {**synthetic_key(cfg), "jpeg_quality": cfg.jpeg_quality, "version": 1}  # the files' own version
     tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

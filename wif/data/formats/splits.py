@@ -17,7 +17,7 @@ import torch
 
 from wif.config import Augment, ConfigError, DataConfig, DataFormat, DataSource, PageCache
 from wif.data.datasets import Datasets, decoded_datasets, make_transform, split_picks
-from wif.data.decoders import ImageFiles
+from wif.data.folder import ImageFiles
 from wif.data.formats.lmdb_format import LmdbImages, close_all
 from wif.data.formats.pack import Pack, open_pack
 from wif.data.formats.shards import ShardPart, ShardSplit
@@ -31,8 +31,7 @@ from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, 
 def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
     """(size to resize to on decoding, whether images come at their own size), as the source decodes.
 
-    data=folder decodes at data.image_size, or at its own size under augment=standard. data=encoded is already
-    at data.image_size.
+    `data=folder` decodes at data.image_size, or at its own size under augment=standard; data=encoded is at it.
     """
     if source == DataSource.encoded.value:
         return None, False
@@ -144,9 +143,9 @@ class EpochStorage:
     """Around each training epoch: the data's storage, evicted and measured.
 
     Under data.page_cache=cold the data's files are evicted first. Each epoch reports the share of them still
-    resident, and the bytes the run's process tree read from storage during it. Under cold, an epoch that
-    kept more than COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage, says so with
-    `page_cache_cold` 0: a warm figure is never logged as a cold one.
+    resident, and the bytes the run's process tree read from storage during it. A cold epoch may keep more than
+    COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage. It then says so with
+    `page_cache_cold` 0, so a warm figure is never logged as a cold one.
     """
 
     def __init__(self, cfg: DataConfig) -> None:

@@ -2,7 +2,7 @@
 
 A pack in the cache is named by the digest of the source's listing and the packing settings. It is built
 once, into a temporary folder renamed when complete: a pack killed half-way is never used, and is rebuilt.
-It is checked record by record before a run uses it.
+It is checked record by record before a run uses it (check_pack).
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing as mp
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -18,9 +20,9 @@ from typing import Optional
 from wif.config import DataConfig, DataFormat
 from wif.data.folder_check import unreadable
 from wif.data.formats import lmdb_format, shards
-from wif.data.formats.check import check_pack
-from wif.data.formats.pack import PACK_VERSION, Pack, PackError, Progress, finish, open_pack, remove_stale
+from wif.data.formats.pack import PACK_VERSION, Pack, PackError, Progress, finish, open_pack, remove_stale, same_size
 from wif.data.formats.source import Listing, source_listing
+from wif.measure.lifetime import die_with_parent
 
 log = logging.getLogger("wif")
 PROGRESS_LOG_S = 10.0
@@ -107,7 +109,7 @@ def build(
 def ensure_pack(cfg: DataConfig, check: bool = True, progress: Optional[Progress] = None) -> Pack:
     """The pack a run reads: data.path, or the cache's pack of the source, built when missing.
 
-    With `check`, every record is checked, once per pack: wif.data.formats.check.
+    With `check`, every record is checked, once per pack (check_pack).
     """
     if cfg.path is not None:
         if not (Path(cfg.path).expanduser() / "pack.json").is_file():
@@ -132,3 +134,57 @@ def ensure_pack(cfg: DataConfig, check: bool = True, progress: Optional[Progress
     if check:
         check_pack(pack, cfg.cache_dir)
     return pack
+
+
+# NOTE [ Pack check ]
+# The check reads every record against its index (length, crc32, label) and decodes it once as an image. It
+# runs in a forked process: the supervising process runs no torch compute, and a pack corrupt enough to crash
+# its reader takes only that process down. The verdict is cached under the data cache dir. Its key is the
+# pack's index checksum and its files' sizes and mtimes, so a pack changed since is checked again.
+
+
+def _stamp(pack: Pack) -> str:
+    files = {
+        name: [os.stat(pack.path / name).st_size, os.stat(pack.path / name).st_mtime_ns]
+        for name in [*pack.meta["files"], "pack.json", "index.json"]
+    }
+    key = {"path": str(pack.path.resolve()), "index": pack.meta["index_sha256"], "files": files}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _check(pack: Pack, conn) -> None:
+    die_with_parent(os.getppid())
+    try:
+        (lmdb_format.verify if pack.format == "lmdb" else shards.verify)(pack, decode_all=True)
+        same_size(pack)
+        conn.send(None)
+    except PackError as err:
+        conn.send(str(err))
+
+
+def check_pack(pack: Pack, cache_dir: Optional[str]) -> None:
+    """Raise PackError (one line naming the pack and the record or file) unless every record checks.
+
+    See NOTE [ Pack check ].
+    """
+    marker = Path(cache_dir).expanduser() / "pack-checked" / _stamp(pack) if cache_dir else None
+    if marker is not None and marker.exists():
+        return
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_check, args=(pack, send), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        message = recv.recv()
+    except EOFError:  # the checker died without a word: killed by a signal while reading the pack
+        proc.join()
+        code = proc.exitcode or 0
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+        raise pack.fail(f"reading it crashed the checking process ({how}): the pack is corrupt") from None
+    proc.join()
+    if message is not None:
+        raise PackError(message)
+    if marker is not None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(pack.path))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 from dataclasses import asdict, replace
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -35,6 +36,14 @@ def _cuda() -> torch.device:
     return torch.device("cpu")
 
 
+def _finish(record: Record) -> None:
+    """`record` finished off the user's thread: its sampler stopped, its figures sent, its run closed."""
+    try:
+        record.finish()
+    except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
+        warn(f"a watched loop's run could not be ended ({type(err).__name__}: {err})")
+
+
 class Session:
     """One watched loader over the whole script: its epochs and its one MLflow run.
 
@@ -46,7 +55,7 @@ class Session:
     """
 
     def __init__(self, batches: Iterable[Any], options: WatchOptions) -> None:
-        self.anchor, self.options = anchor_of(batches), options
+        self._anchor, self.options = claim.weak(anchor_of(batches)), options  # NOTE [ One loop, one session ]
         self.ordered, self.claims = options.ordered, options.claims or options.ordered
         under_torchrun = os.environ.get("RANK", "0") != "0"  # one line an epoch, rank 0's
         self.say = silent if options.quiet or under_torchrun else to_stderr
@@ -76,9 +85,28 @@ class Session:
         self.iterated: Optional[Any] = None
 
     @property
+    def anchor(self) -> Any:
+        """What keeps the session (wif.watcher.found), while it lives; None once collected."""
+        return self._anchor()
+
+    @property
     def loader(self) -> Optional[DataLoader]:
         """The DataLoader the session was made with, while it lives."""
         return self._loader()
+
+    def end(self) -> None:
+        """Its loop is gone: its run ends on a thread of its own, as at the script's end.
+
+        A session under orders, in an epoch, or whose claim waits for a step ends with the script. See
+        NOTE [ One loop, one session ] in wif.watcher.watch.
+        """
+        record = self.record
+        if record is None or record.finished or self.ordered or self.open or not self.proven:
+            return
+        try:
+            threading.Thread(target=_finish, args=(record,), name="wif-end").start()
+        except Exception as err:  # noqa: BLE001 - no thread at all: the script's end finishes the run
+            warn(f"a watched loop ended, and its run ends with the script ({type(err).__name__}: {err})")
 
     # ------------------------------------------------------------------ the claim
     def claim_loader(self, batches: Iterable[Any]) -> bool:

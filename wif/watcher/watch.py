@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 from torch.utils.data import DataLoader
@@ -32,7 +33,7 @@ from wif.watcher.session import Session
 
 __all__ = ["MODES", "Watched", "find_dataloader", "hooked", "warn", "watch"]
 
-_sessions: Dict[Any, Session] = {}  # by id() of the anchor (wif.watcher.found), or by the loop: `_key`
+_sessions: Dict[Any, Session] = {}  # by its anchor's id(), or by its loop: NOTE [ One loop, one session ]
 MODES = ("1", "0", "print", "quiet")  # WIF_WATCH
 
 
@@ -175,15 +176,37 @@ def _session(
     if kept and not (fresh and session.state is State.PASSED):
         return session
     session = _sessions[key] = Session(batches, options)
+    if isinstance(key, int):
+        try:  # the loop is gone with its anchor; one that cannot be held weakly lives to the script's end
+            weakref.finalize(anchor, _gone, key, session).atexit = False
+        except TypeError:
+            pass
     return session
 
 
-def _key(batches: Any, anchor: Any, site: Optional[Tuple[str, int]]) -> Any:
-    """What keeps a session: its DataLoader's dataset, else the loop that watches it.
+# NOTE [ One loop, one session ]
+# A session is one loop's watch: one MLflow run, its windows, and its sampler thread. `_sessions` keeps it by
+# what outlives the loop's epochs (`_key`). That is the dataset of the DataLoader inside what is iterated.
+# Without a DataLoader, it is the `wif.watch` line, the iterable's type and its generator's code. So a new
+# DataLoader or wrapper each epoch over one dataset is one session, and so is a generator made anew each epoch.
+# The session holds the user's objects weakly: its dataset, its DataLoader, the last one hooked.
+# The dataset's collection means its loop is gone. The session leaves `_sessions` (`_gone`), and its run ends
+# as at the script's end, on a thread of its own (Session.end). The sampler stops, and the held windows,
+# the summary and the run's status go to MLflow. A new session may take its key later: another loop.
+# Some sessions end with the script: one kept by its line, whose iterable lives one epoch only; one whose
+# dataset cannot be held weakly; one under wif-advise's orders; one whose claim waits for a step.
+# A dataset made anew each epoch is a new loop each epoch: a run each, each ended as its dataset goes.
 
-    An iterable with no DataLoader inside, such as a generator of batches made anew each epoch, is one loop
-    by its `wif.watch` line, its type and its generator's code. See wif.watcher.found.
-    """
+
+def _key(batches: Any, anchor: Any, site: Optional[Tuple[str, int]]) -> Any:
+    """What keeps a session: the id() of its DataLoader's dataset, else its loop. See NOTE [ One loop, one session ]."""
     if anchor is not batches or site is None:
         return id(anchor)
     return (*site, type(batches).__qualname__, getattr(getattr(batches, "gi_code", None), "co_qualname", ""))
+
+
+def _gone(key: int, session: Session) -> None:
+    """A session's anchor was collected: the session leaves `_sessions`, and its run ends."""
+    if _sessions.get(key) is session:
+        del _sessions[key]
+    session.end()

@@ -14,7 +14,8 @@ import time
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from wif.advisor.command import end, last_line, launch, ran_out, stop
-from wif.watcher.served import SERVE_POLL_S, write_json
+from wif.watcher.orders import write_json
+from wif.watcher.served import SERVE_POLL_S
 
 LEAVE_GRACE_S = 10.0  # a served script told to leave is given this long, then killed
 

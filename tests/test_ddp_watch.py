@@ -54,7 +54,7 @@ def test_a_torchrun_job_under_the_watch_alone_ends_every_epoch_with_windows_of_o
     script.write_text(EPOCHS)
     env = {k: v for k, v in os.environ.items() if k != ENV}
     env.update(MLFLOW_TRACKING_URI=store, PYTHONPATH=str(ROOT), WIF_WATCH_WINDOW_S="1", PYTHONUNBUFFERED="1")
-    watch = [sys.executable, "-m", "wif.watcher.watch_cli", "--"]
+    watch = [sys.executable, "-m", "wif.watcher.hook", "--"]
     command = [*watch, *TORCHRUN, str(script)]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]

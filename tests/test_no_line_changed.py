@@ -66,7 +66,7 @@ def watch(tmp_path: Path, *command: str, loader: str = "", timeout: float = 300)
     env.pop("WIF_WATCH_ORDERS", None)
     named = ["--loader", loader] if loader else []
     return subprocess.run(
-        [sys.executable, "-m", "wif.watcher.watch_cli", *named, "--", *command],
+        [sys.executable, "-m", "wif.watcher.hook", *named, "--", *command],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -93,13 +93,13 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     where = tmp_path_factory.mktemp("plain")
     (where / "plain.py").write_text(PLAIN)
     out: Dict[str, Any] = {}
-    hook, line = ["-m", "wif.watcher.watch_cli", "--"], []
+    hook, line = ["-m", "wif.watcher.hook", "--"], []
     for name, command, extra in (  # each way twice, in turn: a run's median wanders a few percent on its own
         ("hooked", hook, []),
         ("lined", line, ["--watch"]),
         ("hooked_b", hook, []),
         ("lined_b", line, ["--watch"]),
-        ("named", ["-m", "wif.watcher.watch_cli", "--loader", "Held", "--"], []),
+        ("named", ["-m", "wif.watcher.hook", "--loader", "Held", "--"], []),
     ):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
         env.pop("WIF_WATCH_ORDERS", None)

@@ -166,7 +166,7 @@ def _init_worker(worker_id: int) -> None:
 
 
 def test_a_rebuilt_loader_keeps_what_decides_its_batches() -> None:
-    from wif.watcher.rebuilt import rebuild
+    from wif.watcher.found import rebuild
 
     before = [b["x"].tolist() for b in _seeded_loader()]
     loader = rebuild(_seeded_loader(), {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4})

@@ -108,3 +108,38 @@ def test_a_generator_made_anew_each_epoch_is_one_run(tmp_path: Path, store: str)
     (found,) = watch_runs(store)
     history = MlflowClient(store).get_metric_history(found.info.run_id, "epoch_time_s")
     assert len(history) == 30 and found.data.metrics["epochs_run"] == 30 and found.info.status == "FINISHED"
+
+
+DROPPED = """
+import threading
+from mlflow.tracking import MlflowClient
+
+def samplers():
+    return sum(t.name == "wif-sampler" for t in threading.enumerate())
+
+def train():
+    loader = DataLoader(Slow(), batch_size=16)
+    for epoch in range(3):
+        for x, y in wif.watch(loader, run_name="dropped"):
+            pass
+    print("training", samplers())
+
+train()
+t_end = time.monotonic() + 60
+while any(t.name in ("wif-sampler", "wif-end") for t in threading.enumerate()) and time.monotonic() < t_end:
+    time.sleep(0.05)  # the script works on without its loop
+print("after", samplers())
+(found,) = MlflowClient().search_runs([MlflowClient().get_experiment_by_name("who_is_faster").experiment_id])
+print("run", found.info.status, int(found.data.metrics.get("epochs_run", 0)))
+"""
+
+
+def test_a_loop_that_is_gone_ends_its_session_before_the_script(tmp_path: Path, store: str) -> None:
+    """A loop in a function, its loader dropped as it returns: its sampler thread ends and its run is closed,
+    3 epochs logged, while the script works on (before: both lasted to the script's end)."""
+    done = run(tmp_path, DROPPED, store)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["training", "1", "after", "0", "run", "FINISHED", "3"], done.stderr[-2000:]
+    (found,) = watch_runs(store)
+    assert len(MlflowClient(store).get_metric_history(found.info.run_id, "epoch_time_s")) == 3
+    assert "wif.watch: epoch 3" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]

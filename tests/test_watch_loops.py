@@ -264,7 +264,7 @@ class Placed(DataLoader):
 def test_a_frameworks_dataloader_is_rebuilt_as_itself() -> None:
     """Before, the rebuilt loader was a plain DataLoader: accelerate's batches lost their device placement and
     the race's runs crashed where the loader-only trials passed."""
-    from wif.watcher.rebuilt import rebuild
+    from wif.watcher.found import rebuild
 
     loader = Placed(TensorDataset(torch.arange(8.0)), batch_size=2, device="cuda:7")
     again = rebuild(loader, {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4})

@@ -23,8 +23,8 @@ from wif.config.compose import load_config
 from wif.data.worker_threads import LimitWorkerThreads, default_threads
 from wif.measure.sysinfo import usable_cores
 from wif.sweep.identity import cell_name
+from wif.watcher.found import rebuild
 from wif.watcher.proof import promised, unmet
-from wif.watcher.rebuilt import rebuild
 
 OWN = "WIF_TEST_OWN_INIT"
 

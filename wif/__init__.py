@@ -30,7 +30,7 @@ From a user's own script, imported on first use:
 #                                   apart; in one process they talk only through these. Reset in place per sweep.
 #   wif.watcher.hook (ORIGINAL, HELD), origin.MADE_AT, proof.STARTED   the import hooks patch torch's
 #                                   DataLoader class for the whole process: what they patched and saw is too.
-#   wif.watcher.steps (_seen, _undo)   torch's backward and optimizer-step hooks are process-wide: so is their count.
+#   wif.watcher.claim (_seen, _undo)   torch's backward and optimizer-step hooks are process-wide: so is their count.
 #   wif.watcher.watch._sessions, claim.CLAIMED, claim.DROPPED   `wif.watch(loader)` is a function the loop calls
 #                                   anew each epoch, and a hooked epoch has no caller of wif's: one loop's watch,
 #                                   and the one training loader, outlive each call.

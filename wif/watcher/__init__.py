@@ -2,25 +2,23 @@
 
 The orders come through the environment, so the user's script runs the advice's measurements unchanged.
 
-    watch      `wif.watch`, and `hooked`: each pass over the loader handed to its session
+    watch      `wif.watch`, and `hooked`: each pass over the loader handed to its session, one session a loop
     session    one loader's watch: each epoch timed in windows and each window said in one line
     claim      which loader trains: the claim at its first epoch, proven by a step, dropped for an evaluation
-    steps      whether the training took a step: a backward pass or an optimizer step, counted while a claim waits
-    windows    how an epoch is cut into windows of batches: by the orders' count, or the watch's clock; under
-               orders, a window's figure as the script's own epoch would spend it
-    options    how a loader is watched, and where the watch's lines go
+    windows    how an epoch is cut into windows of batches: by the orders' count, or the watch's clock. Under
+               orders, a window's figure is what the script's own epoch would spend on it
+    options    how a loader is watched, what the watch says of a window, and where its lines go
     orders     what a measuring run of wif-advise asks of the watch: windows and the epoch's cut, the bound's
                replayed batches, a loader-only pass, a probe, a candidate's loader settings
     replay     the bound's kept batches handed out again, each a copy, its time left out of the window
-    rebuilt    the script's DataLoader rebuilt with a candidate's worker settings
     served     loader-only trials in one process: each candidate's end handed on, the next one's orders taken
-    proof      whether those settings reached the DataLoader an epoch really iterates; standard library only
+    proof      whether a candidate's settings reached the DataLoader an epoch really iterates; standard library only
     record     what the watch records beside the clock: CPU, the tree's memory, VRAM; and its MLflow run
-    found      the DataLoader inside whatever the loop iterates, its settings, and the anchor a watch is kept by
+    found      the DataLoader inside whatever the loop iterates, its settings, the anchor a watch is kept by,
+               and the DataLoader rebuilt with a candidate's worker settings
     ranks      a distributed script's ranks: their figures gathered into the job's, and leaving together
     hook       no line changed: DataLoader's own epoch patched to be the watch's, for loops inside a
-               framework; `boot/sitecustomize.py` patches it in a new process
-    watch_cli  `wif-watch -- COMMAND`: the hook's figures for a script run as it is
+               framework; `boot/sitecustomize.py` patches it in a new process; `wif-watch -- COMMAND`
     origin     where a DataLoader was made and which framework iterates it; standard library only
 
 An epoch's figures and the run's summary are wif.measure.epochs', as the study's are. Imports `wif.run` and

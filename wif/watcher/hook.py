@@ -14,10 +14,14 @@ TraceML patches `DataLoader.__iter__` the same way to time the wait (https://git
 So does Lightning for its own bookkeeping, in `lightning.pytorch.utilities.data._replace_dunder_methods`:
 that is why `__init__` keeps its signature.
 
-This module imports nothing but the standard library, wif.watcher.origin and wif.watcher.proof, which import
+This module imports nothing but the standard library, wif.watcher.origin and wif.watcher.proof. Those import
 nothing else but wif.dataloader_args, the standard library's only (tests/test_layout.py holds them to it).
 It is patched in while torch itself is being imported, by wif/watcher/boot/sitecustomize.py where
 `wif-watch` and `wif-advise` put it on PYTHONPATH. The watch is imported at the first epoch.
+
+`wif-watch -- python train.py ARGS...` (`main`) runs a script with the patch and no line changed. Its training
+loader is the first DataLoader iterated with gradients enabled that takes a step, or `--loader NAME`. Its
+epochs are timed, said and logged as `wif.watch` does; WIF_WATCH=print says them and logs nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import functools
 import inspect
 import os
 import sys
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 from wif.watcher import origin, proof
 
@@ -35,6 +39,7 @@ HELD: Dict[type, Any] = {}  # a holder's class (below) -> its own __iter__
 ORDERS = "WIF_WATCH_ORDERS"  # wif.watcher.orders.ENV (that module imports torch)
 BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")  # the folder put on PYTHONPATH
 _said: list = []
+PROG = "wif-watch"
 
 
 def patch(cls: Any) -> None:
@@ -64,8 +69,8 @@ def _holder(maker: Any, loader: Any) -> None:
     """Watches the epochs of `maker`'s class, not its DataLoader's, where that class iterates the loader itself.
 
     That is an object, no DataLoader, that makes one in its `__init__` and iterates it in its own `__iter__`.
-    accelerate's DataLoaderShard passes for a DataLoader and iterates its `base_dataloader` one batch ahead:
-    the DataLoader's epoch ends a step before the loop's.
+    The accelerate DataLoaderShard passes for a DataLoader and iterates its `base_dataloader` one batch ahead.
+    Its DataLoader's epoch ends a step before the loop's.
     """
     cls = type(maker)  # not maker.__class__: accelerate's says DataLoader
     if maker is None or maker is loader or isinstance(loader, cls) or cls in HELD:
@@ -116,7 +121,7 @@ def install() -> None:
 class _Own:
     """A loader's own epoch, as its class's own __iter__ makes it: what the watch times under a framework.
 
-    wif.watcher.found finds the loader in it, and orders put a candidate's copy there.
+    The watch finds the loader in it (wif.watcher.found), and orders put a candidate's copy there.
     """
 
     def __init__(self, loader: Any) -> None:
@@ -137,3 +142,46 @@ class _Own:
 
     def __len__(self) -> int:
         return len(self.loader)
+
+
+def build_parser() -> Any:
+    """`wif-watch`'s command line: `--loader`, then the command after `--`."""
+    import argparse  # here, not at the top: the patch is imported inside `import torch`
+
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} [--loader NAME] -- COMMAND [ARGS...]",
+        description="Time each epoch of your script's training loader and say whether it waited for data, with "
+        "no line of the script changed (Lightning, the HF Trainer, accelerate, your own loop).",
+    )
+    p.add_argument("--loader", metavar="NAME", help="the training loader by its dataset's class or file:line")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`wif-watch`: the command run with the hook on PYTHONPATH, in place of this process; 2 for a bad command line.
+
+    The command replaces this process (`exec`): its exit code, its signals and its terminal are its own.
+    """
+    import shutil
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    opts = build_parser().parse_args(args[:cut])
+    command = args[cut + 1 :]
+    if not command:
+        print(f"{PROG}: nothing after `--`: give the command that trains: {PROG} -- python train.py", file=sys.stderr)
+        return 2
+    if shutil.which(command[0]) is None:
+        print(f"{PROG}: {command[0]}: no such program", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([BOOT, *filter(None, [env.get("PYTHONPATH")])])
+    if opts.loader:
+        env[origin.NAMED] = opts.loader
+    os.execvpe(command[0], command, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

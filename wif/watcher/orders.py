@@ -31,9 +31,8 @@ from wif.run.record import MEMORY_PEAKS
 from wif.run.stopping import StopRule, decide
 from wif.run.training import CappedBatches
 from wif.watcher import ranks
-from wif.watcher.found import Found, is_dataloader, length_of
+from wif.watcher.found import Found, is_dataloader, length_of, rebuild
 from wif.watcher.proof import Unreached, promised, unmet
-from wif.watcher.rebuilt import rebuild
 from wif.watcher.replay import Copies, Keep, Replay
 from wif.watcher.windows import Windows
 
@@ -78,19 +77,18 @@ class Orders:
         if self.found is not None:  # a later epoch of the same loader: `sample` ends the script there
             return
         self.found = {**settings, "has_dataloader": has_dataloader}
-        with open(self.spec["out"], "w") as out:
-            json.dump(self.found, out)
+        write_json(self.spec["out"], self.found)
         if not has_dataloader:
             raise SystemExit(0)
 
     def sample(self, batches: Any, proven: Callable[[], bool]) -> Iterator[Any]:
         """`probe`: the first batches of the training loop as it runs, each timed with its fetch and its step.
 
-        Their median after the first, which starts the workers, is written beside the settings as `batch_s`.
-        wif-advise sizes its measuring runs to its minutes by it. Then the script ends: after those batches, or
-        at the epoch's end, once `proven` says the claim is (wif.watcher.steps). An epoch with no step runs on
-        unsampled. A loop that left the epoch before either ends as the loader's next epoch starts:
-        a break, or Lightning's fetcher taking an epoch's batches by count and never asking for the end.
+        Their median after the first, which starts the workers, goes beside the settings as `batch_s`. The
+        advice sizes its measuring runs by it. Then the script ends: after those batches, or at the epoch's end,
+        once `proven` says the claim is (wif.watcher.claim). An epoch with no step runs on unsampled. A loop
+        may leave the epoch before either, by a break, or as Lightning's fetcher does, taking its batches by
+        count. Then the script ends as the loader's next epoch starts.
         """
         if self.times is not None:
             self._probed()
@@ -112,8 +110,7 @@ class Orders:
         if times and self.found is not None:
             steady = times[1:] or times
             self.found["batch_s"] = sorted(steady)[len(steady) // 2]
-            with open(self.spec["out"], "w") as out:
-                json.dump(self.found, out)
+            write_json(self.spec["out"], self.found)
         raise SystemExit(0)
 
     # ------------------------------------------------------------------ the loader
@@ -214,6 +211,13 @@ class Orders:
         """The measurement has what it needs: log, and end the script's process."""
         record.finish()
         raise SystemExit(0)
+
+
+def write_json(path: str, data: Dict[str, Any]) -> None:
+    """`data` at `path`, whole or not at all: written beside it, then renamed."""
+    with open(path + ".part", "w") as out:
+        json.dump(data, out)
+    os.replace(path + ".part", path)
 
 
 class _Sharded:

@@ -3,8 +3,8 @@
 An order rebuilds the script's DataLoader and puts the copy where the watched object holds it
 (wif.watcher.orders). A loop may iterate another reference to the old one, or a wrapper may make its own.
 Then the trial would time the script's own setting under the candidate's name. So each epoch under loader
-orders checks, at its first batch, the iterator of the DataLoader over its dataset that began in it
-(wif.watcher.hook notes each in STARTED). Each argument in wif.dataloader_args must be as ordered: its
+orders checks one iterator at its first batch: that of the DataLoader over its dataset that began in it.
+The hook notes each in STARTED. Each argument in wif.dataloader_args must be as ordered: its
 workers, prefetch, pinning, persistent workers, order, worker threads, start method and pin device. Its
 workers must be alive. Where they are not, the script ends with one line that starts with UNREACHED,
 and nothing of it is recorded.

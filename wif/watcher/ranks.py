@@ -5,10 +5,10 @@ loader. At an epoch's end, after its clock stopped, the ranks gather their figur
 floats. Rank 0 logs the job's epoch: the slowest rank's, each rank's beside it as rank{i}_... .
 
 Under wif-advise's orders, rank 0 decides when the measurement has what it needs. Every rank hears it at the
-same epoch's end, so the ranks leave together: a rank left behind would wait in its next all-reduce for good.
+same epoch's end, so the ranks leave together. A rank left behind would wait in its next all-reduce for good.
 
-Under the watch alone, a window closes at the same batch on every rank: rank 0's clock sets the count, heard
-by all in the rows they gather (`count_for`). No rank gathers at a batch where another does not: a window
+Under the watch alone, a window closes at the same batch on every rank. Rank 0's clock sets the count, which
+all hear in the rows they gather (`count_for`). No rank gathers at a batch where another does not. A window
 closed by each rank's own clock would meet the other rank's all-reduce, and both would wait for good. See
 NOTE [ Windows ] in wif.watcher.windows.
 

@@ -1,9 +1,9 @@
 """What `wif.watch` records beside the clock, read only at epoch boundaries, and the MLflow run it goes to.
 
-- The CPU seconds of the process and its workers, and others' share of the cores (`wif.measure.contention`).
-- The tree's memory: the study's `TreeSampler`, a thread of this process. It reads RSS every 0.1 s and PSS
-  within measure.pss_budget_pct of a core, and once more at each epoch's end while the script waits.
-- torch's VRAM peaks, and NVML's, where the script uses CUDA.
+It records the CPU seconds of the process and its workers, and others' share of the cores
+(`wif.measure.contention`). The tree's memory comes from the study's `TreeSampler`, a thread of this process.
+It reads RSS every 0.1 s and PSS within measure.pss_budget_pct of a core. It reads PSS once more at each
+epoch's end, while the script waits. Where the script uses CUDA, torch's VRAM peaks and NVML's are read too.
 
 The run (`wif.measure.tracking`) opens after the first epoch, so importing MLflow lands in no epoch. It is
 tagged `wif.kind=watch` and with its owner's pid: a run left RUNNING by a killed script is found as the
@@ -30,6 +30,7 @@ from wif.measure.lifetime import owner_tags
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, PacedSender, Tracker, default_tracking_uri
 from wif.watcher import ranks
+from wif.watcher.options import warn
 from wif.watcher.orders import FORKED_FROM
 
 MB = 1024 * 1024
@@ -73,7 +74,7 @@ class Record:
         self.stream = False  # an epoch of the script had no length: NOTE [ A window times the script's own run ]
         self.tagged: Dict[str, Any] = {}
         self.poke_s = 0.0  # what the last epoch-end PSS read cost the user's loop
-        self.status, self.t0 = FINISHED, time.monotonic()
+        self.status = FINISHED
         forked_from = os.environ.get(FORKED_FROM)  # started warm: the pages shared with the server count in full
         self.sampler = TreeSampler(os.getpid(), MeasureConfig(), forked_from=int(forked_from) if forked_from else None)
         self.sampler.start()
@@ -112,7 +113,7 @@ class Record:
     def end(self, t_start: float, device: torch.device, pss: bool = True) -> Dict[str, float]:
         """The epoch's figures beside its clock, read after it ended.
 
-        With `pss`, the tree's PSS is read once more here where that costs at most 1% of the epoch; shorter
+        With `pss`, the tree's PSS is read once more here, where that costs at most 1% of the epoch. Shorter
         epochs, and a window the next follows at once, get the sampler's own budgeted reads.
         """
         self.meter.mark()
@@ -163,12 +164,9 @@ class Record:
         """Stops logging, said in one line: the store cannot be written."""
         if self.log:
             self.log = False
-            print(
-                f"wif.watch: the MLflow store {self.uri} cannot be written ({type(err).__name__}: {str(err)[:300]}); "
-                "the figures are not logged and your training goes on",
-                file=sys.stderr,
-                flush=True,
-            )
+            why = f"{type(err).__name__}: {str(err)[:300]}"
+            said = "the figures are not logged and your training goes on"
+            warn(f"the MLflow store {self.uri} cannot be written ({why}); {said}")
 
     def _open(self) -> Optional[str]:
         """The run, started in the store the first time."""
@@ -181,7 +179,7 @@ class Record:
                     **host_tags(),
                     **owner_tags(),
                     names.TAG_KIND: "watch",
-                    names.TAG_DEVICE: _device_name(),
+                    names.TAG_DEVICE: device().type,
                     names.TAG_SCRIPT: " ".join(redacted(sys.argv))[:4000],
                 }
                 self.run_id = self.tracker.start_run(
@@ -215,7 +213,7 @@ class Record:
     def _flush(self) -> None:
         """The epochs still on their way sent; one that could not be is said."""
         if self.sender is not None and self.sender.close():
-            print(f"wif.watch: an epoch's figures did not reach MLflow: {self.sender.error}", file=sys.stderr)
+            warn(f"an epoch's figures did not reach MLflow: {self.sender.error}")
 
     def summary(self) -> Dict[str, float]:
         """The run's summary over the steady epochs, the first left out where there are more, as a study run's."""
@@ -231,7 +229,7 @@ class Record:
         return out
 
     def finish(self) -> None:
-        """At the script's exit: the summary logged; the run ended if the watch opened it."""
+        """At the script's exit, or once its loop is gone: the summary logged; the run ended if the watch opened it."""
         if self.finished:
             return
         self.finished = True
@@ -284,31 +282,8 @@ def _experiment(experiment: Optional[str], orders: Any) -> str:
     return experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or TrackingConfig.experiment
 
 
-def _device_name() -> str:
-    return "cuda" if torch.cuda.is_initialized() else "cpu"
-
-
-WAITED = 0.05  # a step that waits for data more than this share of the epoch is held back by the loader
-RAM_SEEN = ((names.RAM_PEAK_PSS_MB, "PSS"), (names.RAM_PEAK_RSS_MB, "RSS"))  # the line's RAM peak: PSS where read
-
-
-def line(e: Dict[str, float], complete: bool = True) -> str:
-    """The window's one line: its time and whether the step waited for data."""
-    share = e["data_wait_share"]
-    epoch = int(e.get(names.SCRIPT_EPOCH, e["epoch"])) + 1
-    span = f"window {int(e['epoch']) + 1} (epoch {epoch})" if e.get(names.WINDOWED) else f"epoch {epoch}"
-    head = (
-        f"wif.watch: {span}: {e[names.EPOCH_TIME_S]:.3f} s, {int(e['batches'])} batches, "
-        f"{e[names.THROUGHPUT_IMG_S]:,.0f} samples/s, first batch {e[names.FIRST_BATCH_S]:.3f} s"
-    )
-    if not complete:
-        head += " (ended early)"
-    if share > WAITED:
-        wait = e[names.DATA_WAIT_S]
-        verdict = f"waited for data {wait:.3f} s ({share:.0%} of the epoch): the loader holds the step back"
-    else:
-        verdict = f"did not wait for data ({share:.0%} of the epoch in next())"
-    ram = next(((e[k], label) for k, label in RAM_SEEN if k in e), None)
-    if ram is not None:
-        verdict += f"; RAM peak {ram[0]:,.0f} MB ({ram[1]}, the process and {int(e.get('workers_peak', 0))} workers)"
-    return f"{head}; {verdict}"
+def device() -> torch.device:
+    """The device the script computes on: CUDA where it has started it (the watch never starts it)."""
+    if torch.cuda.is_initialized():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -35,8 +35,8 @@ class Copies:
 class Keep:
     """The bound's first window, passed on, its first REPLAYED batches kept; then the kept ones replayed.
 
-    An epoch longer than one window goes on in replays, to its `count` batches (None: for as long as the loop
-    asks): the bound of a script of one long epoch.
+    An epoch longer than one window goes on in replays, to its `count` batches. That is the bound of a script
+    of one long epoch. A `count` of None replays for as long as the loop asks.
     """
 
     def __init__(

@@ -10,9 +10,11 @@ import os
 import time
 from typing import Any, Dict, Optional
 
+import psutil
+
 from wif.watcher import ranks
 from wif.watcher.found import Found, find_dataloader
-from wif.watcher.orders import Orders
+from wif.watcher.orders import Orders, write_json
 
 # NOTE [ Trials in one process ]
 # A loader-only trial never runs the step, so one process of the script can time every candidate in turn:
@@ -31,21 +33,14 @@ SERVE_POLL_S = 0.01  # how often the next order is looked for
 SERVE_WAIT_S = 600.0  # no order within this long: wif-advise is taken to be done
 
 
-def write_json(path: str, data: Dict[str, Any]) -> None:
-    """`data` at `path`, whole or not at all: written beside it, then renamed."""
-    with open(path + ".part", "w") as out:
-        json.dump(data, out)
-    os.replace(path + ".part", path)
-
-
 def next_order(spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """This candidate's end handed to wif-advise, and the next candidate's orders; None: leave."""
     where, k = spec["serve"], int(spec.get("serve_index", 0))
     write_json(os.path.join(where, f"done-{k}.json"), {"run_id": spec["run_id"]})
     path = os.path.join(where, f"order-{k + 1}.json")
-    t_end = time.monotonic() + SERVE_WAIT_S
+    t_end, server = time.monotonic() + SERVE_WAIT_S, spec.get("serve_pid")
     while not os.path.exists(path):
-        if time.monotonic() > t_end or not _alive(spec.get("serve_pid")):
+        if time.monotonic() > t_end or (server and not psutil.pid_exists(int(server))):  # wif-advise is gone
             return None
         time.sleep(SERVE_POLL_S)
     with open(path) as f:
@@ -85,16 +80,3 @@ def end_workers(*loaders: Any) -> None:
         if iterator is not None:
             iterator._shutdown_workers()  # torch's own clean-up, as the iterator's __del__ runs it
             loader._iterator = None
-
-
-def _alive(pid: Optional[int]) -> bool:
-    """Whether the process `pid` still runs; True where no pid is given."""
-    if not pid:
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it runs, as another user
-        return True
-    return True

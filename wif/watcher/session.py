@@ -1,6 +1,6 @@
-"""One watched loader over the whole script: its state, its epochs timed, and its record.
+"""One watched loop over the whole script: its state, its epochs timed, and its record.
 
-`wif.watcher.watch` keeps one Session per anchor (wif.watcher.found) and hands each epoch to it.
+`wif.watcher.watch` keeps one Session per loop and hands each epoch to it: NOTE [ One loop, one session ] there.
 """
 
 from __future__ import annotations
@@ -19,34 +19,25 @@ from wif.measure.epochs import figures
 from wif.measure.timing import synchronize
 from wif.run.ddp.gather import job_epoch
 from wif.run.loop import TimedFeed, samples_in
-from wif.watcher import claim, origin, proof, ranks, served, steps
-from wif.watcher.claim import CLAIMED, State
+from wif.watcher import claim, proof, ranks, served
+from wif.watcher.claim import State
 from wif.watcher.found import anchor_of, batch_size_of, find_dataloader, length_of, settings_of
-from wif.watcher.options import WatchOptions, silent, to_stderr, warn
+from wif.watcher.options import WatchOptions, line, silent, to_stderr, warn
 from wif.watcher.orders import Orders
-from wif.watcher.record import Record, line
+from wif.watcher.record import Record, device
 from wif.watcher.windows import Opened, Window, as_the_script, epoch_start, script_share, stream, watched_alone
 
 
-def _cuda() -> torch.device:
-    """The device the script computes on: CUDA where it has started it (the watch never starts it)."""
-    if torch.cuda.is_initialized():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 class Session:
-    """One watched loader over the whole script: its epochs and its one MLflow run.
+    """One watched loop over the whole script: its epochs and its one MLflow run.
 
     Its epochs are numbered on across `wif.watch` calls, a new wrapper or DataLoader each epoch included.
     The run and its memory sampler open at the first epoch. Under wif-advise's orders, or with every
-    DataLoader hooked, one loader is watched: the training loader. That is the one WIF_WATCH_LOADER names,
-    else the first whose epoch starts with gradients enabled. A loader first iterated under `torch.no_grad()`
-    or `inference_mode()`, such as a validation pass, runs as it is. See NOTE [ The watch's states ].
+    DataLoader hooked, only the training loader is watched. See NOTE [ The watch's states ] in wif.watcher.claim.
     """
 
     def __init__(self, batches: Iterable[Any], options: WatchOptions) -> None:
-        self.anchor, self.options = anchor_of(batches), options
+        self._anchor, self.options = claim.weak(anchor_of(batches)), options  # NOTE [ One loop, one session ]
         self.ordered, self.claims = options.ordered, options.claims or options.ordered
         under_torchrun = os.environ.get("RANK", "0") != "0"  # one line an epoch, rank 0's
         self.say = silent if options.quiet or under_torchrun else to_stderr
@@ -76,38 +67,17 @@ class Session:
         self.iterated: Optional[Any] = None
 
     @property
+    def anchor(self) -> Any:
+        """What keeps the session (wif.watcher.found), while it lives; None once collected."""
+        return self._anchor()
+
+    @property
     def loader(self) -> Optional[DataLoader]:
         """The DataLoader the session was made with, while it lives."""
         return self._loader()
 
-    # ------------------------------------------------------------------ the claim
-    def claim_loader(self, batches: Iterable[Any]) -> bool:
-        """At an epoch's start: settles the state at the first epoch; whether this epoch is watched.
-
-        See NOTE [ The watch's states ].
-        """
-        if self.state is not State.UNDECIDED:
-            return self.state is not State.PASSED
-        if self.claims and self not in CLAIMED:
-            if CLAIMED or not claim.would_claim(self.loader):
-                self.state = State.PASSED
-                return False
-            CLAIMED.append(self)
-            self.proven = self.proven or bool(os.environ.get(origin.NAMED))  # named: the script's own word
-            if not self.proven:
-                steps.arm()
-        if self.ordered:
-            self.orders = self.orders or Orders.from_env()
-            if self.orders.mode == "probe":  # wif-advise asks what the training loader is, and nothing more
-                origin_ = origin.of(self.loader) if self.loader is not None else {}
-                where = {"step_device": _cuda().type}  # CUDA started by the first epoch: the step runs there
-                self.orders.probe({**settings_of(batches, self.loader), **origin_, **where}, self.loader is not None)
-                self.state = State.PROBING
-                return True
-        self._open_record()
-        return True
-
-    def _open_record(self) -> None:
+    # ------------------------------------------------------------------ the record
+    def open_record(self) -> None:
         """The session's Record, rank 0's alone logged; the state becomes WATCHED."""
         rank, size = ranks.world()
         self.ranked = size > 1 and torch.is_grad_enabled()  # every rank's training loader: one run, rank 0's
@@ -133,10 +103,10 @@ class Session:
         Under orders, as the measurement asks (wif.watcher.orders). A measurement whose last epoch the loop
         left early, by a break, islice or zip, ends here at the next epoch's start.
         """
-        if not self.claim_loader(batches):
+        if not claim.settle(self, batches):
             yield from batches
             return
-        self.steps_at, orders = steps.count(), self.orders
+        self.steps_at, orders = claim.steps_seen(), self.orders
         if orders is None:
             yield from self._timed(batches, offers=length_of(batches))
             return
@@ -168,7 +138,7 @@ class Session:
                 # the next candidate's in this process: NOTE [ Trials in one process ] in wif.watcher.served
                 orders = self.orders = served.next_orders(orders, self.record, batches)
                 self.epochs = []
-                self._open_record()
+                self.open_record()
 
     def _started(self, source: Iterable[Any]) -> Iterator[Any]:
         """`source`'s batches; a DataLoader epoch started by the first is this epoch's own (`hooked`)."""
@@ -216,7 +186,7 @@ class Session:
         proving, proven = first and self.orders is not None and self.orders.promise is not None, True
         handed, complete = self.handed, False
         copied = self.orders.copies.s if self.orders is not None else 0.0
-        synchronize(_cuda())  # sync point: nothing from before is counted in this window
+        synchronize(device())  # sync point: nothing from before is counted in this window
         opened = Opened(t_start=time.monotonic(), t0=time.perf_counter(), copied_s=copied, first=first)
         try:
             for batch in feed:
@@ -242,7 +212,7 @@ class Session:
         `complete`: the loop took every batch of it; `closed`: its count or clock closed it, the next may follow.
         Under orders its figure is the script's own: NOTE [ A window times the script's own run ].
         """
-        synchronize(_cuda())  # sync point: the window's queued work is done (CUDA may have started in it)
+        synchronize(device())  # sync point: the window's queued work is done (CUDA may have started in it)
         stats = feed.stats(t_start=opened.t_start, t0=opened.t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
         raw: Dict[str, float] = {}
         if self.orders is not None:
@@ -258,19 +228,15 @@ class Session:
         except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
             if self.orders is not None:
                 raise
-            self._warn_unrecorded(err)
+            if not self.warned:  # the first epoch that could not be recorded is said, no later one
+                self.warned = True
+                warn(f"an epoch could not be recorded ({type(err).__name__}: {err}); your training goes on")
 
     def taken(self) -> bool:
         """Whether a hooked epoch is open with every batch handed out: Lightning's fetcher never asks for the end.
 
         It counts its batches: the epoch is over when anything else starts."""
         return self.current is not None and self.expected is not None and self.handed >= self.expected
-
-    def _warn_unrecorded(self, err: Exception) -> None:
-        """An epoch that could not be recorded, said for the first one only."""
-        if not self.warned:
-            self.warned = True
-            warn(f"an epoch could not be recorded ({type(err).__name__}: {err}); your training goes on")
 
     def _end(self, stats: Any, batches: int, *, complete: bool, whole: bool, raw: Dict, follows: bool) -> None:
         """The window's figures: recorded, logged, said in one line, and handed to the orders.
@@ -289,20 +255,20 @@ class Session:
             e.update(figures(job), samples=job["samples"])
             e[names.COMPUTE_THREADS] = stats.compute_threads
             e.update({k: v for k, v in job.items() if k.startswith("rank") or k == "slowest_rank"})
-        e.update(self.record.end(stats.t_start, _cuda(), pss=not follows))
+        e.update(self.record.end(stats.t_start, device(), pss=not follows))
         self.pending.append((e, complete, follows and self.orders is not None))
         if self.proven or self.stepped():
             self.publish()
 
     def stepped(self) -> bool:
         """Whether the training took a step since this epoch began: the claim is proven."""
-        return self.proven or steps.count() > self.steps_at
+        return self.proven or claim.steps_seen() > self.steps_at
 
     def publish(self) -> None:
         """The claim stands: the held windows recorded, logged, said and handed to the orders, in turn."""
         if not self.proven:
             self.proven = True
-            steps.disarm()
+            claim.disarm()
         held, self.pending = self.pending, []
         for e, complete, hold in held:
             e["epoch"] = len(self.epochs)

@@ -3,15 +3,15 @@
 Each pass over it is an epoch, timed by the loop's own clock, `wif.run.loop.TimedFeed`. The host's wait in
 `next()` is the loader's part; the time between batches is the user's step, with whatever it synchronizes.
 The first batch and the samples are timed too. Where the script uses CUDA, the device is synchronized at an
-epoch's start and end only, never per batch, and nothing is read off the device.
+epoch's start and end only. Nothing is read off the device.
 
 The memory of the process and its workers comes from the study's process-tree sampler, a thread here
-(`wif.watcher.record`). Every epoch is logged to MLflow, tagged `wif.kind=watch` so the study's report never
-reads it, and said in one line: did the step wait for data. Any iterable of batches of any structure is
+(`wif.watcher.record`). Every epoch is logged to MLflow, tagged `wif.kind=watch`: the study's report never
+reads it. One line says whether the step waited for data. Any iterable of batches of any structure is
 watched. In a DataLoader, or a wrapper holding one, the DataLoader is found for its settings.
 
-With orders from `wif-advise -- python my_train.py ...` in the environment (`wif.watcher.orders`), the same
-line runs advise's measurements in the script's own process, the script unchanged.
+`wif-advise -- python my_train.py ...` puts its orders in the environment (`wif.watcher.orders`). Then the
+same line runs the advice's measurements in the script's own process, the script unchanged.
 
 One loader's watch is a `wif.watcher.session.Session`; see NOTE [ The watch's states ] there.
 """
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import weakref
 from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 from torch.utils.data import DataLoader
@@ -28,11 +30,12 @@ from wif.watcher.claim import CLAIMED, State, begun_by, drop, weak, would_claim
 from wif.watcher.found import anchor_of, find_dataloader
 from wif.watcher.options import WatchOptions, warn
 from wif.watcher.orders import ENV, Orders
+from wif.watcher.record import Record
 from wif.watcher.session import Session
 
 __all__ = ["MODES", "Watched", "find_dataloader", "hooked", "warn", "watch"]
 
-_sessions: Dict[Any, Session] = {}  # by id() of the anchor (wif.watcher.found), or by the loop: `_key`
+_sessions: Dict[Any, Session] = {}  # by its anchor's id(), or by its loop: NOTE [ One loop, one session ]
 MODES = ("1", "0", "print", "quiet")  # WIF_WATCH
 
 
@@ -175,15 +178,54 @@ def _session(
     if kept and not (fresh and session.state is State.PASSED):
         return session
     session = _sessions[key] = Session(batches, options)
+    if isinstance(key, int):
+        try:  # the loop is gone with its anchor; one that cannot be held weakly lives to the script's end
+            weakref.finalize(anchor, _gone, key, session).atexit = False
+        except TypeError:
+            pass
     return session
 
 
-def _key(batches: Any, anchor: Any, site: Optional[Tuple[str, int]]) -> Any:
-    """What keeps a session: its DataLoader's dataset, else the loop that watches it.
+# NOTE [ One loop, one session ]
+# A session is one loop's watch: one MLflow run, its windows, and its sampler thread. `_sessions` keeps it by
+# what outlives the loop's epochs (`_key`). That is the dataset of the DataLoader inside what is iterated.
+# Without a DataLoader, it is the `wif.watch` line, the iterable's type and its generator's code. So a new
+# DataLoader or wrapper each epoch over one dataset is one session, and so is a generator made anew each epoch.
+# The session holds the user's objects weakly: its dataset, its DataLoader, the last one hooked.
+# The dataset's collection means its loop is gone. Then `_gone` takes the session out of `_sessions` and ends
+# its run as the script's end would, on a thread of its own. The sampler stops; the held windows, the summary
+# and the run's status go to MLflow. A new session may take the key later: it is another loop's.
+# Some sessions end with the script: one kept by its line, whose iterable lives one epoch only; one whose
+# dataset cannot be held weakly; one under wif-advise's orders; one whose claim waits for a step.
+# A dataset made anew each epoch is a new loop each epoch: a run each, each ended as its dataset goes.
 
-    An iterable with no DataLoader inside, such as a generator of batches made anew each epoch, is one loop
-    by its `wif.watch` line, its type and its generator's code. See wif.watcher.found.
-    """
+
+def _key(batches: Any, anchor: Any, site: Optional[Tuple[str, int]]) -> Any:
+    """What keeps a session: the id() of its DataLoader's dataset, else its loop. See NOTE [ One loop, one session ]."""
     if anchor is not batches or site is None:
         return id(anchor)
     return (*site, type(batches).__qualname__, getattr(getattr(batches, "gi_code", None), "co_qualname", ""))
+
+
+def _gone(key: int, session: Session) -> None:
+    """A session's anchor was collected: it leaves `_sessions`, and its run ends on a thread of its own.
+
+    One under orders, in an epoch, or whose claim waits for a step ends with the script.
+    """
+    if _sessions.get(key) is session:
+        del _sessions[key]
+    record = session.record
+    if record is None or record.finished or session.ordered or session.open or not session.proven:
+        return
+    try:
+        threading.Thread(target=_finish, args=(record,), name="wif-end").start()
+    except Exception as err:  # noqa: BLE001 - no thread at all: the script's end finishes the run
+        warn(f"a watched loop ended, and its run ends with the script ({type(err).__name__}: {err})")
+
+
+def _finish(record: Record) -> None:
+    """`record` finished as at the script's end: its sampler stopped, its figures sent, its run closed."""
+    try:
+        record.finish()
+    except Exception as err:  # noqa: BLE001 - the watch's own failure never stops the training
+        warn(f"a watched loop's run could not be ended ({type(err).__name__}: {err})")

@@ -6,12 +6,12 @@ See NOTE [ Windows ].
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
 from wif.measure.epochs import EpochStats
+from wif.watcher.options import warn
 
 # NOTE [ Windows ]
 # A measurement is a run of consecutive windows of batches: the first is its warm-up, the rest are steady.
@@ -67,8 +67,9 @@ class Windows:
     alone: bool = False  # the watch alone, without orders: every window with a batch is a figure
 
     def figure(self, first: bool, closed: bool, batches: int) -> bool:
-        """Whether a window of `batches` is a figure: its epoch's first; a later one closed by its count, or with
-        any batch under the watch alone."""
+        """Whether a window of `batches` is a figure: its epoch's first, or a later one closed by its count.
+
+        Under the watch alone, any window with a batch is."""
         return first or closed or (self.alone and batches > 0)
 
 
@@ -132,16 +133,14 @@ def as_the_script(stats: EpochStats, left_out_s: float) -> EpochStats:
 
 def watched_alone() -> Windows:
     """The windows of the watch alone: WIF_WATCH_WINDOW_S seconds, WINDOW_S by default; a bad value is said."""
-    text = os.environ.get(WINDOW_ENV)
-    if text is None:
-        return Windows(seconds=WINDOW_S, alone=True)
+    text = os.environ.get(WINDOW_ENV, str(WINDOW_S))
     try:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
     if not seconds > 0:
-        print(f"wif.watch: {WINDOW_ENV}={text!r} is not seconds above 0: windows of {WINDOW_S:g} s", file=sys.stderr)
-        return Windows(seconds=WINDOW_S, alone=True)
+        warn(f"{WINDOW_ENV}={text!r} is not seconds above 0: windows of {WINDOW_S:g} s")
+        seconds = WINDOW_S
     return Windows(seconds=seconds, alone=True)
 
 

@@ -22,8 +22,8 @@ import psutil
 from wif.advisor.script import warm
 from wif.run.supervise import INTERRUPT_GRACE_S
 from wif.watcher import hook
-from wif.watcher.orders import ENV
-from wif.watcher.served import SERVE_POLL_S, write_json
+from wif.watcher.orders import ENV, write_json
+from wif.watcher.served import SERVE_POLL_S
 
 TERMINAL_GRACE_S = 2.0  # a script that got the terminal's Ctrl-C is given this long before SIGINT is sent
 END_GRACE_S = 5.0  # a command ended by its timeout: SIGTERM, and SIGKILL to what is left past this

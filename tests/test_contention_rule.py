@@ -35,11 +35,12 @@ def test_without_idle_cores_the_threshold_is_a_share_of_one_core() -> None:
 def test_the_meter_reads_the_cores_this_process_leaves_idle() -> None:
     meter = HostCpuMeter(os.getpid())
     meter.mark()
-    t = time.monotonic()
-    while time.monotonic() - t < 1.0:  # one core busy in this process
+    t, cpu = time.monotonic(), time.process_time()
+    while time.monotonic() - t < 1.0:  # one core busy in this process, as far as the machine gives it one
         pass
+    given = (time.process_time() - cpu) / (time.monotonic() - t)  # beside other tests, less than a core
     meter.mark()
     others = meter.others(0, 1)
     if not others:
         pytest.skip("no /proc/stat: the machine's CPU use cannot be read")
-    assert CORES - 1.3 <= others[names.HOST_IDLE_CORES] <= CORES - 0.7, (others, CORES)
+    assert given > 0.1 and abs(others[names.HOST_IDLE_CORES] - (CORES - given)) <= 0.2, (others, CORES, given)

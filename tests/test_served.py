@@ -104,3 +104,43 @@ def test_the_scripts_own_persistent_workers_end_between_candidates(tmp_path: Pat
     assert psutil.Process(served.proc.pid).children() == []
     assert client.get_run(first["run_id"]).data.metrics["workers_peak"] == 2
     served.close()
+
+
+# No wif in it, one epoch: the claim is proven by the script's first step, not by its epoch's end.
+ONE_EPOCH = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.full((4,), float(i))
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for x in DataLoader(Slow(), batch_size=8):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+print("one epoch trained")
+"""
+
+
+def test_an_unchanged_script_of_one_epoch_runs_its_loader_only_trial(tmp_path: Path, store: str, monkeypatch) -> None:
+    """Under the hook a loader-only trial starts once the script's first step proves its loader trains. Before,
+    it waited for a second epoch: a script of one epoch or a stream ended with none, and wif-advise kept what
+    it had ("the command ended after 0 window(s)")."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WIF_ADVISE_WARM", "0")
+    (tmp_path / "train.py").write_text(ONE_EPOCH)
+    client = MlflowClient(store)
+    run_id = client.create_run(client.create_experiment("who_is_faster")).info.run_id
+    spec = {"uri": store, "experiment": "who_is_faster", "run_id": run_id, "mode": "loader_only"}
+    served = Served([sys.executable, "train.py"])
+    rc, last, log = served.measure({**spec, "batches": 2, "epochs": 2, "loader": TWO}, "a.log", timeout=300)
+    served.close()
+    assert rc == 0, (last, Path(log).read_text()[-2000:])
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["epochs_run"] == 2 and metrics["workers_peak"] == 2, metrics

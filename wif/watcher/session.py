@@ -113,11 +113,9 @@ class Session:
         if self.state is State.PROBING:  # its first batches timed, and the script ends once the claim is proven
             yield from orders.sample(self._started(batches), proven=self.stepped)
             return
-        if orders.mode == "loader_only" and not self.proven:  # the loader alone only once it proved it trains
-            yield from self._started(batches)
-            if self.stepped():
-                self.publish()
-            return
+        if orders.mode == "loader_only" and not self.proven:  # the loader alone once a step proved it trains
+            if not (yield from self._until_stepped(batches)):
+                return
         self._obey(orders, batches)
         offers = length_of(orders.source(batches))
         self.record.stream = self.record.stream or offers is None  # said by wif-advise: what its figures assume
@@ -139,6 +137,22 @@ class Session:
                 orders = self.orders = served.next_orders(orders, self.record, batches)
                 self.epochs = []
                 self.open_record()
+
+    def _until_stepped(self, batches: Iterable[Any]) -> Iterator[Any]:
+        """The script's own batches until its first step proves the claim; returns whether one did.
+
+        The loader-only trials then start at once: a script of one epoch or a stream has no second one.
+        """
+        own = self._started(batches)
+        for batch in own:
+            yield batch
+            if self.stepped():
+                own.close()  # the script's own iterator, and its workers, are let go
+                self.publish()
+                return True
+        if self.stepped():
+            self.publish()
+        return False
 
     def _started(self, source: Iterable[Any]) -> Iterator[Any]:
         """`source`'s batches; a DataLoader epoch started by the first is this epoch's own (`hooked`)."""

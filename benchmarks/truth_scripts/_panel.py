@@ -1,9 +1,11 @@
 """What the truth panel's scripts share: items that wait on a read, a tiny model, the DataLoader flags, the clock.
 
 Each script is a user's training as it is written, with nothing of wif in it. It takes its DataLoader settings
-and its size on the command line, and prints one line at its end, `truth: train_s=S`: the seconds its training
-took, from the first epoch's start to the last one's end (evaluation and workers' starts included; the
-interpreter's start, the imports and building the data and the model left out). `benchmarks/truth.py` reads it.
+and its size on the command line, and prints one line at its end, `truth: train_s=S steady_s=T epochs=N`: the
+seconds its training took, from the first epoch's start to the last one's end, and its steady epochs', from the
+second epoch's start (the whole where there is one epoch). Evaluation counts; the interpreter's start, the
+imports and building the data and the model do not. `benchmarks/truth.py` reads it (NOTE [ Which time is the
+truth ] there).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -92,9 +94,22 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, batches: Any, max_
     return steps
 
 
+class Clock:
+    """The training's clock: the script calls `epoch()` as each epoch starts."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.starts: List[float] = []
+
+    def epoch(self) -> None:
+        self.starts.append(time.perf_counter())
+
+
 @contextmanager
-def timed() -> Iterator[None]:
-    """Time the block, the training, and print `truth: train_s=S` at its end."""
-    t0 = time.perf_counter()
-    yield
-    print(f"{MARK}{time.perf_counter() - t0:.4f}", flush=True)
+def timed() -> Iterator[Clock]:
+    """Time the block, the training, and print `truth: train_s=S steady_s=T epochs=N` at its end."""
+    clock = Clock()
+    yield clock
+    end = time.perf_counter()
+    steady = end - (clock.starts[1] if len(clock.starts) > 1 else clock.t0)
+    print(f"{MARK}{end - clock.t0:.4f} steady_s={steady:.4f} epochs={len(clock.starts)}", flush=True)

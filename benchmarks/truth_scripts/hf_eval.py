@@ -12,9 +12,9 @@ import time
 from typing import Dict
 
 import torch
-from _panel import parser, timed
+from _panel import Clock, parser, timed
 from torch.utils.data import Dataset
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 
 class Sentences(Dataset):
@@ -30,6 +30,15 @@ class Sentences(Dataset):
         time.sleep(self.delay_s)
         ids = torch.randint(1, 500, (16,), generator=torch.Generator().manual_seed(self.seed * 1_000_003 + i))
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[0] % 2}
+
+
+class EpochStarts(TrainerCallback):
+    """The clock told of each epoch's start (the evaluation runs after the epoch's end)."""
+
+    clock: Clock
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.clock.epoch()
 
 
 def main() -> None:
@@ -62,13 +71,15 @@ def main() -> None:
         logging_strategy="epoch",
         use_cpu=True,
     )
+    starts = EpochStarts()
     trainer = Trainer(
         model=BertForSequenceClassification(config),
         args=training,
         train_dataset=Sentences(args.n_train, args.delay_ms, seed=0),
         eval_dataset=Sentences(args.n_eval, args.delay_ms, seed=1),
+        callbacks=[starts],
     )
-    with timed():
+    with timed() as starts.clock:
         trainer.train()
 
 

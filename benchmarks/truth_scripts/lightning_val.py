@@ -11,7 +11,7 @@ import argparse
 
 import lightning as L
 import torch
-from _panel import Items, loader_kwargs, parser, timed, tiny_model
+from _panel import Clock, Items, loader_kwargs, parser, timed, tiny_model
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
@@ -49,6 +49,16 @@ class Data(L.LightningDataModule):
         return DataLoader(self.val_set, batch_size=self.args.batch_size)
 
 
+class EpochStarts(L.Callback):
+    """The clock told of each training epoch's start (the validation runs at its end)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.clock.epoch()
+
+
 def main() -> None:
     p = parser(__doc__, epochs=4)
     p.add_argument("--n-val", type=int, default=64, help="items validated after each epoch")
@@ -63,7 +73,8 @@ def main() -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    with timed():
+    with timed() as clock:
+        trainer.callbacks.append(EpochStarts(clock))
         trainer.fit(Classifier(), datamodule=Data(args))
 
 

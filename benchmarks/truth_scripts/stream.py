@@ -35,7 +35,8 @@ def main() -> None:
     loader = DataLoader(Stream(Items(args.n_train, args.delay_ms)), batch_size=args.batch_size, **loader_kwargs(args))
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    with timed():
+    with timed() as clock:
+        clock.epoch()
         train_epoch(model, opt, loader, max_steps=args.max_steps)
 
 

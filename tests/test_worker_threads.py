@@ -112,19 +112,22 @@ def test_an_order_of_worker_threads_is_rebuilt_and_proven() -> None:
 
 
 def test_wif_advise_offers_the_limit_and_its_paste_line_names_it() -> None:
-    """At as many workers as cores, each running more than one BLAS thread, the script's candidates limit them to
-    their share; the line to paste says `worker_init_fn=wif.limit_worker_threads(n)`."""
+    """At as many workers as cores, each running more than one BLAS thread, the candidates of a script that imports
+    OpenCV limit them to their share (of one that does not: none); the line to paste says
+    `worker_init_fn=wif.limit_worker_threads(n)`."""
     base = load_config(["loader.num_workers=2"])
     cores = usable_cores()
     best = Candidate(name=f"w{cores}", keys={"loader.num_workers": cores}, workers=cores, persistent=True)
-    made = [c for c in candidates.script_extras(base, best, False, None, 64) if "loader.worker_threads" in c.keys]
+    assert not [c for c in candidates.script_extras(base, best, False, None, 64) if "loader.worker_threads" in c.keys]
+    made = candidates.script_extras(base, best, False, None, 64, threaded=True)  # the script imports OpenCV
+    made = [c for c in made if "loader.worker_threads" in c.keys]
     if default_threads() < 2:
         assert made == []
         return
     assert [c.keys["loader.worker_threads"] for c in made] == [1]
     # where no workers were best, at the script's own count: oversubscribed threads slow every count with workers
     mine = load_config([f"loader.num_workers={cores}"])
-    at_w0 = candidates.script_extras(mine, candidates.workers(mine, 0, False), False, None, 64)
+    at_w0 = candidates.script_extras(mine, candidates.workers(mine, 0, False), False, None, 64, threaded=True)
     assert [(c.workers, c.keys["loader.worker_threads"]) for c in at_w0] == [(cores, 1)]
     line, _ = script_paste({}, loader_args(made[0], pin=False), ["python", "train.py"])
     assert "worker_init_fn=wif.limit_worker_threads(1)" in line, line

@@ -171,18 +171,18 @@ def resident(base: Config, cuda: bool) -> List[Candidate]:
 
 
 def script_extras(
-    base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int
+    base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int, threaded: bool = False
 ) -> List[Candidate]:
     """The other knobs for a user's script, `wif-advise --`, at the best count: DataLoader's own only.
 
     The script's copy and data stay its own. So it tries a deeper prefetch and batches out of order where
-    torch has them. It tries pinned memory on a GPU, and each worker's threads limited where they pass the
-    cores. The arguments are `extras`'.
+    torch has them. It tries pinned memory on a GPU. Where the script's workers run a `threaded` library,
+    it tries their threads limited where they pass the cores. The other arguments are `extras`'.
     """
     out = _deeper(best)
     if best.workers > 0 and TAKES_IN_ORDER and base.loader.in_order:
         out.append(_more(best, "unordered", {"loader.in_order": False}))
-    out += _limited_threads(base, best, cuda)
+    out += _limited_threads(base, best, cuda) if threaded else []
     if cuda and not base.loader.pin_memory:
         out.append(_more(best, "pin", {"loader.pin_memory": True}))
     return out

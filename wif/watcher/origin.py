@@ -20,6 +20,7 @@ PRELOADED = (
     "accelerate",
     "timm",
 )  # a warm start imports
+THREADED = ("cv2",)  # a library that starts a thread a core in each worker, unless limited: OpenCV
 FRAMEWORKS = (("transformers", "transformers"), ("lightning", "lightning"), ("pytorch_lightning", "lightning"))
 
 
@@ -85,9 +86,11 @@ def framework() -> str:
 
 
 def of(loader: Any) -> Dict[str, Any]:
-    """The probe's report: the loader's dataset class, where it was made and the framework that iterates it."""
+    """The probe's report: the loader's dataset class, where it was made, the framework that iterates it, and
+    the threaded libraries the script imported."""
     out: Dict[str, Any] = {"dataset": type(loader.dataset).__name__, "framework": framework()}
     out["modules"] = [name for name in PRELOADED if name in sys.modules]  # what a warm start may import first
+    out["threaded"] = [name for name in THREADED if name in sys.modules]  # worker_threads is a candidate
     made = made_at(loader.dataset)
     return {**out, "made_at": made} if made else out
 

@@ -140,7 +140,12 @@ class Script:
         """The script as it is, its first batches replayed from its second epoch on: the orders' `bound`."""
         return training(base, Candidate(name="bound", keys={}), epochs)
 
-    knobs = staticmethod(script_extras)  # DataLoader's own knobs: the script's copy and data stay its own
+    def knobs(
+        self, base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int
+    ) -> List[Candidate]:
+        """DataLoader's own knobs: the script's copy and data stay its own. Worker threads where it imports OpenCV."""
+        threaded = bool(self.probed.get("threaded"))
+        return script_extras(base, best, cuda, ram_free_bytes=ram_free_bytes, items=items, threaded=threaded)
 
     def resident(self, base: Config, cuda: bool) -> List[Candidate]:
         """None: the script's dataset stays where the script puts it."""

@@ -25,7 +25,8 @@ BEFORE = Path(__file__).parent / "data" / "mlflow_names_865fbd9.json"
 # config gained sweep.deadline, the time a budgeted auto job ends by, and the sizes of what a run evaluates
 # (data.val_images, data.test_images, sweep.eval_images); its validation passes' time is summed apart. The
 # watch's windows say where each is (script_epoch, windowed) and what the script's epochs offered. The loader
-# gained worker_threads (a row of wif.dataloader_args): each worker's OpenCV and BLAS threads.
+# gained worker_threads (a row of wif.dataloader_args): each worker's OpenCV and BLAS threads. The watch logs
+# the script's own time between its epochs (between_epochs_s), which a pick's speedup counts.
 ADDED = {
     "train": {
         "metrics": {"compute_mean_s", "data_wait_mean_s", "val_time_total_s", "host_idle_cores"},
@@ -47,6 +48,7 @@ ADDED = {
             "script_epochs",
             "script_batches",
             "host_idle_cores",
+            "between_epochs_s",
         },
         "per_epoch": {"compute_share", "script_epoch", "windowed", "host_idle_cores"},
         "params": {"worker_threads"},

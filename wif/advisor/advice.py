@@ -73,6 +73,7 @@ class Advice:
     contention: str = ""  # whether other processes disturbed the runs, with the figure
     limit: Optional[Limit] = None  # what holds the configured setting's epoch: wif.advisor.limit
     assumes: str = ""  # what the figures assume, where that needs saying: a stream's (wif.advisor.script.runner)
+    outside: str = ""  # the script's time outside the training loader, counted in the speedup (wif.advisor.answer)
 
 
 # NOTE [ The race's time ]

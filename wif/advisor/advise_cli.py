@@ -43,6 +43,8 @@ def report(a: Advice, say: Callable[[str], None] = print) -> None:
             f"Pick: {a.pick}, {a.speedup[0]:.2f}x faster than the current setting (95% interval {low:.2f}-{high:.2f}); "
             f"memory: {a.why}."
         )
+        if a.outside:
+            say(a.outside)
         say(f"Use it: {a.train_line}")
         say(f"In your script: {a.dataloader}")
     else:

@@ -7,6 +7,7 @@ The candidates' epochs are predicted, and measured where raced. The mode gives t
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Dict, NamedTuple, Optional, Sequence
 
 from wif.advisor.limit import Figures, Limit, name_limit, or_zero
@@ -173,6 +174,33 @@ def shared_cores(predicted: Dict[str, Prediction], cores: int, step_cores: float
         f"{head}: the workers take the cores the step uses: its compute is predicted up to "
         f"{predicted[worst].slowdown:.2f}x longer ({worst}), in the predictions above (step x)."
     )
+
+
+# NOTE [ The time outside the training loader ]
+# The race times the training loader's epochs. The user's epoch also holds what the script does between two of
+# them: evaluation, saving, logging. No loader setting shortens that, so a pick's speedup of the whole epoch is
+# smaller: Lightning validating 64 items after 320 was claimed 3.50x and ran 2.37x (benchmarks/truth.py). The
+# watch logs the script's own time between its epochs (between_epochs_s, its figures sent before the clock
+# starts). A window's share of it goes to both sides of the speedup and of its interval's ends. A script whose
+# epochs the runs never finished (one long epoch, a stream) shows none, and its figure is the loader's.
+
+
+def outside_share(runs: Sequence[Measured]) -> float:
+    """The script's own time between two epochs, a window's share of it (median over `runs`); 0: none seen."""
+    shares = []
+    for m in runs:
+        between, epochs = m.summary.get(names.BETWEEN_EPOCHS_S), m.summary.get(names.SCRIPT_EPOCHS)
+        if between is None or not epochs or not m.epochs:
+            continue
+        epoch_batches = m.summary.get(names.SCRIPT_BATCHES, 0.0) / epochs
+        window = statistics.median(e.get("batches", epoch_batches) for e in m.epochs)
+        shares.append(between * min(window / epoch_batches, 1.0) if epoch_batches else between)
+    return statistics.median(shares) if shares else 0.0
+
+
+def whole_epoch(speedup: tuple, current_s: float, outside_s: float) -> tuple:
+    """`speedup` (estimate, low, high) of an epoch of `current_s` with `outside_s` more on both sides."""
+    return tuple((current_s + outside_s) / (current_s / s + outside_s) for s in speedup)
 
 
 def memory_cost(race: RaceResult, name: str) -> str:

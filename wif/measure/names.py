@@ -65,6 +65,7 @@ SCRIPT_BATCHES = "script_batches"  # the batches they held, before any cut (what
 WINDOW_TIME_S = "window_time_s"  # the window's clock as it ran, before its epoch's start was spread
 EPOCH_START_S = "epoch_start_s"  # its epoch's start: the first batch's wait beyond a steady batch's
 SCRIPT_STREAM = "script_stream"  # 1: the script's loader had no length (a stream): no epoch to spread a start over
+BETWEEN_EPOCHS_S = "between_epochs_s"  # median: the script's own time from one epoch's end to the next one's start
 
 # Memory
 RAM_PEAK_RSS_MB = "ram_peak_rss_mb"

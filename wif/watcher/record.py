@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import statistics
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -82,6 +83,7 @@ class Record:
         self.gpu_attached = False
         self.finished = False
         self.script_epochs, self.script_batches = 0, 0  # what the script's epochs offered, uncut
+        self.gaps: List[float] = []  # the script's own time between its epochs
         self.stop_reason = "the script's own epochs"
         atexit.register(self.finish)
         self._excepthook = sys.excepthook
@@ -104,6 +106,10 @@ class Record:
     def drop(self) -> None:
         """The window begun last is no figure: its mark is dropped."""
         self.meter.marks.pop()
+
+    def between(self, seconds: float) -> None:
+        """The script spent `seconds` between two epochs of its training loader: evaluation, saving, logging."""
+        self.gaps.append(seconds)
 
     def offered(self, batches: int) -> None:
         """An epoch of the script ended, having offered `batches` batches (wif.advisor.script.runner reads them)."""
@@ -242,6 +248,7 @@ class Record:
         try:
             offered = {names.SCRIPT_EPOCHS: self.script_epochs, names.SCRIPT_BATCHES: self.script_batches}
             offered.update({names.SCRIPT_STREAM: 1.0} if self.stream else {})
+            offered.update({names.BETWEEN_EPOCHS_S: statistics.median(self.gaps)} if self.gaps else {})
             self.tracker.log_metrics(
                 run, {**self.summary(), **offered, names.SAMPLER_CPU_PCT: self.sampler.own_cost_pct()}
             )

@@ -58,6 +58,7 @@ class Session:
         self.epoch_index = -1  # the script's epoch under way, from 0: its windows are numbered apart
         self.own: Optional[int] = None  # its batches, uncut (None: a stream); and its start, from its first window
         self.start_s = 0.0
+        self.ended_at: Optional[float] = None  # time.monotonic() at its last epoch's end, its figures sent
         self.alone = watched_alone()  # the windows without orders
         self.span = self.alone.seconds  # a ranked session's windows: this long at rank 0's pace
         self.current: Optional[Iterator[Any]] = None
@@ -170,6 +171,8 @@ class Session:
         It ends at a window's end where the orders are done. `offers`: the script's epoch's own length, before
         any cut.
         """
+        if self.ended_at is not None:  # the script's own time since its last epoch: evaluation, saving
+            self.record.between(time.monotonic() - self.ended_at)
         self.handed, self.expected, self.starting = 0, length_of(source), True
         self.epoch_index, self.own, self.start_s = self.epoch_index + 1, offers, 0.0
         proof.STARTED.clear()  # the DataLoader epochs this one begins, noted from here
@@ -189,6 +192,7 @@ class Session:
             self.open = False
             self.record.offered(offers if ended and offers is not None else self.handed)
             self.record.send_held()  # no window follows at once: what the windows held back goes out
+            self.ended_at = time.monotonic()
 
     def _window(self, window: Window, first: bool) -> Iterator[Any]:
         """One window's batches, timed by the loop's clock; its figures recorded however it ends.

@@ -24,6 +24,7 @@ from typing import Sequence
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.test_no_line_changed import assert_data_bound_on_a_cpu
 from tests.test_real_scripts import advise, assert_answered_and_stored
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,16 +41,21 @@ def advise_driver(tmp_path: Path, store: str, driver: str, *args: str) -> str:
     return advise(tmp_path, store, QUICK, command, PYTHONPATH=str(ROOT))
 
 
-def assert_raced_with_orders_in_effect(out: str, store: str, found: Sequence[str]) -> None:
-    """An answer from the race, with its interval; the found-loader line says `found`; and every run ordered
-    workers ran that many (before the fix of issue 74, accelerate's DataLoaderShard read w0's rate at "w4")."""
+def assert_raced_with_orders_in_effect(out: str, store: str, found: Sequence[str], terms: str = "") -> None:
+    """An answer from the race, with its interval; the found-loader line says `found`; a pick is pasted in the
+    framework's `terms`; and every run ordered workers ran that many (before the fix of issue 74, accelerate's
+    DataLoaderShard read w0's rate at "w4")."""
     assert_answered_and_stored(out, store)
     assert RACED.search(out), out[-3000:]
     line = next(s for s in out.splitlines() if "its training loader" in s)
     assert all(part in line for part in found), line
+    assert terms in out or "Pick:" not in out, out[-2000:]
     client = MlflowClient(store)
     exp = client.get_experiment_by_name("who_is_faster")
-    ordered = [r for r in client.search_runs([exp.experiment_id]) if int(r.data.params.get("loader.num_workers", 0))]
+    everything = client.search_runs([exp.experiment_id])
+    if terms:  # the frameworks' demos: a tiny model on items that wait
+        assert_data_bound_on_a_cpu(everything)
+    ordered = [r for r in everything if int(r.data.params.get("loader.num_workers", 0))]
     assert ordered, out[-3000:]
     said = {(r.info.run_name, r.data.params["loader.num_workers"], r.data.metrics.get("workers_peak")) for r in ordered}
     assert all(float(w) == peak for _, w, peak in said), f"orders that did not reach the loader: {sorted(said)}"
@@ -60,7 +66,8 @@ def test_lightnings_boring_model_and_data_module(tmp_path: Path, store: str) -> 
     """lightning.pytorch.demos.boring_classes: BoringModel fit on BoringDataModule, its loader batch 1."""
     pytest.importorskip("lightning")
     out = advise_driver(tmp_path, store, "lightning_boring")
-    assert_raced_with_orders_in_effect(out, store, ["(run by Lightning's Trainer)", "over a Subset"])
+    lines = "In your script: in your train_dataloader() (made at"
+    assert_raced_with_orders_in_effect(out, store, ["(run by Lightning's Trainer)", "over a Subset"], lines)
 
 
 @pytest.mark.slow
@@ -68,7 +75,8 @@ def test_accelerates_regression_model_and_dataset(tmp_path: Path, store: str) ->
     """accelerate.test_utils.training: RegressionModel on RegressionDataset, the DataLoader prepared."""
     pytest.importorskip("accelerate")
     out = advise_driver(tmp_path, store, "accelerate_regression")
-    assert_raced_with_orders_in_effect(out, store, ["a DataLoaderShard over a SlowRegressionDataset"])
+    lines = "In your script: DataLoader(<your dataset"
+    assert_raced_with_orders_in_effect(out, store, ["a DataLoaderShard over a SlowRegressionDataset"], lines)
 
 
 @pytest.mark.slow

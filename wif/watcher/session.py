@@ -171,7 +171,8 @@ class Session:
         It ends at a window's end where the orders are done. `offers`: the script's epoch's own length, before
         any cut.
         """
-        if self.ended_at is not None:  # the script's own time since its last epoch: evaluation, saving
+        alone = self.orders is not None and self.orders.mode == "loader_only"  # no script runs between its epochs
+        if self.ended_at is not None and not alone:  # the script's own time since its last epoch: evaluation, saving
             self.record.between(time.monotonic() - self.ended_at)
         self.handed, self.expected, self.starting = 0, length_of(source), True
         self.epoch_index, self.own, self.start_s = self.epoch_index + 1, offers, 0.0

@@ -186,9 +186,11 @@ OUTSIDE_SAID = 0.01  # the script's time outside its training loader is counted 
 
 
 def _speedup(race: RaceResult, pick: str) -> Tuple[tuple, str]:
-    """The pick's speedup over the current setting (estimate, low, high of its 95% interval) over the script's
-    whole epoch, and the line that says what was added to the loader's. NOTE [ The time outside the training
-    loader ] in wif.advisor.answer."""
+    """The pick's speedup over the script's whole epoch: estimate, low, high of its 95% interval.
+
+    Also the line that says what was added to the loader's. See NOTE [ The time outside the training loader ]
+    in wif.advisor.answer.
+    """
     r = race.table.loc[pick]
     loader = (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
     outside, current_s = answer.outside_share(race.runs.get(BASELINE, [])), race.measured_s(BASELINE)

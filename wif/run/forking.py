@@ -3,15 +3,21 @@
 It is made warm, its one-time imports paid before the first fork. It is made serial, off torch's CPU thread
 pool, which is not fork-safe. Each forked run gets the thread count back before its first op. A process wif
 borrowed, such as a notebook, gets it back once its runs are done. Apart from `training`, which is what each
-forked run does.
+forked run does. `interrupt` makes SIGTERM end the supervisor, a run or a rank as Ctrl-C does.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch import nn
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    """End a run on SIGTERM (a scheduler, `kill`, the launcher) the way Ctrl-C does: marked KILLED, workers stopped."""
+    raise KeyboardInterrupt
 
 
 def preload() -> None:

@@ -8,9 +8,6 @@ hard crash of the run cannot take the sweep down.
 The child sends its figures through a pipe. The supervisor samples the child's process tree and hands each
 message to the run's record (`wif.run.record`: MLflow, the progress line, the stopping rule). It returns
 the run's outcome and summary.
-
-`supervise` reads as its steps: `start_child`, `relay_messages`, then `end_child` and `outcome`, or
-`stop_interrupted` after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -32,18 +29,13 @@ from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, 
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.forking import forked_run_threads
+from wif.run.forking import forked_run_threads, interrupt
 from wif.run.noise import read_between
 from wif.run.record import RunRecord, stop_rule
 from wif.run.training import train
 
 INTERRUPT_GRACE_S = 5.0
 REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was created
-
-
-def interrupt(signum: int, frame: Any) -> None:
-    """End a run on SIGTERM (a scheduler, `kill`) the way Ctrl-C does: marked KILLED, workers stopped."""
-    raise KeyboardInterrupt
 
 
 def _quiet_in_forked_children() -> None:

@@ -11,7 +11,7 @@ once per process.
 from __future__ import annotations
 
 import multiprocessing as mp
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wif.config import Config, ConfigError, DataSource, ModelName
 from wif.config.targets import factory_failure
@@ -38,30 +38,27 @@ def _optimizer_probe(conf: Config) -> None:
     build_optimizer(conf.trainer, nn.Linear(2, 2).parameters())
 
 
-def _probes(conf: Config, data: bool) -> List[Tuple[Tuple[str, str], Callable[[Config], None]]]:
+def _probes(conf: Config, data: bool) -> List[Tuple[str, Any, Callable[[Config], None]]]:
+    """(the factory's key, its node of `_target_` and kwargs, the call that checks it), for each factory to check."""
     out = []
     if conf.model.name is ModelName.custom:
-        out.append((("model", f"{conf.model._target_} {sorted(conf.model.kwargs.items())}"), _model_probe))
+        out.append(("model", conf.model, _model_probe))
     if data and conf.data.source is DataSource.custom:
-        out.append((("data", f"{conf.data._target_} {sorted(conf.data.kwargs.items())}"), _data_probe))
+        out.append(("data", conf.data, _data_probe))
     opt = conf.trainer.optimizer
     if opt._target_ != "torch.optim.SGD" or opt.kwargs:
-        out.append((("trainer.optimizer", f"{opt._target_} {sorted(opt.kwargs.items())}"), _optimizer_probe))
+        out.append(("trainer.optimizer", opt, _optimizer_probe))
     return out
 
 
-def _run(probe: Callable[[Config], None], conf: Config, conn: object) -> None:
+def _run(probe: Callable[[Config], None], conf: Config, conn: object, key: str, target: str) -> None:
     try:
         probe(conf)
         conn.send(None)  # type: ignore[attr-defined]
     except ConfigError as err:
         conn.send(str(err))  # type: ignore[attr-defined]
     except BaseException as err:  # noqa: BLE001 - the user's factory raised: one line, its traceback in the log
-        key, target = {
-            _model_probe: ("model._target_", conf.model._target_),
-            _data_probe: ("data._target_", conf.data._target_),
-        }.get(probe, ("trainer.optimizer._target_", conf.trainer.optimizer._target_))
-        conn.send(factory_failure(key, target, err))  # type: ignore[attr-defined]
+        conn.send(factory_failure(f"{key}._target_", target, err))  # type: ignore[attr-defined]
 
 
 def check_user_code(conf: Config, data: bool = True) -> None:
@@ -70,11 +67,12 @@ def check_user_code(conf: Config, data: bool = True) -> None:
     Each factory is called once, in a forked process. With `data=False` the run's own process checks the
     dataset factory, before its MLflow run exists. A slow factory is then called once per run, not twice.
     """
-    for key, probe in _probes(conf, data):
+    for name, node, probe in _probes(conf, data):
+        key = (name, f"{node._target_} {sorted(node.kwargs.items())}")
         if key not in _SEEN:
             ctx = mp.get_context("fork")
             parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_run, args=(probe, conf, child), daemon=True)
+            proc = ctx.Process(target=_run, args=(probe, conf, child, name, node._target_), daemon=True)
             proc.start()
             child.close()
             verdict: Optional[str]

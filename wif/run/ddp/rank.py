@@ -1,11 +1,7 @@
 """One rank of a data-parallel run, as the elastic launcher starts it.
 
-A rank joins its process group, with a timeout so that no rank waits forever on a collective. It reads its
-shard of every split (`DistributedSampler`, `set_epoch` every epoch) and trains the model wrapped in DDP. The
-run's figures are gathered at each epoch's end, where rank 0 sends the job's to the supervisor. Any rank that
-fails says why, in one line, before it ends.
-
-`rank_main` reads as its steps: `join_group`, `train`, or `say_failure`.
+A rank trains the model wrapped in DDP on its shard of every split. The run's figures are gathered at each
+epoch's end, where rank 0 sends the job's to the supervisor. Any rank that fails says why, in one line.
 """
 
 from __future__ import annotations
@@ -30,12 +26,8 @@ from wif.config import Config, ConfigError, UserCodeError
 from wif.config.exits import describe, quick_exit
 from wif.measure.lifetime import die_with_parent
 from wif.run.ddp.gather import job_epoch, job_result
+from wif.run.forking import interrupt
 from wif.run.training import train
-
-
-def _interrupted(signum: int, frame: Any) -> None:
-    """End a rank on SIGTERM, the launcher stopping its ranks, as Ctrl-C does: its DataLoader shut down."""
-    raise KeyboardInterrupt
 
 
 class RankSide:
@@ -131,7 +123,7 @@ def rank_main(conf: Config, link: RankLink) -> None:
     die_with_parent(link.agent)
     quick_exit()  # a spawned rank ends through the interpreter's exit: its last collection would take a second
     multiprocessing.set_start_method(link.start_method, force=True)  # See NOTE [ A rank's start method ]
-    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGTERM, interrupt)  # the launcher stopping its ranks: the DataLoader shut down
     torch.set_num_threads(link.threads)
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     conn = Client(link.address, authkey=link.authkey)

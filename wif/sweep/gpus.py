@@ -45,10 +45,7 @@ def _nvml() -> Any:
 
 
 def visible_gpus() -> Optional[List[str]]:
-    """The GPUs a job started here may use; None when nothing can tell, as without a driver.
-
-    These are CUDA_VISIBLE_DEVICES' entries when it is set, else every GPU NVML counts.
-    """
+    """The GPUs a job started here may use; None when nothing can tell, as without a driver."""
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
         return [t.strip() for t in cvd.split(",") if t.strip()]

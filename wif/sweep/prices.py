@@ -55,11 +55,7 @@ class Epochs:
 
 
 def auto_epochs(taken: Sequence[int], min_epochs: int, max_epochs: int) -> Epochs:
-    """The epochs a `trainer.epochs=auto` run will take.
-
-    Expected: the median earlier auto runs of the testbed took, else min_epochs. Upper: 1.5x the most any
-    took once AUTO_SEEN have, else max_epochs.
-    """
+    """The epochs a `trainer.epochs=auto` run will take, from those earlier auto runs of the testbed took."""
     if not taken:
         return Epochs(min_epochs, max_epochs, f"auto: {min_epochs} expected (none seen), up to max_epochs={max_epochs}")
     expected = float(statistics.median(taken))
@@ -89,10 +85,7 @@ class Job:
 
 @dataclass
 class Prices:
-    """Each cell's price: measured in this sweep, else from earlier runs, else from its setting's probe.
-
-    Else the median cell. Guesses are scaled by how far measured jobs were from theirs.
-    """
+    """Each cell's price: measured here, else from earlier runs or its setting's probe, else the median cell."""
 
     history: Dict[str, CellCost] = field(default_factory=dict)
     probes: Dict[str, Any] = field(default_factory=dict)  # setting -> its wif.sweep.probe.ProbeCost
@@ -163,8 +156,7 @@ class Prices:
     def start_s(self, job: Job) -> float:
         """What must fit before the job starts, times SAFETY; nothing once done.
 
-        An auto run's smallest useful run: its warm-up and MIN_STEADY epochs, where its deadline stops it.
-        A run of fixed epochs: its upper price.
+        An auto run's smallest useful run, where its deadline stops it; else its upper price.
         """
         cost = self.cost(job)
         if job.epochs is not None or job.done or cost is None:

@@ -214,13 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         share=race_share(client, a.experiment),
     )
     fixed = price(cells=planned.cells, epochs=basis.epochs, history=history)
-    cheap = price(
-        cells=planned.cells,
-        epochs=basis.epochs,
-        history=history,
-        runs_share=basis.runs_share,
-        auto_epochs=basis.auto_epochs,
-    )
+    cheap = price(cells=planned.cells, epochs=basis.auto_epochs, history=history, runs_share=basis.runs_share)
     if fixed is None and not a.no_probe:
         fixed, cheap = _probed(a, planned, testbed, basis)
     if fixed is None:

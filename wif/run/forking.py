@@ -3,21 +3,41 @@
 It is made warm, its one-time imports paid before the first fork. It is made serial, off torch's CPU thread
 pool, which is not fork-safe. Each forked run gets the thread count back before its first op. A process wif
 borrowed, such as a notebook, gets it back once its runs are done. Apart from `training`, which is what each
-forked run does. `interrupt` makes SIGTERM end the supervisor, a run or a rank as Ctrl-C does.
+forked run does. `interrupt` makes SIGTERM end the supervisor, a run or a rank as Ctrl-C does; `said_error`
+is what a run or a rank says when an error ends it.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+import signal
+import traceback
+from typing import Any, Dict
 
 import torch
 from torch import nn
+
+from wif.config import ConfigError, UserCodeError
+from wif.config.exits import describe
 
 
 def interrupt(signum: int, frame: Any) -> None:
     """End a run on SIGTERM (a scheduler, `kill`, the launcher) the way Ctrl-C does: marked KILLED, workers stopped."""
     raise KeyboardInterrupt
+
+
+def said_error(err: BaseException, num_workers: int) -> Dict[str, Any]:
+    """The error message a run or a rank sends its supervisor; a second signal no longer cuts it short."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    name, message = describe(err, num_workers)
+    return {
+        "type": name,
+        "message": message,
+        "traceback": traceback.format_exc(),
+        "bad_setting": isinstance(err, ConfigError),
+        "user_code": isinstance(err, UserCodeError),
+    }
 
 
 def preload() -> None:

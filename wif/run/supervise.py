@@ -16,12 +16,10 @@ import multiprocessing as mp
 import os
 import signal
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-from wif.config import Config, ConfigError, UserCodeError
-from wif.config.exits import describe
+from wif.config import Config
 from wif.data.formats.splits import cold_verdict
 from wif.measure import names
 from wif.measure.contention import HostCpuMeter
@@ -29,7 +27,7 @@ from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, 
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.forking import forked_run_threads, interrupt
+from wif.run.forking import forked_run_threads, interrupt, said_error
 from wif.run.noise import read_between
 from wif.run.record import RunRecord, stop_rule
 from wif.run.training import train
@@ -81,21 +79,8 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     try:
         train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"), emit)
     except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
-            signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
-        name, message = describe(err, conf.loader.num_workers)
-        conn.send(
-            (
-                "error",
-                {
-                    "type": name,
-                    "message": message,
-                    "traceback": traceback.format_exc(),
-                    "bad_setting": isinstance(err, ConfigError),
-                    "user_code": isinstance(err, UserCodeError),
-                },
-            )
-        )
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        conn.send(("error", said_error(err, conf.loader.num_workers)))
         raise SystemExit(1) from None
 
 

@@ -10,11 +10,10 @@ import multiprocessing
 import os
 import signal
 import time
-import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Client, Connection
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.distributed as dist
@@ -22,11 +21,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from wif.config import Config, ConfigError, UserCodeError
-from wif.config.exits import describe, quick_exit
+from wif.config import Config
+from wif.config.exits import quick_exit
 from wif.measure.lifetime import die_with_parent
 from wif.run.ddp.gather import job_epoch, job_result
-from wif.run.forking import interrupt
+from wif.run.forking import interrupt, said_error
 from wif.run.training import train
 
 
@@ -177,20 +176,11 @@ def say_failure(conf: Config, conn: Connection, err: BaseException, rank: int) -
         err: what ended the rank.
         rank: the rank's number.
     """
-    for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
-        signal.signal(sig, signal.SIG_IGN)
-    name, message = describe(err, conf.loader.num_workers)
-    first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
-    error: Optional[Dict[str, Any]] = {
-        "type": name,
-        "message": f"rank {rank}: {first}",
-        "traceback": traceback.format_exc(),
-        "t": time.time(),
-        "bad_setting": isinstance(err, ConfigError),
-        "user_code": isinstance(err, UserCodeError),
-    }
+    error = said_error(err, conf.loader.num_workers)
+    message = error["message"].strip()  # said in one line: the run's reason
+    error.update(message=f"rank {rank}: {message.splitlines()[0] if message else error['type']}", t=time.time())
     try:
         conn.send(("error", error))
     except OSError:
         pass  # the launcher is gone: the supervisor will say so
-    raise SystemExit(130 if name == "KeyboardInterrupt" else 1) from None
+    raise SystemExit(130 if error["type"] == "KeyboardInterrupt" else 1) from None

@@ -142,7 +142,7 @@ def supervise(
     except KeyboardInterrupt:
         return stop_interrupted(child, run)
     end_child(child)
-    return outcome(conf, tracker, child=child, run=run, t_end=t_end)
+    return outcome(child, run, t_end=t_end)
 
 
 def start_child(conf: Config, device: str, label: str) -> Child:
@@ -206,20 +206,15 @@ def end_child(child: Child) -> None:
     stop_tree(child.sampler.seen())
 
 
-def outcome(conf: Config, tracker: Tracker, child: Child, run: RunRecord, t_end: float) -> Outcome:
+def outcome(child: Child, run: RunRecord, t_end: float) -> Outcome:
     """The ended run's outcome: its summary and final tags when it finished, else its error.
 
-    Args:
-        conf: the run's configuration.
-        tracker: the MLflow store.
-        child: the ended run's process.
-        run: its record.
-        t_end: time.monotonic() when its result came; 0 if none came.
+    `t_end` is time.monotonic() when its result came; 0 if none came.
     """
     if run.done and child.proc.exitcode == 0:
-        cold = cold_verdict(run.epochs, conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
-        run_id = run.open()
-        tracker.set_tags(run_id, {names.TAG_STOP_REASON: run.stop_reason(), **(cold or {}), **child.sampler.gpu_tags()})
+        cold = cold_verdict(run.epochs, run.conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
+        tags = {names.TAG_STOP_REASON: run.stop_reason(), **(cold or {}), **child.sampler.gpu_tags()}
+        run.tracker.set_tags(run.open(), tags)
         summary = run.summary(t_end)
         summary[names.SAMPLER_CPU_PCT] = child.sampler.own_cost_pct()
         return Outcome(status=FINISHED, summary=summary, run_id=run.run_id)

@@ -124,27 +124,19 @@ def rank_main(conf: Config, link: RankLink) -> None:
     multiprocessing.set_start_method(link.start_method, force=True)  # See NOTE [ A rank's start method ]
     signal.signal(signal.SIGTERM, interrupt)  # the launcher stopping its ranks: the DataLoader shut down
     torch.set_num_threads(link.threads)
-    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    rank = int(os.environ["RANK"])
     conn = Client(link.address, authkey=link.authkey)
-    device = torch.device("cuda", local) if link.device_type == "cuda" else torch.device("cpu")
     try:
-        side = join_group(conf=conf, link=link, conn=conn, device=device, rank=rank)
-        train(conf, device, side.emit, ranks=side)
+        side = join_group(conf=conf, link=link, conn=conn)
+        train(conf, side.device, side.emit, ranks=side)
         dist.destroy_process_group()
     except BaseException as err:  # noqa: BLE001 - every failure must be said, even Ctrl-C
         say_failure(conf, conn, err=err, rank=rank)
 
 
-def join_group(conf: Config, link: RankLink, conn: Connection, device: torch.device, rank: int) -> RankSide:
-    """Join the process group, with a timeout so no rank waits forever on a collective; tell the supervisor.
-
-    Args:
-        conf: the run's configuration.
-        link: what the rank was started with.
-        conn: the rank's connection to the relay.
-        device: the rank's device.
-        rank: the rank's number.
-    """
+def join_group(conf: Config, link: RankLink, conn: Connection) -> RankSide:
+    """Join the process group, with a timeout so no rank waits forever on a collective; tell the supervisor."""
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if link.device_type == "cuda" else torch.device("cpu")
     backend = "nccl" if link.device_type == "cuda" else "gloo"
     if link.device_type == "cuda":
         torch.cuda.set_device(device)
@@ -156,8 +148,8 @@ def join_group(conf: Config, link: RankLink, conn: Connection, device: torch.dev
     side = RankSide(conf, conn, device)
     # every rank (not rank 0 alone): the supervisor counts each rank's workers and reads each rank's GPU
     uuid = str(torch.cuda.get_device_properties(device).uuid) if link.device_type == "cuda" else None
-    conn.send(("rank", {"rank": rank, "pid": os.getpid(), "uuid": uuid}))
-    if rank == 0:
+    conn.send(("rank", {"rank": side.rank, "pid": os.getpid(), "uuid": uuid}))
+    if side.rank == 0:
         tags = {
             "wif.world_size": str(side.world),
             "wif.dist_backend": backend,

@@ -225,10 +225,6 @@ class RunRecord:
             return ""
         return f"  CONTENDED: other processes used {m[names.HOST_OTHER_CPU_PCT]:.0f}% of a core"
 
-    def measured_others(self) -> Dict[str, float]:
-        """Others' CPU over the measured epochs, from the mark that ended the warm-up to the last, and idle cores."""
-        return self.meter.others(epochs.left_out(len(self.epochs), self.conf.trainer.warmup_epochs), len(self.epochs))
-
     def summary(self, t_end: float) -> Dict[str, float]:
         """The run's steady summary (wif.measure.epochs), with what only the harness knows."""
         out = {**self.final, **epochs.summary(self.epochs, self.conf.trainer.warmup_epochs)}
@@ -241,5 +237,7 @@ class RunRecord:
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         out.update(self.sampler.samples.peaks(self.epochs[0]["t_start"], t_end))
-        out.update(self.measured_others())
+        # others' CPU over the measured epochs, from the mark that ended the warm-up to the last, and idle cores
+        first = epochs.left_out(len(self.epochs), self.conf.trainer.warmup_epochs)
+        out.update(self.meter.others(first, len(self.epochs)))
         return out

@@ -39,11 +39,6 @@ JOB_ENV_TAGS = (
 
 
 # ----------------------------------------------------------------------------- where a job runs
-def node_name() -> str:
-    """SLURM's name for the node when there is one (what `sinfo`/`sacct` show), else the hostname."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-
-
 def launcher_name() -> str:
     """The hydra/launcher choice (basic, slurm, local_gpus, ...), or submitit's executor outside Hydra."""
     try:
@@ -108,7 +103,8 @@ def cluster_tags() -> Dict[str, str]:
     Also how many wif jobs shared the node when it started, `wif.node_jobs` (1 for alone): so the report can
     set a contended measurement apart.
     """
-    tags = {"wif.node": node_name(), "wif.launcher": launcher_name(), "wif.node_jobs": str(node_jobs())}
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's name, as `sinfo`/`sacct` show it
+    tags = {"wif.node": node, "wif.launcher": launcher_name(), "wif.node_jobs": str(node_jobs())}
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:  # "" is meaningful: no GPU visible (submitit's CPU jobs)
         tags["wif.cuda_visible_devices"] = cvd

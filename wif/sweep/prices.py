@@ -166,11 +166,8 @@ class Prices:
     def allowed_s(self, job: Job, left_s: float, undone: int = 1) -> float:
         """The seconds a started job may take: its upper price, at most its share of what is left.
 
-        Args:
-            job: the job, about to start.
-            left_s: the seconds left in the budget.
-            undone: the jobs at its fraction not run yet, itself included: each gets an equal share, and at
-                least its smallest useful run. More short runs tell a race more than fewer long ones.
+        Each of the `undone` jobs at its fraction, itself included, gets an equal share of `left_s`, and at least
+        its smallest useful run: more short runs tell a race more than fewer long ones.
         """
         share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job))
         if self.cost(job) is None:  # no price yet: its share, and its deadline keeps its smallest run

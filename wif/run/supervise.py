@@ -49,7 +49,6 @@ def _quiet_in_forked_children() -> None:
         pass
 
 
-# ----------------------------------------------------------------------------- the child
 def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     """Train in the forked child, sending everything through the pipe; never touch MLflow.
 
@@ -84,7 +83,6 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
         raise SystemExit(1) from None
 
 
-# ----------------------------------------------------------------------------- the supervisor
 @dataclass
 class Outcome:
     """How a supervised run ended, its summary, and its MLflow record."""

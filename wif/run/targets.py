@@ -1,11 +1,9 @@
 """Whether the user's factories build what they promise, found before any run is created.
 
 `wif.config.targets` already refused a `_target_` that cannot be imported or is not callable. Whether a
-model factory returns an `nn.Module` can only be told by calling it. So can whether a dataset factory
-returns a map-style Dataset of (input, label). The call runs in a forked process of its own. The
-supervising process never runs torch compute: its thread pools would not survive the fork of a run. And a
-factory that crashes or leaks takes nothing down with it. Each distinct factory and arguments is checked
-once per process.
+model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), can only
+be told by calling it. The call runs in a forked process: the supervising process never runs torch compute
+(wif.run.supervise), and a factory that crashes or leaks takes nothing down with it.
 """
 
 from __future__ import annotations
@@ -64,7 +62,7 @@ def _run(probe: Callable[[Config], None], conf: Config, conn: object, key: str, 
 def check_user_code(conf: Config, data: bool = True) -> None:
     """ConfigError, one line naming the key, when a custom model or dataset factory fails or returns the wrong type.
 
-    Each factory is called once, in a forked process. With `data=False` the run's own process checks the
+    Each factory is called once per process and arguments. With `data=False` the run's own process checks the
     dataset factory, before its MLflow run exists. A slow factory is then called once per run, not twice.
     """
     for name, node, probe in _probes(conf, data):

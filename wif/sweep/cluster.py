@@ -38,7 +38,6 @@ JOB_ENV_TAGS = (
 )
 
 
-# ----------------------------------------------------------------------------- where a job runs
 def launcher_name() -> str:
     """The hydra/launcher choice (basic, slurm, local_gpus, ...), or submitit's executor outside Hydra."""
     try:
@@ -130,7 +129,6 @@ def check_gpu_parallelism(parallel: Optional[int], gpus: Optional[int], what: st
         )
 
 
-# ----------------------------------------------------------------------------- the Hydra callback
 class ClusterCallback(Callback):
     """Named by hydra/launcher=local_gpus and =slurm (hydra.callbacks.wif_cluster).
 

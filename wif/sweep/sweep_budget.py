@@ -255,12 +255,10 @@ class SweepBudget:
             f"{len(self.ran)} jobs run, {spent / 60:.1f} min since the command started "
             f"(probe {self.probe_s:.0f} s)"
         )
-        tail = (
-            (
+        tail = "; nothing left undone"
+        if left:
+            tail = (
                 f"; not run: {len(left)} jobs, about {minutes(self.undone_s(left))} to finish "
                 "(the same command with a larger sweep.budget_min resumes)"
             )
-            if left
-            else "; nothing left undone"
-        )
         return head + (f"; {decided}" if decided else "") + tail

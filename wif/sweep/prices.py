@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wif.config import Config
@@ -113,7 +113,10 @@ class Prices:
             start = statistics.median(max(p.wall_s - p.run_s, 0.0) for p in self.probes.values())
             cost = self.probes[job.setting].cost(job.batches, job.fraction)
             return CellCost(overhead_s=start, fixed_s=cost.fixed_s, epoch_s=cost.epoch_s)
-        known = list(self.history.values()) or [self.guess(_of_setting(job, s)) for s in self.probes]
+        # else the median of the earlier runs' cells, or of the job as each probed setting would run it
+        known = list(self.history.values()) or [
+            self.guess(replace(job, cell=str(Cell.of(s, job.fraction)))) for s in self.probes
+        ]
         if not known:
             known = [self._alike(job, cell) for cell in self.measured]  # See NOTE [ Block 0 prices the rest ]
         if not known:
@@ -198,12 +201,6 @@ class Prices:
 # and keeps only its smallest useful run past it (wif.run.stopping.out_of_time), so it may start unpriced.
 # The first job of the smallest fraction prices the next, each cell measured prices itself, and a cell not
 # run yet costs the median measured cell, its epoch scaled by its training batches.
-
-
-def _of_setting(job: Job, setting: str) -> Job:
-    """The job as `setting` at the same fraction, block and batches would run."""
-    cell = str(Cell.of(setting, job.fraction))
-    return Job(key=job.key, cell=cell, fraction=job.fraction, block=job.block, batches=job.batches)
 
 
 def batches_per_epoch(

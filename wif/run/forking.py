@@ -1,8 +1,8 @@
 """The process that forks runs, made ready once: a sweep's jobs, wif-tune's trials, wif-advise's runs.
 
 It is made warm, its one-time imports paid before the first fork, and serial (`serial_parent`). Apart from
-`training`, which is what each forked run does. `interrupt` makes SIGTERM end the supervisor, a run or a rank
-as Ctrl-C does; `said_error` is what a run or a rank says when an error ends it.
+`training`, which is what each forked run does. `interrupt` ends the supervisor, a run or a rank on SIGTERM
+as Ctrl-C does. `said_error` is what a run or a rank says when an error ends it.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def serial_parent() -> None:
     waits forever at its own first one. It waits for pool threads that exist only in the parent. wif-advise
     hung so on an H200 and here at data.fraction=0.4. It had drawn the subset, a randperm of 50,000, on its
     threads, and its first run never left data generation. On one thread no pool starts; each forked run gets
-    the count back (`forked_run_threads`), and a process wif borrowed, such as a notebook, once its runs are done.
+    the count back (`forked_run_threads`). So does a process wif borrowed, such as a notebook, once its runs are done.
     """
     if not _PARENT_THREADS:
         _PARENT_THREADS.append(torch.get_num_threads())

@@ -2,8 +2,8 @@
 
 `wif.config.targets` already refused a `_target_` that cannot be imported or is not callable. Whether a
 model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), can only
-be told by calling it. The call runs in a forked process: the supervising process never runs torch compute
-(wif.run.supervise), and a factory that crashes or leaks takes nothing down with it.
+be told by calling it. The call runs in a forked process, as the supervising process never runs torch compute
+(wif.run.supervise). And a factory that crashes or leaks takes nothing down with it.
 """
 
 from __future__ import annotations

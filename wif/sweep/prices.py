@@ -169,7 +169,7 @@ class Prices:
     def allowed_s(self, job: Job, left_s: float, undone: int = 1) -> float:
         """The seconds a started job may take: its upper price, at most its share of what is left.
 
-        Each of the `undone` jobs at its fraction, itself included, gets an equal share of `left_s`, and at least
+        Each of the `undone` jobs at its fraction, itself included, gets an equal share of `left_s`. It gets at least
         its smallest useful run: more short runs tell a race more than fewer long ones.
         """
         share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job))

@@ -24,11 +24,11 @@ def interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def said_error(err: BaseException, num_workers: int) -> Dict[str, Any]:
+def said_error(err: BaseException, workers: int) -> Dict[str, Any]:
     """The error message a run or a rank sends its supervisor; a second signal no longer cuts it short."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    name, message = describe(err, num_workers)
+    name, message = describe(err, workers)  # a connection lost with workers running: one of them died
     return {
         "type": name,
         "message": message,

@@ -29,7 +29,7 @@ from tests.test_cluster import compose_hydra, sbatch_script
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
 from wif.measure.tracking import config_hash
-from wif.sweep.job import cell_name, run_identity
+from wif.sweep.identity import cell_name, run_identity
 
 DDP = ("preset=smoke", "trainer.nproc=2", "device=cpu")
 # 160 training images of preset=smoke shared by 2 ranks in batches of 64: 2 steps per rank and epoch

@@ -213,7 +213,7 @@ def test_a_decoder_picked_for_the_host_decode_is_refused() -> None:
 
 
 def test_device_decode_is_a_cell_of_its_own_and_old_runs_keep_their_identity() -> None:
-    from wif.sweep.job import cell_name, run_identity
+    from wif.sweep.identity import cell_name, run_identity
 
     host = typed(compose_cfg("preset=smoke", "data=encoded", "loader=pin_nb"))
     device = typed(compose_cfg("preset=smoke", "data=encoded", "loader=pin_nb", "data.decode=device"))

@@ -15,7 +15,7 @@ from wif.config import ConfigError, EngineName, validate
 from wif.data.datasets import load_datasets
 from wif.data.engines import build_engine_batches
 from wif.data.loaders import Reading
-from wif.sweep.job import cell_name
+from wif.sweep.identity import cell_name
 
 ENGINES = [e.value for e in EngineName]
 CELLS = sorted(p.stem for p in (CONF / "pipelines").glob("*.yaml"))

@@ -36,7 +36,7 @@ def test_price_adds_overhead_and_epochs_per_cell() -> None:
     p = price({"a@0.1": 3, "b@0.1": 3, "new@0.1": 2}, 20, history)
     # a: 1 s/epoch, b: 3 s/epoch, new (never run): the median, 2 s/epoch; 2 s overhead a run
     assert (p.runs, p.epochs) == (8, 160) and p.seconds == pytest.approx(3 * 22 + 3 * 62 + 2 * 42)
-    cheap = price({"a@0.1": 3, "b@0.1": 3, "new@0.1": 2}, 20, history, runs_share=0.5, auto_epochs=7)
+    cheap = price({"a@0.1": 3, "b@0.1": 3, "new@0.1": 2}, 7, history, runs_share=0.5)
     assert (cheap.runs, cheap.epochs) == (4, 28) and cheap.seconds == pytest.approx(0.5 * (3 * 9 + 3 * 23 + 2 * 16))
     assert price({"a@0.1": 1}, 20, []) is None
 

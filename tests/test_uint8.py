@@ -203,7 +203,7 @@ def test_the_stream_prefetcher_converts_as_a_synchronous_copy_does(cache_dir: Pa
 def test_uint8_and_the_stream_prefetcher_are_cells_of_their_own_and_old_runs_keep_their_identity() -> None:
     """The report never pools uint8 or stream runs with the plain copy of the same loader option, and adding
     the key did not change the identity (resume) of a run that does not set it."""
-    from wif.sweep.job import cell_name, run_identity
+    from wif.sweep.identity import cell_name, run_identity
 
     plain = typed(compose_cfg("preset=smoke", "loader=pin_nb"))
     assert cell_name(plain) == "pin_nb@0.1"

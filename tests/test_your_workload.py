@@ -19,7 +19,7 @@ from tests.conftest import ROOT, compose_cfg, needs, new_store, run_train, train
 from wif.config.targets import typed
 from wif.measure.tracking import config_hash
 from wif.report.runs import RunFilter, load_runs
-from wif.sweep.job import run_identity
+from wif.sweep.identity import run_identity
 
 TINY = (
     "preset=smoke",

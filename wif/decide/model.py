@@ -8,9 +8,8 @@ values. Without a usable block structure the block term is dropped: no block tag
 do not connect the settings. Unbalanced designs, such as a failed run or settings a race dropped, are fitted
 as they are. Every interval below uses the fitted covariance.
 
-One fit gives two families of simultaneous 95% statements. Dunnett compares every setting with the baseline,
-by a two-sided max-|t| critical value. Hsu's constrained MCB compares them with the best, by one-sided max-t
-critical values. It gives the settings that may be fastest, and bounds on how much slower each one is.
+One fit gives two families of simultaneous 95% statements: Dunnett's against the baseline, Hsu's MCB against
+the best.
 
 Critical values are the quantiles of the max-t statistic under the fitted design, drawn by simulation. The
 seed is fixed: exact for any correlation pattern, reproducible run to run, cached per design.
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -127,10 +125,6 @@ def _design(f: Fit) -> draws_.Design:
 
 
 # _critical and draws_.max_t are called positionally everywhere: lru_cache keys on how arguments are passed.
-def _max_t_draws(f: Fit, controls: Sequence[int], two_sided: bool) -> np.ndarray:
-    return draws_.max_t(_design(f), tuple(controls), two_sided, DRAWS, SEED)
-
-
 @functools.lru_cache(maxsize=256)
 def _critical(design: draws_.Design, controls: tuple, two_sided: bool, confidence: float) -> np.ndarray:
     """Each control's `confidence` quantile of its draws, the ceil(confidence * n)-th smallest; cached per design.
@@ -146,18 +140,6 @@ def _critical(design: draws_.Design, controls: tuple, two_sided: bool, confidenc
     rows = draws_.max_t(design, controls, two_sided, DRAWS, SEED)
     i = min(int(np.ceil(confidence * DRAWS)) - 1, DRAWS - 1)
     return draws_.kth_smallest(rows, i)
-
-
-def _critical_values(f: Fit, controls: Sequence[int], two_sided: bool, confidence: float) -> np.ndarray:
-    """Each control's critical value under `f`'s design.
-
-    Args:
-        f: the fit.
-        controls: the settings each value compares the others against.
-        two_sided: the max of |t| instead of t.
-        confidence: the quantile.
-    """
-    return _critical(_design(f), tuple(controls), two_sided, confidence)
 
 
 @dataclass(frozen=True)
@@ -181,8 +163,8 @@ def dunnett(f: Fit, baseline: str, confidence: float) -> dict[str, VsBaseline]:
                 r = float(np.exp(f.estimate[b] - f.estimate[j]))
                 out[name] = VsBaseline(speedup=r, low=np.nan, high=np.nan, p_adj=np.nan, critical=np.nan)
         return out
-    draws = _max_t_draws(f, [b], two_sided=True)[0]
-    c = float(_critical_values(f, [b], two_sided=True, confidence=confidence)[0])
+    draws = draws_.max_t(_design(f), (b,), True, DRAWS, SEED)[0]
+    c = float(_critical(_design(f), (b,), True, confidence)[0])
     for j, name in enumerate(f.settings):
         if j == b:
             continue
@@ -226,7 +208,7 @@ def mcb(f: Fit, confidence: float, margin: float) -> dict[str, VsBest]:
         return {f.settings[0]: VsBest(possibly_fastest=True, at_least=1.0, at_most=1.0, tied=True)}
     if f.df <= 0:
         return {name: VsBest(possibly_fastest=True, at_least=1.0, at_most=np.inf, tied=False) for name in f.settings}
-    d = _critical_values(f, range(k), two_sided=False, confidence=confidence)
+    d = _critical(_design(f), tuple(range(k)), False, confidence)
     var = f.cov.diagonal()
     se = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2 * f.cov, 0.0))
     diff = y[:, None] - y[None, :]

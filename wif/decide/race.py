@@ -61,10 +61,6 @@ class FractionState:
     dropped: Dict[str, float] = field(default_factory=dict)  # setting -> at least this many times slower
     settled: str = ""  # why it stopped ('' while racing)
 
-    @property
-    def possibly_fastest(self) -> List[str]:
-        return list(self.alive)
-
 
 def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules, blocks_done: int) -> FractionState:
     """One look at a fraction after `blocks_done` blocks: drop the clearly slower, say whether it is settled.

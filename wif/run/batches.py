@@ -49,9 +49,9 @@ def build_loaders(cfg: Config, device: torch.device, emit: Emit, sampler: Option
         emit: where the data's figures go.
         sampler: a rank's shard of each split (trainer.nproc>1).
     """
-    t0 = time.perf_counter()
     if cfg.data.source is DataSource.fixed:
-        return _fixed_loaders(cfg, device, emit, t0=t0)
+        return _fixed_loaders(cfg, device, emit)
+    t0 = time.perf_counter()
     data = _load_data(cfg)
     t_setup = time.perf_counter()
     emit(
@@ -108,15 +108,9 @@ def _load_data(cfg: Config) -> Datasets:
     return data
 
 
-def _fixed_loaders(cfg: Config, device: torch.device, emit: Emit, t0: float) -> Built:
-    """data=fixed: no data to load, the batches are made on the device.
-
-    Args:
-        cfg: the run's configuration.
-        device: where the batches are made.
-        emit: where the data's figures go.
-        t0: time.perf_counter() when the data load began.
-    """
+def _fixed_loaders(cfg: Config, device: torch.device, emit: Emit) -> Built:
+    """data=fixed: no data to load, the batches are made on the device."""
+    t0 = time.perf_counter()
     if device.type == "cpu":  # See NOTE [ The heap of a run that loads no data ]
         emit("tags", {"wif.heap_kept": str(keep_heap()).lower()})
     loaders: Dict[str, Batches] = dict(_fixed_batches(cfg, device))

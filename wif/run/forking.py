@@ -1,17 +1,41 @@
 """The process that forks runs, made ready once: a sweep's jobs, wif-tune's trials, wif-advise's runs.
 
-It is made warm, its one-time imports paid before the first fork. It is made serial, off torch's CPU thread
-pool, which is not fork-safe. Each forked run gets the thread count back before its first op. A process wif
-borrowed, such as a notebook, gets it back once its runs are done. Apart from `training`, which is what each
-forked run does.
+It is made warm, its one-time imports paid before the first fork, and serial (`serial_parent`). Apart from
+`training`, which is what each forked run does. `interrupt` ends the supervisor, a run or a rank on SIGTERM
+as Ctrl-C does. `said_error` is what a run or a rank says when an error ends it.
 """
 
 from __future__ import annotations
 
 import functools
+import signal
+import traceback
+from typing import Any, Dict
 
 import torch
 from torch import nn
+
+from wif.config import ConfigError, UserCodeError
+from wif.config.exits import describe
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    """End a run on SIGTERM (a scheduler, `kill`, the launcher) the way Ctrl-C does: marked KILLED, workers stopped."""
+    raise KeyboardInterrupt
+
+
+def said_error(err: BaseException, workers: int) -> Dict[str, Any]:
+    """The error message a run or a rank sends its supervisor; a second signal no longer cuts it short."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    name, message = describe(err, workers)  # a connection lost with workers running: one of them died
+    return {
+        "type": name,
+        "message": message,
+        "traceback": traceback.format_exc(),
+        "bad_setting": isinstance(err, ConfigError),
+        "user_code": isinstance(err, UserCodeError),
+    }
 
 
 def preload() -> None:
@@ -39,7 +63,7 @@ def serial_parent() -> None:
     waits forever at its own first one. It waits for pool threads that exist only in the parent. wif-advise
     hung so on an H200 and here at data.fraction=0.4. It had drawn the subset, a randperm of 50,000, on its
     threads, and its first run never left data generation. On one thread no pool starts; each forked run gets
-    the count back (`forked_run_threads`).
+    the count back (`forked_run_threads`). So does a process wif borrowed, such as a notebook, once its runs are done.
     """
     if not _PARENT_THREADS:
         _PARENT_THREADS.append(torch.get_num_threads())

@@ -75,9 +75,8 @@ class TimedFeed:
     pinned memory returns at once. Compute between two batches is not counted: the clock restarts when the
     next batch is asked for. With `copies`, every batch's bytes are summed too, from host metadata: no sync.
 
-    With a CUDA `device`, events bracket each blocking copy in a transfer call (`CopyClock`). The host's time
-    in it beyond the copy's own device time was spent behind the GPU's queued work. `data_wait`, `copy` and
-    `gpu_blocked` keep that apart from the loader's part; read them after the epoch's synchronization.
+    With a CUDA `device`, `CopyClock` sets the wait behind the GPU's queued work apart (see the module's docstring).
+    Read `data_wait`, `copy` and `gpu_blocked` after the epoch's synchronization.
     """
 
     def __init__(
@@ -180,10 +179,7 @@ class TimedFeed:
 
 
 def train_epoch(step: Step, batches: Batches, transfer: Transfer) -> EpochStats:
-    """One timed training epoch of `step` over `batches`, each sent to the device by `transfer`.
-
-    The step carries the model, optimizer, loss, precision and memory format.
-    """
+    """One timed training epoch of `step` over `batches`, each sent to the device by `transfer`."""
     device = step.device
     step.model.train()
     clock = StepClock(device)
@@ -230,10 +226,7 @@ class Evaluation(NamedTuple):
 
 @torch.inference_mode()
 def evaluate(step: Step, batches: Batches, transfer: Transfer) -> Evaluation:
-    """One pass of `step`'s model over a split, in the step's precision and memory format.
-
-    One synchronization at the end.
-    """
+    """One pass of `step`'s model over a split, in the step's precision and memory format; one sync, at the end."""
     model, device = step.model, step.device
     model.eval()
     loss_sum = torch.zeros((), device=device)

@@ -95,13 +95,15 @@ class RunRecord:
         handle = {
             "device": self._on_device,
             "data": self._on_data,
-            "tags": self._on_tags,
+            "tags": lambda p: self.tracker.set_tags(self.run_id, p),
             "setup": self.final.update,  # setup_s, and compile_s with trainer.compile=true
             "epoch": self._on_epoch,
             "result": self._on_result,
             "error": self._on_error,
-            "artifact": self._on_artifact,  # trainer.nproc>1 with measure.rank_indices: each rank's samples
-            "rank": self._on_rank,  # trainer.nproc>1: each rank's process and GPU, for its workers and VRAM
+            # trainer.nproc>1 with measure.rank_indices: each rank's samples
+            "artifact": lambda p: self.tracker.client.log_dict(self.run_id, p["data"], p["name"]),
+            # trainer.nproc>1: each rank's process and GPU, for its workers and VRAM
+            "rank": lambda p: self.sampler.add_rank(p["rank"], p["pid"], p["uuid"]),
         }.get(kind)
         if handle is not None:
             handle(p)
@@ -124,21 +126,12 @@ class RunRecord:
         self.final[names.DATA_LOAD_S] = p[names.DATA_LOAD_S]
         self.tracker.set_tags(self.run_id, {f"wif.n_{k}": p[k] for k in ("train", "val", "test")})
 
-    def _on_tags(self, p: Dict[str, Any]) -> None:
-        self.tracker.set_tags(self.run_id, p)
-
     def _on_result(self, p: Dict[str, Any]) -> None:
         self.final.update(p)
         self.done = True
 
     def _on_error(self, p: Dict[str, Any]) -> None:
         self.error = p
-
-    def _on_artifact(self, p: Dict[str, Any]) -> None:
-        self.tracker.client.log_dict(self.run_id, p["data"], p["name"])
-
-    def _on_rank(self, p: Dict[str, Any]) -> None:
-        self.sampler.add_rank(p["rank"], p["pid"], p["uuid"])
 
     def _on_epoch(self, p: Dict[str, Any]) -> None:
         self.meter.mark()  # the run waits for its ack from here on: nothing of this lands in an epoch
@@ -232,16 +225,8 @@ class RunRecord:
             return ""
         return f"  CONTENDED: other processes used {m[names.HOST_OTHER_CPU_PCT]:.0f}% of a core"
 
-    def measured_others(self) -> Dict[str, float]:
-        """Others' CPU over the measured epochs, from the mark that ended the warm-up to the last, and idle cores."""
-        return self.meter.others(epochs.left_out(len(self.epochs), self.conf.trainer.warmup_epochs), len(self.epochs))
-
     def summary(self, t_end: float) -> Dict[str, float]:
-        """The run's steady summary (wif.measure.epochs), with what only the harness knows.
-
-        That is the whole run's time with validation and test, the stopping rule's pin, the tree's memory
-        peaks, and the others' CPU share.
-        """
+        """The run's steady summary (wif.measure.epochs), with what only the harness knows."""
         out = {**self.final, **epochs.summary(self.epochs, self.conf.trainer.warmup_epochs)}
         val = sum(e[names.VAL_TIME_S] or 0.0 for e in self.epochs)
         out[names.TIME_TOTAL_S] = (
@@ -252,5 +237,7 @@ class RunRecord:
         if self.decision is not None and self.decision.half_width is not None:
             out["epoch_time_median_ci_rel"] = self.decision.half_width  # the steady figure's relative half-width
         out.update(self.sampler.samples.peaks(self.epochs[0]["t_start"], t_end))
-        out.update(self.measured_others())
+        # others' CPU over the measured epochs, from the mark that ended the warm-up to the last, and idle cores
+        first = epochs.left_out(len(self.epochs), self.conf.trainer.warmup_epochs)
+        out.update(self.meter.others(first, len(self.epochs)))
         return out

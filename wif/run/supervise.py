@@ -8,9 +8,6 @@ hard crash of the run cannot take the sweep down.
 The child sends its figures through a pipe. The supervisor samples the child's process tree and hands each
 message to the run's record (`wif.run.record`: MLflow, the progress line, the stopping rule). It returns
 the run's outcome and summary.
-
-`supervise` reads as its steps: `start_child`, `relay_messages`, then `end_child` and `outcome`, or
-`stop_interrupted` after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,12 +16,10 @@ import multiprocessing as mp
 import os
 import signal
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-from wif.config import Config, ConfigError, UserCodeError
-from wif.config.exits import describe
+from wif.config import Config
 from wif.data.formats.splits import cold_verdict
 from wif.measure import names
 from wif.measure.contention import HostCpuMeter
@@ -32,18 +27,13 @@ from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, 
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.forking import forked_run_threads
+from wif.run.forking import forked_run_threads, interrupt, said_error
 from wif.run.noise import read_between
 from wif.run.record import RunRecord, stop_rule
 from wif.run.training import train
 
 INTERRUPT_GRACE_S = 5.0
 REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was created
-
-
-def interrupt(signum: int, frame: Any) -> None:
-    """End a run on SIGTERM (a scheduler, `kill`) the way Ctrl-C does: marked KILLED, workers stopped."""
-    raise KeyboardInterrupt
 
 
 def _quiet_in_forked_children() -> None:
@@ -59,7 +49,6 @@ def _quiet_in_forked_children() -> None:
         pass
 
 
-# ----------------------------------------------------------------------------- the child
 def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     """Train in the forked child, sending everything through the pipe; never touch MLflow.
 
@@ -89,25 +78,11 @@ def _child_main(conf: Config, device: str, conn: Any, supervisor: int) -> None:
     try:
         train(conf, torch.device("cuda", 0) if device == "cuda" else torch.device("cpu"), emit)
     except BaseException as err:  # noqa: BLE001 - everything must reach the supervisor, even Ctrl-C
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # a second signal must not cut this short
-            signal.signal(sig, signal.SIG_IGN if sig != signal.SIGCHLD else signal.SIG_DFL)
-        name, message = describe(err, conf.loader.num_workers)
-        conn.send(
-            (
-                "error",
-                {
-                    "type": name,
-                    "message": message,
-                    "traceback": traceback.format_exc(),
-                    "bad_setting": isinstance(err, ConfigError),
-                    "user_code": isinstance(err, UserCodeError),
-                },
-            )
-        )
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        conn.send(("error", said_error(err, conf.loader.num_workers)))
         raise SystemExit(1) from None
 
 
-# ----------------------------------------------------------------------------- the supervisor
 @dataclass
 class Outcome:
     """How a supervised run ended, its summary, and its MLflow record."""
@@ -165,7 +140,7 @@ def supervise(
     except KeyboardInterrupt:
         return stop_interrupted(child, run)
     end_child(child)
-    return outcome(conf, tracker, child=child, run=run, t_end=t_end)
+    return outcome(child, run, t_end=t_end)
 
 
 def start_child(conf: Config, device: str, label: str) -> Child:
@@ -229,20 +204,15 @@ def end_child(child: Child) -> None:
     stop_tree(child.sampler.seen())
 
 
-def outcome(conf: Config, tracker: Tracker, child: Child, run: RunRecord, t_end: float) -> Outcome:
+def outcome(child: Child, run: RunRecord, t_end: float) -> Outcome:
     """The ended run's outcome: its summary and final tags when it finished, else its error.
 
-    Args:
-        conf: the run's configuration.
-        tracker: the MLflow store.
-        child: the ended run's process.
-        run: its record.
-        t_end: time.monotonic() when its result came; 0 if none came.
+    `t_end` is time.monotonic() when its result came; 0 if none came.
     """
     if run.done and child.proc.exitcode == 0:
-        cold = cold_verdict(run.epochs, conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
-        run_id = run.open()
-        tracker.set_tags(run_id, {names.TAG_STOP_REASON: run.stop_reason(), **(cold or {}), **child.sampler.gpu_tags()})
+        cold = cold_verdict(run.epochs, run.conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
+        tags = {names.TAG_STOP_REASON: run.stop_reason(), **(cold or {}), **child.sampler.gpu_tags()}
+        run.tracker.set_tags(run.open(), tags)
         summary = run.summary(t_end)
         summary[names.SAMPLER_CPU_PCT] = child.sampler.own_cost_pct()
         return Outcome(status=FINISHED, summary=summary, run_id=run.run_id)

@@ -1,17 +1,15 @@
 """Whether the user's factories build what they promise, found before any run is created.
 
 `wif.config.targets` already refused a `_target_` that cannot be imported or is not callable. Whether a
-model factory returns an `nn.Module` can only be told by calling it. So can whether a dataset factory
-returns a map-style Dataset of (input, label). The call runs in a forked process of its own. The
-supervising process never runs torch compute: its thread pools would not survive the fork of a run. And a
-factory that crashes or leaks takes nothing down with it. Each distinct factory and arguments is checked
-once per process.
+model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), can only
+be told by calling it. The call runs in a forked process, as the supervising process never runs torch compute
+(wif.run.supervise). And a factory that crashes or leaks takes nothing down with it.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from wif.config import Config, ConfigError, DataSource, ModelName
 from wif.config.targets import factory_failure
@@ -38,43 +36,41 @@ def _optimizer_probe(conf: Config) -> None:
     build_optimizer(conf.trainer, nn.Linear(2, 2).parameters())
 
 
-def _probes(conf: Config, data: bool) -> List[Tuple[Tuple[str, str], Callable[[Config], None]]]:
+def _probes(conf: Config, data: bool) -> List[Tuple[str, Any, Callable[[Config], None]]]:
+    """(the factory's key, its node of `_target_` and kwargs, the call that checks it), for each factory to check."""
     out = []
     if conf.model.name is ModelName.custom:
-        out.append((("model", f"{conf.model._target_} {sorted(conf.model.kwargs.items())}"), _model_probe))
+        out.append(("model", conf.model, _model_probe))
     if data and conf.data.source is DataSource.custom:
-        out.append((("data", f"{conf.data._target_} {sorted(conf.data.kwargs.items())}"), _data_probe))
+        out.append(("data", conf.data, _data_probe))
     opt = conf.trainer.optimizer
     if opt._target_ != "torch.optim.SGD" or opt.kwargs:
-        out.append((("trainer.optimizer", f"{opt._target_} {sorted(opt.kwargs.items())}"), _optimizer_probe))
+        out.append(("trainer.optimizer", opt, _optimizer_probe))
     return out
 
 
-def _run(probe: Callable[[Config], None], conf: Config, conn: object) -> None:
+def _run(probe: Callable[[Config], None], conf: Config, conn: object, key: str, target: str) -> None:
     try:
         probe(conf)
         conn.send(None)  # type: ignore[attr-defined]
     except ConfigError as err:
         conn.send(str(err))  # type: ignore[attr-defined]
     except BaseException as err:  # noqa: BLE001 - the user's factory raised: one line, its traceback in the log
-        key, target = {
-            _model_probe: ("model._target_", conf.model._target_),
-            _data_probe: ("data._target_", conf.data._target_),
-        }.get(probe, ("trainer.optimizer._target_", conf.trainer.optimizer._target_))
-        conn.send(factory_failure(key, target, err))  # type: ignore[attr-defined]
+        conn.send(factory_failure(f"{key}._target_", target, err))  # type: ignore[attr-defined]
 
 
 def check_user_code(conf: Config, data: bool = True) -> None:
     """ConfigError, one line naming the key, when a custom model or dataset factory fails or returns the wrong type.
 
-    Each factory is called once, in a forked process. With `data=False` the run's own process checks the
+    Each factory is called once per process and arguments. With `data=False` the run's own process checks the
     dataset factory, before its MLflow run exists. A slow factory is then called once per run, not twice.
     """
-    for key, probe in _probes(conf, data):
+    for name, node, probe in _probes(conf, data):
+        key = (name, f"{node._target_} {sorted(node.kwargs.items())}")
         if key not in _SEEN:
             ctx = mp.get_context("fork")
             parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_run, args=(probe, conf, child), daemon=True)
+            proc = ctx.Process(target=_run, args=(probe, conf, child, name, node._target_), daemon=True)
             proc.start()
             child.close()
             verdict: Optional[str]

@@ -2,9 +2,6 @@
 
 It reports through `emit(kind, payload)` and knows nothing of MLflow or of the process it runs in. So tests
 can call `train` directly, and the job supervisor can run it in an isolated child process.
-
-`train` reads as its steps: `start_device`, `build_loaders` (wif.run.batches), `wrap_transfer`, then either
-`run_loader_only`, or `build_step`, `time_setup`, the epochs (`Epochs.run`) and `run_test`.
 """
 
 from __future__ import annotations
@@ -36,10 +33,7 @@ from wif.run.stopping import STOP
 
 
 class Ranks(Protocol):
-    """What `train` asks of one rank of a data-parallel run (trainer.nproc>1, wif.run.ddp.rank).
-
-    Without it, `train` is the one-process run it always was.
-    """
+    """What `train` asks of one rank of a data-parallel run (trainer.nproc>1, wif.run.ddp.rank)."""
 
     def sampler(self, dataset: Dataset, shuffle: bool) -> Sampler:
         """This rank's shard of a split."""
@@ -49,13 +43,6 @@ class Ranks(Protocol):
 
     def begin_epoch(self, epoch: int) -> None:
         """set_epoch on the shards, then the ranks meet."""
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's random generators."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def device_info(device: torch.device) -> Dict[str, Any]:
@@ -97,8 +84,10 @@ def _vram_peaks(device: torch.device) -> Dict[str, float]:
 
 
 def start_device(cfg: Config, device: torch.device, emit: Emit) -> None:
-    """Seed, take the device and its thread count; emits the device and torch's thread count."""
-    seed_everything(cfg.seed)
+    """Seed Python, NumPy and torch, take the device and its thread count; emits the device and the thread count."""
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.cuda.reset_peak_memory_stats(device)

@@ -4,8 +4,7 @@ Its jobs come in blocks, one repeat of every cell each, shuffled within: see NOT
 
 Hydra's basic launcher runs every job in this one process, so the tallies live here. A Hydra callback
 prints them when the multirun ends, and makes the command fail if any job failed. A launcher that runs each
-job in a process of its own (submitit) leaves them to be read from the runs the jobs logged. The same
-callback checks every job before the first starts (wif.sweep.preflight).
+job in a process of its own (submitit) leaves them to be read from the runs the jobs logged.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Sweeps beyond one GPU: where each job ran, and the guard that keeps two timed runs off one GPU.
 
-`cluster_tags()` names the node, the SLURM or submitit job, and the GPUs the job could see. It also counts
-the wif jobs that ran on that node when it started. So the report can set a contended measurement apart.
-
-`wif.sweep.gpus.claim_gpu()` gives a job one GPU of its own, locked, and refuses a job that would share one.
-`ClusterCallback` does this per job and checks the sweep before any job starts. It is a Hydra callback,
-named by `hydra/launcher=local_gpus` and `hydra/launcher=slurm`.
+`cluster_tags()` says where a job ran. `ClusterCallback`, the Hydra callback of `hydra/launcher=local_gpus`
+and `=slurm`, gives each job one GPU of its own (`wif.sweep.gpus.claim_gpu()`) and checks the sweep first.
 """
 
 from __future__ import annotations
@@ -40,12 +36,6 @@ JOB_ENV_TAGS = (
     ("SLURM_JOB_PARTITION", "wif.slurm_partition"),
     ("SUBMITIT_LOCAL_JOB_ID", "wif.submitit_job_id"),
 )
-
-
-# ----------------------------------------------------------------------------- where a job runs
-def node_name() -> str:
-    """SLURM's name for the node when there is one (what `sinfo`/`sacct` show), else the hostname."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def launcher_name() -> str:
@@ -109,9 +99,11 @@ def node_jobs() -> int:
 def cluster_tags() -> Dict[str, str]:
     """Tags for the run about where it ran: node, launcher, scheduler job ids and visible GPUs.
 
-    Also how many wif jobs shared the node when it started: `wif.node_jobs`, 1 for alone.
+    Also how many wif jobs shared the node when it started, `wif.node_jobs` (1 for alone): so the report can
+    set a contended measurement apart.
     """
-    tags = {"wif.node": node_name(), "wif.launcher": launcher_name(), "wif.node_jobs": str(node_jobs())}
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's name, as `sinfo`/`sacct` show it
+    tags = {"wif.node": node, "wif.launcher": launcher_name(), "wif.node_jobs": str(node_jobs())}
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:  # "" is meaningful: no GPU visible (submitit's CPU jobs)
         tags["wif.cuda_visible_devices"] = cvd
@@ -137,7 +129,6 @@ def check_gpu_parallelism(parallel: Optional[int], gpus: Optional[int], what: st
         )
 
 
-# ----------------------------------------------------------------------------- the Hydra callback
 class ClusterCallback(Callback):
     """Named by hydra/launcher=local_gpus and =slurm (hydra.callbacks.wif_cluster).
 

@@ -45,10 +45,7 @@ def _nvml() -> Any:
 
 
 def visible_gpus() -> Optional[List[str]]:
-    """The GPUs a job started here may use; None when nothing can tell, as without a driver.
-
-    These are CUDA_VISIBLE_DEVICES' entries when it is set, else every GPU NVML counts.
-    """
+    """The GPUs a job started here may use; None when nothing can tell, as without a driver."""
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
         return [t.strip() for t in cvd.split(",") if t.strip()]
@@ -115,9 +112,8 @@ def claim_gpu(candidates: Sequence[str], prefer: int = 0) -> GpuClaim:
     """Lock one GPU of `candidates` for this process and pin CUDA_VISIBLE_DEVICES to it.
 
     Tries the candidates from `prefer`, modulo their number, on: the jobs of one batch spread over the GPUs
-    without waiting on each other. The lock, a non-blocking flock, lives as long as any process holding its
-    descriptor: this process and the runs and workers it forks. Idempotent: a process keeps its GPU for all
-    its jobs. Raises ClusterError when every candidate is held by another job.
+    without waiting on each other. Idempotent: a process keeps its GPU, a non-blocking flock, for all its jobs.
+    Raises ClusterError when every candidate is held by another job.
     """
     global _CLAIM
     if _CLAIM is not None:

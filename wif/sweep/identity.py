@@ -45,10 +45,7 @@ NEW_KEY_DEFAULTS = {
 
 
 def run_identity(conf: Config, device: str) -> dict:
-    """What makes two runs the same job: the config on its resolved device, less how the job is run.
-
-    Resume finds a finished run by this identity's hash.
-    """
+    """What makes two runs the same job, whose hash resume matches: the config on its device, less how it is run."""
     identity = {k: v for k, v in as_plain(conf).items() if k not in NOT_IDENTITY}
     identity["data"] = {
         k: v for k, v in identity["data"].items() if k != "cache_dir" and not (k == "skip_bad" and not v)

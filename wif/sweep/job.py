@@ -1,9 +1,6 @@
 """One job of a sweep, as Hydra calls it: checked, recorded in MLflow, run (wif.run.supervise), resumed.
 
-`run_job` reads as its steps. It checks the config and closes runs a dead sweep left RUNNING. It skips a
-job that already has a FINISHED run (resume), and hands the run to `wif.run.supervise`. The run's MLflow
-record opens once its process has built the data. Last come the final status, the summary metrics and
-the exit code. The steps that touch the store live in wif.sweep.job_record.
+`run_job` reads as its steps; those that touch the store live in wif.sweep.job_record.
 """
 
 from __future__ import annotations
@@ -27,11 +24,10 @@ from wif.measure import names
 from wif.measure.nvml import resolve_device
 from wif.measure.sysinfo import usable_cores
 from wif.measure.tracking import FAILED, FINISHED, KILLED, close_stale_runs
-from wif.run.forking import preload
-from wif.run.supervise import REFUSED, Outcome, interrupt, supervise
+from wif.run.forking import interrupt, preload
+from wif.run.supervise import REFUSED, Outcome, supervise
 from wif.run.targets import check_user_code
 from wif.sweep.gpus import pin_gpu, require_gpus
-from wif.sweep.identity import NEW_KEY_DEFAULTS, NOT_IDENTITY, cell_name, run_identity
 from wif.sweep.job_record import (
     Checked,
     Ended,
@@ -43,9 +39,6 @@ from wif.sweep.job_record import (
     settle_duplicates,
     skip_if_finished,
 )
-
-# cell_name, run_identity and the identity's keys live in wif.sweep.identity; callers still import them here.
-__all__ = ["NEW_KEY_DEFAULTS", "NOT_IDENTITY", "cell_name", "run_identity", "run_job"]
 
 log = logging.getLogger("wif")
 

@@ -1,8 +1,6 @@
 """A job's MLflow record: its place in the store, the run it opens, and how that run ended.
 
-These are the steps of `wif.sweep.job.run_job` that read or write the store. `place_job` says where the job
-stands; `skip_if_finished` resumes. `new_run` and `open_run` write the run's tags and params.
-`settle_duplicates`, `record_outcome` and `record_failure` record its end.
+These are the steps of `wif.sweep.job.run_job` that read or write the store.
 """
 
 from __future__ import annotations

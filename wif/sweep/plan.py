@@ -1,11 +1,8 @@
 """`wif-plan`: the price of a sweep before it starts, for the fixed grid and for the cheap way (race + auto).
 
 It expands the overrides wif-study (train.py) takes into the sweep's cells and repeats. It prices each run
-from earlier runs of the same testbed in the MLflow store: the device, the GPU model, the network. A run
-costs its job's overhead (fork, data, set-up: `job_overhead_s`) plus its epochs (`time_total_s` per epoch
-run). The cheap way's epochs per run are those earlier `trainer.epochs=auto` runs took, else
-`trainer.min_epochs`. Its share of the grid's runs is what earlier races of the store ran, else the share
-stated as assumed. The sums are wif.sweep.pricing's.
+from earlier runs of the same testbed in the MLflow store: the device, the GPU model, the network. The sums
+are wif.sweep.pricing's. The cheap way's epochs a run are those earlier auto runs took, else trainer.min_epochs.
 
 With no earlier run of the testbed, a short probe prices it, and its own cost is printed. The probe runs a
 few batches of each setting, its job start included (wif.sweep.probe). `--no-probe` only says how to get a
@@ -86,34 +83,29 @@ def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> P
     Names may come from `config_dir`, the user's folder. ConfigError for a name or value that Hydra or the
     checks refuse.
     """
-    try:
-        return _plan_cells(overrides, config_dir)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(one_line(err)) from None
-
-
-def _plan_cells(overrides: Sequence[str], config_dir: Optional[Path]) -> Planned:
     from wif.sweep.callback import plan_jobs
     from wif.sweep.identity import cell_name
     from wif.sweep.prices import epoch_batches
 
-    with wif_hydra(config_dir):
-        base = compose(
-            "config", overrides=[o for o in overrides if "," not in o and "(" not in o], return_hydra_config=True
-        )
-        jobs = plan_jobs(base.hydra.sweeper.params or {}, overrides)
-        cells: Dict[str, int] = {}
-        cell_of_key: Dict[tuple, str] = {}
-        shapes: Dict[str, Shape] = {}
-        conf = None
-        for job in jobs:
-            key = tuple(o for o in job if not o.startswith("repeat="))
-            if key not in cell_of_key:
-                conf = OmegaConf.to_object(compose("config", overrides=list(job)))
-                validate(conf)
-                cell_of_key[key] = cell_name(conf)
-                shapes[cell_of_key[key]] = Shape(conf.data.fraction, epoch_batches(conf))
-            cells[cell_of_key[key]] = cells.get(cell_of_key[key], 0) + 1
+    cells: Dict[str, int] = {}
+    cell_of_key: Dict[tuple, str] = {}
+    shapes: Dict[str, Shape] = {}
+    conf = None
+    try:
+        with wif_hydra(config_dir):
+            base = compose(
+                "config", overrides=[o for o in overrides if "," not in o and "(" not in o], return_hydra_config=True
+            )
+            for job in plan_jobs(base.hydra.sweeper.params or {}, overrides):
+                key = tuple(o for o in job if not o.startswith("repeat="))
+                if key not in cell_of_key:
+                    conf = OmegaConf.to_object(compose("config", overrides=list(job)))
+                    validate(conf)
+                    cell_of_key[key] = cell_name(conf)
+                    shapes[cell_of_key[key]] = Shape(conf.data.fraction, epoch_batches(conf))
+                cells[cell_of_key[key]] = cells.get(cell_of_key[key], 0) + 1
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(one_line(err)) from None
     return Planned(cells, conf, shapes)
 
 
@@ -222,13 +214,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         share=race_share(client, a.experiment),
     )
     fixed = price(cells=planned.cells, epochs=basis.epochs, history=history)
-    cheap = price(
-        cells=planned.cells,
-        epochs=basis.epochs,
-        history=history,
-        runs_share=basis.runs_share,
-        auto_epochs=basis.auto_epochs,
-    )
+    cheap = price(cells=planned.cells, epochs=basis.auto_epochs, history=history, runs_share=basis.runs_share)
     if fixed is None and not a.no_probe:
         fixed, cheap = _probed(a, planned, testbed, basis)
     if fixed is None:

@@ -19,7 +19,7 @@ import logging
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -42,10 +42,7 @@ _LATE: Optional[Tuple[DictConfig, "_Composer"]] = None  # composes the jobs the 
 
 
 class _Composer:
-    """Each job's typed config as Hydra's launcher would compose it.
-
-    One full composition per set of config-group choices.
-    """
+    """Each job's typed config as Hydra's launcher would compose it."""
 
     def __init__(self, master: DictConfig) -> None:
         self.master = master
@@ -73,19 +70,29 @@ class _Composer:
             self.loader.repository.group_exists(o.key_or_group) and not isinstance(o.value(), dict) for o in parsed
         ]
         groups = tuple(o.input_line for o, g in zip(parsed, is_group) if g)
-        if groups not in self.bases:
-            try:
-                self.bases[groups] = _without_hydra(self.loader.load_sweep_config(self.master, list(groups)))
-            except (HydraException, OmegaConfBaseException) as err:
-                self.bases[groups] = err
-        base = self.bases[groups]
-        if isinstance(base, Exception):
-            raise base
+        base = _once(
+            self.bases,
+            groups,
+            lambda: _without_hydra(self.loader.load_sweep_config(self.master, list(groups))),
+            errors=(HydraException, OmegaConfBaseException),
+        )
         cfg = copy.deepcopy(base)
         ConfigLoaderImpl._apply_overrides_to_config(
             [o for o, g in zip(parsed, is_group) if not g and not o.is_hydra_override()], cfg
         )
         return typed(cfg)
+
+
+def _once(cache: Dict[Any, Any], key: Any, find: Callable[[], Any], errors: Tuple[type, ...] = (ConfigError,)) -> Any:
+    """`find()`'s answer, found once per key; an error among `errors` is kept and raised again each time."""
+    if key not in cache:
+        try:
+            cache[key] = find()
+        except errors as err:
+            cache[key] = err
+    if isinstance(cache[key], errors):
+        raise cache[key]
+    return cache[key]
 
 
 def _without_hydra(cfg: DictConfig) -> DictConfig:
@@ -104,37 +111,22 @@ class _Checks:
     """What a job needs beyond its own config, found once per device setting and per image folder."""
 
     def __init__(self) -> None:
-        self.devices: Dict[Any, Optional[str]] = {}
+        self.devices: Dict[Any, Any] = {}
         self.folders: Dict[Tuple[str, str], Any] = {}
-        self.storages: Dict[tuple, Optional[str]] = {}
+        self.storages: Dict[tuple, Any] = {}
 
     def storage(self, data: DataConfig) -> None:
         """ConfigError when the data's storage cannot be prepared; once per storage."""
         from wif.data.formats.splits import preflight_storage
 
         key = (data.source, data.root, data.path, data.cache_dir, data.format, data.page_cache)
-        if key not in self.storages:
-            try:
-                preflight_storage(data)
-                self.storages[key] = None
-            except ConfigError as err:
-                self.storages[key] = str(err)
-        if self.storages[key]:
-            raise ConfigError(self.storages[key])
+        _once(self.storages, key, lambda: preflight_storage(data))
 
     def device(self, conf: Config) -> None:
         """ConfigError when the device cannot be used; once per device setting."""
         from wif.measure.nvml import resolve_device
 
-        if conf.device not in self.devices:
-            try:
-                resolve_device(conf.device)
-                self.devices[conf.device] = None
-            except ConfigError as err:
-                self.devices[conf.device] = str(err)
-        if self.devices[conf.device]:
-            raise ConfigError(self.devices[conf.device])
-        validate_dali_driver(conf, resolve_device(conf.device))
+        validate_dali_driver(conf, _once(self.devices, conf.device, lambda: resolve_device(conf.device)))
 
     def folder(self, data: DataConfig, here: bool) -> None:
         """Elsewhere (SLURM) a folder this machine sees is on a shared disk: checked once here all the same."""
@@ -142,15 +134,7 @@ class _Checks:
 
         if data.source is not DataSource.folder or not (here or Path(str(data.root)).expanduser().is_dir()):
             return
-        key = (str(data.root), str(data.cache_dir))
-        if key not in self.folders:
-            try:
-                self.folders[key] = check_folder(data)
-            except ConfigError as err:
-                self.folders[key] = err
-        verdict = self.folders[key]
-        if isinstance(verdict, ConfigError):
-            raise verdict
+        verdict = _once(self.folders, (str(data.root), str(data.cache_dir)), lambda: check_folder(data))
         if verdict.bad and not data.skip_bad:
             raise ConfigError(verdict.message())
 

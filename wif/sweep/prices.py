@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wif.config import Config
@@ -55,11 +55,7 @@ class Epochs:
 
 
 def auto_epochs(taken: Sequence[int], min_epochs: int, max_epochs: int) -> Epochs:
-    """The epochs a `trainer.epochs=auto` run will take.
-
-    Expected: the median earlier auto runs of the testbed took, else min_epochs. Upper: 1.5x the most any
-    took once AUTO_SEEN have, else max_epochs.
-    """
+    """The epochs a `trainer.epochs=auto` run will take, from those earlier auto runs of the testbed took."""
     if not taken:
         return Epochs(min_epochs, max_epochs, f"auto: {min_epochs} expected (none seen), up to max_epochs={max_epochs}")
     expected = float(statistics.median(taken))
@@ -89,10 +85,7 @@ class Job:
 
 @dataclass
 class Prices:
-    """Each cell's price: measured in this sweep, else from earlier runs, else from its setting's probe.
-
-    Else the median cell. Guesses are scaled by how far measured jobs were from theirs.
-    """
+    """Each cell's price: measured here, else from earlier runs or its setting's probe, else the median cell."""
 
     history: Dict[str, CellCost] = field(default_factory=dict)
     probes: Dict[str, Any] = field(default_factory=dict)  # setting -> its wif.sweep.probe.ProbeCost
@@ -120,7 +113,10 @@ class Prices:
             start = statistics.median(max(p.wall_s - p.run_s, 0.0) for p in self.probes.values())
             cost = self.probes[job.setting].cost(job.batches, job.fraction)
             return CellCost(overhead_s=start, fixed_s=cost.fixed_s, epoch_s=cost.epoch_s)
-        known = list(self.history.values()) or [self.guess(_of_setting(job, s)) for s in self.probes]
+        # else the median of the earlier runs' cells, or of the job as each probed setting would run it
+        known = list(self.history.values()) or [
+            self.guess(replace(job, cell=str(Cell.of(s, job.fraction)))) for s in self.probes
+        ]
         if not known:
             known = [self._alike(job, cell) for cell in self.measured]  # See NOTE [ Block 0 prices the rest ]
         if not known:
@@ -163,8 +159,7 @@ class Prices:
     def start_s(self, job: Job) -> float:
         """What must fit before the job starts, times SAFETY; nothing once done.
 
-        An auto run's smallest useful run: its warm-up and MIN_STEADY epochs, where its deadline stops it.
-        A run of fixed epochs: its upper price.
+        An auto run's smallest useful run, where its deadline stops it; else its upper price.
         """
         cost = self.cost(job)
         if job.epochs is not None or job.done or cost is None:
@@ -174,11 +169,8 @@ class Prices:
     def allowed_s(self, job: Job, left_s: float, undone: int = 1) -> float:
         """The seconds a started job may take: its upper price, at most its share of what is left.
 
-        Args:
-            job: the job, about to start.
-            left_s: the seconds left in the budget.
-            undone: the jobs at its fraction not run yet, itself included: each gets an equal share, and at
-                least its smallest useful run. More short runs tell a race more than fewer long ones.
+        Each of the `undone` jobs at its fraction, itself included, gets an equal share of `left_s`. It gets at least
+        its smallest useful run: more short runs tell a race more than fewer long ones.
         """
         share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job))
         if self.cost(job) is None:  # no price yet: its share, and its deadline keeps its smallest run
@@ -209,12 +201,6 @@ class Prices:
 # and keeps only its smallest useful run past it (wif.run.stopping.out_of_time), so it may start unpriced.
 # The first job of the smallest fraction prices the next, each cell measured prices itself, and a cell not
 # run yet costs the median measured cell, its epoch scaled by its training batches.
-
-
-def _of_setting(job: Job, setting: str) -> Job:
-    """The job as `setting` at the same fraction, block and batches would run."""
-    cell = str(Cell.of(setting, job.fraction))
-    return Job(key=job.key, cell=cell, fraction=job.fraction, block=job.block, batches=job.batches)
 
 
 def batches_per_epoch(

@@ -47,21 +47,14 @@ class Basis:
         return self.share if self.share is not None else ASSUMED_RACE_SHARE
 
 
-def price(
-    cells: Dict[str, int],
-    epochs: int,
-    history: Sequence[RunCost],
-    runs_share: float = 1.0,
-    auto_epochs: Optional[float] = None,
-) -> Optional[Price]:
+def price(cells: Dict[str, int], epochs: float, history: Sequence[RunCost], runs_share: float = 1.0) -> Optional[Price]:
     """The sweep's runs, epochs and seconds; None without any earlier run.
 
     Args:
         cells: each cell's repeats.
-        epochs: a run's epochs.
+        epochs: a run's epochs (under trainer.epochs=auto, those it is expected to take).
         history: the testbed's earlier runs; a cell never run before is priced at the median cell.
         runs_share: the share of the runs that run.
-        auto_epochs: a run's epochs under trainer.epochs=auto, in place of `epochs`.
     """
     if not history:
         return None
@@ -71,13 +64,12 @@ def price(
     cell_epoch_s = {c: statistics.median(v) for c, v in per_epoch.items()}
     fallback = statistics.median(cell_epoch_s.values())
     overhead = statistics.median(r.overhead_s for r in history)
-    n_epochs = auto_epochs if auto_epochs is not None else epochs
     runs = epochs_total = seconds = 0.0
     for cell, repeats in cells.items():
         n = repeats * runs_share
         runs += n
-        epochs_total += n * n_epochs
-        seconds += n * (overhead + n_epochs * cell_epoch_s.get(cell, fallback))
+        epochs_total += n * epochs
+        seconds += n * (overhead + epochs * cell_epoch_s.get(cell, fallback))
     return Price(round(runs), round(epochs_total), seconds)
 
 

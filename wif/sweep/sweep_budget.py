@@ -71,7 +71,9 @@ class SweepBudget:
         from wif.sweep.identity import cell_name, run_identity
         from wif.sweep.preflight import composed
 
-        done = self._finished_hashes()
+        # The identities of the experiment's FINISHED training runs: their jobs are done.
+        finished = self._finished(f"tags.`{names.TAG_KIND}` = 'train'", most=callback.SEARCH_LIMIT)
+        done = {r.data.tags.get(names.TAG_CONFIG_HASH) for r in finished}
         for job in jobs:
             conf = composed(cfg, job)
             device = resolve_device(conf.device)
@@ -90,11 +92,6 @@ class SweepBudget:
             )
             self.tr = conf.trainer
         return {names.TAG_DEVICE: device, names.TAG_MODEL: model_label(conf.model)}
-
-    def _finished_hashes(self) -> set:
-        """The identities of the experiment's FINISHED training runs: their jobs are done."""
-        runs = self._finished(f"tags.`{names.TAG_KIND}` = 'train'", most=callback.SEARCH_LIMIT)
-        return {r.data.tags.get(names.TAG_CONFIG_HASH) for r in runs}
 
     def _finished(self, where: str, most: int) -> List[Any]:
         """The experiment's FINISHED runs that match `where`."""
@@ -258,12 +255,10 @@ class SweepBudget:
             f"{len(self.ran)} jobs run, {spent / 60:.1f} min since the command started "
             f"(probe {self.probe_s:.0f} s)"
         )
-        tail = (
-            (
+        tail = "; nothing left undone"
+        if left:
+            tail = (
                 f"; not run: {len(left)} jobs, about {minutes(self.undone_s(left))} to finish "
                 "(the same command with a larger sweep.budget_min resumes)"
             )
-            if left
-            else "; nothing left undone"
-        )
         return head + (f"; {decided}" if decided else "") + tail

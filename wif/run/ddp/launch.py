@@ -180,23 +180,16 @@ def launch_main(conf: Config, device: str, pipe: Connection, supervisor: int) ->
 
 def say_launch_failure(relay: Relay, err: BaseException) -> int:
     """Say in one line why the launch failed; returns the run process's exit code."""
-    untraced = {"traceback": "", "bad_setting": False}  # the rank's own traceback is in the job's log
+    error, code = {"traceback": "", "bad_setting": False}, 1  # the rank's own traceback is in the job's log
     if isinstance(err, ChildFailedError):
         rank, failure = err.get_first_failure()
-        relay.say(
-            "error",
-            {"type": "RankFailed", "message": f"rank {rank} ended with exit code {failure.exitcode}", **untraced},
-        )
-        return 1
-    if isinstance(err, (KeyboardInterrupt, SignalException)):  # SIGINT/SIGTERM reach the launcher as SignalException
+        error.update(type="RankFailed", message=f"rank {rank} ended with exit code {failure.exitcode}")
+    elif isinstance(err, (KeyboardInterrupt, SignalException)):  # SIGINT/SIGTERM reach the launcher as SignalException
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
-        message = f"interrupted ({type(err).__name__}: {err})"
-        relay.say("error", {"type": "KeyboardInterrupt", "message": message, **untraced})
-        return 130
-    message = f"the launcher: {err}"
-    relay.say(
-        "error",
-        {"type": type(err).__name__, "message": message, "traceback": traceback.format_exc(), "bad_setting": False},
-    )
-    return 1
+        error.update(type="KeyboardInterrupt", message=f"interrupted ({type(err).__name__}: {err})")
+        code = 130
+    else:
+        error.update(type=type(err).__name__, message=f"the launcher: {err}", traceback=traceback.format_exc())
+    relay.say("error", error)
+    return code

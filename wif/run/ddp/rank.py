@@ -1,11 +1,7 @@
 """One rank of a data-parallel run, as the elastic launcher starts it.
 
-A rank joins its process group, with a timeout so that no rank waits forever on a collective. It reads its
-shard of every split (`DistributedSampler`, `set_epoch` every epoch) and trains the model wrapped in DDP. The
-run's figures are gathered at each epoch's end, where rank 0 sends the job's to the supervisor. Any rank that
-fails says why, in one line, before it ends.
-
-`rank_main` reads as its steps: `join_group`, `train`, or `say_failure`.
+A rank trains the model wrapped in DDP on its shard of every split. The run's figures are gathered at each
+epoch's end, where rank 0 sends the job's to the supervisor. Any rank that fails says why, in one line.
 """
 
 from __future__ import annotations
@@ -14,11 +10,10 @@ import multiprocessing
 import os
 import signal
 import time
-import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Client, Connection
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.distributed as dist
@@ -26,16 +21,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from wif.config import Config, ConfigError, UserCodeError
-from wif.config.exits import describe, quick_exit
+from wif.config import Config
+from wif.config.exits import quick_exit
 from wif.measure.lifetime import die_with_parent
 from wif.run.ddp.gather import job_epoch, job_result
+from wif.run.forking import interrupt, said_error
 from wif.run.training import train
-
-
-def _interrupted(signum: int, frame: Any) -> None:
-    """End a rank on SIGTERM, the launcher stopping its ranks, as Ctrl-C does: its DataLoader shut down."""
-    raise KeyboardInterrupt
 
 
 class RankSide:
@@ -131,29 +122,21 @@ def rank_main(conf: Config, link: RankLink) -> None:
     die_with_parent(link.agent)
     quick_exit()  # a spawned rank ends through the interpreter's exit: its last collection would take a second
     multiprocessing.set_start_method(link.start_method, force=True)  # See NOTE [ A rank's start method ]
-    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGTERM, interrupt)  # the launcher stopping its ranks: the DataLoader shut down
     torch.set_num_threads(link.threads)
-    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    rank = int(os.environ["RANK"])
     conn = Client(link.address, authkey=link.authkey)
-    device = torch.device("cuda", local) if link.device_type == "cuda" else torch.device("cpu")
     try:
-        side = join_group(conf=conf, link=link, conn=conn, device=device, rank=rank)
-        train(conf, device, side.emit, ranks=side)
+        side = join_group(conf=conf, link=link, conn=conn)
+        train(conf, side.device, side.emit, ranks=side)
         dist.destroy_process_group()
     except BaseException as err:  # noqa: BLE001 - every failure must be said, even Ctrl-C
         say_failure(conf, conn, err=err, rank=rank)
 
 
-def join_group(conf: Config, link: RankLink, conn: Connection, device: torch.device, rank: int) -> RankSide:
-    """Join the process group, with a timeout so no rank waits forever on a collective; tell the supervisor.
-
-    Args:
-        conf: the run's configuration.
-        link: what the rank was started with.
-        conn: the rank's connection to the relay.
-        device: the rank's device.
-        rank: the rank's number.
-    """
+def join_group(conf: Config, link: RankLink, conn: Connection) -> RankSide:
+    """Join the process group, with a timeout so no rank waits forever on a collective; tell the supervisor."""
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if link.device_type == "cuda" else torch.device("cpu")
     backend = "nccl" if link.device_type == "cuda" else "gloo"
     if link.device_type == "cuda":
         torch.cuda.set_device(device)
@@ -165,8 +148,8 @@ def join_group(conf: Config, link: RankLink, conn: Connection, device: torch.dev
     side = RankSide(conf, conn, device)
     # every rank (not rank 0 alone): the supervisor counts each rank's workers and reads each rank's GPU
     uuid = str(torch.cuda.get_device_properties(device).uuid) if link.device_type == "cuda" else None
-    conn.send(("rank", {"rank": rank, "pid": os.getpid(), "uuid": uuid}))
-    if rank == 0:
+    conn.send(("rank", {"rank": side.rank, "pid": os.getpid(), "uuid": uuid}))
+    if side.rank == 0:
         tags = {
             "wif.world_size": str(side.world),
             "wif.dist_backend": backend,
@@ -185,20 +168,11 @@ def say_failure(conf: Config, conn: Connection, err: BaseException, rank: int) -
         err: what ended the rank.
         rank: the rank's number.
     """
-    for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut this short
-        signal.signal(sig, signal.SIG_IGN)
-    name, message = describe(err, conf.loader.num_workers)
-    first = message.strip().splitlines()[0] if message.strip() else name  # one line: the run's reason
-    error: Optional[Dict[str, Any]] = {
-        "type": name,
-        "message": f"rank {rank}: {first}",
-        "traceback": traceback.format_exc(),
-        "t": time.time(),
-        "bad_setting": isinstance(err, ConfigError),
-        "user_code": isinstance(err, UserCodeError),
-    }
+    error = said_error(err, conf.loader.num_workers)
+    message = error["message"].strip()  # said in one line: the run's reason
+    error.update(message=f"rank {rank}: {message.splitlines()[0] if message else error['type']}", t=time.time())
     try:
         conn.send(("error", error))
     except OSError:
         pass  # the launcher is gone: the supervisor will say so
-    raise SystemExit(130 if name == "KeyboardInterrupt" else 1) from None
+    raise SystemExit(130 if error["type"] == "KeyboardInterrupt" else 1) from None

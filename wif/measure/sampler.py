@@ -10,7 +10,7 @@ at once when an epoch ends or workers start. smaps_rollup costs ~17 ms for a pro
 Summed RSS overstates, counting shared pages once per process; summed USS leaves them out and understates;
 summed PSS counts each page once. Pages still shared with the process the run was forked from count in full.
 That is how they count in a run started on its own. /dev/shm counts as its rise since the start:
-worker-to-main tensors travel there. `wif.measure.series` cuts the samples into the windows the run reports,
+worker-to-main tensors travel there. `wif.measure.epochs` cuts the samples into the windows the run reports,
 its epochs, never the start-up.
 """
 
@@ -25,9 +25,9 @@ import psutil
 
 from wif.config import MeasureConfig
 from wif.measure import names
+from wif.measure.epochs import Samples
 from wif.measure.nvml import GpuProbe
 from wif.measure.proctree import fork_shared_share, shm_used, tree_processes
-from wif.measure.series import Samples
 from wif.measure.sysinfo import usable_cores
 
 log = logging.getLogger(__name__)

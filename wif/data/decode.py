@@ -5,9 +5,9 @@ crops, flips and normalizes it, drawing crops and flips per sample as the host p
 worker as three tensors, however many images (`EncodedBatch`). `DeviceDecode`, the run's transfer, decodes its
 JPEGs in one batched call.
 
-nvJPEG's hardware engine refuses progressive, lossless and arithmetic JPEGs and decodes them on a slower path;
-each training epoch counts them (`decode_slow_path_images`). Non-JPEG files are decoded on the CPU and copied.
-On a CPU device the same code runs in the main process, and its figures say nothing of a GPU decode.
+The nvJPEG hardware engine refuses progressive, lossless and arithmetic JPEGs and decodes them on a slower
+path; each training epoch counts them (`decode_slow_path_images`). Non-JPEG files are decoded on the CPU and
+copied. On a CPU device the same code runs in the main process, and its figures say nothing of a GPU decode.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A run is a child forked from the supervising process, and its DataLoader workers are children of the run.
 Killed with SIGKILL, the supervisor can stop nothing. So each child asks the kernel up front, through
-`prctl(PR_SET_PDEATHSIG)`, to kill it when its parent dies: no orphan keeps training, holding its GPU and lock.
+`prctl(PR_SET_PDEATHSIG)`, to kill it when its parent dies. No orphan keeps training, holding its GPU and lock.
 
 The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it (`owner_tags`),
 so a later sweep on the same host closes it as stale (`wif.measure.tracking.close_stale_runs`).
@@ -148,7 +148,7 @@ class DyingContext:
     """A multiprocessing context whose processes die with the process that started them.
 
     DataLoader's workers do so through `dataloader_worker_init`. A forkserver's workers are the forkserver's
-    children, not ours: they die with it, it ends when its client does, and they are not checked against our pid.
+    children, not ours. They die with it, it ends when its client does, and they are not checked against our pid.
     """
 
     def __init__(self, context: Any) -> None:

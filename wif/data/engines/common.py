@@ -1,7 +1,7 @@
 """What every pipeline engine shares with DataLoader.
 
-The order of a split's samples, how a batch is made, and how many batches are in flight; the dataset a split
-is read through is `wif.data.loaders.dataset_of`.
+The order of a split's samples, how a batch is made, and how many batches are in flight. The dataset a
+split is read through is `wif.data.loaders.dataset_of`.
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def test_the_slurm_ddp_launcher_asks_one_task_with_a_gpu_per_rank() -> None:
 def test_the_jobs_vram_is_each_ranks_their_maximum_and_the_peak_of_their_sum() -> None:
     """Per-rank samples as the sampler keeps them (workers of rank 0, 1, then VRAM MB of rank 0, 1): the job's
     VRAM figure is the largest rank's peak, the sum's peak is over samples taken together."""
-    from wif.measure.series import Series, rank_peaks
+    from wif.measure.epochs import Series, rank_peaks
 
     s = Series()
     for t, row in enumerate([(1, 2, 900.0, 500.0), (2, 2, 1000.0, 700.0), (2, 3, 400.0, 1200.0)]):

@@ -2,7 +2,7 @@
 
     `schema`: the typed schema of every config group; `choices`: the errors, and the choices each key takes.
     `checks`: the checks a type cannot express, with the data's and the trainer's.
-    `loader_checks`: the loader's and transfer's; `formats`: storage and decoding; `engine_checks`: the engines'.
+    `pipeline_checks`: the loader's, the transfer's, storage's and decoding's; `engine_checks`: the engines'.
     `targets`: user code named by `_target_`; `compose`: `conf/` composed for the command-line tools.
     `exits`: exit codes, the one line a failure prints, and where its traceback goes.
 
@@ -29,12 +29,8 @@ from wif.config.schema import (
     MeasureConfig,
     ModelConfig,
     ModelName,
-    OptimizerConfig,
     PageCache,
     Precision,
-    RaceConfig,
-    StartMethod,
-    SweepConfig,
     TrackingConfig,
     TrainerConfig,
     TrainerMode,
@@ -43,7 +39,6 @@ from wif.config.schema import (
     UserCodeError,
     as_plain,
     register_configs,
-    require,
 )
 
 __all__ = [
@@ -62,12 +57,8 @@ __all__ = [
     "MeasureConfig",
     "ModelConfig",
     "ModelName",
-    "OptimizerConfig",
     "PageCache",
     "Precision",
-    "RaceConfig",
-    "StartMethod",
-    "SweepConfig",
     "TrackingConfig",
     "TrainerConfig",
     "TrainerMode",
@@ -76,7 +67,6 @@ __all__ = [
     "UserCodeError",
     "as_plain",
     "register_configs",
-    "require",
     "validate",
     "warnings_for",
 ]

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from wif.config.engine_checks import validate_engine
-from wif.config.formats import validate_decode, validate_format
-from wif.config.loader_checks import validate_loader, validate_uint8
+from wif.config.pipeline_checks import validate_decode, validate_format, validate_loader, validate_uint8
 from wif.config.schema import (
     Augment,
     Config,

@@ -53,7 +53,7 @@ class PageCache(str, Enum):
 
 
 class Decode(str, Enum):
-    """data.decode: where images decoded per sample are decoded (wif.config.formats says what each refuses)."""
+    """data.decode: where images decoded per sample are decoded (wif.config.pipeline_checks says what each refuses)."""
 
     host = "host"  # in __getitem__, in the loader's workers
     device = "device"  # the workers hand over encoded bytes; the main process decodes each batch on the device

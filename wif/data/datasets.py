@@ -78,8 +78,7 @@ class PerSample(Dataset):
     """A split that reads its samples one by one from `self.decoder`, a batch at a time.
 
     DataLoader's fetcher asks for a batch (`__getitems__`). After each batch the decoder may let go of what it
-    holds open. An LMDB pack's map under a cold page cache is such a thing: a persistent worker would hold it
-    through the eviction.
+    holds open (`after_batch`: an LMDB pack's map under a cold page cache).
     """
 
     decoder: Decoder
@@ -127,9 +126,7 @@ class Datasets:
 
 def _usable_files(cfg: DataConfig) -> Tuple[Dict[str, object], int]:
     """folder_files, without the unreadable files under data.skip_bad=true: wif.data.folder_check found them."""
-    if not cfg.skip_bad:
-        return folder_files(cfg)
-    return folder_files(cfg, unreadable(cfg))
+    return folder_files(cfg, unreadable(cfg) if cfg.skip_bad else frozenset())
 
 
 def folder_arrays(cfg: DataConfig) -> Tuple[Dict[str, np.ndarray], int]:
@@ -164,9 +161,9 @@ def evaluated(indices: np.ndarray, limit: Optional[int]) -> np.ndarray:
     return indices[np.linspace(0, len(indices) - 1, num=limit).round().astype(np.int64)]
 
 
-def _in_memory(images: np.ndarray) -> np.ndarray:
-    """The images in this process's memory: a mapped file is copied, never held by a tensor."""
-    return np.array(images) if isinstance(images, np.memmap) else images
+def _in_memory(array: np.ndarray) -> np.ndarray:
+    """The array in this process's memory: a mapped file is copied, never held by a tensor."""
+    return np.array(array) if isinstance(array, np.memmap) else array
 
 
 def _to_split(images_u8: np.ndarray, labels: np.ndarray, uint8: bool = False) -> Split:
@@ -217,30 +214,14 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
             if cfg.augment is Augment.none
             else {p: HeldImages(torch.from_numpy(arrays[f"{p}_x"])) for p in ("train", "test")}
         )
-    y, test_y = _in_memory(arrays["train_y"]), _in_memory(arrays["test_y"])
+    labels = {"train": _in_memory(arrays["train_y"]), "test": _in_memory(arrays["test_y"])}
     if decoders is not None:
-        labels = {"train": y, "test": test_y}
         return decoded_datasets(cfg=cfg, decoders=decoders, labels=labels, num_classes=num_classes, uint8=uint8)
-    train_idx, val_idx = checked_split(len(y), cfg)
-    val_idx, test_idx = evaluated(val_idx, cfg.val_images), evaluated(np.arange(len(test_y)), cfg.test_images)
-    x = arrays["train_x"]
-    return Datasets(
-        train=_to_split(x[train_idx], y[train_idx], uint8),
-        val=_to_split(x[val_idx], y[val_idx], uint8),
-        test=_to_split(_in_memory(arrays["test_x"][test_idx]), test_y[test_idx], uint8),
-        num_classes=num_classes,
-    )
-
-
-def checked_split(n_total: int, cfg: DataConfig) -> Tuple[np.ndarray, np.ndarray]:
-    """split_indices, refusing a fraction that leaves no training image: every format splits this way."""
-    train_idx, val_idx = split_indices(n_total, fraction=cfg.fraction, val_split=cfg.val_split, seed=cfg.seed)
-    if len(train_idx) == 0:
-        raise ConfigError(
-            f"data.fraction={cfg.fraction} of {n_total} training images leaves an "
-            "empty training split. Raise data.fraction."
-        )
-    return train_idx, val_idx
+    picks = split_picks(cfg, len(labels["train"]), len(labels["test"]))
+    splits = {  # fancy indexing copies: a mapped file's images are read into memory here
+        name: _to_split(arrays[f"{p.part}_x"][p.indices], labels[p.part][p.indices], uint8) for name, p in picks.items()
+    }
+    return Datasets(**splits, num_classes=num_classes)
 
 
 class Pick(NamedTuple):
@@ -252,11 +233,17 @@ class Pick(NamedTuple):
 
 
 def split_picks(cfg: DataConfig, n_train: int, n_test: int) -> Dict[str, Pick]:
-    """The train, validation and test splits' images: `checked_split`'s subset, and the test part.
+    """The train, validation and test splits' images: `split_indices`' subset, and the test part.
 
-    Validation and test keep at most data.val_images and data.test_images of theirs (`evaluated`).
+    A fraction that leaves no training image is refused: every format splits this way. Validation and test keep
+    at most data.val_images and data.test_images of theirs (`evaluated`).
     """
-    train_idx, val_idx = checked_split(n_train, cfg)
+    train_idx, val_idx = split_indices(n_train, fraction=cfg.fraction, val_split=cfg.val_split, seed=cfg.seed)
+    if len(train_idx) == 0:
+        raise ConfigError(
+            f"data.fraction={cfg.fraction} of {n_train} training images leaves an "
+            "empty training split. Raise data.fraction."
+        )
     return {
         "train": Pick(part="train", indices=train_idx, train=True),
         "val": Pick(part="train", indices=evaluated(val_idx, cfg.val_images), train=False),

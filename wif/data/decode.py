@@ -1,24 +1,13 @@
 """data.decode=device: the loader's workers hand over each image's encoded bytes; the device decodes them.
 
-The main process decodes the batch on the device, then resizes, crops, flips and normalizes it there. CUDA
-cannot run in forked workers, so the decoding cannot move into them.
+CUDA cannot run in forked workers, so the main process decodes each batch on the device. There it resizes,
+crops, flips and normalizes it, drawing crops and flips per sample as the host path does. A batch crosses from a
+worker as three tensors, however many images (`EncodedBatch`). `DeviceDecode`, the run's transfer, decodes its
+JPEGs in one batched call.
 
-A split's samples become (encoded bytes, label): `EncodedSplit`, or the shard format's split with `encoded`
-set. A batch is one blob of bytes with its offsets (`EncodedBatch`). So three tensors cross from a worker,
-however many images.
-
-`DeviceDecode` is the run's transfer. It decodes a batch's JPEGs in one call: torchcodec's `decode_jpeg`
-where installed, else torchvision's. A list on CUDA is one batched nvJPEG call. Then each sample gets the host
-path's per-sample steps (`wif.data.datasets.make_transform` without its last two) and
-`wif.data.transfer.to_float`. Random crops and flips are drawn per sample, as on the host. The batch copied
-its encoded bytes and labels (`copy_bytes_per_epoch`).
-
-Each training epoch counts the images the batched decode does not take at full speed
-(`decode_slow_path_images`). nvJPEG's hardware engine refuses progressive, lossless and arithmetic JPEGs. It
-decodes them on its slower hybrid path. Non-JPEG files such as PNG are decoded on the CPU and copied.
-
-On a CPU device the same code decodes with device='cpu' in the main process. Its figures mean nothing for the
-speed of a GPU decode: tag wif.decode_note. wif.config.formats refuses what this cannot run with.
+The nvJPEG hardware engine refuses progressive, lossless and arithmetic JPEGs and decodes them on a slower
+path; each training epoch counts them (`decode_slow_path_images`). Non-JPEG files are decoded on the CPU and
+copied. On a CPU device the same code runs in the main process, and its figures say nothing of a GPU decode.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The root's held-out split is the first of `test/`, `val/` and `validation/` it h
 torchvision's and timm's names; the run evaluates on it as its test split. `wif.data.folder_check` decodes
 every file with `read_image` before a run starts.
 
-The decoders give image i of a set as uint8 C x H x W. They read it from one blob of JPEG bytes, from image
-files, or from RAM. Each is a plain class, so it pickles into DataLoader workers.
+The decoders (`Decoder`) read image i from one blob of JPEG bytes, from image files, or from RAM. Each is a
+plain class, so it pickles into DataLoader workers.
 """
 
 from __future__ import annotations

@@ -54,10 +54,6 @@ class Verdict:
     seconds: float
     cache: Path
 
-    def unreadable_paths(self) -> FrozenSet[str]:
-        """The unreadable files as `wif.data.folder.folder_files` spells their paths."""
-        return frozenset(str(self.root / rel) for rel in self.bad)
-
     def message(self) -> str:
         """The error a run stops with: the unreadable files, and what to do."""
         names = sorted(self.bad)
@@ -143,8 +139,9 @@ def require_readable(cfg: DataConfig) -> Verdict:
 
 
 def unreadable(cfg: DataConfig) -> FrozenSet[str]:
-    """The files a run leaves out with data.skip_bad=true (from the cache the check before the run wrote)."""
-    return check_folder(cfg).unreadable_paths()
+    """The files a run leaves out with data.skip_bad=true, from the check's cache, as `folder_files` spells them."""
+    verdict = check_folder(cfg)
+    return frozenset(str(verdict.root / rel) for rel in verdict.bad)
 
 
 # NOTE [ Two cache files per folder ]

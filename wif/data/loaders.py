@@ -46,6 +46,11 @@ def silence_worker_count_warning() -> None:
     warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
 
+def dataset_of(split: AnySplit) -> Dataset:
+    """The dataset DataLoader indexes: tensors held in RAM, or images decoded per sample."""
+    return TensorDataset(split.images, split.labels) if isinstance(split, Split) else split
+
+
 class Batches(Protocol, Sized):
     """What a run iterates each epoch: batches, and how many there are."""
 
@@ -99,7 +104,7 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, reading: Reading) -> Batch
     if reading.resident:
         return ResidentBatches(split, batch_size=reading.batch_size, shuffle=shuffle, seed=seed)
     newer = {} if cfg.in_order else {"in_order": False}
-    dataset = TensorDataset(split.images, split.labels) if isinstance(split, Split) else split
+    dataset = dataset_of(split)
     shard = reading.sampler(dataset, shuffle) if reading.sampler is not None else None  # it shuffles in its place
     loader = DataLoader(
         dataset,

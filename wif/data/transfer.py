@@ -23,10 +23,7 @@ Transfer = Callable[[Batch], Batch]
 
 
 def to_float(images: torch.Tensor) -> torch.Tensor:
-    """uint8 images to the float32 the host path makes (scale to [0, 1], then normalize), on their own device.
-
-    It computes (x - 255 mean) / (255 std): one new tensor and two passes in place, queued on the current stream.
-    """
+    """uint8 images to the float32 the host path makes (scale to [0, 1], then normalize), on their own device."""
     return images.float().sub_(255 * NORMALIZE_MEAN).div_(255 * NORMALIZE_STD)
 
 
@@ -64,11 +61,7 @@ def on_device(batch: Batch) -> Batch:
 
 
 def make_transfer(cfg: TransferConfig, device: torch.device, decode: Optional[Transfer] = None) -> Transfer:
-    """The batch's way to the device: a blocking or non_blocking copy, `decode`, or nothing.
-
-    `decode` is data.decode=device's (wif.data.decode). Nothing is done for batches already on the device:
-    resident ones, or those a `StreamPrefetcher` copied before the loop sees them.
-    """
+    """The batch's way to the device: a copy, `decode` (data.decode=device), or nothing where it is there already."""
     if cfg.kind in (TransferKind.resident, TransferKind.stream):
         return on_device
     return decode or copy_to(device, cfg.non_blocking, cfg.uint8)

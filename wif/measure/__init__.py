@@ -2,7 +2,7 @@
 
 `epochs` holds one account of an epoch: its figures, the warm-up rule and the run's steady summary.
 `timing` holds clocks that time an asynchronous device right.
-`sampler` samples the memory and CPU of a run's whole process tree; `series` cuts its samples into windows.
+`sampler` samples the memory and CPU of a run's whole process tree; `epochs` cuts its samples into windows.
 `proctree`, `nvml` and `contention` read the tree, the GPUs and the other processes on the machine.
 `sysinfo` describes the machine a run ran on.
 `pagecache` evicts and reads the page cache without root.

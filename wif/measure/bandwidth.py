@@ -23,13 +23,12 @@ MEMORY = ("pinned", "pageable")
 
 @dataclass(frozen=True)
 class Rate:
-    """One direction, host memory kind and size: the median over the repeats, and every repeat's time."""
+    """One direction, host memory kind and size: the median rate over the repeats."""
 
     direction: str  # h2d or d2h
     memory: str  # pinned or pageable (the host side)
     size_mb: float
     gbps: float  # median, decimal GB/s
-    times_ms: tuple
 
 
 def size_label(size_mb: float) -> str:
@@ -44,11 +43,7 @@ def _host(nbytes: int, pinned: bool) -> torch.Tensor:
 
 
 def time_copies(dst: torch.Tensor, src: torch.Tensor, repeats: int, stream: torch.cuda.Stream) -> List[float]:
-    """Milliseconds of each of `repeats` copies src -> dst on `stream`, after one warm-up copy.
-
-    Events are recorded on the copying stream itself, so they bracket the copy on the device's timeline. The
-    host synchronizes once before, so nothing earlier is counted, and once after. Then it reads the events.
-    """
+    """Milliseconds of each of `repeats` copies src -> dst, timed by events on `stream`, after one warm-up copy."""
     with torch.cuda.stream(stream):
         dst.copy_(src, non_blocking=True)  # warm-up: first-use costs (driver mappings, staging buffers)
         stream.synchronize()  # sync point: the timed copies start from an idle stream
@@ -74,9 +69,8 @@ def copy_rates(sizes_mb: Iterable[float], repeats: int, device: torch.device) ->
             host = _host(nbytes, pinned=memory == "pinned")
             for direction in DIRECTIONS:
                 dst, src = (on_device, host) if direction == "h2d" else (host, on_device)
-                times = time_copies(dst, src, repeats, stream)
-                median_ms = statistics.median(times)
-                out.append(Rate(direction, memory, size_mb, nbytes / (median_ms / 1e3) / GB, tuple(times)))
+                median_ms = statistics.median(time_copies(dst, src, repeats, stream))
+                out.append(Rate(direction, memory, size_mb, nbytes / (median_ms / 1e3) / GB))
             del host
         del on_device
     return out

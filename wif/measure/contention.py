@@ -1,11 +1,10 @@
 """How much CPU other processes took on the run's CPUs while a run was measured.
 
 A run that shared its cores with a compile or another job is slower for a reason unrelated to its settings.
-The machine's busy time comes from /proc/stat. The job's own time comes from its process tree and the
-supervising process. The tree counts the run, its workers, and reaped workers through the run's children
-times. What is left was spent by others. Readings are taken only at epoch boundaries, while the run waits for
-its epoch to be logged: nothing is added inside an epoch. The cores are the CPUs the run may run on: its
-affinity, a job's or a container's cpuset. Others on the machine's other CPUs share nothing with it.
+The machine's busy time comes from /proc/stat. The job's own time comes from its process tree (`tree_cpu_s`)
+and the supervising process. What is left was spent by others. Readings are taken only at epoch boundaries,
+while the run waits for its epoch to be logged: nothing is added inside an epoch. The cores are the CPUs the
+run may run on: its affinity, a job's or a container's cpuset. Others on the other CPUs share nothing with it.
 """
 
 from __future__ import annotations
@@ -118,19 +117,11 @@ class HostCpuMeter:
         """
         return max(self.marks[last].tree_s - self.marks[first].tree_s, 0.0)
 
-    def other_pct(self, first: int, last: int) -> Optional[float]:
-        """Percent of one core others used between marks `first` and `last`; None without /proc/stat."""
+    def others(self, first: int, last: int) -> Dict[str, float]:
+        """Others' CPU (% of a core) and the cores left idle between marks `first` and `last`; {} without /proc/stat."""
         a, b = self.marks[first], self.marks[last]
         if a.busy_s is None or b.busy_s is None or b.t <= a.t:
-            return None
-        other = (b.busy_s - a.busy_s) - (b.ours_s - a.ours_s)
-        return max(100.0 * other / (b.t - a.t), 0.0)
-
-    def others(self, first: int, last: int) -> Dict[str, float]:
-        """Others' CPU between marks `first` and `last` and the cores the run left idle; {} without /proc/stat."""
-        other = self.other_pct(first, last)
-        if other is None:
             return {}
-        a, b = self.marks[first], self.marks[last]
-        idle = CORES - (b.ours_s - a.ours_s) / (b.t - a.t)
-        return {names.HOST_OTHER_CPU_PCT: other, names.HOST_IDLE_CORES: max(idle, 0.0)}
+        ours_s, span = b.ours_s - a.ours_s, b.t - a.t
+        other = max(100.0 * ((b.busy_s - a.busy_s) - ours_s) / span, 0.0)
+        return {names.HOST_OTHER_CPU_PCT: other, names.HOST_IDLE_CORES: max(CORES - ours_s / span, 0.0)}

@@ -2,13 +2,10 @@
 
 A run is a child forked from the supervising process, and its DataLoader workers are children of the run.
 Killed with SIGKILL, the supervisor can stop nothing. So each child asks the kernel up front, through
-`prctl(PR_SET_PDEATHSIG)`, to kill it when its parent dies. The run dies with its supervisor, the workers
-with the run, within milliseconds: no orphan keeps training, holding its GPU and lock, for hours.
+`prctl(PR_SET_PDEATHSIG)`, to kill it when its parent dies. No orphan keeps training, holding its GPU and lock.
 
-The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it: `wif.host`,
-`wif.pid`, `wif.pid_started`. A later sweep on the same host may find a RUNNING run whose process is gone.
-It then knows the run is stale (`wif.measure.tracking.close_stale_runs`): it marks it KILLED and runs the
-job again.
+The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it (`owner_tags`),
+so a later sweep on the same host closes it as stale (`wif.measure.tracking.close_stale_runs`).
 
 Imported by DataLoader workers (their `worker_init_fn`): this module imports neither torch nor MLflow.
 """
@@ -105,9 +102,8 @@ def how_it_ended(exitcode: Optional[int]) -> str:
 def said_if_raised(target: Callable[..., Any], conn: Any, *args: Any) -> None:
     """Run a process's `target(*args)`, and send on `conn` any Python exception that escapes it.
 
-    The message is ("error", {type, message, traceback}), sent before the process exits 1. So the one line
-    that says why a run ended names the exception. One raised by the DDP launcher before its ranks started
-    once read as a process that died.
+    The message is ("error", {type, message, traceback}), sent before the process exits 1: the one line that
+    says why a run ended names the exception.
     """
     try:
         target(*args)
@@ -151,11 +147,8 @@ def run_dying(target: Callable[..., Any], parent_pid: Optional[int], *args: Any)
 class DyingContext:
     """A multiprocessing context whose processes die with the process that started them.
 
-    DataLoader's workers do so through `dataloader_worker_init`. Everything but `Process` is the wrapped
-    context's own.
-
-    A forkserver's workers are the forkserver's children, not ours. They die with it, and it ends when its
-    client does. They are not checked against our pid.
+    DataLoader's workers do so through `dataloader_worker_init`. A forkserver's workers are the forkserver's
+    children, not ours. They die with it, it ends when its client does, and they are not checked against our pid.
     """
 
     def __init__(self, context: Any) -> None:
@@ -182,8 +175,7 @@ def owner_tags() -> Dict[str, str]:
 def owner_gone(tags: Mapping[str, str]) -> bool:
     """True when a RUNNING run's owner ran on this host and is no longer alive.
 
-    Its pid is gone, or taken by another process since. A run from another host, or from before these tags
-    existed, is never judged.
+    A run from another host, or from before these tags existed, is never judged.
     """
     mine = tags.get(names.TAG_HOST) == socket.gethostname()
     if not mine or names.TAG_PID not in tags or names.TAG_PID_STARTED not in tags:

@@ -17,7 +17,8 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from wif.measure.proctree import child_pids
+from wif.measure.proctree import descendants
+from wif.measure.sysinfo import read_text
 
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -132,21 +133,12 @@ def _filesystem(path: str) -> str:
 
 def read_bytes(pid: int) -> int:
     """Bytes process `pid` (threads and reaped children included) caused to be read from storage."""
-    try:
-        with open(f"/proc/{pid}/io") as io:
-            for line in io:
-                if line.startswith("read_bytes:"):
-                    return int(line.split()[1])
-    except OSError:  # gone, or /proc/<pid>/io not readable (no CONFIG_TASK_IO_ACCOUNTING)
-        pass
+    for line in read_text(f"/proc/{pid}/io").splitlines():  # "": gone, or no CONFIG_TASK_IO_ACCOUNTING
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
     return 0
 
 
-def tree_read_bytes(pid: Optional[int] = None) -> int:
-    """read_bytes over a process and its descendants alive now."""
-    todo, total = [pid if pid is not None else os.getpid()], 0
-    while todo:
-        p = todo.pop()
-        total += read_bytes(p)
-        todo += child_pids(p)
-    return total
+def tree_read_bytes() -> int:
+    """read_bytes over this process and its descendants alive now."""
+    return sum(read_bytes(pid) for pid in [os.getpid(), *descendants(os.getpid())])

@@ -9,6 +9,8 @@ from typing import Dict, List, Mapping, Optional
 
 import psutil
 
+from wif.measure.sysinfo import read_text
+
 SHM = "/dev/shm"
 
 
@@ -42,8 +44,7 @@ HAS_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/chi
 def descendants(pid: int) -> Dict[int, int]:
     """Every process below `pid`, breadth first, each with its parent.
 
-    It reads the children files, so it needs HAS_CHILDREN_FILES. Only the run's tree is read, never the whole
-    machine's.
+    It reads the children files, so it needs HAS_CHILDREN_FILES.
     """
     found: Dict[int, int] = {}
     pids = [pid]
@@ -94,15 +95,11 @@ def fork_shared_share(parent: psutil.Process) -> int:
     See NOTE [ Pages shared with the fork's parent ].
     """
     fields: Dict[str, int] = {}
-    try:
-        with open(f"/proc/{parent.pid}/smaps_rollup") as rollup:
-            for line in rollup:
-                name, _, rest = line.partition(":")
-                parts = rest.split()
-                if len(parts) == 2 and parts[1] == "kB":
-                    fields[name] = int(parts[0]) * 1024
-    except OSError:
-        return 0
+    for line in read_text(f"/proc/{parent.pid}/smaps_rollup").splitlines():  # "": gone, so 0
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            fields[name] = int(parts[0]) * 1024
     if "Pss_Dirty" in fields:
         return max(fields["Pss_Dirty"] - fields.get("Private_Dirty", 0), 0)
     private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)

@@ -5,12 +5,12 @@ follows the run's process and every DataLoader worker it starts, at three cadenc
 At `rss_interval_s` it sums RSS over the tree, and reads its device memory on a GPU (NVML's, context included).
 At `tree_interval_s` it lists the workers, which scans /proc, and reads CPU time, /dev/shm and GPU utilization.
 At `pss_interval_s` it sums USS and PSS, within `pss_budget_pct` of a core over the run. It also reads them
-at once when an epoch ends or workers start. smaps_rollup costs ~17 ms for a process with torch imported.
+at once when an epoch ends or workers start.
 
 Summed RSS overstates, counting shared pages once per process; summed USS leaves them out and understates;
 summed PSS counts each page once. Pages still shared with the process the run was forked from count in full.
 That is how they count in a run started on its own. /dev/shm counts as its rise since the start:
-worker-to-main tensors travel there. `wif.measure.series` cuts the samples into the windows the run reports,
+worker-to-main tensors travel there. `wif.measure.epochs` cuts the samples into the windows the run reports,
 its epochs, never the start-up.
 """
 
@@ -25,9 +25,9 @@ import psutil
 
 from wif.config import MeasureConfig
 from wif.measure import names
+from wif.measure.epochs import Samples
 from wif.measure.nvml import GpuProbe
 from wif.measure.proctree import fork_shared_share, shm_used, tree_processes
-from wif.measure.series import Samples
 from wif.measure.sysinfo import usable_cores
 
 log = logging.getLogger(__name__)

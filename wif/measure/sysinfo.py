@@ -60,12 +60,12 @@ def cpu_quota(folders: Optional[List[str]] = None) -> Optional[float]:
     of `folders` that has them: by default its own cgroup's, then the root's.
     """
     for folder in _cgroup_folders() if folders is None else folders:
-        v2 = _read(os.path.join(folder, "cpu.max")).split()
+        v2 = read_text(os.path.join(folder, "cpu.max")).split()
         if v2:
             return None if v2[0] == "max" else int(v2[0]) / int(v2[1] if len(v2) > 1 else PERIOD_US)
-        quota = _read(os.path.join(folder, "cpu.cfs_quota_us"))
+        quota = read_text(os.path.join(folder, "cpu.cfs_quota_us"))
         if quota:
-            period = _read(os.path.join(folder, "cpu.cfs_period_us")) or PERIOD_US
+            period = read_text(os.path.join(folder, "cpu.cfs_period_us")) or PERIOD_US
             return None if int(quota) <= 0 else int(quota) / int(period)
     return None
 
@@ -73,7 +73,7 @@ def cpu_quota(folders: Optional[List[str]] = None) -> Optional[float]:
 def _cgroup_folders() -> List[str]:
     """Where this process's cgroup keeps its CPU controller's files, v2 and v1, from /proc/self/cgroup."""
     out = []
-    for line in _read("/proc/self/cgroup").splitlines():
+    for line in read_text("/proc/self/cgroup").splitlines():
         _, controllers, path = line.split(":", 2)
         if not controllers:  # v2's one hierarchy
             out.append(CGROUP + path)
@@ -82,7 +82,7 @@ def _cgroup_folders() -> List[str]:
     return [*dict.fromkeys([*(f.rstrip("/") for f in out), CGROUP, f"{CGROUP}/cpu"])]  # a namespace's root too
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
     """The file's text, stripped; "" where it cannot be read."""
     try:
         with open(path) as f:
@@ -92,7 +92,7 @@ def _read(path: str) -> str:
 
 
 def _cpu_model() -> str:
-    for line in _read("/proc/cpuinfo").splitlines():
+    for line in read_text("/proc/cpuinfo").splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()

@@ -5,11 +5,8 @@ the epoch's single synchronization. Compute time is the sum of event pairs. GPU 
 between one step's end and the next step's start: the GPU waits for data then. On the CPU, work is
 synchronous, so the host clock is exact and no GPU figure exists.
 
-`CopyClock` splits the host's time in a blocking copy (`.to(device)` without `non_blocking`). Such a copy
-returns only once the stream has run everything queued before it, the previous step's kernels included.
-Events around the copy on its stream give the copy's own device time. The rest of the host's time in it
-was spent blocked behind the GPU's work.
-Every event is recorded on the named device's current stream, whatever device is current.
+`CopyClock` splits the host's time in a blocking copy into the copy's own device time and its wait behind
+the GPU's queued work. Every event is recorded on the named device's current stream, whatever device is current.
 """
 
 from __future__ import annotations
@@ -36,10 +33,7 @@ def record(device: torch.device) -> "torch.cuda.Event":
 
 
 def blocked_s(host_s: float, device_s: float) -> float:
-    """The part of the host's `host_s` in a blocking copy that waited for the GPU's already-queued work.
-
-    It is 0 when the copy's own device time, `device_s`, was longer: the host did not wait for it.
-    """
+    """The part of the host's `host_s` in a blocking copy that waited for the GPU's queued work, beyond `device_s`."""
     return max(host_s - device_s, 0.0)
 
 
@@ -136,9 +130,8 @@ class _TimedCopy:
 def blocking_copy(device: torch.device) -> ContextManager[None]:
     """Brackets a copy that blocks the host (`.to(device)` without non_blocking).
 
-    The copy starts only when its stream has run everything queued before it. So the host's time in it beyond
-    the copy's own device time was spent behind the GPU's work. It is recorded into the active `CopyClock`.
-    Outside a timed epoch or on a CPU it is a shared no-op, and no generator is made each step.
+    It is recorded into the active `CopyClock`. Outside a timed epoch or on a CPU it is a shared no-op: no
+    generator is made each step.
     """
     clock = _ACTIVE
     if clock is None or device.type != "cuda":

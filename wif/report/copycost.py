@@ -80,10 +80,7 @@ def copy_ms_at_bandwidth(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.Seri
 
 
 def add_copy_cost(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with the column `copy_ms_per_epoch_at_bw` where a bandwidth run matches at least one of them.
-
-    Otherwise `runs` is unchanged: no column is added, and nothing is said to be missing.
-    """
+    """`runs` with the column `copy_ms_per_epoch_at_bw` where a bandwidth run matches one of them, else as is."""
     if bandwidth.empty or BYTES not in runs:
         return runs
     cost = copy_ms_at_bandwidth(runs, bandwidth)

@@ -1,11 +1,7 @@
 """The report as one Markdown document: its header, each testbed's section, and the runs set apart.
 
-The header says where the figures were read from. A testbed's section gives its warnings: mixed settings,
-runs that were not cold, decoding on the CPU. Then come its fractions' verdicts and tables (`tables`). The
-runs set apart are contended, not cold, outliers and excluded, each listed with why.
-
-Apart from `tables` because it is the page around them, not a table of figures. It lays out what `tables`,
-`verdicts` and `stats` give; nothing is estimated here.
+It is the page around the tables, with each testbed's warnings. It lays out what `tables`, `verdicts` and
+`stats` give; nothing is estimated here.
 """
 
 from __future__ import annotations

@@ -85,10 +85,8 @@ def draw_speedup_heatmap(ax: Axes, summaries: Sequence[FractionSummary], alpha: 
     ax.set_xlabel("data fraction")
     ax.set_title(f"Speedup vs {summaries[0].baseline} (* significant, simultaneous, alpha={alpha:g})")
     bar = ax.figure.colorbar(image, ax=ax, label=f"{summaries[0].baseline} time / loader time")
-    bar.set_ticks(
-        [1 / spread, spread**-0.5, 1.0, spread**0.5, spread],
-        labels=[f"{v:.3g}x" for v in (1 / spread, spread**-0.5, 1.0, spread**0.5, spread)],
-    )
+    ticks = [1 / spread, spread**-0.5, 1.0, spread**0.5, spread]
+    bar.set_ticks(ticks, labels=[f"{v:.3g}x" for v in ticks])
     bar.ax.yaxis.set_minor_formatter(NullFormatter())
 
 

@@ -124,11 +124,8 @@ def _sort_runs(args: argparse.Namespace, read: _Read, value: str) -> _Sorted:
     if not args.keep_contended:
         used = used[~used["contended"]]
     if used.empty:
-        left_out = (
-            ""
-            if args.keep_contended
-            else (f", {len(contended)} contended left out: --keep-contended keeps them" if len(contended) else "")
-        )
+        none_left_out = args.keep_contended or contended.empty
+        left_out = "" if none_left_out else f", {len(contended)} contended left out: --keep-contended keeps them"
         raise runs_io.ReportInputError(
             f"none of the {len(every)} training runs is a finished study run "
             f"({len(excluded)} excluded, {len(bound)} upper-bound runs{left_out})"

@@ -19,16 +19,14 @@ from wif.measure import names
 from wif.measure.names import Cell
 
 DEFAULT_EXPERIMENT = "who_is_faster"
-KIND_TAG = names.TAG_KIND
 FINISHED = "FINISHED"
 MEDIAN, MEAN = names.EPOCH_TIME_MEDIAN_S, names.EPOCH_TIME_MEAN_S  # a run's figure: over its epochs, warm-up left out
 STATISTICS = {"median": MEDIAN, "mean": MEAN}
-OTHER_CPU = names.HOST_OTHER_CPU_PCT
 
 FINAL_METRICS = (
     MEDIAN,
     MEAN,
-    OTHER_CPU,
+    names.HOST_OTHER_CPU_PCT,
     names.THROUGHPUT_MEAN_IMG_S,
     names.TIME_TOTAL_S,
     names.SETUP_S,
@@ -104,7 +102,7 @@ class RunFilter:
 
     def to_mlflow(self) -> str:
         """The MLflow search filter string; train runs only."""
-        tags = {KIND_TAG: "train", **self.tags}
+        tags = {names.TAG_KIND: "train", **self.tags}
         if self.sweep_id:
             tags[TAGS["sweep_id"]] = self.sweep_id
         if self.device:

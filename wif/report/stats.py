@@ -39,15 +39,9 @@ def mean_ci(values: Sequence[float], confidence: float) -> Interval:
     return Interval(mean, float(low), float(high))
 
 
-def block_matrix(runs: pd.DataFrame, value: str) -> pd.DataFrame:
-    """Blocks x loaders table of `value` (duplicates in a block averaged); NaN where a loader missed a block."""
-    blocked = runs.dropna(subset=["block"])
-    return blocked.pivot_table(index="block", columns="loader", values=value, aggfunc="mean")
-
-
 def missing_in_blocks(runs: pd.DataFrame, value: str) -> dict[str, list[str]]:
     """For each incomplete block, the loaders of `runs` that have no usable run in it."""
-    matrix = block_matrix(runs, value)
+    matrix = runs.dropna(subset=["block"]).pivot_table(index="block", columns="loader", values=value, aggfunc="mean")
     return {str(block): list(row.index[row.isna()]) for block, row in matrix.iterrows() if row.isna().any()}
 
 
@@ -140,7 +134,7 @@ class FractionSummary:
     sensitivity: Sensitivity | None = None  # None: no outliers flagged
     notes: list[str] = field(default_factory=list)
     confidence: float = 0.95
-    race: Any = None  # a wif.report.raced.RaceAnswer when the runs are one race's: 'vs fastest' is its answer
+    race: Any = None  # a wif.report.testbed.RaceAnswer when the runs are one race's: 'vs fastest' is its answer
 
     @property
     def possibly_fastest(self) -> list[str]:

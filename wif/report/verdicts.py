@@ -152,12 +152,8 @@ def verdict(s: FractionSummary, rules: Verdicts) -> str:
         ]
         rest = len(slower) - len(named)
         least = slower_by(slower["slower_at_least"].min())
-        text += (
-            " Clearly slower: "
-            + ", ".join(named)
-            + (f", and {rest} more, each at least {least} slower" if rest else "")
-            + "."
-        )
+        more = f", and {rest} more, each at least {least} slower" if rest else ""
+        text += f" Clearly slower: {', '.join(named)}{more}."
     return text + _against_baseline(s, rules.alpha)
 
 

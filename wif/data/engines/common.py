@@ -1,7 +1,7 @@
 """What every pipeline engine shares with DataLoader.
 
-It shares the dataset a split is read through and the order of its samples. It shares how a batch is made,
-and how many batches are in flight.
+The order of a split's samples, how a batch is made, and how many batches are in flight. The dataset a
+split is read through is `wif.data.loaders.dataset_of`.
 """
 
 from __future__ import annotations
@@ -11,20 +11,16 @@ from dataclasses import dataclass
 from typing import List, Sequence
 
 import torch
-from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler, TensorDataset, default_collate
+from torch.utils.data import Dataset, RandomSampler, Sampler, SequentialSampler, default_collate
 
 from wif.config import EngineConfig, LoaderConfig
-from wif.data.datasets import AnySplit, Split
+from wif.data.datasets import AnySplit
 from wif.data.loaders import Batch
 
 
 @dataclass(frozen=True)
 class Request:
-    """What every engine is asked for (wif.data.engines.build_engine_batches).
-
-    It asks for a split, read with a loader option on the configured engine, in batches of `batch_size`. The split
-    is shuffled with `seed` where `train`, and pinned where `pin`.
-    """
+    """What every engine is asked for (wif.data.engines.build_engine_batches): a split, read as these fields say."""
 
     split: AnySplit
     loader: LoaderConfig
@@ -33,11 +29,6 @@ class Request:
     train: bool
     seed: int
     pin: bool
-
-
-def dataset_of(split: AnySplit) -> Dataset:
-    """The dataset DataLoader would index: tensors held in RAM, or images decoded per sample."""
-    return TensorDataset(split.images, split.labels) if isinstance(split, Split) else split
 
 
 def sample_order(dataset: Dataset, shuffle: bool, seed: int) -> Sampler:

@@ -1,9 +1,7 @@
 """engine=dali: an NVIDIA DALI pipeline per epoch, in DALI's own shape (below).
 
-The source gives a batch's encoded bytes and labels, in the epoch's order. The decoder runs on device="mixed",
-nvJPEG on a GPU, or on "cpu" otherwise with device_id=None. Images are resized to data.image_size, randomly
-crop-resized under data.augment=standard, then made float, CHW, with the torchvision path's mean and std and a
-random flip. Where it decodes on a GPU, the labels move to the GPU in the pipeline.
+The decoder runs on device="mixed", nvJPEG on a GPU, or on "cpu" otherwise with device_id=None. The steps are
+the torchvision path's, with its mean and std. Where it decodes on a GPU, the labels move there in the pipeline.
 
 It reads the same images as the other engines: data=encoded's JPEG bytes, data=folder's files. The loader
 option's knobs map onto DALI's: num_workers to num_threads, the batches in flight to prefetch_queue_depth. The

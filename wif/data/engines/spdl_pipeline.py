@@ -16,8 +16,8 @@ from typing import Iterator
 
 from spdl.pipeline import PipelineBuilder
 
-from wif.data.engines.common import Request, collate, dataset_of, in_flight, num_batches, pin, sample_order
-from wif.data.loaders import Batch
+from wif.data.engines.common import Request, collate, in_flight, num_batches, pin, sample_order
+from wif.data.loaders import Batch, dataset_of
 
 
 class SpdlBatches:

@@ -25,8 +25,8 @@ from typing import Iterator
 import torch
 from torchdata import nodes
 
-from wif.data.engines.common import FetchBatch, Request, dataset_of, in_flight, num_batches, sample_order
-from wif.data.loaders import Batch
+from wif.data.engines.common import FetchBatch, Request, in_flight, num_batches, sample_order
+from wif.data.loaders import Batch, dataset_of
 from wif.measure.lifetime import DyingContext
 
 

@@ -1,9 +1,8 @@
 """What every pack shares: its folder, `pack.json` and the index.
 
-The folder has a temporary name until complete, then it is renamed. `pack.json` holds the format, the record
-count, each file's size and the sha256 of `index.json`. The index holds, per part, every record's label,
-length and crc32, and for shards the shard it is in. Opening a pack checks all of that. A pack that fails a
-check stops the run with one line naming the pack and the record or file.
+`pack.json` holds the format, the record count, each file's size and the sha256 of `index.json`. Opening a
+pack checks them (`open_pack`). A pack that fails a check stops the run with one line naming the pack and
+the record or file.
 """
 
 from __future__ import annotations

@@ -56,8 +56,7 @@ def write(tmp: Path, listing: Listing, shard_mb: float, progress: Progress) -> T
     for part in PARTS:
         n = len(listing.paths[part])
         entry = index[part]
-        entry["shard"] = [0] * n
-        for key in ("labels", "lengths", "crc32"):
+        for key in ("shard", "labels", "lengths", "crc32"):
             entry[key] = [0] * n
         order = np.random.default_rng(ORDER_SEED).permutation(n)
         k, tar, size = 0, None, 0

@@ -1,7 +1,7 @@
 """What a pack is made from: the source's files part by part, and the digest of that listing.
 
-`data=folder` lists its files as they are. `data=encoded` writes its images once as JPEG files into the
-cache. The listing's digest names its packs.
+`data=folder` lists its files as they are (`wif.data.formats.store.listing_of`). `data=encoded` writes its
+images once as JPEG files into the cache. The listing's digest names its packs.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from wif.config import DataConfig, DataSource
-from wif.data.folder import folder_files
+from wif.config import DataConfig
 from wif.data.synthetic import encoded_arrays, synthetic_key
 
 PARTS = ("train", "test")
@@ -47,19 +46,6 @@ class Listing:
 
     def all_paths(self) -> List[str]:
         return [p for part in PARTS for p in self.paths[part]]
-
-
-def source_listing(cfg: DataConfig, skip: frozenset = frozenset()) -> Listing:
-    """The files behind data=folder (without `skip`: data.skip_bad) or data=encoded (written on first use)."""
-    if cfg.source is DataSource.encoded:
-        return encoded_files(cfg)
-    files, n_classes = folder_files(cfg, skip)
-    return Listing(
-        {p: list(files[f"{p}_paths"]) for p in PARTS},
-        {p: files[f"{p}_y"] for p in PARTS},
-        n_classes,
-        str(Path(str(cfg.root)).expanduser()),
-    )
 
 
 def encoded_files(cfg: DataConfig) -> Listing:

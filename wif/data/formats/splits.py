@@ -142,10 +142,8 @@ COLD_RESIDENT_LIMIT = 0.05  # above this share of the data's pages still residen
 class EpochStorage:
     """Around each training epoch: the data's storage, evicted and measured.
 
-    Under data.page_cache=cold the data's files are evicted first. Each epoch reports the share of them still
-    resident, and the bytes the run's process tree read from storage during it. A cold epoch may keep more than
-    COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage. It then says so with
-    `page_cache_cold` 0, so a warm figure is never logged as a cold one.
+    A cold epoch may keep more than COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage.
+    It then says so with `page_cache_cold` 0, so a warm figure is never logged as a cold one.
     """
 
     def __init__(self, cfg: DataConfig) -> None:

@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from wif.config import DataConfig, DataFormat
+from wif.config import DataConfig, DataFormat, DataSource
+from wif.data.folder import folder_files
 from wif.data.folder_check import unreadable
 from wif.data.formats import lmdb_format, shards
 from wif.data.formats.pack import PACK_VERSION, Pack, PackError, Progress, finish, open_pack, remove_stale, same_size
-from wif.data.formats.source import Listing, source_listing
+from wif.data.formats.source import PARTS, Listing, encoded_files
 from wif.measure.lifetime import die_with_parent
 
 log = logging.getLogger("wif")
@@ -30,8 +31,18 @@ THROTTLE_ENV = "WIF_PACK_THROTTLE_S"  # seconds to wait after each record: lets 
 
 
 def listing_of(cfg: DataConfig) -> Listing:
-    """The source's files as a run reads them: without the unreadable ones under data.skip_bad=true."""
-    return source_listing(cfg, unreadable(cfg) if cfg.skip_bad and cfg.root else frozenset())
+    """The files behind data=encoded (written on first use), or data=folder's without the unreadable ones
+    under data.skip_bad=true."""
+    skip = unreadable(cfg) if cfg.skip_bad and cfg.root else frozenset()
+    if cfg.source is DataSource.encoded:
+        return encoded_files(cfg)
+    files, n_classes = folder_files(cfg, skip)
+    return Listing(
+        {p: list(files[f"{p}_paths"]) for p in PARTS},
+        {p: files[f"{p}_y"] for p in PARTS},
+        n_classes,
+        str(Path(str(cfg.root)).expanduser()),
+    )
 
 
 def pack_settings(fmt: DataFormat, shard_mb: float) -> dict:

@@ -25,7 +25,7 @@ from wif.measure.epochs import EPOCH_KEYS, steady
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
-from wif.tools.recorded import run_recorded
+from wif.tools.tune_trials import run_recorded
 
 SKIPPED = "SKIPPED"  # a measurement not started: the advice's minutes had run out
 

@@ -56,10 +56,7 @@ def predict_candidates(trials: Trials, found: Found) -> Predicted:
     ranked = rank(list(others.items()), current_s, opts.margin)
     raced = distinct(ranked, predictions, opts.race_candidates, opts.margin) if found.searched else []
     close = close_call(others, current_s) if found.searched and not raced else None
-    order = ["current"] + sorted(
-        (n for n in predictions if n != "current" and not (n == "w0" and zero_workers)),
-        key=lambda n: predictions[n].epoch_s,
-    )
+    order = ["current"] + sorted(others, key=others.get)
     ctx.say(answer.candidate_table(order, trials.table_ceilings, predictions, race=None))
     if not ctx.cuda:
         ctx.say(answer.shared_cores(predictions, ctx.cores, trials.measured.step.cores))
@@ -88,25 +85,24 @@ def race_candidates(trials: Trials, predicted: Predicted) -> Raced:
     if raced and epochs >= MIN_RACE_EPOCHS:
         return Raced(race=_run_the_race(trials, raced, close, epochs), raced=raced, unverified="")
     if raced:
-        return Raced(race=None, raced=[], unverified=_say_no_time(trials, predicted, raced))
-    if trials.unreached:  # no figure for them: see wif.watcher.proof
+        unverified = _no_time(trials, predicted, raced)
+    elif trials.unreached:  # no figure for them: see wif.watcher.proof
         unverified = f"{next(iter(trials.unreached.values()))}; {', '.join(trials.unreached)} not measured."
-        ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
-        return Raced(race=None, raced=[], unverified=unverified)
-    if trials.cut:
+    elif trials.cut:
         unverified = (
             f"--minutes {ctx.opts.minutes:g} ran out while the candidates were tried "
             f"({', '.join(trials.cut)} not measured): give it more --minutes."
         )
-        ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
-        return Raced(race=None, raced=[], unverified=unverified)
-    why = (
-        f"no candidate is predicted faster than the current setting by more than {ctx.opts.margin:.0%}"
-        if predicted.searched
-        else "not data-bound"
-    )
-    ctx.say(f"{PROG}: 3/4 the race: nothing to race ({why})")
-    return Raced(race=None, raced=[], unverified="")
+    else:
+        why = (
+            f"no candidate is predicted faster than the current setting by more than {ctx.opts.margin:.0%}"
+            if predicted.searched
+            else "not data-bound"
+        )
+        ctx.say(f"{PROG}: 3/4 the race: nothing to race ({why})")
+        return Raced(race=None, raced=[], unverified="")
+    ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
+    return Raced(race=None, raced=[], unverified=unverified)
 
 
 def _race_epochs(trials: Trials, predicted: Predicted, raced: List[str]) -> int:
@@ -139,17 +135,15 @@ def _run_the_race(trials: Trials, raced: List[str], close: Optional[str], epochs
     return run_race(ctx.runner, ctx.base, contenders, rules=rules, max_epochs=epochs, say=ctx.say)
 
 
-def _say_no_time(trials: Trials, predicted: Predicted, raced: List[str]) -> str:
-    """Why the best candidate is not verified: no time was left for the race; said."""
+def _no_time(trials: Trials, predicted: Predicted, raced: List[str]) -> str:
+    """Why the best candidate is not verified: no time was left for the race."""
     ctx, opts = trials.ctx, trials.ctx.opts
-    unverified = (
+    return (
         f"the race had no time left within --minutes {opts.minutes:g} ({opts.min_blocks} blocks of "
         f"{len(raced) + 1} runs need more than the {max(ctx.runner.left_s(), 0):.0f} s left), so "
         f"{raced[0]}, predicted {predicted.current_s / predicted.predictions[raced[0]].epoch_s:.2f}x faster, is not "
         "verified: give it more --minutes."
     )
-    ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
-    return unverified
 
 
 def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced) -> Advice:
@@ -164,7 +158,7 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
         data_bound=found.data_bound,
         sentence=found.sentence,
         pick=pick,
-        speedup=_speedup(race, pick) if chosen else None,
+        speedup=race.speedup(pick) if chosen else None,
         train_line=run_line,
         dataloader=pasted,
         why=answer.memory_cost(race, pick) if chosen else _why_keep(trials, found, predicted, raced),
@@ -178,12 +172,6 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
         limit=found.limit,
         assumes=ctx.runner.assumes,
     )
-
-
-def _speedup(race: RaceResult, pick: str) -> tuple:
-    """The pick's speedup over the current setting: estimate, low, high of its 95% interval."""
-    r = race.table.loc[pick]
-    return (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
 
 
 def _why_keep(trials: Trials, found: Found, predicted: Predicted, raced: Raced) -> str:

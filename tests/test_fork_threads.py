@@ -22,7 +22,7 @@ import sys, torch
 from wif.config.compose import load_config
 from wif.measure.tracking import Tracker
 from wif.run.forking import preload
-from wif.tools.recorded import run_recorded
+from wif.tools.tune_trials import run_recorded
 
 default = torch.get_num_threads()
 conf = load_config(["preset=smoke", "device=cpu", "trainer.epochs=2", "data.num_train=600", "data.num_test=100",

@@ -1,9 +1,6 @@
 """What `wif-advise` is asked, its Options, and what it answers, its Advice; and the minutes each part gets.
 
-The Options set the trials' size, the race's shape and margins, and the minutes the whole advice takes. Of
-those minutes the answer keeps ANSWER_S, and a race run takes `race_epochs` epochs in the time left. The
-steps between the two are `steps`'. The command line, `advise_cli`, fills in the Options and reads the
-Advice.
+Of the minutes the answer keeps ANSWER_S, and a race run takes `race_epochs` epochs in the time left.
 """
 
 from __future__ import annotations

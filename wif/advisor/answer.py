@@ -146,10 +146,8 @@ def candidate_table(
         p = predicted.get(name)
         measured = race.measured_s(name) if race is not None else math.nan
         err = relative_error(p.epoch_s, measured) if p is not None else math.nan
-        speed = ""
-        if race is not None and race.table is not None and name in race.table.index and name != BASELINE:
-            r = race.table.loc[name]
-            speed = f"{r['speedup']:.2f} ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+        s = race.speedup(name) if race is not None else None
+        speed = f"{s[0]:.2f} ({s[1]:.2f}-{s[2]:.2f})" if s else ""
         rows.append(
             f"{name:<16}{ceilings.get(name, math.nan):>13,.0f}"
             f"{(p.epoch_s if p else math.nan):>12.3f}{(p.bound if p else ''):>9}"
@@ -249,12 +247,9 @@ def why_keep(
     reasons = []
     for name in raced:
         said = "its race did not show it faster"
-        if race.table is not None and name in race.table.index:
-            r = race.table.loc[name]
-            said = (
-                f"its race did not show it faster (speedup {r['speedup']:.2f}, 95% interval "
-                f"{r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
-            )
+        s = race.speedup(name)
+        if s:
+            said += f" (speedup {s[0]:.2f}, 95% interval {s[1]:.2f}-{s[2]:.2f})"
         mine = [m.mean(names.COMPUTE_S) for m in race.runs.get(name, [])]
         theirs = [m.mean(names.COMPUTE_S) for m in race.runs.get(BASELINE, [])]
         if on_cpu and mine and theirs and sum(mine) / len(mine) > (1 + STRETCH) * sum(theirs) / len(theirs):

@@ -1,14 +1,10 @@
 """A candidate loader setting, the configurations of its runs, and the settings worth trying.
 
 `Candidate` is a setting: the keys it sets, and what the prediction needs of it. `training`, `raced` and
-`loader_only` configure its runs. The worker search is `wif-tune`'s (`wif.tools.tune.search_workers`), each
-count with persistent workers. A kept worker costs nothing per epoch; a fresh one starts every epoch. At the
-best count, `extras` adds a deeper prefetch and the thread-based engine where torchdata is installed. On a
-GPU it adds pinned memory with non_blocking copies. `data=folder` adds `data.preload=true` where the decoded
-images fit in half the free RAM. wif has no RAM cache for `data=encoded`, so none is tried. On a GPU,
-`resident` tries the whole dataset on the device, whatever the workers gave. It removes the loader's work
-beside the step, which a launch-bound step feels (docs/on-a-gpu.md). A script gets `script_extras`:
-DataLoader's own knobs, and its workers' threads limited.
+`loader_only` configure its runs. Each worker count has persistent workers: a kept worker costs nothing per
+epoch; a fresh one starts every epoch. `extras` adds the other knobs at the best count. wif has no RAM cache
+for `data=encoded`, so no preload is tried there. On a GPU, `resident` removes the loader's work beside the
+step, which a launch-bound step feels (docs/on-a-gpu.md). A script gets `script_extras`: DataLoader's own.
 """
 
 from __future__ import annotations
@@ -113,9 +109,7 @@ def workers(base: Config, count: int, cuda: bool) -> Candidate:
     """`count` persistent workers, the rest of the configured setting kept."""
     hidden = _hidden(base, cuda, base.loader.pin_memory)
     if count == 0:
-        return Candidate(
-            name="w0", keys={"loader.num_workers": 0}, workers=0, persistent=False, prefetch=2, copy_hidden=hidden
-        )
+        return Candidate(name="w0", keys={"loader.num_workers": 0}, copy_hidden=hidden)
     return Candidate(
         name=f"w{count}",
         keys={"loader.num_workers": count, "loader.persistent_workers": True},
@@ -166,7 +160,7 @@ def resident(base: Config, cuda: bool) -> List[Candidate]:
         "transfer.kind": "resident",
         "transfer.non_blocking": False,
     }
-    cand = Candidate(name="gpu_resident", keys=keys, workers=0, persistent=False, prefetch=2, copy_hidden=True)
+    cand = Candidate(name="gpu_resident", keys=keys, copy_hidden=True)
     return [cand] if _accepted(base, cand) else []
 
 
@@ -175,8 +169,7 @@ def script_extras(
 ) -> List[Candidate]:
     """The other knobs for a user's script, `wif-advise --`, at the best count: DataLoader's own only.
 
-    The script's copy and data stay its own. So it tries a deeper prefetch and batches out of order where
-    torch has them. It tries pinned memory on a GPU. Where the script's workers run a `threaded` library,
+    The script's copy and data stay its own. Where the script's workers run a `threaded` library,
     it tries their threads limited where they pass the cores. The other arguments are `extras`'.
     """
     out = _deeper(best)

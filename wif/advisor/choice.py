@@ -56,10 +56,7 @@ def predict_candidates(trials: Trials, found: Found) -> Predicted:
     ranked = rank(list(others.items()), current_s, opts.margin)
     raced = distinct(ranked, predictions, opts.race_candidates, opts.margin) if found.searched else []
     close = close_call(others, current_s) if found.searched and not raced else None
-    order = ["current"] + sorted(
-        (n for n in predictions if n != "current" and not (n == "w0" and zero_workers)),
-        key=lambda n: predictions[n].epoch_s,
-    )
+    order = ["current"] + sorted(others, key=others.get)
     ctx.say(answer.candidate_table(order, trials.table_ceilings, predictions, race=None))
     if not ctx.cuda:
         ctx.say(answer.shared_cores(predictions, ctx.cores, trials.measured.step.cores))
@@ -88,25 +85,24 @@ def race_candidates(trials: Trials, predicted: Predicted) -> Raced:
     if raced and epochs >= MIN_RACE_EPOCHS:
         return Raced(race=_run_the_race(trials, raced, close, epochs), raced=raced, unverified="")
     if raced:
-        return Raced(race=None, raced=[], unverified=_say_no_time(trials, predicted, raced))
-    if trials.unreached:  # no figure for them: see wif.watcher.proof
+        unverified = _no_time(trials, predicted, raced)
+    elif trials.unreached:  # no figure for them: see wif.watcher.proof
         unverified = f"{next(iter(trials.unreached.values()))}; {', '.join(trials.unreached)} not measured."
-        ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
-        return Raced(race=None, raced=[], unverified=unverified)
-    if trials.cut:
+    elif trials.cut:
         unverified = (
             f"--minutes {ctx.opts.minutes:g} ran out while the candidates were tried "
             f"({', '.join(trials.cut)} not measured): give it more --minutes."
         )
-        ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
-        return Raced(race=None, raced=[], unverified=unverified)
-    why = (
-        f"no candidate is predicted faster than the current setting by more than {ctx.opts.margin:.0%}"
-        if predicted.searched
-        else "not data-bound"
-    )
-    ctx.say(f"{PROG}: 3/4 the race: nothing to race ({why})")
-    return Raced(race=None, raced=[], unverified="")
+    else:
+        why = (
+            f"no candidate is predicted faster than the current setting by more than {ctx.opts.margin:.0%}"
+            if predicted.searched
+            else "not data-bound"
+        )
+        ctx.say(f"{PROG}: 3/4 the race: nothing to race ({why})")
+        return Raced(race=None, raced=[], unverified="")
+    ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
+    return Raced(race=None, raced=[], unverified=unverified)
 
 
 def _race_epochs(trials: Trials, predicted: Predicted, raced: List[str]) -> int:
@@ -139,17 +135,15 @@ def _run_the_race(trials: Trials, raced: List[str], close: Optional[str], epochs
     return run_race(ctx.runner, ctx.base, contenders, rules=rules, max_epochs=epochs, say=ctx.say)
 
 
-def _say_no_time(trials: Trials, predicted: Predicted, raced: List[str]) -> str:
-    """Why the best candidate is not verified: no time was left for the race; said."""
+def _no_time(trials: Trials, predicted: Predicted, raced: List[str]) -> str:
+    """Why the best candidate is not verified: no time was left for the race."""
     ctx, opts = trials.ctx, trials.ctx.opts
-    unverified = (
+    return (
         f"the race had no time left within --minutes {opts.minutes:g} ({opts.min_blocks} blocks of "
         f"{len(raced) + 1} runs need more than the {max(ctx.runner.left_s(), 0):.0f} s left), so "
         f"{raced[0]}, predicted {predicted.current_s / predicted.predictions[raced[0]].epoch_s:.2f}x faster, is not "
         "verified: give it more --minutes."
     )
-    ctx.say(f"{PROG}: 3/4 the race: not run: {unverified}")
-    return unverified
 
 
 def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced) -> Advice:
@@ -191,8 +185,7 @@ def _speedup(race: RaceResult, pick: str) -> Tuple[tuple, str]:
     Also the line that says what was added to the loader's. See NOTE [ The time outside the training loader ]
     in wif.advisor.answer.
     """
-    r = race.table.loc[pick]
-    loader = (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
+    loader = race.speedup(pick)
     outside, current_s = answer.outside_share(race.runs.get(BASELINE, [])), race.measured_s(BASELINE)
     if math.isnan(current_s) or outside <= OUTSIDE_SAID * current_s:  # a loop's own few ms change nothing
         return loader, ""

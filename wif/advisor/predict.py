@@ -125,9 +125,7 @@ def predict(sizes: Sequence[int], step: Step, loader: Loader, cores: float) -> P
     )
 
 
-def item_time(
-    sizes: Sequence[int], workers: int, epoch_s: float, prefetch: int = 2, startup_s: float = 0.0, copy_s: float = 0.0
-) -> float:
+def item_time(sizes: Sequence[int], workers: int, epoch_s: float, prefetch: int = 2, startup_s: float = 0.0) -> float:
     """A loader-only epoch's time turned back into seconds per item per worker.
 
     It inverts `simulate` with no compute, which is linear in the item's time. So a trial of a few batches
@@ -139,11 +137,9 @@ def item_time(
         epoch_s: its epoch's time.
         prefetch: batches in flight per worker.
         startup_s: the workers' start-up, paid in that epoch.
-        copy_s: a batch's copy, paid in that epoch.
     """
     unit = simulate(sizes, Loader(workers=workers, item_s=1.0, prefetch=prefetch))
-    spent = epoch_s - startup_s - len(sizes) * copy_s
-    return max(spent, 0.0) / unit if unit > 0 else 0.0
+    return max(epoch_s - startup_s, 0.0) / unit if unit > 0 else 0.0
 
 
 def relative_error(predicted: float, measured: float) -> float:

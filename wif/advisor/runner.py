@@ -25,7 +25,7 @@ from wif.measure.epochs import EPOCH_KEYS, steady
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, KILLED, Tracker
 from wif.run.model import model_label
-from wif.tools.recorded import run_recorded
+from wif.tools.tune_trials import run_recorded
 
 SKIPPED = "SKIPPED"  # a measurement not started: the advice's minutes had run out
 
@@ -144,10 +144,8 @@ class Runner:
         finally:
             self.kept_s = 0.0
 
-    def run(
-        self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None, reruns: int = 1
-    ) -> Measured:
-        """The run; a contended one is run again, up to `reruns` times, while another fits before the deadline.
+    def run(self, conf: Config, role: str, name: str, extra: Optional[Mapping[str, str]] = None) -> Measured:
+        """The run; a contended one is run again once, where another fits before the deadline.
 
         None is started past the deadline: a SKIPPED measurement, no run recorded.
 
@@ -156,7 +154,6 @@ class Runner:
             role: what the advice runs it for: measure, bound, loader or race.
             name: the setting it runs.
             extra: more tags for its record.
-            reruns: how many times a contended run may run again.
         """
         if self.left_s() < MIN_RUN_S:
             kept = f", {self.kept_s:.0f} s kept for the race" if self.kept_s else ""
@@ -165,8 +162,7 @@ class Runner:
                 role=role, name=name, run_id="", status=SKIPPED, summary={}, error=error, failure=Failure.OUT_OF_TIME
             )
         m = self._once(conf, role, name, extra)
-        while m.contended and reruns > 0 and m.wall_s < self.left_s():
-            reruns -= 1
+        if m.contended and m.wall_s < self.left_s():
             self.reruns += 1
             self.say(
                 f"  {role} {name}: other processes used {m.other_pct:.0f}% of a core during its measured "

@@ -1,8 +1,7 @@
 """What the advice's steps hand on: its context, what step 1 measured, and the loader-only trials of step 2.
 
-`Trials` holds every candidate made, its trial run, its ceiling and those the minutes cut. Its methods run
-the trials and predict each candidate's epoch from them (wif.advisor.predict). The rates the prediction takes
-from the runs are here too: the loader's from its trial, the step's from the bound.
+`Trials` runs the trials and predicts each candidate's epoch from them (wif.advisor.predict). The rates the
+prediction takes from the runs are here too: the loader's from its trial, the step's from the bound.
 """
 
 from __future__ import annotations
@@ -148,7 +147,7 @@ class Trials:
             trial = self.runs[cand.name]
             rates = loader_rates(trial, cand, batch_size=bs, batches=self.batches, cores=ctx.cores)
         else:
-            rates = in_process_rates(measured.current_run, cand, bs)
+            rates = in_process_rates(measured.current_run, cand)
         return predict(measured.sizes, measured.step, rates, cores=ctx.cores)
 
     def predictions(self) -> Dict[str, Prediction]:
@@ -194,15 +193,13 @@ def loader_rates(trial: Measured, cand: Candidate, batch_size: int, batches: int
     )
 
 
-def in_process_rates(run: Measured, cand: Candidate, batch_size: int) -> Loader:
+def in_process_rates(run: Measured, cand: Candidate) -> Loader:
     """A 0-worker setting's rates from its training run: its data wait is its fetch."""
     return Loader(
         workers=0,
         item_s=run.mean(names.DATA_WAIT_S) / max(run.n_train, 1),
-        cpu_cores=0.0,
         prefetch=cand.prefetch,
         persistent=False,
-        startup_s=0.0,
         copy_hidden=cand.copy_hidden,
     )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -53,6 +53,13 @@ class RaceResult:
         """The mean of summary figure `key` over the setting's race runs; NaN where none has it."""
         values = [m.summary.get(key) for m in self.runs.get(name, []) if m.summary.get(key) is not None]
         return sum(values) / len(values) if values else float("nan")
+
+    def speedup(self, name: str) -> Optional[Tuple[float, float, float]]:
+        """A candidate's speedup over the current setting: estimate, low, high of its 95% interval; None: not raced."""
+        if self.table is None or name not in self.table.index or name == BASELINE:
+            return None
+        r = self.table.loc[name]
+        return (float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]))
 
     def faster(self) -> List[str]:
         """The candidates the race shows faster than the current setting (95% interval above 1), fastest first."""

@@ -2,12 +2,12 @@
 
     `tune`: `wif-tune`, the loader's worker count searched.
     `worker_search`: its search, with no I/O; also `wif.tune_workers`' and wif-advise's.
-    `tune_trials`: its trials, one recorded loader-only run per worker count and pin setting.
+    `tune_trials`: its trials, one recorded loader-only run per worker count and pin setting; and `run_recorded`,
+        one supervised run with its own MLflow record, as wif-tune and wif-advise run them.
     `batch_size`: `wif-batch-size`, the largest batch inside a VRAM budget.
     `batch_probe`: one of its probes, in a fresh spawned process.
     `bandwidth`: `wif-bandwidth`, the host-device copy rates.
     `pack`: `wif-pack`, an image source packed into LMDB or tar shards up front.
-    `recorded`: one supervised trial with its own MLflow record, as wif-tune and wif-advise run them.
     `api`: `wif.tune_workers` and `wif.time_epochs`, in the caller's process.
 
 Import `wif.run` and below; never the sweep. The watch, `wif.watch`, is a package of its own: `wif.watcher`.

@@ -32,7 +32,7 @@ from wif.run.loop import TimedFeed, map_tensors, samples_in
 from wif.run.training import CappedBatches
 from wif.tools.tune import table
 from wif.tools.tune_trials import Trial
-from wif.tools.worker_search import final_pick, finalists, search_workers, trial_of
+from wif.tools.worker_search import best_trial, search_workers
 
 # No sampler beside the trials: a sampler thread would share the GIL with the loop it times.
 NO_RAM = "wif.tune_workers runs its trials in your process, without wif-tune's memory sampler; wif-tune measures it"
@@ -43,15 +43,6 @@ def _default_device(device: Optional[torch.device | str]) -> torch.device:
     if device is not None:
         return torch.device(device)
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _as_is(batch: Any) -> Any:
-    return batch
-
-
-def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
-    """The batch's tensors copied to `device`."""
-    return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 @dataclass
@@ -133,14 +124,12 @@ def tune_workers(
         )
         for pin in pins
     }
-    scores = finalists(runner.trials, best)
-    if not scores:
+    chosen = best_trial(runner.trials, best, opts.min_gain)
+    if chosen is None:
         raise RuntimeError("every trial failed:\n" + table(runner.trials, None, NO_RAM))
-    pin, workers = final_pick(scores, opts.min_gain)
-    chosen = trial_of(runner.trials, pin, workers)
     return WorkerPick(
-        num_workers=workers,
-        pin_memory=pin,
+        num_workers=chosen.num_workers,
+        pin_memory=chosen.pin_memory,
         img_s=chosen.img_s or 0.0,
         trials=runner.trials,
         table=table(runner.trials, chosen, NO_RAM),
@@ -172,7 +161,7 @@ class _InProcessTrials:
         try:
             times = time_epochs(
                 loader,
-                lambda b: _to_device(b, self.device, pin),
+                lambda b: map_tensors(b, lambda t: t.to(self.device, non_blocking=pin)),  # the step: the batch copied
                 max(self.options.epochs, 2),
                 device=self.device,
                 max_batches=self.options.batches,
@@ -274,7 +263,7 @@ def _timed_epoch(batches: Iterable[Any], step: Callable[[Any], Any], device: tor
         size: the samples a batch with no tensor of a batch dimension counts as.
     """
     clock = StepClock(device)
-    feed = TimedFeed(batches, _as_is, count=lambda batch: samples_in(batch, size))
+    feed = TimedFeed(batches, lambda batch: batch, count=lambda batch: samples_in(batch, size))
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()
     for batch in feed:  # a DataLoader's workers end with the pass, not during the next epoch

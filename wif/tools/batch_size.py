@@ -2,10 +2,7 @@
 
 See docs/tuning.md, "Batch-size finder". A common advice is to grow the batch until the GPU's memory is about
 90% used. Sizes are searched by doubling, then bisecting between the last size that fit and the first that
-did not: `find_largest`, a pure function.
-
-Each probe (`batch_probe`) runs a few real training steps of the configured model, optimizer and loss, then
-reads the device's memory. The steps are the study's `train_epoch` on one fixed batch already on the device.
+did not: `find_largest`, a pure function. Each probe (`batch_probe`) trains a few steps, then reads the memory.
 
     wif-batch-size model=googlenet data.image_size=64 --fill 0.9
 """
@@ -63,23 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
         "The largest data.batch_size the configured model trains "
         "with on this GPU while the device stays within --fill of its memory.",
     )
-    p.add_argument(
-        "--fill",
-        type=float,
-        default=0.9,
-        help="share of the device's memory a batch may fill, as nvidia-smi counts it (default: %(default)s)",
-    )
     p.add_argument("--start", type=int, help="first size tried (default: data.batch_size)")
-    p.add_argument("--max-batch", type=int, default=65536, help="largest size tried (default: %(default)s)")
-    p.add_argument(
-        "--multiple", type=int, default=8, help="sizes searched are multiples of this (default: %(default)s)"
-    )
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=3,
-        help="training steps per probe; the optimizer's state appears after the first (default: %(default)s)",
-    )
+    for flag, kind, default, text in (
+        ("--fill", float, 0.9, "share of the device's memory a batch may fill, as nvidia-smi counts it"),
+        ("--max-batch", int, 65536, "largest size tried"),
+        ("--multiple", int, 8, "sizes searched are multiples of this"),
+        ("--steps", int, 3, "training steps per probe; the optimizer's state appears after the first"),
+    ):
+        p.add_argument(flag, type=kind, default=default, help=f"{text} (default: %(default)s)")
     return p
 
 

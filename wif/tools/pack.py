@@ -21,20 +21,14 @@ from wif.config import ConfigError, DataFormat, DataSource
 from wif.config.compose import STUDY_COMMAND, load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.data.folder_check import require_readable
-from wif.data.formats.pack import Progress
 from wif.data.formats.store import THROTTLE_ENV, build, check_pack, listing_of
 
 PROG = "wif-pack"
 BAR = 30
 
 
-def progress_bar(total: int, tty: bool) -> Progress:
-    """A bar on a terminal, redrawn every 0.1 s, else a line every 10 s; images/s and MiB written."""
-    return _Bar(total, tty)
-
-
 class _Bar:
-    """The pack's progress on stderr, called after each record."""
+    """The pack's progress on stderr: a bar on a terminal, redrawn every 0.1 s, else a line every 10 s."""
 
     def __init__(self, total: int, tty: bool) -> None:
         self.total, self.tty = total, tty
@@ -94,7 +88,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             fmt=DataFormat(args.to),
             out=out,
             shard_mb=conf.data.shard_mb,
-            progress=progress_bar(total, sys.stderr.isatty()),
+            progress=_Bar(total, sys.stderr.isatty()),
             source=conf.data.source.value,
         )
         seconds = time.perf_counter() - t0

@@ -28,7 +28,7 @@ from wif.measure.nvml import resolve_device
 from wif.measure.sysinfo import usable_cores
 from wif.run.forking import preload
 from wif.tools.tune_trials import WORKER_ONLY, Trial, Tuner, trial_config
-from wif.tools.worker_search import final_pick, finalists, search_workers, trial_of
+from wif.tools.worker_search import best_trial, search_workers
 
 PROG = "wif-tune"
 
@@ -240,16 +240,14 @@ def _report(tuner: Tuner, best_per_pin: Dict[bool, Optional[int]], base: Config,
         base: the searched configuration.
         args: the flags and overrides.
     """
-    scores = finalists(tuner.trials, best_per_pin)
-    if not scores:
+    best = best_trial(tuner.trials, best_per_pin, args.min_gain)
+    if best is None:
         print(table(tuner.trials, None))
         print(
             f"{PROG}: every trial failed; see the errors above and the runs tagged wif.tune_id={tuner.tune_id}.",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    pin, w = final_pick(scores, args.min_gain)
-    best = trial_of(tuner.trials, pin, w)
     tuner.tracker.set_tags(best.run_id, {"wif.tune_best": "true"})
     print()
     print(table(tuner.trials, best))
@@ -257,8 +255,8 @@ def _report(tuner: Tuner, best_per_pin: Dict[bool, Optional[int]], base: Config,
     for p, bw in best_per_pin.items():
         print(f"Best with pin_memory={str(p).lower()}: num_workers={bw}")
     print(
-        f"Best: num_workers={w} with pin_memory={str(pin).lower()} ({best.img_s:.0f} img/s). "
-        f"{len(tuner.trials)} trials logged to MLflow with tag wif.tune_id={tuner.tune_id}."
+        f"Best: num_workers={best.num_workers} with pin_memory={str(best.pin_memory).lower()} "
+        f"({best.img_s:.0f} img/s). {len(tuner.trials)} trials logged to MLflow with tag wif.tune_id={tuner.tune_id}."
     )
     print(f"Use it: {train_command(base, args.overrides, best)}")
     return EXIT_OK

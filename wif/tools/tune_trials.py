@@ -3,6 +3,7 @@
 The keys that only mean something with workers are turned off without any (`WORKER_ONLY`). Each trial is
 supervised and recorded as its own MLflow run tagged `wif.kind=tune`, in the study's store. The search, the
 table and the command line (`tune`, `worker_search`) only ask a trial how many images a second it fed.
+`run_recorded` runs wif-advise's measuring runs too.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ import copy
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from wif import dataloader_args
-from wif.config import Config, TrainerMode, validate
+from wif.config import Config, TrainerMode, as_plain, validate
 from wif.measure import names
+from wif.measure.contention import is_contended
 from wif.measure.sysinfo import host_tags
-from wif.measure.tracking import FINISHED, KILLED, Tracker
+from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 from wif.run.model import model_label
-from wif.tools.recorded import run_recorded
+from wif.run.supervise import REFUSED, Outcome, supervise
 
 # Loader keys that only mean something with worker processes, and their value without any: DataLoader's default.
 WORKER_ONLY = tuple((arg.name, arg.default) for arg in dataloader_args.WORKER_ONLY)
@@ -65,6 +67,41 @@ def trial_config(base: Config, num_workers: int, pin_memory: bool, batches: int,
     conf.progress = False
     validate(conf)
     return conf
+
+
+def run_recorded(
+    tracker: Tracker, conf: Config, device: str, name: str, tags: Dict[str, str], label: str
+) -> Tuple[str, Outcome, str]:
+    """(run id, outcome, its error in one line or ''): one run supervised, with an MLflow record of its own.
+
+    Unlike a sweep's job (wif.sweep.job), the record exists before the run starts. A refusal from inside the
+    run, such as a failing data factory, then ends it FAILED, not absent. FINISHED logs the summary and tags
+    `wif.contended`; any other outcome tags `wif.error`. A KILLED outcome, by Ctrl-C, is the caller's to act
+    on, once it has kept what it needs.
+
+    Args:
+        tracker: the MLflow store the run is recorded in.
+        conf: the run's configuration.
+        device: "cuda" or "cpu".
+        name: the run's name.
+        tags: the run's tags.
+        label: how the run's lines name it.
+    """
+    plain = as_plain(conf)
+    run_id = tracker.start_run(name, plain, tags, plain)
+    outcome = supervise(conf=conf, device=device, tracker=tracker, open_run=lambda: run_id, label=label, tags=tags)
+    if outcome.status == REFUSED:  # the record exists already: the run failed
+        outcome = Outcome(FAILED, outcome.error)
+    error = outcome.error or {}
+    text = f"{error.get('type')}: {error.get('message')}" if error else ""
+    if outcome.status == FINISHED:
+        tracker.log_metrics(run_id, outcome.summary)
+        contended = is_contended(outcome.summary, conf.measure.contended_pct)
+        tracker.set_tags(run_id, {names.TAG_CONTENDED: str(contended).lower()})  # as a sweep's job is tagged
+    else:
+        tracker.set_tags(run_id, {names.TAG_ERROR: text[:4000]})
+    tracker.end_run(run_id, outcome.status)
+    return run_id, outcome, text
 
 
 class Tuner:

@@ -5,7 +5,7 @@ See docs/tuning.md, "Loader tuner".
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from wif.tools.tune_trials import Trial
 
@@ -34,6 +34,16 @@ class _Scores:
             self.by_workers[workers] = self.measure(workers, phase)
         return self.by_workers[workers]
 
+    def coarse_best(self, counts: Iterable[int], min_gain: float) -> int:
+        """The coarse pass over `counts`, 0 first, as `search_workers` says: where more workers stopped helping."""
+        best = 0
+        for w in counts:
+            s, b = self.score(w, "coarse"), self.by_workers[best]
+            if w > 0 and (s is None or (b is not None and s <= b * (1 + min_gain))):
+                break
+            best = w
+        return best
+
 
 def search_workers(
     measure: Measure,
@@ -60,7 +70,7 @@ def search_workers(
             wif-advise's: the count's loader alone is slower than the best's whole epoch.
     """
     scores = _Scores(measure)
-    best = _coarse_best(scores, max_workers=max_workers, step=step, min_gain=min_gain)
+    best = scores.coarse_best(range(0, max_workers + 1, step), min_gain)
     for w in range(max(best - radius, 0), min(best + radius, max_workers) + 1):
         if w in scores.by_workers or beaten is None or not beaten(w, best):
             scores.score(w, "refine")
@@ -85,12 +95,7 @@ def double_workers(
     """
     scores = _Scores(measure)
     coarse = doubled_counts(max_workers)
-    best = 0
-    for w in coarse:
-        s, b = scores.score(w, "coarse"), scores.by_workers[best]
-        if w > 0 and (s is None or (b is not None and s <= b * (1 + min_gain))):
-            break
-        best = w
+    best = scores.coarse_best(coarse, min_gain)
     at = coarse.index(best)
     beside = coarse[max(at - 1, 0) : at + 2]
     for w in sorted({(best + n) // 2 for n in beside} - {best, *scores.by_workers}):
@@ -111,43 +116,17 @@ def doubled_counts(max_workers: int) -> List[int]:
     return counts + ([max_workers] if max_workers > 0 else [])
 
 
-def _coarse_best(scores: _Scores, *, max_workers: int, step: int, min_gain: float) -> int:
-    """The coarse pass: the count where more workers stopped helping.
-
-    Args:
-        scores: the counts measured so far.
-        max_workers: the most workers tried.
-        step: the pass's step in workers.
-        min_gain: the share faster that more workers must be to count as helping.
-    """
-    best = 0
-    scores.score(0, "coarse")
-    for w in range(step, max_workers + 1, step):
-        s, b = scores.score(w, "coarse"), scores.by_workers[best]
-        if s is None or (b is not None and s <= b * (1 + min_gain)):
-            break
-        best = w
-    return best
-
-
-def finalists(trials: Sequence[Trial], best_per_pin: Dict[bool, Optional[int]]) -> Dict[tuple, float]:
-    """Each pinning's best as {(pin_memory, num_workers): images/s}; a pinning whose every trial failed left out."""
-    return {
-        (pin, w): next(t.img_s for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
-        for pin, w in best_per_pin.items()
-        if w is not None
-    }
-
-
-def final_pick(finalists: Dict[tuple, float], min_gain: float) -> tuple:
-    """(pin_memory, num_workers) among each pinning's best.
+def best_trial(trials: Sequence[Trial], best_per_pin: Dict[bool, Optional[int]], min_gain: float) -> Optional[Trial]:
+    """The pick among each pinning's best trial; None where every trial failed.
 
     The fewest workers within min_gain of the fastest, then no pinning: pinned pages are locked RAM.
     """
-    top = max(finalists.values())
-    return min((k for k, s in finalists.items() if s * (1 + min_gain) >= top), key=lambda k: (k[1], k[0]))
-
-
-def trial_of(trials: Sequence[Trial], pin_memory: bool, num_workers: int) -> Trial:
-    """The trial of this pinning and worker count."""
-    return next(t for t in trials if (t.pin_memory, t.num_workers) == (pin_memory, num_workers))
+    finalists = [
+        next(t for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
+        for pin, w in best_per_pin.items()
+        if w is not None
+    ]
+    if not finalists:
+        return None
+    top = max(t.img_s for t in finalists)
+    return min((t for t in finalists if t.img_s * (1 + min_gain) >= top), key=lambda t: (t.num_workers, t.pin_memory))

@@ -8,6 +8,7 @@ NOTE [ Trials in one process ] in wif.watcher.served.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
@@ -142,18 +143,14 @@ def _alive(processes: List[psutil.Process]) -> List[psutil.Process]:
 
 def _signal(pid: int, tree: List[psutil.Process], sig: int) -> None:
     """`sig` to `pid`'s process group where it leads one, else to `pid`; and to each of `tree`."""
-    try:
+    with contextlib.suppress(OSError):  # it has ended: its tree is signalled still
         if os.getpgid(pid) == pid:
             os.killpg(pid, sig)
         else:  # a warm script: a child of the warm server, in its group
             os.kill(pid, sig)
-    except OSError:
-        pass  # it has ended: its tree is signalled still
     for p in tree:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.send_signal(sig)
-        except psutil.Error:
-            continue
 
 
 def _ended(proc: Any, seconds: float) -> bool:

@@ -8,6 +8,7 @@ See NOTE [ Why the script starts warm ].
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import os
 import runpy
@@ -122,10 +123,8 @@ def _end_children() -> None:
 
     children = psutil.Process().children(recursive=True)
     for child in children:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             child.terminate()
-        except psutil.NoSuchProcess:
-            pass
     for child in psutil.wait_procs(children, timeout=5)[1]:
         child.kill()
 

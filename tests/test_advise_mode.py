@@ -11,7 +11,17 @@ from wif.advisor.script.mode import Script
 def test_both_modes_carry_every_member_of_the_interface_with_its_parameters() -> None:
     """A member added to Mode, or a parameter renamed in one mode, fails here before the steps call it."""
     members = [n for n in vars(Mode) if not n.startswith("_")] + list(Mode.__annotations__)
-    assert {"bound_label", "introduce", "runner", "bound", "knobs", "resident", "lines", "failure"} <= set(members)
+    assert {
+        "bound_label",
+        "evaluates_alike",
+        "introduce",
+        "runner",
+        "bound",
+        "knobs",
+        "resident",
+        "lines",
+        "failure",
+    } <= set(members)
     script = Script(command=["python", "train.py"], probed={}, base=None)
     for mode in (Harness(), script):
         for name in members:
@@ -21,3 +31,5 @@ def test_both_modes_carry_every_member_of_the_interface_with_its_parameters() ->
                 theirs = list(inspect.signature(getattr(mode, name)).parameters)
                 assert theirs == list(inspect.signature(want).parameters)[1:], (type(mode).__name__, name)
     assert Harness.bound_label != Script.bound_label
+    assert not Harness.evaluates_alike and not script.evaluates_alike  # a plain loop's evaluation is its own
+    assert Script(command=["python", "t.py"], probed={"framework": "transformers"}, base=None).evaluates_alike

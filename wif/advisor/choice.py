@@ -154,7 +154,7 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
     chosen = trials.made[pick] if pick is not None else None
     pin = ctx.base.loader.pin_memory
     pasted, run_line = ctx.mode.lines(ctx.overrides, chosen, pin) if chosen else (None, None)
-    speedup, outside = _speedup(race, pick) if chosen else (None, "")
+    speedup, outside = _speedup(race, pick, ctx.mode.evaluates_alike) if chosen else (None, "")
     return Advice(
         data_bound=found.data_bound,
         sentence=found.sentence,
@@ -179,22 +179,26 @@ def give_answer(trials: Trials, found: Found, predicted: Predicted, raced: Raced
 OUTSIDE_SAID = 0.01  # the script's time outside its training loader is counted past this share of an epoch
 
 
-def _speedup(race: RaceResult, pick: str) -> Tuple[tuple, str]:
+def _speedup(race: RaceResult, pick: str, alike: bool) -> Tuple[tuple, str]:
     """The pick's speedup over the script's whole epoch: estimate, low, high of its 95% interval.
 
-    Also the line that says what was added to the loader's. See NOTE [ The time outside the training loader ]
-    in wif.advisor.answer.
+    Also the line that says what was added to the loader's. `alike`: the script's evaluation takes the pick's
+    settings too. See NOTE [ The time outside the training loader ] in wif.advisor.answer.
     """
     loader = race.speedup(pick)
     outside, current_s = answer.outside_share(race.runs.get(BASELINE, [])), race.measured_s(BASELINE)
     if math.isnan(current_s) or outside <= OUTSIDE_SAID * current_s:  # a loop's own few ms change nothing
         return loader, ""
-    said = (
-        f"Counted: your script's {outside:.3f} s outside its training loader a window (evaluation, saving), "
-        f"which no loader setting shortens; the training loader's epochs alone: {loader[0]:.2f}x "
-        f"({loader[1]:.2f}-{loader[2]:.2f})."
-    )
-    return answer.whole_epoch(loader, current_s, outside), said
+    whole = answer.whole_epoch(loader, current_s, outside)
+    said = f"Counted: your script's {outside:.3f} s outside its training loader a window (evaluation, saving)"
+    if alike:  # between its evaluation unchanged and as much faster as the training loader
+        said += (
+            f", which takes these settings too: the figure lies between that time unchanged ({whole[0]:.2f}x) "
+            f"and as much faster ({loader[0]:.2f}x)."
+        )
+        return (math.sqrt(whole[0] * loader[0]), whole[1], loader[2]), said
+    said += f", which no loader setting shortens; the training loader's epochs alone: {loader[0]:.2f}x "
+    return whole, said + f"({loader[1]:.2f}-{loader[2]:.2f})."
 
 
 def _why_keep(trials: Trials, found: Found, predicted: Predicted, raced: Raced) -> str:

@@ -23,6 +23,7 @@ class Mode(Protocol):
     """What differs between advising train.py's runs and advising a user's own script."""
 
     bound_label: str  # what the bound is, as the answer names it
+    evaluates_alike: bool  # the pasted settings reach the script's evaluation loader too
 
     def introduce(self, opts: Options, say: Say) -> None:
         """Say what the advice runs, before its first line of its own."""
@@ -52,6 +53,7 @@ class Harness:
     """The advice over train.py's harness: a study's runs, its bound `data=fixed`, its own lines."""
 
     bound_label = "data=fixed"
+    evaluates_alike = False  # the study's own validation is timed apart
 
     def introduce(self, opts: Options, say: Say) -> None:
         """Nothing to say: the steps say the data and the minutes."""

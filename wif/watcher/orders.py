@@ -214,10 +214,14 @@ class Orders:
 
 
 def write_json(path: str, data: Dict[str, Any]) -> None:
-    """`data` at `path`, whole or not at all: written beside it, then renamed."""
-    with open(path + ".part", "w") as out:
+    """`data` at `path`, whole or not at all: written beside it, then renamed.
+
+    The part is this process's own: a DDP job's ranks each write the probe's report to one path.
+    """
+    part = f"{path}.{os.getpid()}.part"
+    with open(part, "w") as out:
         json.dump(data, out)
-    os.replace(path + ".part", path)
+    os.replace(part, path)
 
 
 class _Sharded:

@@ -103,6 +103,11 @@ class Script:
 
     bound_label = "the first batches replayed"
 
+    @property
+    def evaluates_alike(self) -> bool:
+        """The HF Trainer builds its evaluation loader from the same TrainingArguments fields."""
+        return self.probed.get("framework") == "transformers"
+
     def introduce(self, opts: Options, say: Say) -> None:
         """Say the command, its training loader, its windows, and that each measuring run runs it again."""
         p, cap = self.probed, self.cap(opts)

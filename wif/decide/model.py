@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
+from statsmodels.robust.norms import HuberT
+from statsmodels.robust.robust_linear_model import RLM
+from statsmodels.robust.scale import mad
 
 from wif.decide import draws as draws_
 from wif.decide import noise
@@ -242,8 +244,8 @@ def outliers(runs: pd.DataFrame, value: str, limit: float = OUTLIER_SDS) -> pd.S
     if n - p < MIN_OUTLIER_DF:
         return pd.Series(dtype=float)
     y = np.log(runs[value].to_numpy(dtype=float))
-    resid = sm.RLM(y, x, M=sm.robust.norms.HuberT()).fit().resid
-    scale = sm.robust.mad(resid, center=0.0) * np.sqrt(n / (n - p))
+    resid = RLM(y, x, M=HuberT()).fit().resid
+    scale = mad(resid, center=0.0) * np.sqrt(n / (n - p))
     if scale <= 0:
         return pd.Series(dtype=float)
     z = pd.Series(resid / scale, index=runs.index)

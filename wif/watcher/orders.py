@@ -2,13 +2,13 @@
 
 The orders come through the environment, as JSON in WIF_WATCH_ORDERS, so the script runs unchanged. A mode:
 
-- `train`: the script as it is, each epoch capped at `batches` batches. It runs `epochs` epochs, or with
-  `auto` until the study's stopping rule says the median is pinned, as `trainer.epochs=auto` does.
-- `bound`: the first batches replayed, as `data=fixed` is. The first epoch reads them as its warm-up; every
-  later one hands the step the same batches again, so the loader costs nothing.
-- `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs.
-- `probe`: the loader's settings written to `out` at its first epoch, with the time of its first few
-  batches; the script ends there.
+    `train`: the script as it is, each epoch capped at `batches` batches. It runs `epochs` epochs. With `auto`
+        it runs until the study's stopping rule says the median is pinned, as `trainer.epochs=auto` does.
+    `bound`: the first batches replayed, as `data=fixed` is. The first epoch reads them as its warm-up. Every
+        later epoch hands the step the same batches again, so the loader costs nothing.
+    `loader_only`: the loader iterated alone for `epochs` epochs at its first pass. The step never runs.
+    `probe`: the loader's settings written to `out` at its first epoch, with the time of its first few
+        batches. The script ends there.
 
 With `loader` settings, the script's DataLoader is rebuilt with them, even inside its wrapper. Its dataset,
 sampler or batch sampler, collate_fn, worker_init_fn and generator are kept. When the measurement has what

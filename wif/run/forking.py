@@ -60,10 +60,8 @@ def serial_parent() -> None:
     """Keep a process that forks runs off torch's CPU thread pool.
 
     GNU OpenMP, torch's intra-op threads, is not fork-safe. A child forked after its parent ran a parallel op
-    waits forever at its own first one. It waits for pool threads that exist only in the parent. wif-advise
-    hung so on an H200 and here at data.fraction=0.4. It had drawn the subset, a randperm of 50,000, on its
-    threads, and its first run never left data generation. On one thread no pool starts; each forked run gets
-    the count back (`forked_run_threads`). So does a process wif borrowed, such as a notebook, once its runs are done.
+    waits forever for the parent's pool threads. The advice hung so after drawing its subset on threads. On one
+    thread no pool starts. Each forked run, and a borrowed process such as a notebook, gets the count back after.
     """
     if not _PARENT_THREADS:
         _PARENT_THREADS.append(torch.get_num_threads())

@@ -66,10 +66,7 @@ class Decision:
 
 
 def still_growing(peaks: Sequence[float], window: int, tolerance: float) -> Optional[float]:
-    """The relative rise of the peak within the last `window` epochs over every peak before them.
-
-    None when the rise is within `tolerance`: the peak has held. Too few epochs to compare count as growing.
-    """
+    """The relative rise of the peak in the last `window` epochs over all before; None within `tolerance`."""
     if len(peaks) <= window:
         return float("inf")  # too few epochs to tell: treated as growing
     before, recent = max(peaks[:-window]), max(peaks[-window:])

@@ -37,11 +37,7 @@ REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was cre
 
 
 def _quiet_in_forked_children() -> None:
-    """Leave a process the run forks, such as a DataLoader worker, to be ended by the run.
-
-    SIGTERM ends it at once: the run's `interrupt` would raise, and a worker still in multiprocessing's
-    start-up prints that as a traceback. Ctrl-C reaches the whole group: the worker leaves it to the run.
-    """
+    """Leave a process the run forks, such as a DataLoader worker, to be ended by the run, without a traceback."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -205,10 +201,7 @@ def end_child(child: Child) -> None:
 
 
 def outcome(child: Child, run: RunRecord, t_end: float) -> Outcome:
-    """The ended run's outcome: its summary and final tags when it finished, else its error.
-
-    `t_end` is time.monotonic() when its result came; 0 if none came.
-    """
+    """The ended run's summary and final tags, else its error; `t_end` is when its result came (0: none)."""
     if run.done and child.proc.exitcode == 0:
         cold = cold_verdict(run.epochs, run.conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
         tags = {names.TAG_STOP_REASON: run.stop_reason(), **(cold or {}), **child.sampler.gpu_tags()}

@@ -60,10 +60,10 @@ def _run(probe: Callable[[Config], None], conf: Config, conn: object, key: str, 
 
 
 def check_user_code(conf: Config, data: bool = True) -> None:
-    """ConfigError, one line naming the key, when a custom model or dataset factory fails or returns the wrong type.
+    """ConfigError naming the key where a custom model or dataset factory fails or returns the wrong type.
 
     Each factory is called once per process and arguments. With `data=False` the run's own process checks the
-    dataset factory, before its MLflow run exists. A slow factory is then called once per run, not twice.
+    dataset factory, so a slow one is called once per run.
     """
     for name, node, probe in _probes(conf, data):
         key = (name, f"{node._target_} {sorted(node.kwargs.items())}")

@@ -1,8 +1,7 @@
 """The process that forks runs, made ready once: a sweep's jobs, wif-tune's trials, wif-advise's runs.
 
-It is made warm, its one-time imports paid before the first fork, and serial (`serial_parent`). Apart from
-`training`, which is what each forked run does. `interrupt` ends the supervisor, a run or a rank on SIGTERM
-as Ctrl-C does. `said_error` is what a run or a rank says when an error ends it.
+It is made warm and serial (`serial_parent`). `interrupt` ends a supervisor, run or rank on SIGTERM as Ctrl-C
+does. `said_error` is what a run or a rank says when an error ends it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """How a run's figure scatters: within the run and between runs, and how many epochs pin it.
 
-Over a run's steady epochs, the figure is their median epoch time. The median's interval is distribution-free:
-order statistics and binomial ranks assume nothing about how epoch times scatter. A cell's between-run noise is
-read from earlier finished runs, once, before the run starts. Kalibera and Jones' allocation weighs the two.
-`wif.run.stopping` asks these after each epoch.
+The figure is the median of the steady epochs, its interval distribution-free (order statistics, binomial
+ranks). A cell's between-run noise is read from earlier runs once, before the run starts. Kalibera and Jones'
+allocation weighs the two. `wif.run.stopping` asks these after each epoch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The supervisor's record of one forked run, fed by `wif.run.supervise`.
+"""The supervisor's record of one forked run, fed by `wif.run.supervise`: MLflow, progress, stopping, the summary.
 
-Each message the run sends through the pipe is logged to MLflow; the record is opened once the run has built
-its data. The record also writes the progress line, asks the stopping rule after each epoch under
-trainer.epochs=auto, and makes the run's summary.
+It opens once the run has built its data, and logs each message the run sends through the pipe.
 """
 
 from __future__ import annotations

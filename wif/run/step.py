@@ -1,8 +1,6 @@
-"""The training step as the user's configuration asks for it.
+"""The training step as configured: the optimizer (`trainer.optimizer._target_`), precision, memory format, compile.
 
-That is the optimizer named by `trainer.optimizer._target_`, `trainer.precision` (autocast, and a GradScaler
-for fp16), `trainer.channels_last` and `trainer.compile`. The loop in `wif.run.loop` times the step; nothing
-here synchronizes the device.
+The loop in `wif.run.loop` times the step; nothing here synchronizes the device.
 """
 
 from __future__ import annotations

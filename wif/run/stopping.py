@@ -1,15 +1,10 @@
 """trainer.epochs=auto: when a run's compared figure is pinned down, so that more epochs would tell nothing new.
 
-The rule is pure and is asked at epoch boundaries only. The run waits for its ack there anyway, so asking costs
-the timed epochs nothing. The warm-up epochs are set apart. The run's figure is the median of the steady epochs
-after them, the report's `epoch_time_median_s`; its interval and noise are `wif.run.noise`'s.
-
-With `trainer.auto_target` a number, the run stops once that interval is within the target of the median on
-each side. With `auto`, the default, the run stops once more epochs cannot change what its figure is for:
-the comparison of cells across runs. See NOTE [ The auto target ].
-
-Memory must have stopped growing too. Copy-on-read RAM growth in DataLoader workers (PyTorch #13246) is a
-finding, not noise. A run whose RAM or VRAM peak still rises runs on to `max_epochs` and says so.
+The rule is pure and asked at epoch boundaries only, where the run waits anyway. The figure is the median of
+the steady epochs after the warm-up; its interval and noise are `wif.run.noise`'s. With `trainer.auto_target` a
+number, the run stops once that interval is within the target. With `auto`, it stops once more epochs cannot
+change the comparison of cells across runs (NOTE [ The auto target ]). A run whose RAM or VRAM peak still
+rises runs on to `max_epochs` and says so. Worker RAM growth (PyTorch #13246) is a finding, not noise.
 """
 
 # NOTE [ The auto target ]

@@ -1,13 +1,9 @@
 """One run in a process of its own, watched from outside: the forked child that trains, and its supervisor.
 
-The supervising process, the one Hydra runs, has imported torch. It never initializes CUDA, never loads data
-and never runs torch compute: its thread pools do not survive a fork. Each run is a child forked from it. So
-a run starts in milliseconds, yet owns its memory high-water marks, CUDA context and DataLoader workers. A
-hard crash of the run cannot take the sweep down.
-
-The child sends its figures through a pipe. The supervisor samples the child's process tree and hands each
-message to the run's record (`wif.run.record`: MLflow, the progress line, the stopping rule). It returns
-the run's outcome and summary.
+The supervisor, the process Hydra runs, never initializes CUDA, loads data or runs torch compute: its thread
+pools do not survive a fork. So a run forks in milliseconds, owns its memory peaks, CUDA context and workers,
+and cannot take the sweep down. The supervisor samples the child's tree and hands each message the child
+pipes to the run's record (`wif.run.record`). It returns the run's outcome and summary.
 """
 
 from __future__ import annotations

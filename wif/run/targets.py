@@ -1,9 +1,8 @@
 """Whether the user's factories build what they promise, found before any run is created.
 
-`wif.config.targets` already refused a `_target_` that cannot be imported or is not callable. Whether a
-model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), can only
-be told by calling it. The call runs in a forked process, as the supervising process never runs torch compute
-(wif.run.supervise). And a factory that crashes or leaks takes nothing down with it.
+Whether a model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), is
+told by calling it. The call runs in a forked process: the supervisor never runs torch compute, and a factory
+that crashes takes nothing down with it.
 """
 
 from __future__ import annotations

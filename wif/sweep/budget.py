@@ -1,13 +1,9 @@
 """What a time budget lets run (`sweep.budget_min`): which job may start, what fits, which fractions race now.
 
-The rules are pure: they take the prices of wif.sweep.prices and the seconds left. A job of fixed epochs
-starts only where its *upper* price fits. An auto job starts where its smallest useful run fits, and gets a
-deadline (sweep.deadline) at its upper price or the budget's end. It stops there with what it has. Cheaper
-jobs after a refused one still may start. wif.sweep.sweep_budget keeps the budget while the sweep runs.
-
-A budgeted job evaluates less: see NOTE [ What a budgeted job evaluates ]. A race under a budget runs the
-fractions whose first look fits. Its record says what the budget left undone. The race itself is
-hydra_plugins/wif_sweeper/race_sweeper.py.
+Pure rules on wif.sweep.prices' prices and the seconds left. A fixed job starts only where its *upper* price
+fits. An auto job starts where its smallest useful run fits, with a deadline at its upper price or the end.
+Cheaper jobs after a refused one still may start. A budgeted job evaluates less: NOTE [ What a budgeted job
+evaluates ]. A race under a budget runs the fractions whose first look fits.
 """
 
 from __future__ import annotations

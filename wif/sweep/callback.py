@@ -1,10 +1,8 @@
 """What a sweep knows about itself: how many jobs it launches, in which order, and how they ended.
 
-Its jobs come in blocks, one repeat of every cell each, shuffled within: see NOTE [ Blocks shuffled within ].
-
-Hydra's basic launcher runs every job in this one process, so the tallies live here. A Hydra callback
-prints them when the multirun ends, and makes the command fail if any job failed. A launcher that runs each
-job in a process of its own (submitit) leaves them to be read from the runs the jobs logged.
+Its jobs come in shuffled blocks: NOTE [ Blocks shuffled within ]. Hydra's basic launcher runs every job in
+this process, so the tallies live here. The callback prints them at the end and fails on a failed job.
+Under a launcher of its own processes (submitit) they are read from the store.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """One GPU per job: the GPUs a job may use, and the lock that gives it one of them.
 
-`claim_gpu()` locks one GPU and pins `CUDA_VISIBLE_DEVICES` to it before the run is forked. There is one
-lock file per physical GPU, held with `flock`, so it is released when the job's processes end, however
-they end. Another wif job on this machine may hold every GPU a job may use. That job is then refused with
-a message, never run beside one: two timed runs on one GPU measure each other. `run_job` (`pin_gpu`) and
-the cluster callback (`wif.sweep.cluster`) use it.
+`claim_gpu()` locks one GPU with `flock` and pins `CUDA_VISIBLE_DEVICES` to it before the run is forked. The
+lock ends with the job's processes. A job finding every GPU held is refused, never run beside another: two
+timed runs on one GPU measure each other.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`wif-plan`: the price of a sweep before it starts, for the fixed grid and for the cheap way (race + auto).
 
-It expands the overrides wif-study (train.py) takes into the sweep's cells and repeats. It prices each run
-from earlier runs of the same testbed in the MLflow store: the device, the GPU model, the network. The sums
-are wif.sweep.pricing's. The cheap way's epochs a run are those earlier auto runs took, else trainer.min_epochs.
-
-With no earlier run of the testbed, a short probe prices it, and its own cost is printed. The probe runs a
-few batches of each setting, its job start included (wif.sweep.probe). `--no-probe` only says how to get a
-price.
+It expands wif-study's overrides into cells and repeats, and prices each run from earlier runs of the same
+testbed (wif.sweep.pricing). Without any, a short probe of each setting prices it (wif.sweep.probe), its own
+cost printed. `--no-probe` only says how to get a price.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """What a run of a sweep costs: its start, a fixed part and its epochs, learned as the sweep runs.
 
-A job's price is its start (fork, Hydra's set-up, data) plus its epochs: `overhead_s + fixed_s + epochs *
-epoch_s`. Its *expected* price plans what fits. Its *upper* price is the most epochs it may plausibly take,
-times SAFETY. What a budget lets run on these prices is `wif.sweep.budget`'s.
-
-The store's earlier runs of the testbed price the jobs. Without them a probe does (wif.sweep.probe), else
-the sweep's own first jobs: see NOTE [ Block 0 prices the rest ]. Each job this sweep runs replaces the
-guess for its cell with what it measured. Cells not run yet are scaled by how far the measured jobs were
-from their guesses.
+A job's price is `overhead_s + fixed_s + epochs * epoch_s`. The *expected* price plans what fits; the *upper*
+one is the most epochs it may plausibly take, times SAFETY. Earlier runs price the jobs, else a probe, else
+the first jobs (NOTE [ Block 0 prices the rest ]). Each job run replaces its cell's guess, and cells not run
+yet are scaled by how far the measured ones were from their guesses.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A sweep's prices read from the store: its earlier runs of the testbed, else a short probe run first.
 
-The store's earlier runs of the testbed (device, model) price a sweep. With none, a short *probe* measures
-it: one job of each distinct setting at the sweep's largest fraction, 2 epochs of a few training batches.
-It is launched like any job, so its start is in the price. It goes into the experiment `<experiment>-probe`,
-tagged `wif.kind=probe`. It never counts as a study run in the report, a resume or a race. A later sweep of
-the same testbed reuses it. `wif-plan` runs the same probe (`train.py -m ... sweep.probe_only=true`).
+A probe runs one job of each setting at the largest fraction, 2 epochs of a few batches, launched like any
+job. It goes to `<experiment>-probe`, tagged `wif.kind=probe`, never a study run; a later sweep reuses it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """A race's cells: named as the report names them, checked for rivals, merged where a CPU runs them the same.
 
-Also the race's fixed parts (`Race`) and its id.
-
-Used by `hydra/sweeper=race` (hydra_plugins/wif_sweeper/race_sweeper.py). Light imports only: Hydra
-imports every plugin at each start, and the plugin imports this module.
+Also the race's fixed parts (`Race`) and its id. Light imports only: Hydra imports the race sweeper at each start.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """A budgeted sweep's budget, kept while it runs (`sweep.budget_min`, `sweep.probe_only`).
 
-Every job is priced from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe). The
-plan is said before the first job. Each start is allowed only if the job can finish in what is left; the
-rules are wif.sweep.budget's. Each finished job's time teaches the prices of what follows. Last, the sweep
-says what its budget ran. Used by the sweepers (hydra_plugins/wif_sweeper), and by the probe, which only prices.
+Jobs are priced from earlier runs or a probe (wif.sweep.probe), and the plan is said first. A job starts only
+where it can finish in what is left (wif.sweep.budget). Each finished job teaches the prices of what follows.
+The sweepers use it, and the probe, which only prices.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The run process of a data-parallel job: the launcher starts the ranks, and a relay carries their messages.
 
-The launcher is PyTorch's elastic one (`torch.distributed.launcher.api`), what `torchrun` runs; the ranks are
-its children. The supervisor forks this process exactly as it forks a one-process run, and reads the same
-messages from the same pipe. So everything it measures works unchanged: the process tree's RAM now holds
-every rank and its workers. So does every way a run ends: FAILED, KILLED, a SIGKILL of the supervisor.
-
-Rank 0 sends the job's figures. Any rank may send the error that ended it; the first one is the run's reason.
+The launcher is PyTorch's elastic one, what `torchrun` runs. The supervisor forks this process as it forks a
+one-process run and reads the same pipe. So all it measures and every way a run ends work unchanged. Rank 0
+sends the job's figures. Any rank may send the error that ended it; the first one is the run's reason.
 """
 
 from __future__ import annotations

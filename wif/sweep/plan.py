@@ -74,11 +74,7 @@ def run_probe(overrides: Sequence[str], uri: str, experiment: str, config_dir: O
 
 
 def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Planned:
-    """The sweep's cells, repeats and shapes from the study's overrides, and a composed config of the sweep.
-
-    Names may come from `config_dir`, the user's folder. ConfigError for a name or value that Hydra or the
-    checks refuse.
-    """
+    """The sweep's cells, repeats and shapes, and a composed config; ConfigError for what Hydra or the checks refuse."""
     from wif.sweep.callback import plan_jobs
     from wif.sweep.identity import cell_name
     from wif.sweep.prices import epoch_batches

@@ -149,10 +149,7 @@ def composed(master: DictConfig, job: Job) -> Config:
 
 
 def runs_here(master: DictConfig) -> bool:
-    """Whether jobs run on this machine; False under SLURM.
-
-    Elsewhere, devices and disks are not this machine's, so only what does not depend on the machine is checked.
-    """
+    """Whether jobs run on this machine (not under SLURM); elsewhere only what needs no machine is checked."""
     return not str(master.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
 
 
@@ -187,10 +184,7 @@ def job_names(jobs: Sequence[Job]) -> List[str]:
 
 
 def refuse_bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> None:
-    """Check every job; if any cannot run, say which and why and exit 2, before any job has started.
-
-    It exits rather than raises: a callback's exceptions would only become Hydra warnings.
-    """
+    """Check every job; if any cannot run, say why and exit 2 (a callback's exception would be only a warning)."""
     t0 = time.perf_counter()
     bad = bad_jobs(master, jobs)
     seconds = time.perf_counter() - t0

@@ -105,10 +105,9 @@ class SweepBudget:
         return self.jobs[tuple(overrides)]
 
     def price_with_probe(self, launch: Launch) -> None:
-        """Without earlier runs of the testbed, price the jobs from the probe.
+        """Without earlier runs, price the jobs from the probe, run now unless stored or needless.
 
-        The probe runs now, unless the store holds a probe of every setting of this sweep already. Nor does it run
-        where every job is auto and the sweep runs jobs: see NOTE [ Block 0 prices the rest ] (wif.sweep.prices).
+        See NOTE [ Block 0 prices the rest ] in wif.sweep.prices.
         """
         if self.n_history:
             log.info("Budget: jobs priced from %d earlier runs of this testbed in the store", self.n_history)
@@ -194,11 +193,7 @@ class SweepBudget:
         return False
 
     def launch(self, overrides: Sequence[str], launch: Callable[[Sequence[str]], Any]) -> Optional[Any]:
-        """Run one job under the budget; None when it did not run.
-
-        A job finished before is skipped, one that cannot finish in what is left refused. Else it is launched,
-        and its time teaches the prices of what follows.
-        """
+        """Run one job under the budget, its time teaching the prices; None where it was done before or cannot fit."""
         if self.skip(overrides) or not self.may_start(overrides):
             return None
         t0 = time.monotonic()

@@ -1,17 +1,14 @@
 """The study's datasets and splits, at two operating points.
 
-- Preprocessed tensors: `data=synthetic`, or `data=folder data.preload=true` without augmentation. They are
-  float32 tensors in host memory, as the study holds its images. The loader options then differ only in how
-  batches reach the device. The subset is cut from the uint8 images: only the images a run uses become float.
-- Decoded per sample: `data=encoded`, `data=folder`. JPEG bytes or image files are decoded, augmented and
-  normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
+Preprocessed tensors: `data=synthetic`, or `data=folder data.preload=true` without augmentation. They are
+float32 in host memory, so the loader options differ only in how batches reach the device.
 
-Under transfer.uint8=true both hold or yield uint8 images instead. Every per-sample step, crops and flips, is
-the same. The last steps, the float conversion and normalization, run on the device after the copy
-(`wif.data.transfer.to_float`, with the mean and std below).
+Decoded per sample: `data=encoded`, `data=folder`. Images are decoded, augmented and normalized in
+`__getitem__`, in the DataLoader's workers when there are any, as most training does.
 
-The fraction takes a seeded subset of the training set before the train/validation split; every source splits
-the same way. The sources themselves live in `wif.data.synthetic` and `wif.data.folder`.
+Under transfer.uint8=true both yield uint8 images; the float conversion and normalization run on the device
+(`wif.data.transfer.to_float`). The fraction takes a seeded subset before the train/validation split, the same
+for every source. The sources live in `wif.data.synthetic` and `wif.data.folder`.
 """
 
 from __future__ import annotations

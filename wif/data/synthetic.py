@@ -1,8 +1,6 @@
 """The generated study set (`data=synthetic`) and its JPEG-encoded twin (`data=encoded`), cached on disk.
 
-Each is made once per parameter set, checksummed, written to a temporary folder and renamed when complete.
-
-See NOTE [ A cache checked once ].
+Each is made once per parameter set, checksummed, and renamed into place when complete (NOTE [ A cache checked once ]).
 """
 
 # NOTE [ A cache checked once ]

@@ -1,10 +1,7 @@
-"""How a host batch reaches the device.
+"""How a host batch reaches the device, apart from the loader so any loader option combines with any transfer.
 
-It is kept apart from the loader, so any loader option combines with any transfer option on the command line.
-
-Under transfer.uint8=true the loader yields uint8 images, and the copy moves a quarter of float32's bytes.
-Right after the copy, on the stream that copied them, the images become float and are normalized (`to_float`,
-as timm's PrefetchLoader does). The loop still sees the float batches of the host path.
+Under transfer.uint8=true the copy moves a quarter of float32's bytes. The images become float and are
+normalized right after, on the copying stream (`to_float`, as timm's PrefetchLoader does).
 """
 
 from __future__ import annotations

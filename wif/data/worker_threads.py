@@ -1,10 +1,8 @@
 """The `worker_threads` option: each DataLoader worker's OpenCV, BLAS and OpenMP threads limited to n.
 
-In each worker torch sets its own threads to 1; OpenCV and the BLAS behind numpy do not. So 12 workers of 16
-OpenCV threads each run 192 threads on 16 cores. DataLoader has no keyword for it: the worker's
-`worker_init_fn` limits them, then calls the loader's own. wif.dataloader_args reads the limit off it.
-
-This module imports nothing but the standard library at import time: a spawned worker unpickles it.
+In each worker torch sets its own threads to 1. OpenCV and BLAS do not, so 12 workers may run 192 threads on
+16 cores. The worker's `worker_init_fn` limits them, then calls the loader's own. Standard library only at
+import: a spawned worker unpickles it.
 """
 
 from __future__ import annotations

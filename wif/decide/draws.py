@@ -1,11 +1,8 @@
 """The simulated draws behind the model's critical values, made cheaply and exactly as numpy makes them.
 
-A race fits a new design at every look: each setting's own variance changes the covariance. Each new design
-used to draw 100,000 x k fresh standard normals inside `Generator.multivariate_normal`. That was most of its
-cost, though those normals depend on k and the seed only. They are now drawn once per k and counted here.
-They are turned into the design's draws step for step as numpy does: numpy/random/_generator.pyx,
-`multivariate_normal` with method="eigh". So every number is the same as before, bit for bit. `max_t` turns
-them into the max-t statistics the critical values are quantiles of.
+A race fits a new design at every look. Each used to draw 100,000 x k fresh normals, which depend on k and the
+seed only. They are now drawn once per k and turned into the design's draws as numpy's `multivariate_normal`
+(method="eigh") does, bit for bit. `max_t` turns them into the max-t statistics.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Racing, as F-Race and irace do it for configurations: after each block, drop the clearly slower settings.
 
-A setting is clearly slower when its simultaneous lower bound to the fastest is above 1
-(`wif.decide.decision.decide`). The next blocks are spent on the rest. A setting merely not shown to be
-fastest (tied, or too noisy to tell) runs on: a tie is never read as a loss.
+A setting is clearly slower when its simultaneous lower bound to the fastest is above 1. A tie is never read
+as a loss. Pure functions on frames of runs, tested on simulated sweeps; the race sweeper applies them.
 
-These are pure functions on frames of runs (loader, block, fraction and the run figure). So the rule is
-tested on simulated sweeps. `hydra_plugins.wif_sweeper.race_sweeper` applies it between blocks of real jobs.
-
-Stopping on what each block shows would inflate the error rate. So the error is spent over the looks: each
-look uses Hsu's MCB at confidence 1 - alpha / looks. `looks` is the most the race can take, blocks
-min_blocks..max_blocks. By Bonferroni, the chance that any look drops the fastest setting, or settles on a
-wrong one, stays below alpha.
+Stopping on what each block shows would inflate the error rate. So each look uses Hsu's MCB at confidence
+1 - alpha / looks, `looks` the most the race can take. By Bonferroni, the chance that any look drops the
+fastest setting, or settles on a wrong one, stays below alpha.
 """
 
 from __future__ import annotations

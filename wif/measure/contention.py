@@ -1,10 +1,8 @@
 """How much CPU other processes took on the run's CPUs while a run was measured.
 
-A run that shared its cores with a compile or another job is slower for a reason unrelated to its settings.
-The machine's busy time comes from /proc/stat. The job's own time comes from its process tree (`tree_cpu_s`)
-and the supervising process. What is left was spent by others. Readings are taken only at epoch boundaries,
-while the run waits for its epoch to be logged: nothing is added inside an epoch. The cores are the CPUs the
-run may run on: its affinity, a job's or a container's cpuset. Others on the other CPUs share nothing with it.
+A run sharing its cores is slower for reasons unrelated to its settings. The machine's busy time comes from
+/proc/stat, less the job's own tree and supervisor. It is read only at epoch boundaries, over the CPUs the
+run may use: its affinity or cpuset.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """One account of an epoch and of a run: an epoch's clock, its logged figures, the warm-up rule, the summary.
 
-The harness (`wif.run.record`), the watch (`wif.watcher`), the in-process API (`wif.tools.api`) and the
-advisor, which reads the figures back, all take them from here. So a new figure or a change of the warm-up
-rule is made once. The samples `wif.measure.sampler` takes are cut here into the windows a run reports: its
-epochs' peaks and means, and each rank's peaks.
-
-Pure: plain numbers in, plain dicts out; no torch, no MLflow. docs/what-each-run-records.md defines each name.
+The harness, the watch, the in-process API and the advisor all take them from here, so a change is made once.
+The sampler's samples are cut here into the windows a run reports. Pure: plain numbers in, plain dicts out.
+docs/what-each-run-records.md defines each name.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """A run never outlives its sweep, and a run record names the process that owns it.
 
-A run is a child forked from the supervising process, and its DataLoader workers are children of the run.
-Killed with SIGKILL, the supervisor can stop nothing. So each child asks the kernel up front, through
-`prctl(PR_SET_PDEATHSIG)`, to kill it when its parent dies. No orphan keeps training, holding its GPU and lock.
-
-The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it (`owner_tags`),
-so a later sweep on the same host closes it as stale (`wif.measure.tracking.close_stale_runs`).
-
-Imported by DataLoader workers (their `worker_init_fn`): this module imports neither torch nor MLflow.
+A supervisor killed with SIGKILL can stop nothing. So each child asks the kernel through
+`prctl(PR_SET_PDEATHSIG)` to end it with its parent. The MLflow run it owned stays RUNNING; its owner's tags
+(`owner_tags`) let a later sweep close it as stale. DataLoader workers import this: no torch, no MLflow.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """GPU memory and utilization from NVML (`nvidia-ml-py`), read from the supervising process.
 
-A run's device memory is what NVML lists for the run's processes (`usedGpuMemory`, CUDA context included).
-Where NVML lists none of them, the figure is the device's used memory over a baseline, and the run says
-why (`tags`). In a container the driver lists host PIDs, which never match the container's own
-(NVIDIA/nvidia-docker#1483). The supervisor reads the baseline before it forks the run (`memory_baselines`).
-So the run's CUDA context and everything it uploads count in the figure.
-
-Whether CUDA is present is asked the same way (`cuda_present`): a process that forks runs must never hold a
-CUDA context. `resolve_device` turns device=auto into the device a run gets.
+A run's device memory is what NVML lists for its processes, context included. Where it lists none, as in a
+container, the figure is the device's used memory over a baseline read before the fork. `cuda_present` asks
+NVML too: a process that forks runs must never hold a CUDA context. `resolve_device` resolves device=auto.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The page cache without root, for data.page_cache=cold (docs/formats.md).
 
-Files are evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` after an fsync: only clean pages can be
-dropped. Their residency is read with `mincore` over a read-only mmap; mapping a file reads none of it.
-The bytes a process tree read from storage are /proc/<pid>/io read_bytes of the run and its live workers.
-The kernel adds a reaped worker's count to its parent's, so the sum over the tree never goes back.
+Files are evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` after an fsync, and their residency read with
+`mincore` over an mmap. The bytes a tree read are /proc/<pid>/io read_bytes of the run and its live workers.
 """
 
 from __future__ import annotations

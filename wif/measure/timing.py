@@ -1,12 +1,8 @@
 """Clocks that time an asynchronous device right without adding synchronizations inside the loop.
 
-On CUDA every step records two events on the compute stream (cheap, no sync). They are read once, after
-the epoch's single synchronization. Compute time is the sum of event pairs. GPU idle time is the sum of gaps
-between one step's end and the next step's start: the GPU waits for data then. On the CPU, work is
-synchronous, so the host clock is exact and no GPU figure exists.
-
-`CopyClock` splits the host's time in a blocking copy into the copy's own device time and its wait behind
-the GPU's queued work. Every event is recorded on the named device's current stream, whatever device is current.
+On CUDA every step records two events on the compute stream, read once after the epoch's sync. Compute is
+the sum of event pairs; GPU idle is the gaps between them. On the CPU the host clock is exact. `CopyClock`
+splits a blocking copy into its own device time and its wait behind the queued work.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """data.format=lmdb: one record per image, in Efficient-PyTorch's layout.
 
-A record's key is `part/index`; its value is the label, 4 bytes little-endian, then the image's encoded bytes.
-Readers open the environment read-only, lock-free and without readahead, lazily in the process that reads. A
-DataLoader worker opens its own after the fork: an environment opened before fork and used in the children is
-the classic bug. One process opens a path once: LMDB forbids two environments on the same file in one process.
+A record's key is `part/index`; its value is the label, 4 bytes little-endian, then the image's bytes. Readers
+open the environment read-only, lock-free, without readahead, lazily after the fork, and once per process.
 """
 
 from __future__ import annotations

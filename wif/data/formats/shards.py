@@ -1,10 +1,8 @@
 """data.format=shards: tar shards in WebDataset's layout, read in sequence with plain `tarfile`.
 
-`<key>.<ext>` holds an image's bytes and `<key>.cls` its label; one shard holds about data.shard_mb MiB.
-docs/formats.md says why not the `webdataset` package. Each part's images are spread over its shards in a
-fixed shuffled order, so one shard mixes the classes. An epoch shuffles the shards, deals them out to the
-DataLoader's workers, and shuffles the samples again through a buffer. It yields every image of its split
-exactly once, as the folder would.
+`<key>.<ext>` holds an image's bytes and `<key>.cls` its label, about data.shard_mb MiB a shard (docs/formats.md).
+Each shard mixes the classes. An epoch shuffles the shards, deals them to the workers and shuffles the samples
+through a buffer, yielding every image of its split once.
 """
 
 from __future__ import annotations

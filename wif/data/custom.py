@@ -23,10 +23,7 @@ def _is_map_style(ds: Any) -> bool:
 
 
 def custom_sets(cfg: DataConfig) -> Dict[str, Optional[Dataset]]:
-    """Call the factory and check what it returned.
-
-    UserCodeError, naming data._target_, unless it is a map-style Dataset of (input, label), or a dict of them.
-    """
+    """Call the factory; UserCodeError unless it returns a map-style Dataset of (input, label) or a dict of them."""
     factory = importable("data._target_", str(cfg._target_))
     try:
         made = factory(**cfg.kwargs)

@@ -196,10 +196,7 @@ class DeviceDecode:
         self._stream: Optional[torch.cuda.Stream] = None  # the run's decode stream, made on first use
 
     def decode(self, data: List[torch.Tensor]) -> List[torch.Tensor]:
-        """JPEGs to RGB uint8 images on the device; on CUDA, on the decode stream.
-
-        See NOTE [ The decode stream ].
-        """
+        """JPEGs to RGB uint8 images on the device, on the decode stream on CUDA (NOTE [ The decode stream ])."""
         if self.device.type != "cuda" or not data:
             return self.decode_jpegs(data, self.device) if data else []
         caller = torch.cuda.current_stream(self.device)

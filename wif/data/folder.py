@@ -110,11 +110,7 @@ class JpegBlob:
 
 
 class ImageFiles:
-    """Image files decoded and resized on access, as torchvision's ImageFolder would.
-
-    With `size=None`, under data.augment=standard, they stay at their own size: the transform crops them as
-    PyTorch's ImageNet example does.
-    """
+    """Image files decoded and resized on access, as ImageFolder would; at their own size with `size=None`."""
 
     def __init__(self, paths: List[str], size: Optional[int]) -> None:
         self.paths, self.size = paths, size

@@ -63,10 +63,7 @@ class Verdict:
 
 
 def check_folder(cfg: DataConfig) -> Verdict:
-    """Decode every image file of the folder not already judged at its current size and mtime.
-
-    Raises ConfigError for a folder whose layout cannot be used: no train/ or held-out split, an empty class.
-    """
+    """Decode every image file not judged at its size and mtime; ConfigError for a layout that cannot be used."""
     t0 = time.perf_counter()
     files, _ = folder_files(cfg)
     paths: List[str] = list(files["train_paths"]) + list(files["test_paths"])
@@ -187,10 +184,7 @@ def _processes(n_files: int) -> int:
 
 
 def _start_checker() -> None:
-    """A checking process of one thread; the pool is the parallelism.
-
-    The pool's SIGTERM or its parent's death ends it, never the supervisor's handlers it inherited.
-    """
+    """A checking process of one thread, ended by the pool's SIGTERM or its parent's death, not inherited handlers."""
     import torch
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -86,10 +86,7 @@ def _write_cache(folder: Path, arrays: Dict[str, np.ndarray], key: Dict[str, flo
 
 
 def _read_cache(folder: Path, mmap: bool = False) -> Dict[str, np.ndarray]:
-    """Load, mapped where `mmap`, and verify; raises ValueError on anything missing, truncated or altered.
-
-    The checksums are checked once. See NOTE [ A cache checked once ].
-    """
+    """Load, mapped where `mmap`, and verify once; ValueError on anything missing, truncated or altered."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in manifest["sha256"]}

@@ -20,11 +20,9 @@ _OPEN: Dict[str, Tuple[int, object]] = {}  # path -> (pid that opened it, its en
 
 
 def map_size(lengths: List[int], page: int = 4096) -> int:
-    """An upper bound on the file LMDB writes for these values; only address space, the file grows as written.
+    """An upper bound on the file LMDB writes for these values: address space only, the file grows as written.
 
-    Each value takes its own pages: one above half a page goes to overflow pages, and its header and key fit
-    in the rounding. Each record takes one leaf page for its node. The B-tree's branch pages and two meta
-    pages come on top.
+    Each value above half a page takes overflow pages, each record a leaf page; branch and meta pages come on top.
     """
     pages = sum(-(-(n + _HEADER.size + 64) // page) + 1 for n in lengths)
     return (pages + pages // 64 + 16) * page
@@ -81,11 +79,7 @@ def close(path: str) -> None:
 
 
 def close_all() -> None:
-    """Close every environment this process holds; the next read reopens lazily.
-
-    A live map keeps the pages it touched in the page cache: posix_fadvise's DONTNEED skips mapped pages. So
-    data.page_cache=cold closes them before it evicts.
-    """
+    """Close every environment this process holds, so eviction works: posix_fadvise skips mapped pages."""
     for path in list(_OPEN):
         close(path)
 
@@ -122,10 +116,9 @@ class LmdbImages:
         self.release = release  # data.page_cache=cold: let go of the map after each batch (after_batch)
 
     def after_batch(self) -> None:
-        """Under data.page_cache=cold, close this process's map once its batch is read. The next batch reopens it.
+        """Under data.page_cache=cold, close this process's map once its batch is read; the next batch reopens it.
 
-        A persistent worker's open map kept a tenth of the pack resident through the eviction between epochs. Its
-        epochs then read 0 bytes from storage, as posix_fadvise skips mapped pages.
+        A persistent worker's open map kept a tenth of the pack resident through the eviction between epochs.
         """
         if self.release:
             close(self.path)

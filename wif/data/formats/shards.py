@@ -81,10 +81,7 @@ def write(tmp: Path, listing: Listing, shard_mb: float, progress: Progress) -> T
 
 
 def read_shard(path: str, wanted: Optional[AbstractSet[int]] = None) -> Iterator[Tuple[int, bytes, Optional[int]]]:
-    """(index, image bytes, label) of each sample of a shard, or of those in `wanted`, in the order written.
-
-    The others' bytes are skipped, not copied.
-    """
+    """(index, image bytes, label) of each sample of a shard, or those in `wanted`, in order; others skipped."""
     samples: Dict[int, Dict[str, bytes]] = {}
     with tarfile.open(path, "r:") as tar:
         for member in tar:
@@ -139,11 +136,7 @@ class ShardPart:
 
 
 class ShardSplit(IterableDataset):
-    """One split of a part read from its shards: yields each of its images once an epoch.
-
-    Training shuffles by shard and through a buffer; evaluation reads shard by shard. `encoded`, under
-    data.decode=device (wif.data.decode), yields each image's bytes as stored, for the device to decode.
-    """
+    """One split of a part read from its shards: each image once an epoch, shuffled for training, raw when `encoded`."""
 
     encoded = False
 
@@ -181,10 +174,7 @@ class ShardSplit(IterableDataset):
         return Split(torch.stack([found[i] for i in order]), self.labels[torch.tensor(order)])
 
     def _plan(self) -> Tuple[List[int], random.Random]:
-        """This worker's shards for this epoch, and its random source.
-
-        The DataLoader gives all workers one base seed an epoch, so they draw one shard order; each takes every n-th.
-        """
+        """This worker's shards for this epoch: every n-th of one shared order, and its random source."""
         info = get_worker_info()
         if info is None:
             base, wid, n = int(torch.randint(0, 2**62, (1,)).item()), 0, 1

@@ -121,10 +121,7 @@ class Series:
         self.rows.append(row)
 
     def between(self, t0: float, t1: float, column: int) -> List[float]:
-        """Values sampled in [t0, t1]; if none fell inside, the last value sampled before t1.
-
-        A window shorter than the cadence holds no sample; the value before it held during the window.
-        """
+        """Values sampled in [t0, t1]; if none fell inside, the last value before t1, which held during the window."""
         return [r[column] for r in self.window(t0, t1) if r[column] is not None]
 
     def window(self, t0: float, t1: float) -> List[tuple]:
@@ -134,10 +131,7 @@ class Series:
 
 
 def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, float]:
-    """A data-parallel run's memory per rank over [t0, t1], and the job's.
-
-    Each rank gets its worker and device-memory peaks. The job gets the largest rank's device peak, the GPU
-    size it needs, and the peak of their sum.
+    """A data-parallel run's memory per rank over [t0, t1], and the job's: its largest device peak and its summed peak.
 
     Args:
         series: rows of each rank's workers, then each rank's device MB.

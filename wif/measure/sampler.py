@@ -164,9 +164,7 @@ class TreeSampler(threading.Thread):
     def _sample_slow(self, now: float) -> Optional[set]:
         """Sum USS and PSS over the tree, kept only if the tree held still; the PIDs read, or None if dropped.
 
-        A page's PSS share depends on how many processes map it at the instant each one is read. A worker
-        forked or gone between two reads splits or merges shares already counted. The sum then lands far
-        above or below the truth: 175 and 562 MB were measured around a true 390. Such a sample is dropped.
+        A worker forked or gone between reads splits or merges shares already counted: 175 and 562 MB around a true 390.
         """
         procs = self._tree()
         uss = pss = 0
@@ -230,9 +228,8 @@ class TreeSampler(threading.Thread):
     def poke(self, timeout_s: float = 30.0, slow: bool = True) -> None:
         """Sample everything now, PSS included where `slow`, and return when it is done.
 
-        Called while the run waits between epochs, the read disturbs nothing: every epoch gets a PSS figure.
-        Without `slow` it lists the tree and reads RSS and CPU alone, in a few ms. A window that its next window
-        follows at once still gets its workers and RSS counted.
+        Called while the run waits between epochs, so every epoch gets a PSS figure. Without `slow` it reads the tree,
+        RSS and CPU alone, in a few ms.
         """
         self._poke_done.clear()
         self._poked, self._poke_slow = True, slow

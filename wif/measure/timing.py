@@ -70,9 +70,8 @@ class StepClock:
 class CopyClock:
     """The GPU-blocked part of the host's time in blocking copies, for one epoch of `TimedFeed` (CUDA only).
 
-    While it is `active`, each copy that a transfer brackets with `blocking_copy` adds two events and the host's
-    seconds in it. The events go before and after the copy, on its stream. It never synchronizes;
-    `gpu_blocked_s` reads the events after the epoch's one synchronization.
+    While `active`, each bracketed copy adds two events on its stream and the host's seconds in it. It never
+    synchronizes; `gpu_blocked_s` reads the events after the epoch's one sync.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -81,11 +80,7 @@ class CopyClock:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """The window, a transfer call, whose blocking copies count in this clock.
-
-        Evaluation's copies do not count. Nor do the copies a `StreamPrefetcher` queues on its side stream: they
-        wait behind its own copies only.
-        """
+        """The window, a transfer call, whose blocking copies count; not evaluation's, nor a side stream's."""
         global _ACTIVE
         before, _ACTIVE = _ACTIVE, self
         try:
@@ -124,11 +119,7 @@ class _TimedCopy:
 
 
 def blocking_copy(device: torch.device) -> ContextManager[None]:
-    """Brackets a copy that blocks the host (`.to(device)` without non_blocking).
-
-    It is recorded into the active `CopyClock`. Outside a timed epoch or on a CPU it is a shared no-op: no
-    generator is made each step.
-    """
+    """Brackets a copy that blocks the host into the active `CopyClock`; elsewhere a shared no-op."""
     clock = _ACTIVE
     if clock is None or device.type != "cuda":
         return NOT_TIMED

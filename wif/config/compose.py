@@ -43,10 +43,7 @@ def user_config_dir(config_dir: Optional[Path]) -> Optional[Path]:
 
 @contextmanager
 def wif_hydra(config_dir: Optional[Path] = None) -> Iterator[ConfigLoader]:
-    """Hydra initialized on wif's `conf/`, with the user's folder searched after it.
-
-    Hydra's own `--config-dir` puts the folder there for `wif-study`, so a tool and the study compose alike.
-    """
+    """Hydra initialized on wif's `conf/`, the user's folder searched after it, as `--config-dir` does for the study."""
     folder = user_config_dir(config_dir)
     register_configs()
     GlobalHydra.instance().clear()

@@ -60,8 +60,7 @@ class FractionState:
 def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules, blocks_done: int) -> FractionState:
     """One look at a fraction after `blocks_done` blocks: drop the clearly slower, say whether it is settled.
 
-    `runs` holds every usable run of the fraction so far, dropped settings included. Their runs still inform the
-    noise, and the model takes the blocks they missed as an unbalanced design.
+    `runs` holds every usable run so far, dropped settings' too: they still inform the noise.
     """
     if state.settled or blocks_done < rules.min_blocks or runs["loader"].nunique() < 2:
         return state  # nothing to judge yet (every run failed or was contended): race on
@@ -83,10 +82,7 @@ def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules,
 def replay(
     runs: pd.DataFrame, value: str, rules: RaceRules, settings: Dict[float, Sequence[str]], blocks_done: int
 ) -> Dict[float, FractionState]:
-    """The race's state after `blocks_done` blocks, recomputed from the runs alone, as a resume finds it.
-
-    Each look sees only the blocks before it, as it did when the race ran.
-    """
+    """The race's state after `blocks_done` blocks, recomputed from the runs alone, each look on its own blocks."""
     states = {fr: FractionState(fr, list(names)) for fr, names in settings.items()}
     for done in range(rules.min_blocks, blocks_done + 1):
         for fr, state in states.items():

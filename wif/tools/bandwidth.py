@@ -217,10 +217,7 @@ def log_run(uri: str, experiment: str, args: argparse.Namespace, rates: Sequence
 
 
 def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, TrackingConfig]:
-    """The flags, and the store train.py writes to.
-
-    ConfigError for bad input or no CUDA device, before CUDA, the store or anything else is touched.
-    """
+    """The flags and the store; ConfigError for bad input or no CUDA device, before anything else is touched."""
     args = build_parser().parse_intermixed_args(argv)
     _check(args)
     tracking = load_config(args.overrides, args.config_dir).tracking

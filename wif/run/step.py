@@ -29,7 +29,8 @@ def build_optimizer(
     """Build trainer.optimizer._target_, by default SGD with trainer.lr, momentum and weight_decay where it takes them.
 
     trainer.optimizer.kwargs adds or overrides arguments. Under fp16 on CUDA, an optimizer that takes `fused` gets
-    fused=True unless the kwargs choose. An unfused step reads found_inf with `.item()`, a sync every step.
+    fused=True, unless the kwargs choose fused, foreach or differentiable. An unfused step reads found_inf with
+    `.item()`, a sync every step.
     """
     target = tr.optimizer._target_
     cls = importable("trainer.optimizer._target_", target)

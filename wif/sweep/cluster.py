@@ -103,7 +103,10 @@ def cluster_tags() -> Dict[str, str]:
 
 
 def check_gpu_parallelism(parallel: Optional[int], gpus: Optional[int], what: str = "the sweep") -> None:
-    """Refuse more jobs at once than GPUs : two runs on one GPU measure each other."""
+    """Refuse more jobs at once than GPUs: two timed runs on one GPU measure each other, not the loaders.
+
+    `parallel` None means every job of the sweep at once; `gpus` None means the GPUs cannot be counted.
+    """
     if gpus is not None and gpus < 1:
         raise ClusterError(f"{what} runs one job per GPU, and there is no GPU to run on (none visible).")
     if gpus is not None and (parallel is None or parallel > gpus):

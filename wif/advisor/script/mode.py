@@ -4,8 +4,8 @@ The script runs under `wif.watch`, otherwise unchanged. First the command runs t
 `probe` reports the DataLoader it watches and ends there. A missing program or script, a failing command, no
 `wif.watch` call, or no DataLoader is said in one line, exit 2, with no run left. Then `wif.advisor.steps`
 gives the advice, asking `Script`. Its runs are the script's own (`wif.advisor.script.runner`). The answer's
-lines are the `DataLoader(...)` keywords to paste. Overrides before `--` set tracking.uri,
-measure.contended_pct and device; the data and model are the script's.
+lines are the `DataLoader(...)` keywords to paste. Overrides before `--` set what they set for train.py,
+such as tracking.uri, measure.contended_pct and device; the data and model are the script's.
 """
 
 from __future__ import annotations

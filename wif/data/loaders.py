@@ -123,7 +123,7 @@ class FixedBatches:
     """One random batch made once on the device and handed out again and again (data=fixed).
 
     No host work and no copy: the model's compute alone, the bound a loader can approach (nanoGPT's bench.py).
-    An epoch has the batches, and the last one the images, the real split of `samples` images would have.
+    An epoch has as many batches, its last as few images, as a real split of `samples` images.
     """
 
     def __init__(

@@ -83,11 +83,7 @@ class Advice:
 
 
 def race_reserve_s(now: Measured, opts: Options, left_s: float = math.inf) -> float:
-    """Seconds the smallest race takes: kept from the trials, of the `left_s` left.
-
-    The first trial always keeps its time: without a trial there is nothing to race. A prediction said
-    unverified tells more than none. See NOTE [ The race's time ].
-    """
+    """Seconds the smallest race takes, kept from the trials of the `left_s` left (NOTE [ The race's time ])."""
     epoch = now.median() * RACE_SLACK
     start = now.start_s
     if not epoch > 0:
@@ -121,10 +117,7 @@ def race_epochs(left_s: float, now: Measured, predicted_s: Sequence[float], opts
 
 
 def log_answer(tracker: Any, parent: str, out: Advice, runs: Sequence[Measured]) -> None:
-    """The answer on the advice's parent run: its figures as metrics, its words as tags, its table as a file.
-
-    docs/what-each-run-records.md#the-advices-parent-run lists them.
-    """
+    """The answer's figures, words and table on the parent run: docs/what-each-run-records.md lists them."""
     limit = out.limit
     metrics = {
         "advise_seconds": out.seconds,

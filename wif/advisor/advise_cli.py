@@ -3,9 +3,7 @@
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
     wif-advise -- python my_train.py ARGS...      (your own script, under wif.watch: wif.advisor.script)
 
-The steps are wif.advisor.steps': where the time goes, candidates predicted, the best raced, the answer,
-within `--minutes`. Here are the command line, its refusals and its output. A refusal is one line, exit 2,
-before anything runs.
+The command line, its refusals and its output; the steps are wif.advisor.steps'. A refusal is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -141,20 +139,12 @@ def check(opts: Options) -> None:
 
 
 def process_started() -> float:
-    """This process's start on time.monotonic()'s clock.
-
-    --minutes counts the command's start-up as the user's wall clock does: importing torch, composing, probing
-    a script.
-    """
+    """This process's start on time.monotonic()'s clock: --minutes counts the start-up as the user's clock does."""
     return time.monotonic() - process_age_s()
 
 
 class _Once:
-    """The first Ctrl-C, SIGTERM or SIGHUP raises KeyboardInterrupt; those after it are ignored.
-
-    Ctrl-C held or pressed again lands while the first one's clean-up begins, which ends every run KILLED.
-    Raised there, it left the parent run RUNNING.
-    """
+    """The first Ctrl-C, SIGTERM or SIGHUP raises KeyboardInterrupt; the rest are ignored."""
 
     def __init__(self) -> None:
         self.raised = False
@@ -175,10 +165,7 @@ def _hear_interrupts(once: _Once) -> None:
 
 
 def choose_mode(args: argparse.Namespace, command: Optional[Sequence[str]]) -> Tuple[Mode, Config]:
-    """The mode, chosen once, and the advice's configuration: train.py's harness, or the command after `--`.
-
-    The command is checked and probed up to its wif.watch call here (wif.advisor.script.mode.prepare).
-    """
+    """The mode and its configuration: train.py's harness, or the command after `--`, checked and probed here."""
     if command is None:
         return Harness(), load_config(args.overrides, args.config_dir)
     mine = prepare(args.overrides, command, args.config_dir)

@@ -159,11 +159,7 @@ def candidate_table(
 
 
 def shared_cores(predicted: Dict[str, Prediction], cores: int, step_cores: float) -> str:
-    """Before the race, what the prediction already knows of the machine.
-
-    On a CPU the workers' fetches and the step share its cores. So the step's compute is predicted longer
-    beside workers: the table's `step x`.
-    """
+    """On a CPU, the line that says the step's compute is predicted longer beside workers: the table's `step x`."""
     head = f"On this CPU ({cores} cores, the step's threads on {step_cores:g})"
     worst = max(predicted, key=lambda n: predicted[n].slowdown, default=None)
     if worst is None or predicted[worst].slowdown <= 1 + STRETCH:

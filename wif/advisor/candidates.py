@@ -1,10 +1,9 @@
 """A candidate loader setting, the configurations of its runs, and the settings worth trying.
 
 `Candidate` is a setting: the keys it sets, and what the prediction needs of it. `training`, `raced` and
-`loader_only` configure its runs. Each worker count has persistent workers: a kept worker costs nothing per
-epoch; a fresh one starts every epoch. `extras` adds the other knobs at the best count. wif has no RAM cache
-for `data=encoded`, so no preload is tried there. On a GPU, `resident` removes the loader's work beside the
-step, which a launch-bound step feels (docs/on-a-gpu.md). A script gets `script_extras`: DataLoader's own.
+`loader_only` configure its runs. Each worker count has persistent workers, so a kept worker costs nothing per
+epoch. `extras` adds the other knobs at the best count, and a script gets `script_extras`, DataLoader's own.
+No preload is tried for `data=encoded`. On a GPU, `resident` removes the loader's work beside the step.
 """
 
 from __future__ import annotations
@@ -145,10 +144,9 @@ def extras(base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[f
 
 
 def resident(base: Config, cuda: bool) -> List[Candidate]:
-    """On a GPU, the whole dataset on the device: the study's `gpu_resident`.
+    """On a GPU, the whole dataset on the device (`gpu_resident`): no loader works beside the step.
 
-    No loader works beside the step, so its interference goes with its wait and copy. Where the dataset does
-    not fit, its run says so at once, in wif.run.training._to_device, and the candidate drops out.
+    A dataset that does not fit fails its run at once (wif.run.training._to_device), and the candidate drops out.
     """
     if not cuda or base.transfer.kind is TransferKind.resident:
         return []
@@ -167,11 +165,7 @@ def resident(base: Config, cuda: bool) -> List[Candidate]:
 def script_extras(
     base: Config, best: Candidate, cuda: bool, ram_free_bytes: Optional[float], items: int, threaded: bool = False
 ) -> List[Candidate]:
-    """The other knobs for a user's script, `wif-advise --`, at the best count: DataLoader's own only.
-
-    The script's copy and data stay its own. Where the script's workers run a `threaded` library,
-    it tries their threads limited where they pass the cores. The other arguments are `extras`'.
-    """
+    """The other knobs at the best count for a user's script, DataLoader's own, its threads limited where needed."""
     out = _deeper(best)
     if best.workers > 0 and TAKES_IN_ORDER and base.loader.in_order:
         out.append(_more(best, "unordered", {"loader.in_order": False}))
@@ -184,8 +178,7 @@ def script_extras(
 def _limited_threads(base: Config, best: Candidate, cuda: bool) -> List[Candidate]:
     """Each worker's OpenCV and BLAS threads at its share of the cores, where its workers' threads pass them.
 
-    The limit goes at the best count, or at the script's own count where the best is none. Threads that
-    oversubscribe the cores slow every count with workers. So the best may be none for want of this limit.
+    Oversubscribed cores slow every count with workers, so the limit goes at the script's own count where none is best.
     """
     anchor = best if best.workers > 0 else workers(base, base.loader.num_workers, cuda)
     cores = usable_cores()

@@ -180,10 +180,9 @@ OUTSIDE_SAID = 0.01  # the script's time outside its training loader is counted 
 
 
 def _speedup(race: RaceResult, pick: str, alike: bool) -> Tuple[tuple, str]:
-    """The pick's speedup over the script's whole epoch: estimate, low, high of its 95% interval.
+    """The pick's speedup over the script's whole epoch (estimate, low, high) and the line that says what was added.
 
-    Also the line that says what was added to the loader's. `alike`: the script's evaluation takes the pick's
-    settings too. See NOTE [ The time outside the training loader ] in wif.advisor.answer.
+    `alike`: the script's evaluation takes the pick's settings too. See NOTE [ The time outside the training loader ].
     """
     loader = race.speedup(pick)
     outside, current_s = answer.outside_share(race.runs.get(BASELINE, [])), race.measured_s(BASELINE)

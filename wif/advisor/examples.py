@@ -1,10 +1,9 @@
 """A Dataset whose items wait on storage: `data=custom data._target_=wif.advisor.examples.slow_reads`.
 
-Each item sleeps `delay_ms`, a network or disk read that takes no CPU, then returns a small image. So at 0
-workers the step waits on the data, and workers overlap the waits even on 2 cores. The default sizes give 12
-batches of 64 at data.fraction=0.1, the issue's measured case, and small validation and test sets. So
-`wif-advise` on it finishes in a few minutes. With `+data.kwargs.burn=true`, each item computes for its
-`delay_ms` instead, as a decode takes a core. Workers then compete with the step for the cores. Run it so:
+Each item sleeps `delay_ms`, a read that takes no CPU, then returns a small image. So at 0 workers the step
+waits on the data, and workers overlap the waits even on 2 cores. The defaults give 12 batches of 64 at
+data.fraction=0.1, so `wif-advise` on it finishes in a few minutes. With `+data.kwargs.burn=true`, each item
+computes for its `delay_ms` instead, as a decode does: workers then compete with the step for the cores.
 
     wif-advise preset=smoke data=custom data._target_=wif.advisor.examples.slow_reads
 """
@@ -21,10 +20,7 @@ from torch.utils.data import Dataset
 
 @dataclass(frozen=True)
 class Item:
-    """What each item is: a `size` px image of one of `num_classes` classes, after `delay_ms` of waiting.
-
-    With `burn`, the item spends its `delay_ms` computing instead.
-    """
+    """Each item: a `size` px image of one of `num_classes` classes after `delay_ms` of waiting (computing: `burn`)."""
 
     size: int = 32
     num_classes: int = 4

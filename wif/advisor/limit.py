@@ -1,15 +1,12 @@
 """What holds an epoch back, named: the loader, the copy, interference, the launches or the compute.
 
-The kinds, one a line:
-
     `data`: the step waits for the loader.
     `copy`: the transfer to the device takes the time.
     `interference`: the loader's host work slows the step itself.
     `launch`: the GPU idles between the small kernels the host launches.
     `compute`: the step's own work.
 
-Pure: the advice's measuring runs give the figures, the tests give them by hand. See NOTE [ The figures and
-the limit ].
+Pure: the runs or the tests give the figures. See NOTE [ The figures and the limit ].
 """
 
 from __future__ import annotations
@@ -57,10 +54,7 @@ class Figures:
 
     @property
     def step_busy(self) -> Optional[float]:
-        """The GPU's busy share within the step, at most 1; None off CUDA.
-
-        NVML's share is over the epoch; the GPU also idles while the host waits for data.
-        """
+        """The GPU's busy share within the step, at most 1; None off CUDA (NVML's share is over the epoch)."""
         if not self.on_gpu or self.busy is None:
             return None
         step = self.compute_s + self.copy_s + or_zero(self.gpu_blocked_s)
@@ -68,10 +62,7 @@ class Figures:
 
     @property
     def launch_bound(self) -> bool:
-        """Whether the GPU idles between the small kernels the host queues, whatever else holds.
-
-        That is a busy share below LAUNCH_BUSY within the step.
-        """
+        """Whether the GPU idles between the small kernels the host queues: busy below LAUNCH_BUSY in the step."""
         return self.step_busy is not None and self.step_busy < LAUNCH_BUSY
 
     @property

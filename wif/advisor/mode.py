@@ -63,9 +63,8 @@ class Harness:
         return Runner(recording, deadline=deadline, say=say)
 
     def bound(self, base: Config, epochs: int, n_train: int) -> Optional[Config]:
-        """data=fixed at the configured model, step, batch and image size, `n_train` items an epoch.
+        """data=fixed at the configured model, step, batch and image size, the measured run's `n_train` items an epoch.
 
-        `n_train` is the measured run's, whatever data.num_train says: the batches of the workload it stands for.
         None with data=custom: the user's Dataset decides the inputs' shape, which data=fixed cannot know.
         """
         if base.data.source is DataSource.custom:

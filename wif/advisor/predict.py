@@ -126,10 +126,7 @@ def predict(sizes: Sequence[int], step: Step, loader: Loader, cores: float) -> P
 
 
 def item_time(sizes: Sequence[int], workers: int, epoch_s: float, prefetch: int = 2, startup_s: float = 0.0) -> float:
-    """A loader-only epoch's time turned back into seconds per item per worker.
-
-    It inverts `simulate` with no compute, which is linear in the item's time. So a trial of a few batches
-    prices an epoch of many.
+    """A loader-only epoch's time turned back into seconds per item per worker, by inverting `simulate`.
 
     Args:
         sizes: the trial's batches.
@@ -156,11 +153,7 @@ CLOSE = 0.1  # predicted within this of the current setting: a close call; the C
 
 
 def close_call(predicted_s: Mapping[str, float], current_s: float, close: float = CLOSE) -> Optional[str]:
-    """The fastest candidate where none beats the race's margin, but it is within `close` of the current setting.
-
-    The model's error on a CPU, from the workers' share of the step's cores, is larger than that. So its
-    "keep" is raced, not said. None: no candidate that close.
-    """
+    """The fastest candidate within `close` of the current setting where none beats the margin; or None."""
     if not predicted_s:
         return None
     name = min(predicted_s, key=lambda n: predicted_s[n])
@@ -168,10 +161,7 @@ def close_call(predicted_s: Mapping[str, float], current_s: float, close: float 
 
 
 def cannot_win(items: int, workers: int, in_process_img_s: float, best_epoch_s: float, margin: float) -> bool:
-    """Whether `workers` workers cannot make an epoch shorter than `best_epoch_s`, a larger count's prediction.
-
-    Workers scale at most linearly: their loader alone takes at least `items` over `workers` times the
-    in-process rate. An epoch is never shorter than its loader. Such a count needs no trial.
+    """Whether `workers` workers cannot beat `best_epoch_s`: even linear scaling of the in-process rate is too slow.
 
     Args:
         items: the images an epoch takes.
@@ -190,12 +180,8 @@ def distinct(
 ) -> List[str]:
     """Up to `count` of the ranked candidates to race, fastest first, none the model cannot tell apart.
 
-    A candidate predicted within `margin` of a faster one already in is left out where the model cannot tell
-    the two apart. That is so in two cases.
-    Both are limited by the step: what differs is the loader's, which the epoch does not wait on.
-    Both have as many workers: what differs is a knob of the same workers, whose rates their trials measured.
-    The model's uncertain part, the workers' share of the cores, is the same in both.
-    A race run of it would buy nothing the prediction does not already say.
+    A candidate within `margin` of a faster one already in is left out in two cases. Both are limited by the
+    step, or both have as many workers. The model's uncertain part, the workers' share of the cores, is the same.
     """
     out: List[str] = []
     for name, epoch in ranked:

@@ -1,12 +1,8 @@
 """The measuring runs of `wif-advise`: the study's own loop in a forked, sampled child, recorded in MLflow.
 
-Each run is `wif.run.supervise.supervise`'s. It is nested under the advice's parent run by
-`mlflow.parentRunId` and tagged `wif.kind=advise`, so the study's report never mixes it in. The runner only
-runs: the mode (wif.advisor.mode) says what to run, and a script's runs are `wif.advisor.script.runner`'s.
-
-Each run's `host_other_cpu_pct` is the share of a core others used during its measured epochs
-(`wif.measure.contention`). A run above `measure.contended_pct` is tagged `wif.contended=true`. It runs again
-once while the advice has time (`Runner.run`). So no answer rests on a disturbed run it could have repeated.
+Each run is `wif.run.supervise.supervise`'s, nested under the advice's parent run and tagged `wif.kind=advise`.
+The mode says what to run; a script's runs are `wif.advisor.script.runner`'s. A run whose others' CPU share
+passes `measure.contended_pct` is tagged `wif.contended=true` and runs again once while there is time.
 """
 
 from __future__ import annotations
@@ -117,10 +113,7 @@ class Recording:
 
 
 class Runner:
-    """Runs configurations nested under one parent; a contended one again while there is time before `deadline`.
-
-    `deadline` is on time.monotonic()'s clock.
-    """
+    """Runs configurations nested under one parent; a contended one again while there is time before `deadline`."""
 
     def __init__(self, recording: Recording, deadline: float = math.inf, say: Callable[[str], None] = print) -> None:
         self.tracker, self.device = recording.tracker, recording.device

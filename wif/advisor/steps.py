@@ -5,8 +5,8 @@
 3. Verified: the current setting raced against the best predicted (wif.advisor.verify), in the time left.
 4. The answer: the pick with its speedup interval and memory cost, or keep what you have.
 
-One MLflow parent run, tagged wif.kind=advise, has every run nested under it. An interruption or an error
-ends every one of them still open: KILLED for Ctrl-C or SIGTERM, else FAILED. None is left RUNNING.
+Every run nests under one parent run, tagged wif.kind=advise. An interruption or an error ends every run
+still open: KILLED for Ctrl-C or SIGTERM, else FAILED.
 """
 
 from __future__ import annotations
@@ -139,10 +139,7 @@ def measure(ctx: Context) -> Measurement:
 
 
 def _bound(ctx: Context, current_run: Measured, bound_run: Optional[Measured]) -> Tuple[Optional[Measured], Bound]:
-    """The bound, said where its run failed or was no bound; that run, None where it was no bound.
-
-    See NOTE [ The bound ].
-    """
+    """The bound's run, said where it failed or was no bound (then None). See NOTE [ The bound ]."""
     label = ctx.mode.bound_label
     blocked = or_zero(current_run.mean(names.GPU_BLOCKED_S))  # CUDA only: the GPU's own work, in a blocking copy
     bound_s = current_run.mean(names.COMPUTE_S) + current_run.mean(names.COPY_S) + blocked

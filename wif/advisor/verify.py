@@ -1,10 +1,9 @@
 """Verified, not guessed: the current setting raced against the best predicted candidates.
 
-Each block runs every setting still in the race once, with trainer.epochs=auto, in an order seeded by the
-block. From `rules.min_blocks` on, the race's own look, `wif.decide.race.look`, drops the settings already
-clearly slower and says when it is settled. The answer is the report's decision rule,
-`wif.decide.decision.decide`, with the current setting as the baseline: each candidate's speedup and its
-95% interval, from the blocks. No statistics are computed here. See NOTE [ When the race stops ].
+Each block runs every setting still in the race once, with trainer.epochs=auto, in an order seeded by the block.
+The race's own look (`wif.decide.race.look`) drops the settings clearly slower and says when it is settled.
+The answer is the report's rule (`wif.decide.decision.decide`), the current setting the baseline. No statistics
+are computed here. See NOTE [ When the race stops ].
 """
 
 from __future__ import annotations
@@ -70,12 +69,7 @@ class RaceResult:
 
 
 def keep_settled(runs: pd.DataFrame, rules: RaceRules, alive: Sequence[str]) -> str:
-    """Why "keep what you have" can no longer change; '' while it can.
-
-    At the look's confidence, every candidate still in the race has a speedup over the current setting below
-    1 + margin. So more blocks cannot show one worth switching to. The model is the report's,
-    `decision.decide`, with the current setting as its baseline.
-    """
+    """Why "keep what you have" can no longer change: every candidate's speedup is below 1 + margin; '' while it can."""
     if BASELINE not in set(runs["loader"]) or runs["loader"].nunique() < 2:
         return ""
     table = decision.decide(runs, VALUE, BASELINE, rules.look_confidence, rules.margin)

@@ -1,8 +1,6 @@
-"""What the advice is about, and under what conditions it was measured.
+"""What the advice is about: the data it uses, the line that says so, and whether others disturbed its runs.
 
-The data it uses: with `data=folder`, the whole folder unless told otherwise. The line that says so before
-anything runs, and the line that says whether other processes disturbed its runs. See NOTE [ The user's
-data, whole ].
+With `data=folder` it uses the whole folder unless told otherwise: NOTE [ The user's data, whole ].
 """
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ ALSO_SETS = {"data.fraction": ("data_fraction",)}  # a config group that sets th
 
 
 def whole_folder(base: Config, overrides: Sequence[str]) -> List[str]:
-    """data=folder: every image of train/ for training, none cut for validation, each unless an override sets it.
+    """data=folder: all of train/ for training, none cut for validation, unless overridden; the overrides set.
 
-    Sets them on `base`, and returns them as overrides for the train.py line.
     See NOTE [ The user's data, whole ].
     """
     said = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
@@ -45,10 +42,7 @@ def whole_folder(base: Config, overrides: Sequence[str]) -> List[str]:
 
 
 def training_items(base: Config) -> Optional[int]:
-    """The images a training epoch takes, as the run will split them.
-
-    None where only the run can count them: data=custom, or a pack given by data.path.
-    """
+    """The images a training epoch takes; None where only the run can count them (data=custom, a pack's data.path)."""
     d = base.data
     if d.source is DataSource.folder and d.path is None:
         total = len(folder_files(d)[0]["train_paths"])

@@ -25,10 +25,9 @@ from wif.config.targets import validate_options
 
 
 def validate(cfg: Config, here: bool = True) -> None:
-    """Refuse combinations that cannot run, before any data is built or any run is created.
+    """Refuse combinations that cannot run, before any data or run is made.
 
-    `here=False`, for a sweep submitted to other machines, leaves out what only the machine that runs the job
-    can tell.
+    `here=False` leaves out what only the machine that runs the job can tell.
     """
     validate_data(cfg, here=here)
     validate_epochs(cfg.trainer)
@@ -178,10 +177,7 @@ def validate_epochs(tr: TrainerConfig) -> None:
 
 
 def warnings_for(cfg: Config, cuda: bool, cores: Optional[int] = None) -> List[str]:
-    """Settings that are legal but have no effect or work against themselves; said once, never fatal.
-
-    `cores`, the usable cores, adds the warnings that the processes outnumber them; None leaves them out.
-    """
+    """Legal settings that do nothing or work against themselves, said once; with `cores`, processes beyond them too."""
     return _loading_warnings(cfg, cuda, cores) + _run_warnings(cfg, cores)
 
 

@@ -13,10 +13,7 @@ class ConfigError(ValueError):
 
 
 class UserCodeError(ConfigError):
-    """A user's factory failed or built the wrong thing: a bad setting, refused before any run is recorded.
-
-    The run's own process checks a dataset factory, before it opens its MLflow run.
-    """
+    """A user's factory failed or built the wrong thing: a bad setting, refused before any run is recorded."""
 
 
 def require(ok: bool, message: str) -> None:

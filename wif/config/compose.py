@@ -1,9 +1,7 @@
 """The project's Hydra configuration for command-line tools other than the study (wif-tune, wif-plan, ...).
 
-They compose the same `conf/` with the overrides `wif-study` (train.py) takes. A setting a tool finds thus
-pastes back into the study unchanged. `conf/` ships inside the package (`wif/conf`), so the commands work from
-any folder. A user's own YAML folder (`--config-dir`) is searched after it, as for the study. Errors come
-back as `ConfigError`, one sentence.
+They compose the same `conf/`, shipped in the package, with the study's overrides, so a setting pastes back
+unchanged. A user's `--config-dir` is searched after it. Errors come back as `ConfigError`, one sentence.
 """
 
 from __future__ import annotations
@@ -45,10 +43,7 @@ def user_config_dir(config_dir: Optional[Path]) -> Optional[Path]:
 
 @contextmanager
 def wif_hydra(config_dir: Optional[Path] = None) -> Iterator[ConfigLoader]:
-    """Hydra initialized on wif's `conf/`, with the user's folder searched after it.
-
-    Hydra's own `--config-dir` puts the folder there for `wif-study`, so a tool and the study compose alike.
-    """
+    """Hydra initialized on wif's `conf/`, the user's folder searched after it, as `--config-dir` does for the study."""
     folder = user_config_dir(config_dir)
     register_configs()
     GlobalHydra.instance().clear()

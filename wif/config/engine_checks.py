@@ -92,10 +92,7 @@ def _validate_dali(cfg: Config) -> None:
 
 
 def validate_dali_driver(cfg: Config, device: str) -> None:
-    """Refuse engine=dali on a GPU whose driver is older than the DALI wheel's CUDA needs.
-
-    `device` is as resolved. NVML gives the driver; there is nothing to check on the CPU or without NVML.
-    """
+    """Refuse engine=dali on a GPU whose driver (from NVML) is older than the DALI wheel's CUDA needs."""
     if cfg.engine.name is EngineName.dali and device == "cuda":
         refusal = dali_driver_refusal(dali_wheel(), nvidia_driver())
         require(refusal is None, str(refusal))

@@ -33,11 +33,9 @@ _TRACEBACK_HEAD = "Traceback (most recent call last):\n"
 
 @functools.lru_cache(maxsize=None)
 def quick_exit() -> None:
-    """End the command's process without Python's last garbage collection.
+    """End the command's process without Python's last garbage collection; every exit handler still runs.
 
-    torch, MLflow and SQLAlchemy leave about 570,000 tracked objects. The last collection walks them all, for
-    1.1-1.4 s on a 2-core machine, with nothing left to free. Every exit handler still runs. It acts once a
-    process, however often a command's main() is called in it.
+    The objects torch, MLflow and SQLAlchemy leave, about 570,000, took over a second to walk, with nothing to free.
     """
     atexit.register(gc.freeze)
 
@@ -58,11 +56,7 @@ def worker_error(err: BaseException) -> Optional[Tuple[str, str]]:
 
 
 def describe(err: BaseException, num_workers: int) -> Tuple[str, str]:
-    """A run's error as (type name, one-line message), with the likely cause where Python's would mislead.
-
-    An error raised in a DataLoader worker arrives wrapped in the worker's traceback. A worker killed while it
-    hands a batch over shows up as a reset connection.
-    """
+    """A run's error as (type name, one-line message), with the likely cause where a worker's would mislead."""
     in_worker = worker_error(err)
     if in_worker is not None:
         return in_worker
@@ -74,10 +68,7 @@ def describe(err: BaseException, num_workers: int) -> Tuple[str, str]:
 
 
 def to_log_file(text: str, logger: logging.Logger) -> None:
-    """Write `text` to the log files (Hydra's `<job>.log`), not to the terminal.
-
-    A traceback is for whoever debugs the job; the terminal gets the one-line message.
-    """
+    """Write `text`, a traceback, to the log files (Hydra's `<job>.log`), not to the terminal."""
     record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, text, None, None)
     seen = set()
     source: Optional[logging.Logger] = logger
@@ -105,11 +96,7 @@ def one_line(err: BaseException) -> str:
 
 
 def main_with_bad_settings(main: Callable[[], object]) -> None:
-    """Run a `@hydra.main` function; what Hydra refuses while composing becomes one line and exit 2.
-
-    Hydra refuses an unknown key, an option that does not exist, or an override it cannot parse. Alone it would
-    print several lines and exit 1; wif's own checks print one line and exit 2.
-    """
+    """Run a `@hydra.main` function; what Hydra refuses while composing becomes one line and exit 2, as wif's checks."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 

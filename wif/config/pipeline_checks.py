@@ -107,11 +107,7 @@ def _require_supported_by_torch(lo: LoaderConfig) -> None:
 
 
 def validate_uint8(cfg: Config) -> None:
-    """Refuse transfer.uint8=true where batches are not wif's own images, copied from the host.
-
-    Under it, wif's own images cross from the host as uint8 and wif normalizes them on the device. So every
-    batch must be copied, and be images whose dtype and normalization wif decides.
-    """
+    """Refuse transfer.uint8=true unless the batches are wif's own images, copied from the host and normalized after."""
     if not cfg.transfer.uint8:
         return
     drop = "Drop transfer.uint8=true"

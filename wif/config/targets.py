@@ -32,10 +32,7 @@ NOT_FOR_CUSTOM_DATA = ("root", "synthetic_seed", "noise", "augment", "jpeg_quali
 
 
 def unknown_keys(cfg: DictConfig, schema: type = Config, prefix: str = "") -> List[str]:
-    """Keys of a composed config that the typed schema lacks, as dotted names; Hydra's own node is left out.
-
-    `+group.key=...` adds such keys, and the conversion to the schema would drop them.
-    """
+    """Keys of a composed config the typed schema lacks (`+group.key=...`), which the conversion would drop."""
     fields = {f.name: f for f in dataclasses.fields(schema)}
     out = []
     for key in cfg.keys():

@@ -1,9 +1,8 @@
 """data=custom: the user's own map-style Dataset, from the factory named by `data._target_`.
 
-The factory returns a Dataset of `(input, label)`, or a dict with `train` and optionally `val` and `test`
-Datasets. The study's rules apply to it unchanged. `data.fraction` takes a seeded subset of the training set.
-`data.val_split` cuts validation from that subset, unless the factory gave a `val` set. Every loader option
-and engine sees the Dataset exactly as it is. Without a `test` set the validation split stands in.
+The factory returns a Dataset of `(input, label)`, or a dict of `train` and optionally `val` and `test`. The
+study's rules apply unchanged. `data.fraction` and `data.val_split` cut it, unless a `val` set is given. The
+validation split stands in for a missing test set.
 """
 
 from __future__ import annotations
@@ -24,10 +23,7 @@ def _is_map_style(ds: Any) -> bool:
 
 
 def custom_sets(cfg: DataConfig) -> Dict[str, Optional[Dataset]]:
-    """Call the factory and check what it returned.
-
-    UserCodeError, naming data._target_, unless it is a map-style Dataset of (input, label), or a dict of them.
-    """
+    """Call the factory; UserCodeError unless it returns a map-style Dataset of (input, label) or a dict of them."""
     factory = importable("data._target_", str(cfg._target_))
     try:
         made = factory(**cfg.kwargs)

@@ -1,17 +1,14 @@
 """The study's datasets and splits, at two operating points.
 
-- Preprocessed tensors: `data=synthetic`, or `data=folder data.preload=true` without augmentation. They are
-  float32 tensors in host memory, as the study holds its images. The loader options then differ only in how
-  batches reach the device. The subset is cut from the uint8 images: only the images a run uses become float.
-- Decoded per sample: `data=encoded`, `data=folder`. JPEG bytes or image files are decoded, augmented and
-  normalized in `__getitem__`, in the DataLoader's workers when there are any, as most training does.
+Preprocessed tensors: `data=synthetic`, or `data=folder data.preload=true` without augmentation. They are
+float32 in host memory, so the loader options differ only in how batches reach the device.
 
-Under transfer.uint8=true both hold or yield uint8 images instead. Every per-sample step, crops and flips, is
-the same. The last steps, the float conversion and normalization, run on the device after the copy
-(`wif.data.transfer.to_float`, with the mean and std below).
+Decoded per sample: `data=encoded`, `data=folder`. Images are decoded, augmented and normalized in
+`__getitem__`, in the DataLoader's workers when there are any, as most training does.
 
-The fraction takes a seeded subset of the training set before the train/validation split; every source splits
-the same way. The sources themselves live in `wif.data.synthetic` and `wif.data.folder`.
+Under transfer.uint8=true both yield uint8 images; the float conversion and normalization run on the device
+(`wif.data.transfer.to_float`). The fraction takes a seeded subset before the train/validation split, the same
+for every source. The sources live in `wif.data.synthetic` and `wif.data.folder`.
 """
 
 from __future__ import annotations
@@ -75,11 +72,7 @@ def make_transform(augment: Augment, size: int, train: bool, native: bool = Fals
 
 
 class PerSample(Dataset):
-    """A split that reads its samples one by one from `self.decoder`, a batch at a time.
-
-    DataLoader's fetcher asks for a batch (`__getitems__`). After each batch the decoder may let go of what it
-    holds open (`after_batch`: an LMDB pack's map under a cold page cache).
-    """
+    """A split read sample by sample from `self.decoder`, a batch at a time; the decoder may let go after each batch."""
 
     decoder: Decoder
 
@@ -190,10 +183,7 @@ def _decoded(cfg: DataConfig, decoder: Decoder, labels: np.ndarray, pick: Pick, 
 
 
 def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
-    """Train, validation and test splits: tensors in host memory, or images decoded per sample.
-
-    `uint8` (transfer.uint8=true): their images stay uint8, for the device to convert and normalize.
-    """
+    """Train, validation and test splits: tensors in host memory, or images decoded per sample; uint8 with `uint8`."""
     if cfg.source is DataSource.encoded:
         arrays, num_classes = encoded_arrays(cfg), cfg.num_classes
         decoders = {
@@ -235,8 +225,8 @@ class Pick(NamedTuple):
 def split_picks(cfg: DataConfig, n_train: int, n_test: int) -> Dict[str, Pick]:
     """The train, validation and test splits' images: `split_indices`' subset, and the test part.
 
-    A fraction that leaves no training image is refused: every format splits this way. Validation and test keep
-    at most data.val_images and data.test_images of theirs (`evaluated`).
+    A fraction that leaves no training image is refused. Validation and test keep at most data.val_images and
+    data.test_images (`evaluated`).
     """
     train_idx, val_idx = split_indices(n_train, fraction=cfg.fraction, val_split=cfg.val_split, seed=cfg.seed)
     if len(train_idx) == 0:

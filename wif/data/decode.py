@@ -1,13 +1,9 @@
 """data.decode=device: the loader's workers hand over each image's encoded bytes; the device decodes them.
 
-CUDA cannot run in forked workers, so the main process decodes each batch on the device. There it resizes,
-crops, flips and normalizes it, drawing crops and flips per sample as the host path does. A batch crosses from a
-worker as three tensors, however many images (`EncodedBatch`). `DeviceDecode`, the run's transfer, decodes its
-JPEGs in one batched call.
-
-The nvJPEG hardware engine refuses progressive, lossless and arithmetic JPEGs and decodes them on a slower
-path; each training epoch counts them (`decode_slow_path_images`). Non-JPEG files are decoded on the CPU and
-copied. On a CPU device the same code runs in the main process, and its figures say nothing of a GPU decode.
+CUDA cannot run in forked workers, so the main process decodes, resizes, crops, flips and normalizes each
+batch on the device. A batch crosses from a worker as three tensors (`EncodedBatch`). `DeviceDecode` decodes its
+JPEGs in one batched call. nvJPEG's hardware engine refuses progressive, lossless and arithmetic JPEGs; each
+epoch counts them (`decode_slow_path_images`). Non-JPEG files are decoded on the CPU.
 """
 
 from __future__ import annotations
@@ -200,10 +196,7 @@ class DeviceDecode:
         self._stream: Optional[torch.cuda.Stream] = None  # the run's decode stream, made on first use
 
     def decode(self, data: List[torch.Tensor]) -> List[torch.Tensor]:
-        """JPEGs to RGB uint8 images on the device; on CUDA, on the decode stream.
-
-        See NOTE [ The decode stream ].
-        """
+        """JPEGs to RGB uint8 images on the device, on the decode stream on CUDA (NOTE [ The decode stream ])."""
         if self.device.type != "cuda" or not data:
             return self.decode_jpegs(data, self.device) if data else []
         caller = torch.cuda.current_stream(self.device)

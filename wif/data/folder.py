@@ -1,11 +1,7 @@
 """Images read as training reads them: an ImageFolder root listed (`data=folder`), and image i of a set.
 
-The root's held-out split is the first of `test/`, `val/` and `validation/` it holds. Those are wif's,
-torchvision's and timm's names; the run evaluates on it as its test split. `wif.data.folder_check` decodes
-every file with `read_image` before a run starts.
-
-The decoders (`Decoder`) read image i from one blob of JPEG bytes, from image files, or from RAM. Each is a
-plain class, so it pickles into DataLoader workers.
+The held-out split is the first of `test/`, `val/` and `validation/` the root holds. The decoders (`Decoder`)
+read image i from a blob of JPEG bytes, from files, or from RAM; each pickles into DataLoader workers.
 """
 
 from __future__ import annotations
@@ -114,11 +110,7 @@ class JpegBlob:
 
 
 class ImageFiles:
-    """Image files decoded and resized on access, as torchvision's ImageFolder would.
-
-    With `size=None`, under data.augment=standard, they stay at their own size: the transform crops them as
-    PyTorch's ImageNet example does.
-    """
+    """Image files decoded and resized on access, as ImageFolder would; at their own size with `size=None`."""
 
     def __init__(self, paths: List[str], size: Optional[int]) -> None:
         self.paths, self.size = paths, size

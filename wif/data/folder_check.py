@@ -1,11 +1,8 @@
 """An image folder (`data=folder`) checked once, before any run starts.
 
-Without it, a file that is not an image stops a run only when a DataLoader worker reaches it. That may come
-after hours of training, and a sweep pays it for every job. Here every file is decoded once, the way training
-decodes it (`wif.data.folder.read_image`). A pool of processes forked for the check alone does it: the
-supervising process runs no torch compute. The verdict is cached under the data cache dir, keyed on each
-file's name, size and mtime. The next run of the same folder only lists it; a changed or added file is decoded
-again alone.
+Without it, a bad file stops a run only when a worker reaches it, maybe hours in, in every job of a sweep.
+Here a pool of processes forked for the check decodes every file as training does (`wif.data.folder.read_image`).
+The verdict is cached by each file's name, size and mtime, so a later run decodes only what changed.
 """
 
 from __future__ import annotations
@@ -66,10 +63,7 @@ class Verdict:
 
 
 def check_folder(cfg: DataConfig) -> Verdict:
-    """Decode every image file of the folder not already judged at its current size and mtime.
-
-    Raises ConfigError for a folder whose layout cannot be used: no train/ or held-out split, an empty class.
-    """
+    """Decode every image file not judged at its size and mtime; ConfigError for a layout that cannot be used."""
     t0 = time.perf_counter()
     files, _ = folder_files(cfg)
     paths: List[str] = list(files["train_paths"]) + list(files["test_paths"])
@@ -190,10 +184,7 @@ def _processes(n_files: int) -> int:
 
 
 def _start_checker() -> None:
-    """A checking process of one thread; the pool is the parallelism.
-
-    The pool's SIGTERM or its parent's death ends it, never the supervisor's handlers it inherited.
-    """
+    """A checking process of one thread, ended by the pool's SIGTERM or its parent's death, not inherited handlers."""
     import torch
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

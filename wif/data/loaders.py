@@ -39,10 +39,7 @@ class Reading:
 
 
 def silence_worker_count_warning() -> None:
-    """Silence PyTorch's warning, at every epoch's workers, that they outnumber the cores.
-
-    `warnings_for` says it once a job, or wif means it (the tuner searches past the cores); forks inherit it.
-    """
+    """Silence PyTorch's warning that workers outnumber the cores: `warnings_for` says it once, or wif means it."""
     warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
 
@@ -95,10 +92,7 @@ class ResidentBatches:
 
 
 def build_batches(split: AnySplit, cfg: LoaderConfig, reading: Reading) -> Batches:
-    """The one place where a loader option becomes an iterable of batches.
-
-    Keys newer than the oldest supported torch are passed only when set away from their default.
-    """
+    """The one place where a loader option becomes an iterable of batches; newer keys passed only where set."""
     shuffle = cfg.shuffle and reading.train
     seed = reading.seed
     if reading.resident:
@@ -128,9 +122,8 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, reading: Reading) -> Batch
 class FixedBatches:
     """One random batch made once on the device and handed out again and again (data=fixed).
 
-    No host work and no copy: a run over these measures the model's compute alone. That is the upper bound a
-    loader can approach, as in nanoGPT's bench.py and the DALI case study's synthetic pipeline. An epoch has
-    as many batches, and the last one as few images, as the real split of `samples` images would have.
+    No host work and no copy: the model's compute alone, the bound a loader can approach (nanoGPT's bench.py).
+    An epoch has as many batches, its last as few images, as a real split of `samples` images.
     """
 
     def __init__(

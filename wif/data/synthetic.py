@@ -1,8 +1,6 @@
 """The generated study set (`data=synthetic`) and its JPEG-encoded twin (`data=encoded`), cached on disk.
 
-Each is made once per parameter set, checksummed, written to a temporary folder and renamed when complete.
-
-See NOTE [ A cache checked once ].
+Each is made once per parameter set, checksummed, and renamed into place when complete (NOTE [ A cache checked once ]).
 """
 
 # NOTE [ A cache checked once ]
@@ -88,10 +86,7 @@ def _write_cache(folder: Path, arrays: Dict[str, np.ndarray], key: Dict[str, flo
 
 
 def _read_cache(folder: Path, mmap: bool = False) -> Dict[str, np.ndarray]:
-    """Load, mapped where `mmap`, and verify; raises ValueError on anything missing, truncated or altered.
-
-    The checksums are checked once. See NOTE [ A cache checked once ].
-    """
+    """Load, mapped where `mmap`, and verify once; ValueError on anything missing, truncated or altered."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in manifest["sha256"]}

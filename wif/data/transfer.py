@@ -1,10 +1,7 @@
-"""How a host batch reaches the device.
+"""How a host batch reaches the device, apart from the loader so any loader option combines with any transfer.
 
-It is kept apart from the loader, so any loader option combines with any transfer option on the command line.
-
-Under transfer.uint8=true the loader yields uint8 images, and the copy moves a quarter of float32's bytes.
-Right after the copy, on the stream that copied them, the images become float and are normalized (`to_float`,
-as timm's PrefetchLoader does). The loop still sees the float batches of the host path.
+Under transfer.uint8=true the copy moves a quarter of float32's bytes. The images become float and are
+normalized right after, on the copying stream (`to_float`, as timm's PrefetchLoader does).
 """
 
 from __future__ import annotations
@@ -28,10 +25,7 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 
 class Sent(tuple):
-    """A device batch (images, labels) whose images crossed as uint8 and were converted after the copy.
-
-    `wire_nbytes` is what the copy moved, and what `batch_nbytes` reports; the batch now holds more.
-    """
+    """A device batch whose images crossed as uint8 (`wire_nbytes`, what `batch_nbytes` reports), converted after."""
 
     wire_nbytes: int
 
@@ -68,11 +62,7 @@ def make_transfer(cfg: TransferConfig, device: torch.device, decode: Optional[Tr
 
 
 def batch_nbytes(batch: Any) -> int:
-    """Bytes of a batch's tensors (in tuples, lists or dicts): what copying it to the device moves.
-
-    A copy keeps dtype and shape; a `Sent` batch counts the uint8 bytes it crossed as. `nbytes` is shape times
-    item size, host metadata: reading it never syncs.
-    """
+    """Bytes of a batch's tensors: what copying it moves, from host metadata; a `Sent` batch counts its uint8 bytes."""
     if isinstance(batch, Sent):
         return batch.wire_nbytes
     if isinstance(batch, torch.Tensor):

@@ -1,10 +1,8 @@
 """The `worker_threads` option: each DataLoader worker's OpenCV, BLAS and OpenMP threads limited to n.
 
-In each worker torch sets its own threads to 1; OpenCV and the BLAS behind numpy do not. So 12 workers of 16
-OpenCV threads each run 192 threads on 16 cores. DataLoader has no keyword for it: the worker's
-`worker_init_fn` limits them, then calls the loader's own. wif.dataloader_args reads the limit off it.
-
-This module imports nothing but the standard library at import time: a spawned worker unpickles it.
+In each worker torch sets its own threads to 1. OpenCV and BLAS do not, so 12 workers may run 192 threads on
+16 cores. The worker's `worker_init_fn` limits them, then calls the loader's own. Standard library only at
+import: a spawned worker unpickles it.
 """
 
 from __future__ import annotations
@@ -14,10 +12,7 @@ from typing import Any, Callable, Optional
 
 
 class LimitWorkerThreads:
-    """A `worker_init_fn` that limits the worker's threads to `worker_threads`, then calls `inner`.
-
-    Module-level and plain, so that a spawned worker unpickles it.
-    """
+    """A picklable `worker_init_fn` that limits the worker's threads to `worker_threads`, then calls `inner`."""
 
     def __init__(self, worker_threads: int, inner: Optional[Callable[[int], Any]] = None) -> None:
         self.worker_threads = int(worker_threads)
@@ -58,11 +53,7 @@ def limit_threads(n: int) -> None:
 
 
 def default_threads() -> int:
-    """The most threads one of OpenCV, BLAS or OpenMP runs in a process left as is: what each worker starts with.
-
-    It reads them in this process, with numpy's BLAS loaded and OpenCV where importable. Those are a script's
-    workers' libraries on this host, at their defaults unless the environment (OMP_NUM_THREADS) says otherwise.
-    """
+    """The most threads one of OpenCV, BLAS or OpenMP starts in a process left as is: each worker's, read here."""
     counts = [1]
     if importlib.util.find_spec("threadpoolctl") is not None and importlib.util.find_spec("numpy") is not None:
         import numpy  # noqa: F401  (its BLAS loaded, so that threadpoolctl sees it)

@@ -1,11 +1,8 @@
 """The simulated draws behind the model's critical values, made cheaply and exactly as numpy makes them.
 
-A race fits a new design at every look: each setting's own variance changes the covariance. Each new design
-used to draw 100,000 x k fresh standard normals inside `Generator.multivariate_normal`. That was most of its
-cost, though those normals depend on k and the seed only. They are now drawn once per k and counted here.
-They are turned into the design's draws step for step as numpy does: numpy/random/_generator.pyx,
-`multivariate_normal` with method="eigh". So every number is the same as before, bit for bit. `max_t` turns
-them into the max-t statistics the critical values are quantiles of.
+A race fits a new design at every look. Each used to draw 100,000 x k fresh normals, which depend on k and the
+seed only. They are now drawn once per k and turned into the design's draws as numpy's `multivariate_normal`
+(method="eigh") does, bit for bit. `max_t` turns them into the max-t statistics.
 """
 
 from __future__ import annotations
@@ -19,10 +16,7 @@ import numpy as np
 
 @functools.lru_cache(maxsize=8)  # a race's designs shrink from k settings down: 8.8 MB each at 11 settings
 def standard_normals(k: int, draws: int, seed: int) -> tuple[np.ndarray, dict]:
-    """`default_rng(seed)`'s first draws x k standard normals, and the generator's state after them.
-
-    Left writeable: numpy's matmul skips BLAS for a read-only operand, about 6x slower here.
-    """
+    """`default_rng(seed)`'s first draws x k standard normals and the state after; writeable, so matmul uses BLAS."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((draws, k))
     return x, rng.bit_generator.state
@@ -53,11 +47,7 @@ def errors(cov_unit: np.ndarray, df: int, draws: int, seed: int) -> tuple[np.nda
 
 
 def kth_smallest(rows: np.ndarray, i: int) -> np.ndarray:
-    """Each row's `i`-th smallest value, 0-based: the value `np.partition(rows, i, axis=1)[:, i]` gives.
-
-    A threshold read off a sample narrows the search to the row's values at or above it. Where those are too
-    few, the whole row is searched.
-    """
+    """Each row's `i`-th smallest value, 0-based, as `np.partition` gives it, searched above a sampled threshold."""
     n = rows.shape[1]
     top = n - i  # how many values lie at or above the answer
     out = np.empty(len(rows))

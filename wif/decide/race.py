@@ -1,16 +1,11 @@
 """Racing, as F-Race and irace do it for configurations: after each block, drop the clearly slower settings.
 
-A setting is clearly slower when its simultaneous lower bound to the fastest is above 1
-(`wif.decide.decision.decide`). The next blocks are spent on the rest. A setting merely not shown to be
-fastest (tied, or too noisy to tell) runs on: a tie is never read as a loss.
+A setting is clearly slower when its simultaneous lower bound to the fastest is above 1. A tie is never read
+as a loss. Pure functions on frames of runs, tested on simulated sweeps; the race sweeper applies them.
 
-These are pure functions on frames of runs (loader, block, fraction and the run figure). So the rule is
-tested on simulated sweeps. `hydra_plugins.wif_sweeper.race_sweeper` applies it between blocks of real jobs.
-
-Stopping on what each block shows would inflate the error rate. So the error is spent over the looks: each
-look uses Hsu's MCB at confidence 1 - alpha / looks. `looks` is the most the race can take, blocks
-min_blocks..max_blocks. By Bonferroni, the chance that any look drops the fastest setting, or settles on a
-wrong one, stays below alpha.
+Stopping on what each block shows would inflate the error rate. So each look uses Hsu's MCB at confidence
+1 - alpha / looks, `looks` the most the race can take. By Bonferroni, the chance that any look drops the
+fastest setting, or settles on a wrong one, stays below alpha.
 """
 
 from __future__ import annotations
@@ -65,8 +60,7 @@ class FractionState:
 def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules, blocks_done: int) -> FractionState:
     """One look at a fraction after `blocks_done` blocks: drop the clearly slower, say whether it is settled.
 
-    `runs` holds every usable run of the fraction so far, dropped settings included. Their runs still inform the
-    noise, and the model takes the blocks they missed as an unbalanced design.
+    `runs` holds every usable run so far, dropped settings' too: they still inform the noise.
     """
     if state.settled or blocks_done < rules.min_blocks or runs["loader"].nunique() < 2:
         return state  # nothing to judge yet (every run failed or was contended): race on
@@ -88,10 +82,7 @@ def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules,
 def replay(
     runs: pd.DataFrame, value: str, rules: RaceRules, settings: Dict[float, Sequence[str]], blocks_done: int
 ) -> Dict[float, FractionState]:
-    """The race's state after `blocks_done` blocks, recomputed from the runs alone, as a resume finds it.
-
-    Each look sees only the blocks before it, as it did when the race ran.
-    """
+    """The race's state after `blocks_done` blocks, recomputed from the runs alone, each look on its own blocks."""
     states = {fr: FractionState(fr, list(names)) for fr, names in settings.items()}
     for done in range(rules.min_blocks, blocks_done + 1):
         for fr, state in states.items():

@@ -8,7 +8,6 @@
 `pagecache` evicts and reads the page cache without root.
 `tracking` writes to the MLflow store, and sends a watched script's epochs within a share of a core.
 `lifetime` keeps the process tree whole and ends it with its owner.
-`bandwidth` measures the host-device copy rates that bound every setting.
 `names` writes each name of a run's metrics, tags and cells once.
 
 Nothing is imported here. DataLoader workers import `lifetime` alone. The report imports `tracking` and

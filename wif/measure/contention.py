@@ -1,10 +1,8 @@
 """How much CPU other processes took on the run's CPUs while a run was measured.
 
-A run that shared its cores with a compile or another job is slower for a reason unrelated to its settings.
-The machine's busy time comes from /proc/stat. The job's own time comes from its process tree (`tree_cpu_s`)
-and the supervising process. What is left was spent by others. Readings are taken only at epoch boundaries,
-while the run waits for its epoch to be logged: nothing is added inside an epoch. The cores are the CPUs the
-run may run on: its affinity, a job's or a container's cpuset. Others on the other CPUs share nothing with it.
+A run sharing its cores is slower for reasons unrelated to its settings. The machine's busy time comes from
+/proc/stat, less the job's own tree and supervisor. It is read only at epoch boundaries, over the CPUs the
+run may use: its affinity or cpuset.
 """
 
 from __future__ import annotations
@@ -48,11 +46,7 @@ def machine_busy_s(cpus: Optional[FrozenSet[int]] = OWN) -> Optional[float]:
 
 
 def tree_cpu_s(root: psutil.Process) -> float:
-    """CPU seconds of `root`, its live descendants, and the children each of them has reaped.
-
-    Reaped children are workers that ended. The run reaps them under fork and spawn. Under forkserver the
-    forkserver reaps them, and their time lands in its children times.
-    """
+    """CPU seconds of `root`, its live descendants, and the ended workers each of them has reaped."""
     try:
         tree = tree_processes(root, known={}, parents={})
     except psutil.Error:
@@ -68,11 +62,7 @@ def tree_cpu_s(root: psutil.Process) -> float:
 
 
 def is_contended(figures: Mapping[str, Optional[float]], threshold_pct: float) -> bool:
-    """Whether others took more than `threshold_pct` of each core the run left idle (at least one core).
-
-    `figures` holds HOST_OTHER_CPU_PCT and HOST_IDLE_CORES, as HostCpuMeter.others gives them. Others on cores
-    the run leaves idle do not slow it: a busy neighbour on 16 cores is not one on 2.
-    """
+    """Whether others took more than `threshold_pct` of each core the run left idle (at least one core)."""
     other, idle = figures.get(names.HOST_OTHER_CPU_PCT), figures.get(names.HOST_IDLE_CORES)
     return other is not None and other > threshold_pct * max(1.0 if idle is None else idle, 1.0)
 
@@ -88,8 +78,7 @@ class _Mark:
 class HostCpuMeter:
     """Marks taken at epoch boundaries; the CPU share others used between any two of them.
 
-    The run is `root_pid`'s tree. Where the run is one of a job's ranks, the job is `job_pid`'s tree: torchrun's
-    agent, or the process that spawned the ranks. A sibling rank is then the job's own, never another's.
+    The run is `root_pid`'s tree, or a distributed job's `job_pid`'s: a sibling rank is never another's.
     """
 
     def __init__(self, root_pid: int, job_pid: Optional[int] = None) -> None:
@@ -110,11 +99,7 @@ class HostCpuMeter:
         self.marks.append(_Mark(time.monotonic(), machine_busy_s(), ours, tree))
 
     def tree_s(self, first: int, last: int) -> float:
-        """CPU seconds the run's own processes used between marks `first` and `last`, ended workers included.
-
-        The figure is exact. A sampled utilization misses most of an epoch shorter than its interval. wif-advise
-        prices a loader's CPU work from it.
-        """
+        """CPU seconds the run's own processes used between marks `first` and `last`, exact, ended workers included."""
         return max(self.marks[last].tree_s - self.marks[first].tree_s, 0.0)
 
     def others(self, first: int, last: int) -> Dict[str, float]:

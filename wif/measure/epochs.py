@@ -1,11 +1,8 @@
 """One account of an epoch and of a run: an epoch's clock, its logged figures, the warm-up rule, the summary.
 
-The harness (`wif.run.record`), the watch (`wif.watcher`), the in-process API (`wif.tools.api`) and the
-advisor, which reads the figures back, all take them from here. So a new figure or a change of the warm-up
-rule is made once. The samples `wif.measure.sampler` takes are cut here into the windows a run reports: its
-epochs' peaks and means, and each rank's peaks.
-
-Pure: plain numbers in, plain dicts out; no torch, no MLflow. docs/what-each-run-records.md defines each name.
+The harness, the watch, the in-process API and the advisor all take them from here, so a change is made once.
+The sampler's samples are cut here into the windows a run reports. Pure: plain numbers in, plain dicts out.
+docs/what-each-run-records.md defines each name.
 """
 
 from __future__ import annotations
@@ -124,10 +121,7 @@ class Series:
         self.rows.append(row)
 
     def between(self, t0: float, t1: float, column: int) -> List[float]:
-        """Values sampled in [t0, t1]; if none fell inside, the last value sampled before t1.
-
-        A window shorter than the cadence holds no sample; the value before it held during the window.
-        """
+        """Values sampled in [t0, t1]; if none fell inside, the last value before t1, which held during the window."""
         return [r[column] for r in self.window(t0, t1) if r[column] is not None]
 
     def window(self, t0: float, t1: float) -> List[tuple]:
@@ -137,10 +131,7 @@ class Series:
 
 
 def rank_peaks(series: Series, ranks: int, t0: float, t1: float) -> Dict[str, float]:
-    """A data-parallel run's memory per rank over [t0, t1], and the job's.
-
-    Each rank gets its worker and device-memory peaks. The job gets the largest rank's device peak, the GPU
-    size it needs, and the peak of their sum.
+    """A data-parallel run's memory per rank over [t0, t1], and the job's: its largest device peak and its summed peak.
 
     Args:
         series: rows of each rank's workers, then each rank's device MB.

@@ -1,13 +1,8 @@
 """A run never outlives its sweep, and a run record names the process that owns it.
 
-A run is a child forked from the supervising process, and its DataLoader workers are children of the run.
-Killed with SIGKILL, the supervisor can stop nothing. So each child asks the kernel up front, through
-`prctl(PR_SET_PDEATHSIG)`, to kill it when its parent dies. No orphan keeps training, holding its GPU and lock.
-
-The MLflow run such a supervisor owned stays RUNNING. Every run records which process owns it (`owner_tags`),
-so a later sweep on the same host closes it as stale (`wif.measure.tracking.close_stale_runs`).
-
-Imported by DataLoader workers (their `worker_init_fn`): this module imports neither torch nor MLflow.
+A supervisor killed with SIGKILL can stop nothing. So each child asks the kernel through
+`prctl(PR_SET_PDEATHSIG)` to end it with its parent. The MLflow run it owned stays RUNNING; its owner's tags
+(`owner_tags`) let a later sweep close it as stale. DataLoader workers import this: no torch, no MLflow.
 """
 
 from __future__ import annotations
@@ -32,12 +27,7 @@ START_TIME_TOLERANCE_S = 1.0  # process start times read twice may differ by rou
 
 
 def process_age_s() -> float:
-    """Seconds since this process started, to a clock tick.
-
-    A command's time limit counts its start-up, importing torch and composing, as the user's clock does.
-    The create_time() of psutil adds the boot time, which Linux gives in whole seconds. An age taken from it may be a
-    second too long. The uptime and the start tick are both counted from boot, to 10 ms.
-    """
+    """Seconds since this process started, to a clock tick (psutil's counts whole seconds)."""
     try:
         with open("/proc/self/stat") as stat:
             start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
@@ -51,9 +41,8 @@ def process_age_s() -> float:
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM wait until the block ends, then act as ever; main thread only.
 
-    A run record created on the tracking store and interrupted before its id is known would stay RUNNING
-    beside the one the interrupt then opens. Python's handlers are swapped, not the signal mask. A mask holds
-    one thread, and the kernel hands a process's signal to any thread that does not block it: the sampler's.
+    A run record interrupted before its id is known would stay RUNNING. Python's handlers are swapped, not the
+    mask: the kernel would hand the signal to another thread, the sampler's.
     """
     caught: list = []
     old = {
@@ -71,9 +60,7 @@ def signals_held() -> Iterator[None]:
 def die_with_parent(parent_pid: Optional[int] = None) -> None:
     """Have the kernel SIGKILL this process when the thread that forked it ends (Linux; a no-op elsewhere).
 
-    The signal follows the forking *thread*. So fork only from a thread that lives as long as its process: wif
-    forks runs and workers from the main thread. With `parent_pid`, a parent that died before the request took
-    effect ends this process at once.
+    So wif forks only from the main thread. With `parent_pid`, a parent already dead ends this process at once.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -85,11 +72,7 @@ def die_with_parent(parent_pid: Optional[int] = None) -> None:
 
 
 def how_it_ended(exitcode: Optional[int]) -> str:
-    """How a process that said nothing ended, from its exit code alone.
-
-    A Python exception in wif's processes is always sent before they exit. So this is a signal, such as the
-    kernel's OOM killer's SIGKILL, or native code.
-    """
+    """How a process that said nothing ended, from its exit code: a signal, or native code."""
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -100,11 +83,7 @@ def how_it_ended(exitcode: Optional[int]) -> str:
 
 
 def said_if_raised(target: Callable[..., Any], conn: Any, *args: Any) -> None:
-    """Run a process's `target(*args)`, and send on `conn` any Python exception that escapes it.
-
-    The message is ("error", {type, message, traceback}), sent before the process exits 1: the one line that
-    says why a run ended names the exception.
-    """
+    """Run `target(*args)`, and send on `conn` any Python exception that escapes it as ("error", {...}), then exit 1."""
     try:
         target(*args)
     except Exception as err:  # noqa: BLE001 - SystemExit and KeyboardInterrupt leave as they are
@@ -113,21 +92,13 @@ def said_if_raised(target: Callable[..., Any], conn: Any, *args: Any) -> None:
 
 
 def dataloader_worker_init(worker_id: int) -> None:
-    """DataLoader's `worker_init_fn`: a worker dies with the run that started it, and an interrupted run's
-    batch hand-over prints no traceback.
-
-    Module-level, so that spawned and forkserver workers can unpickle it.
-    """
+    """DataLoader's picklable `worker_init_fn`: a worker dies with its run, and an interrupt prints no traceback."""
     die_with_parent()
     sys.excepthook = _quiet_fd_sharing
 
 
 def _quiet_fd_sharing(kind: type, err: BaseException, tb: Optional[TracebackType]) -> None:
-    """No traceback where the run's process left mid-handshake with this worker's fd-sharing thread.
-
-    That thread (multiprocessing.resource_sharer) serves the batches' file descriptors and reports its errors
-    through sys.excepthook. Ctrl-C reaches the run and its workers at once: the run may leave as it connects.
-    """
+    """No traceback where the run left mid-handshake with this worker's fd-sharing thread (resource_sharer)."""
     if issubclass(kind, (ConnectionError, EOFError)) and tb is not None:
         if tb.tb_frame.f_code.co_filename.endswith("resource_sharer.py"):
             return
@@ -135,11 +106,7 @@ def _quiet_fd_sharing(kind: type, err: BaseException, tb: Optional[TracebackType
 
 
 def run_dying(target: Callable[..., Any], parent_pid: Optional[int], *args: Any) -> None:
-    """A worker process's target behind `die_with_parent`.
-
-    For pools that start workers with a target of their own, such as torchdata.nodes, where no
-    `worker_init_fn` exists. Module-level, so spawned workers can unpickle it.
-    """
+    """A worker process's target behind `die_with_parent`, for pools without a `worker_init_fn` (torchdata.nodes)."""
     die_with_parent(parent_pid)
     target(*args)
 
@@ -147,8 +114,7 @@ def run_dying(target: Callable[..., Any], parent_pid: Optional[int], *args: Any)
 class DyingContext:
     """A multiprocessing context whose processes die with the process that started them.
 
-    DataLoader's workers do so through `dataloader_worker_init`. A forkserver's workers are the forkserver's
-    children, not ours. They die with it, it ends when its client does, and they are not checked against our pid.
+    A forkserver's workers are its children: they die with it, and it ends with its client.
     """
 
     def __init__(self, context: Any) -> None:
@@ -173,10 +139,7 @@ def owner_tags() -> Dict[str, str]:
 
 
 def owner_gone(tags: Mapping[str, str]) -> bool:
-    """True when a RUNNING run's owner ran on this host and is no longer alive.
-
-    A run from another host, or from before these tags existed, is never judged.
-    """
+    """True when a RUNNING run's owner ran on this host and is no longer alive; other hosts' runs are never judged."""
     mine = tags.get(names.TAG_HOST) == socket.gethostname()
     if not mine or names.TAG_PID not in tags or names.TAG_PID_STARTED not in tags:
         return False
@@ -195,8 +158,7 @@ def owner_gone(tags: Mapping[str, str]) -> bool:
 def stop_tree(procs: List[psutil.Process], grace_s: float = 5.0) -> None:
     """Terminate a run and every worker it started, even those a crashed run left behind.
 
-    `is_running` compares start times, so a recycled PID is never hit. The run goes first, so that it can
-    shut its DataLoader down itself. Whatever is left after the grace period is terminated, then killed.
+    The run goes first, to shut its DataLoader down; what is left past the grace is killed. A recycled PID is never hit.
     """
     if procs and procs[0].is_running():
         with contextlib.suppress(psutil.Error):

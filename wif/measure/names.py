@@ -119,10 +119,7 @@ TAG_DECODE_NOTE = "wif.decode_note"
 
 
 class Cell(NamedTuple):
-    """What the report compares across repeats: a setting at a data fraction, written "setting@fraction".
-
-    The setting is the loader option and its knobs (`pin_nb+uint8`, `baseline+dali`); `fixed` is the bound.
-    """
+    """What the report compares across repeats: a setting at a fraction, "setting@fraction"."""
 
     setting: str
     fraction: str

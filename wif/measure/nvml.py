@@ -1,13 +1,8 @@
 """GPU memory and utilization from NVML (`nvidia-ml-py`), read from the supervising process.
 
-A run's device memory is what NVML lists for the run's processes (`usedGpuMemory`, CUDA context included).
-Where NVML lists none of them, the figure is the device's used memory over a baseline, and the run says
-why (`tags`). In a container the driver lists host PIDs, which never match the container's own
-(NVIDIA/nvidia-docker#1483). The supervisor reads the baseline before it forks the run (`memory_baselines`).
-So the run's CUDA context and everything it uploads count in the figure.
-
-Whether CUDA is present is asked the same way (`cuda_present`): a process that forks runs must never hold a
-CUDA context. `resolve_device` turns device=auto into the device a run gets.
+A run's device memory is what NVML lists for its processes, context included. Where it lists none, as in a
+container, the figure is the device's used memory over a baseline read before the fork. `cuda_present` asks
+NVML too: a process that forks runs must never hold a CUDA context. `resolve_device` resolves device=auto.
 """
 
 from __future__ import annotations
@@ -50,11 +45,7 @@ def resolve_device(requested: Device) -> str:
 
 
 def nvml_names(uuid: str) -> List[str]:
-    """The UUIDs NVML may know a device by.
-
-    torch reports a bare UUID, for a GPU and for a MIG instance alike. NVML wants `GPU-...` for one and
-    `MIG-...` for the other; a MIG UUID must never get `GPU-`.
-    """
+    """The UUIDs NVML may know a device by: torch's bare UUID as `GPU-...` or `MIG-...`, never `GPU-` for a MIG."""
     if uuid.startswith(("GPU-", "MIG-")):
         return [uuid]
     return [f"GPU-{uuid}", f"MIG-{uuid}"]
@@ -65,10 +56,7 @@ def _text(value: Any) -> str:
 
 
 def memory_baselines() -> Dict[str, int]:
-    """Used bytes of every device NVML lists, MIG instances too, by UUID; {} without NVML.
-
-    Read in the supervisor before it forks a run: nothing of the run is on a device yet.
-    """
+    """Used bytes of every device NVML lists, MIG instances too, by UUID; {} without NVML. Read before a run forks."""
     try:
         import pynvml
 
@@ -108,10 +96,7 @@ def _mig_devices(pynvml: Any, handle: Any) -> List[Any]:
 def vram_reading(
     listed: Sequence[Tuple[int, Optional[int]]], pids: set, used: int, baseline: int, exists: Callable[[int], bool]
 ) -> Tuple[float, str]:
-    """The bytes the run's tree holds on the device, and how they were read.
-
-    Where the tree's processes are listed, their own figures are summed: PER_PROCESS. Else the device's used
-    bytes over the baseline are taken, with the reason: one of the reasons above.
+    """The bytes the run's tree holds on the device: its listed processes' sum, else the rise over the baseline.
 
     Args:
         listed: NVML's (pid, used bytes or None) of every process on the device.
@@ -134,12 +119,7 @@ def vram_reading(
 
 
 def source_tags(sources: Counter, baseline_late: bool) -> Dict[str, str]:
-    """How `vram_peak_device_mb` was read, as tags, from each sample's source.
-
-    It is per process wherever the run's processes were listed once: the samples taken before its CUDA context
-    existed list nothing of it. Else it is the device over its baseline, with the most telling reason seen:
-    host PIDs in a container come before an empty list.
-    """
+    """How `vram_peak_device_mb` was read, as tags: per process where listed, else the most telling reason."""
     if not sources:
         return {}
     if PER_PROCESS in sources:
@@ -156,11 +136,7 @@ def _exists(pid: int) -> bool:
 
 
 class GpuProbe:
-    """NVML reads for one device. NVML is not CUDA: using it never initializes a CUDA context here.
-
-    `baselines` is `memory_baselines()`, read before the run started. Without its device, the baseline is
-    read now, late: the run's context is then missing from a fallback figure, and the tags say so.
-    """
+    """NVML reads for one device, never a CUDA context; a baseline missing from `baselines` is read now, late."""
 
     def __init__(self, uuid: str, baselines: Optional[Dict[str, int]] = None) -> None:
         import pynvml
@@ -185,11 +161,7 @@ class GpuProbe:
         self.sources: Counter = Counter()  # how each memory sample was read
 
     def memory(self, pids: set) -> float:
-        """Bytes the tree holds on the device.
-
-        Where NVML lists none of its processes, this is the rise over the baseline, other tenants' memory
-        included, and `sources` counts why.
-        """
+        """Bytes the tree holds on the device; else the rise over the baseline, counted in `sources`."""
         procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
         listed = [(p.pid, p.usedGpuMemory) for p in procs]
         used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used

@@ -1,9 +1,7 @@
 """The page cache without root, for data.page_cache=cold (docs/formats.md).
 
-Files are evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` after an fsync: only clean pages can be
-dropped. Their residency is read with `mincore` over a read-only mmap; mapping a file reads none of it.
-The bytes a process tree read from storage are /proc/<pid>/io read_bytes of the run and its live workers.
-The kernel adds a reaped worker's count to its parent's, so the sum over the tree never goes back.
+Files are evicted with `posix_fadvise(POSIX_FADV_DONTNEED)` after an fsync, and their residency read with
+`mincore` over an mmap. The bytes a tree read are /proc/<pid>/io read_bytes of the run and its live workers.
 """
 
 from __future__ import annotations
@@ -77,11 +75,9 @@ def resident_fraction(paths: Sequence[str]) -> float:
 def eviction_refused(
     paths: Sequence[str], probe: int = 4, limit: float = 0.5, where: Optional[str] = None
 ) -> Optional[str]:
-    """Why data.page_cache=cold cannot work on these files, or None where it can.
+    """Why data.page_cache=cold cannot work on these files (a tmpfs, advice ignored), or None where it can.
 
-    The first few files are read, evicted and checked. A few only: a sweep probes before its first job, and a
-    warm run after it should find the rest as they were. A tmpfs keeps them resident, as does a filesystem that
-    ignores the advice.
+    Only the first few files are read, evicted and checked, so a warm run after the probe finds the rest as they were.
     """
     sample = [p for p in paths[:probe] if os.path.getsize(p) > 0]
     for path in sample:

@@ -42,10 +42,7 @@ HAS_CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/chi
 
 
 def descendants(pid: int) -> Dict[int, int]:
-    """Every process below `pid`, breadth first, each with its parent.
-
-    It reads the children files, so it needs HAS_CHILDREN_FILES.
-    """
+    """Every process below `pid`, breadth first, each with its parent, from the children files (HAS_CHILDREN_FILES)."""
     found: Dict[int, int] = {}
     pids = [pid]
     for parent in pids:  # grows while it is walked
@@ -60,10 +57,8 @@ def tree_processes(
 ) -> List[psutil.Process]:
     """`root` and every process below it; psutil.NoSuchProcess once `root` is gone.
 
-    It reads the children files where the kernel has them, and adds each process's parent to `parents`.
-    Elsewhere psutil's children() reads every process on the machine, about 3 ms a call. `known` lends the
-    Process objects of earlier reads, so their CPU times go on. A process that ended since it was listed is
-    left out.
+    It reads the children files where the kernel has them, else psutil's children() (about 3 ms a call). Each
+    process's parent goes into `parents`. `known` lends earlier Process objects, so their CPU times go on.
     """
     if not HAS_CHILDREN_FILES:
         return [root] + root.children(recursive=True)

@@ -1,17 +1,10 @@
 """Host and device memory of a run's whole process tree, sampled from outside it.
 
-The sampler is a thread of the supervising process, so it takes no GIL time from the run it measures. It
-follows the run's process and every DataLoader worker it starts, at three cadences.
-At `rss_interval_s` it sums RSS over the tree, and reads its device memory on a GPU (NVML's, context included).
-At `tree_interval_s` it lists the workers, which scans /proc, and reads CPU time, /dev/shm and GPU utilization.
-At `pss_interval_s` it sums USS and PSS, within `pss_budget_pct` of a core over the run. It also reads them
-at once when an epoch ends or workers start.
-
-Summed RSS overstates, counting shared pages once per process; summed USS leaves them out and understates;
-summed PSS counts each page once. Pages still shared with the process the run was forked from count in full.
-That is how they count in a run started on its own. /dev/shm counts as its rise since the start:
-worker-to-main tensors travel there. `wif.measure.epochs` cuts the samples into the windows the run reports,
-its epochs, never the start-up.
+The sampler is a thread of the supervising process, so it takes no GIL time from the run. It follows the
+run and its workers at three cadences. At `rss_interval_s` it sums RSS, and reads device memory on a GPU.
+At `tree_interval_s` it lists the workers and reads CPU time, /dev/shm and GPU utilization. At `pss_interval_s`
+it sums USS and PSS, within `pss_budget_pct` of a core, and at once when an epoch ends or workers start.
+Summed PSS counts each shared page once. /dev/shm counts as its rise since the start.
 """
 
 from __future__ import annotations
@@ -171,9 +164,7 @@ class TreeSampler(threading.Thread):
     def _sample_slow(self, now: float) -> Optional[set]:
         """Sum USS and PSS over the tree, kept only if the tree held still; the PIDs read, or None if dropped.
 
-        A page's PSS share depends on how many processes map it at the instant each one is read. A worker
-        forked or gone between two reads splits or merges shares already counted. The sum then lands far
-        above or below the truth: 175 and 562 MB were measured around a true 390. Such a sample is dropped.
+        A worker forked or gone between reads splits or merges shares already counted: 175 and 562 MB around a true 390.
         """
         procs = self._tree()
         uss = pss = 0
@@ -237,9 +228,8 @@ class TreeSampler(threading.Thread):
     def poke(self, timeout_s: float = 30.0, slow: bool = True) -> None:
         """Sample everything now, PSS included where `slow`, and return when it is done.
 
-        Called while the run waits between epochs, the read disturbs nothing: every epoch gets a PSS figure.
-        Without `slow` it lists the tree and reads RSS and CPU alone, in a few ms. A window that its next window
-        follows at once still gets its workers and RSS counted.
+        Called while the run waits between epochs, so every epoch gets a PSS figure. Without `slow` it reads the tree,
+        RSS and CPU alone, in a few ms.
         """
         self._poke_done.clear()
         self._poked, self._poke_slow = True, slow

@@ -42,11 +42,7 @@ def own_cpus() -> Optional[FrozenSet[int]]:
 
 
 def usable_cores() -> int:
-    """Cores this process may use: its CPUs (`own_cpus`), capped by its cgroup's CPU quota rounded up.
-
-    The quota is a container's `--cpus` or a job's CPU limit. Where either is less, the machine's count is
-    never used.
-    """
+    """Cores this process may use: its CPUs (`own_cpus`), capped by its cgroup's CPU quota rounded up."""
     cpus = own_cpus()
     cores = len(cpus) if cpus else (os.cpu_count() or 1)
     quota = cpu_quota()
@@ -54,10 +50,9 @@ def usable_cores() -> int:
 
 
 def cpu_quota(folders: Optional[List[str]] = None) -> Optional[float]:
-    """The CPUs' worth of time this process's cgroup may use; None without a cap ("max", -1) or a cgroup to read.
+    """The CPUs' worth of time this process's cgroup may use; None without a cap or a cgroup to read.
 
-    It reads cgroup v2's cpu.max, or v1's cpu.cfs_quota_us over cpu.cfs_period_us. It reads them in the first
-    of `folders` that has them: by default its own cgroup's, then the root's.
+    It reads cgroup v2's cpu.max, or v1's quota over period, in the first of `folders` that has them.
     """
     for folder in _cgroup_folders() if folders is None else folders:
         v2 = read_text(os.path.join(folder, "cpu.max")).split()

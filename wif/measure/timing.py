@@ -1,12 +1,8 @@
 """Clocks that time an asynchronous device right without adding synchronizations inside the loop.
 
-On CUDA every step records two events on the compute stream (cheap, no sync). They are read once, after
-the epoch's single synchronization. Compute time is the sum of event pairs. GPU idle time is the sum of gaps
-between one step's end and the next step's start: the GPU waits for data then. On the CPU, work is
-synchronous, so the host clock is exact and no GPU figure exists.
-
-`CopyClock` splits the host's time in a blocking copy into the copy's own device time and its wait behind
-the GPU's queued work. Every event is recorded on the named device's current stream, whatever device is current.
+On CUDA every step records two events on the compute stream, read once after the epoch's sync. Compute is
+the sum of event pairs; GPU idle is the gaps between them. On the CPU the host clock is exact. `CopyClock`
+splits a blocking copy into its own device time and its wait behind the queued work.
 """
 
 from __future__ import annotations
@@ -74,9 +70,8 @@ class StepClock:
 class CopyClock:
     """The GPU-blocked part of the host's time in blocking copies, for one epoch of `TimedFeed` (CUDA only).
 
-    While it is `active`, each copy that a transfer brackets with `blocking_copy` adds two events and the host's
-    seconds in it. The events go before and after the copy, on its stream. It never synchronizes;
-    `gpu_blocked_s` reads the events after the epoch's one synchronization.
+    While `active`, each bracketed copy adds two events on its stream and the host's seconds in it. It never
+    synchronizes; `gpu_blocked_s` reads the events after the epoch's one sync.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -85,11 +80,7 @@ class CopyClock:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """The window, a transfer call, whose blocking copies count in this clock.
-
-        Evaluation's copies do not count. Nor do the copies a `StreamPrefetcher` queues on its side stream: they
-        wait behind its own copies only.
-        """
+        """The window, a transfer call, whose blocking copies count; not evaluation's, nor a side stream's."""
         global _ACTIVE
         before, _ACTIVE = _ACTIVE, self
         try:
@@ -128,11 +119,7 @@ class _TimedCopy:
 
 
 def blocking_copy(device: torch.device) -> ContextManager[None]:
-    """Brackets a copy that blocks the host (`.to(device)` without non_blocking).
-
-    It is recorded into the active `CopyClock`. Outside a timed epoch or on a CPU it is a shared no-op: no
-    generator is made each step.
-    """
+    """Brackets a copy that blocks the host into the active `CopyClock`; elsewhere a shared no-op."""
     clock = _ACTIVE
     if clock is None or device.type != "cuda":
         return NOT_TIMED

@@ -66,12 +66,7 @@ def _artifact_root(uri: str) -> Optional[str]:
 
 @contextlib.contextmanager
 def _store_lock(uri: str):
-    """One process at a time opens a SQLite store for the first time.
-
-    MLflow creates and migrates a new SQLite schema on first use. Two processes doing it at once can leave the
-    file half-migrated for good (`_alembic_tmp_experiments already exists`), and no retry helps. A lock file
-    beside the database serializes that step for every process on the machine.
-    """
+    """One process at a time opens a SQLite store for the first time: two migrating it at once break it for good."""
     db = _sqlite_path(uri)
     if db is None:
         yield
@@ -118,10 +113,7 @@ class Tracker:
         return list(self._runs(config_hash, "FINISHED"))
 
     def running_runs(self, config_hash: str) -> Dict[str, Dict[str, str]]:
-        """The RUNNING runs of this configuration and repeat, with their tags.
-
-        They are live ones, or stale ones whose process died without closing them: `owner_gone` tells them apart.
-        """
+        """The RUNNING runs of this configuration and repeat, with their tags: live or stale (`owner_gone`)."""
         return self._runs(config_hash, "RUNNING")
 
     def _runs(self, config_hash: str, status: str) -> Dict[str, Dict[str, str]]:
@@ -192,10 +184,7 @@ FINISHED, FAILED, KILLED = (RunStatus.to_string(s) for s in (RunStatus.FINISHED,
 
 
 def close_stale_runs(tracker: Tracker, digest: str, label: str) -> None:
-    """Mark KILLED the RUNNING runs of this job whose owner died, of SIGKILL or a crash: the job then runs again.
-
-    A RUNNING run whose owner lives, another sweep running it now, is left alone.
-    """
+    """Mark KILLED the RUNNING runs of this job whose owner died, so the job runs again; a live owner's are left."""
     for run_id, tags in tracker.running_runs(digest).items():
         if owner_gone(tags):
             tracker.set_tags(

@@ -1,7 +1,6 @@
 """What every chart of the report shares: the loaders' order and axis, sizes, colours, empty panels, labels.
 
-Loaders keep one order everywhere: fastest first, at the top, at the largest fraction. Loader names run along
-the vertical axis, and sizes grow with the number of loaders.
+Loaders keep one order everywhere, fastest first at the largest fraction, named along the vertical axis.
 """
 
 from __future__ import annotations

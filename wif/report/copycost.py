@@ -1,9 +1,8 @@
 """What copying a setting's batches costs at the link's measured rate, beside what the runs measured.
 
-A training run logs `copy_bytes_per_epoch`, what its transfer moves host-to-device each epoch. `wif-bandwidth`
-logs a run tagged `wif.kind=bandwidth` with the best host-to-device rate it measured on a GPU, from pinned
-and from pageable memory. Their ratio, on the same GPU, is the least time the epoch's copies can take: the
-physical anchor for the measured `copy_s`. Pure functions on frames, and the one read of the bandwidth runs.
+A run logs its `copy_bytes_per_epoch`, and `wif-bandwidth` the best host-to-device rate on its GPU. Their
+ratio is the least time the epoch's copies can take: the physical anchor for `copy_s`. Pure functions on
+frames, and the one read of the bandwidth runs.
 """
 
 from __future__ import annotations
@@ -46,11 +45,7 @@ def _pinned(value: object) -> bool:
 
 
 def match(run: pd.Series, bandwidth: pd.DataFrame) -> pd.Series | None:
-    """The bandwidth run measured on this run's GPU; None when there is none.
-
-    The same `wif.gpu_uuid`, that very device, comes first; else the same `wif.gpu` name, that model of GPU.
-    The newest wins when several match.
-    """
+    """The bandwidth run of this run's GPU, by `wif.gpu_uuid`, else by `wif.gpu` name, newest first; or None."""
     newest = bandwidth.sort_values("start_time", ascending=False)
     for key in ("gpu_uuid", "gpu"):
         value = run.get(key)
@@ -62,11 +57,7 @@ def match(run: pd.Series, bandwidth: pd.DataFrame) -> pd.Series | None:
 
 
 def copy_ms_at_bandwidth(runs: pd.DataFrame, bandwidth: pd.DataFrame) -> pd.Series:
-    """Per run, indexed like `runs`: its `copy_bytes_per_epoch` over the best h2d rate on its GPU, in milliseconds.
-
-    The rate is the pinned one for pin_memory runs, the pageable one otherwise. NaN where no bandwidth run
-    matches, the run logged no copy bytes, or the rate is missing.
-    """
+    """Per run: its `copy_bytes_per_epoch` over its GPU's best h2d rate (pinned or pageable) in ms; NaN without one."""
     out = pd.Series(math.nan, index=runs.index, name=COLUMN, dtype=float)
     for i, run in runs.iterrows():
         found = match(run, bandwidth)

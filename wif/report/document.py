@@ -1,7 +1,6 @@
-"""The report as one Markdown document: its header, each testbed's section, and the runs set apart.
+"""The report as one Markdown document: its header, each testbed's section and warnings, the runs set apart.
 
-It is the page around the tables, with each testbed's warnings. It lays out what `tables`, `verdicts` and
-`stats` give; nothing is estimated here.
+It lays out what `tables`, `verdicts` and `stats` give; nothing is estimated here.
 """
 
 from __future__ import annotations
@@ -59,10 +58,7 @@ def device_note(runs: pd.DataFrame) -> str:
 
 
 def cost_note(runs: pd.DataFrame) -> str | None:
-    """What a run cost, median per run: its job's overhead, its epochs, its validation and its test passes.
-
-    The overhead is the job's wall time less the run's (`job_overhead_s`): the process, the data, the set-up.
-    """
+    """What a run cost, median per run: its job's overhead (`job_overhead_s`), its epochs, validation and test."""
     if names.JOB_OVERHEAD_S not in runs or not runs[names.JOB_OVERHEAD_S].notna().any():
         return None
     had = runs[runs[names.JOB_OVERHEAD_S].notna()]
@@ -147,10 +143,7 @@ def not_cold_table(sections: Sequence[Section]) -> str:
 
 
 def outliers_table(sections: Sequence[Section]) -> str:
-    """Runs the model flags as far out, with their robust z-score.
-
-    They are kept in the fit; each fraction's note says whether leaving them out changes the answer.
-    """
+    """Runs the model flags as far out, with their robust z-score; they stay in the fit."""
     lines = ["| run | cell | block | epoch time s | residual (robust SD) |", "|---|---|---|---|---|"]
     for section in sections:
         by_id = section.runs.set_index("run_id")

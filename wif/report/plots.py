@@ -1,8 +1,7 @@
 """The report's pictures: each `draw_*` function draws one question on a given Axes.
 
-The same picture serves both its own PNG and the overview; `figures` lays them out and writes the files.
-What every chart shares, the loaders' order and axis among it, is `chart`'s. Figures grow with the number of
-loaders, so a study of 48 cells (`+study=knobs`) stays as readable as the 11 of the main one.
+The same picture serves its own PNG and the overview (`figures`). What every chart shares is `chart`'s.
+Figures grow with the number of loaders, so a study of 48 cells stays readable.
 """
 
 from __future__ import annotations

@@ -79,10 +79,7 @@ PAGE_SIZE = 1000
 
 
 def baseline_of(runs: pd.DataFrame) -> str:
-    """The setting these runs' speedups are measured against.
-
-    It is the one most of them name in tracking.baseline (a study names its own), else `baseline`, the plain loader.
-    """
+    """The setting these runs' speedups are measured against: most runs' tracking.baseline, else `baseline`."""
     named = runs["baseline"].dropna() if "baseline" in runs else pd.Series(dtype=object)
     return str(named.mode().iloc[0]) if len(named) else "baseline"
 

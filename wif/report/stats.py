@@ -92,10 +92,7 @@ class Comparison:
 
 
 class Bound(NamedTuple):
-    """The upper bound's figures a fraction is set against; None where no bound run matches.
-
-    The throughput is from the same testbed and batch size; the step time also from the same fraction.
-    """
+    """The upper bound's figures for a fraction, from the same testbed and batch size; None where none matches."""
 
     img_s: float | None = None
     compute_s: float | None = None

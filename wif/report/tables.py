@@ -1,8 +1,6 @@
 """The per-fraction tables: each fraction's Markdown table, its footnotes and its CSV rows.
 
-The testbed's `Section` holds them. The whole document around them, with the runs set apart, is `document`'s.
-
-Everything here formats what `stats` computed; nothing is estimated here.
+The testbed's `Section` holds them. Everything here formats what `stats` computed.
 """
 
 from __future__ import annotations
@@ -52,11 +50,7 @@ def _p(p: float) -> str:
 
 
 def _vs_fastest(r: pd.Series) -> str:
-    """The MCB column: may this setting be the fastest, and how much slower than the fastest at least and most.
-
-    It says 'slower' only where the lower bound shows it (`wif.decide.decision.decide`). A tie is never worded as a
-    loss.
-    """
+    """The MCB column: may this setting be the fastest, how much slower at least and most; 'slower' only if shown."""
     if not bool(r["possibly_fastest"]):
         if bool(r.get("clearly_slower", r["slower_at_least"] > 1)):
             return f"≥ {slower_by(r['slower_at_least'])} slower" + (", within margin" if bool(r["tied"]) else "")

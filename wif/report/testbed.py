@@ -1,8 +1,7 @@
 """One testbed's section of `wif-report`: its per-fraction summaries, the upper bound, the curves and the plots.
 
-The command (`report_cli`) reads the runs, sets the unusable ones apart and writes the files. This is what is
-done for each testbed (device, GPU, model) once its runs are known; testbeds are never pooled. A fraction whose
-runs are one race's gets the race's own answer, replayed from its runs: see NOTE [ A race's own answer ].
+Testbeds (device, GPU, model) are never pooled. A fraction whose runs are one race's gets the race's own answer,
+replayed from its runs: see NOTE [ A race's own answer ].
 """
 
 from __future__ import annotations
@@ -188,10 +187,7 @@ def race_answer(runs: pd.DataFrame, value: str, record: RaceRecord) -> RaceAnswe
 
 
 def raced_table(table: pd.DataFrame, fit: model.Fit, race: RaceAnswer) -> pd.DataFrame:
-    """The table's 'vs fastest' columns as the race decided them.
-
-    Settings left in the race get its final look's MCB; each dropped setting keeps the bound it was dropped with.
-    """
+    """The 'vs fastest' columns as the race decided them: the last look's, or the bound a setting was dropped with."""
     out = table.copy()
     final = decision.columns(fit, "", race.rules.look_confidence, race.rules.margin)
     vs_best = decision.VS_BEST

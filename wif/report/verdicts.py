@@ -1,9 +1,7 @@
 """The sentences a reader acts on, per fraction: who may be fastest, who is tied, who is clearly slower.
 
-They also name the cheapest in memory of the fastest, and how much slower the slower are at least. Notes say
-how the comparison was made, and whether outliers move it.
-
-Everything here words what `stats` computed; nothing is estimated here.
+They also name the cheapest in memory of the fastest, how much slower the slower are, and whether outliers
+move the answer. Everything here words what `stats` computed.
 """
 
 from __future__ import annotations
@@ -47,10 +45,7 @@ def mb(value: float) -> str:
 
 
 def slower_by(x: float) -> str:
-    """How much slower a ratio x >= 1 is: '2.46x' for a clear gap, '0.4%' below 1.1x.
-
-    Below 1.1x, two decimals of x would read '1.00x', as if not slower at all.
-    """
+    """How much slower a ratio x >= 1 is: '2.46x' for a clear gap, '0.4%' below 1.1x, where '1.00x' would mislead."""
     return f"{x:.2f}x" if x >= 1.1 else f"{100 * (x - 1):.1f}%"
 
 

@@ -151,10 +151,7 @@ def keep_heap() -> bool:
 
 
 def _fixed_batches(cfg: Config, device: torch.device) -> Dict[str, FixedBatches]:
-    """data=fixed: as many training batches as the configured split would give; one for validation and test.
-
-    Validation and test figures mean nothing on random data, so they cost as little as possible.
-    """
+    """data=fixed: as many training batches as the configured split gives; one for validation and test."""
     d = cfg.data
     train_idx, val_idx = split_indices(d.num_train, fraction=d.fraction, val_split=d.val_split, seed=d.seed)
     sizes = {"train": len(train_idx), "val": min(len(val_idx), d.batch_size), "test": min(d.num_test, d.batch_size)}
@@ -172,10 +169,9 @@ def _fixed_batches(cfg: Config, device: torch.device) -> Dict[str, FixedBatches]
 
 
 def _to_device(data: Datasets, device: torch.device, image_size: int) -> Datasets:
-    """gpu_resident: every split moved to the device, once it is known to fit; the host copies are dropped.
+    """gpu_resident: every split moved to the device once it is known to fit; the host copies are dropped.
 
-    Images decoded per sample are decoded once here, without augmentation: decoding cannot happen on the
-    device, so the run is tagged `wif.resident_decoded`.
+    Images decoded per sample are decoded once here, without augmentation; the run is tagged `wif.resident_decoded`.
     """
     splits = [s if isinstance(s, Split) else s.materialize(image_size) for s in (data.train, data.val, data.test)]
     need = sum(s.nbytes for s in splits)
@@ -194,10 +190,8 @@ def _to_device(data: Datasets, device: torch.device, image_size: int) -> Dataset
 def compile_batch(cfg: Config, loader: Batches, train_set: Any, transfer: Transfer) -> Any:
     """The batch torch.compile compiles on, as the step gets it: on the device, converted or decoded there.
 
-    Drawn from a loader with persistent workers, it would start them before the first timed epoch, whose
-    `first_batch_s` would then miss their start-up. Such a batch is collated here instead, in this process,
-    from the training set's first samples. It is sent as the loop's batches are sent. Under transfer=stream
-    the prefetcher's own copy sends it: the loop's transfer is then nothing, its batches already on the device.
+    It is collated here from the training set's first samples: drawn from persistent workers, it would start them
+    before the first epoch's `first_batch_s`. It is sent as the loop's batches are, by the prefetcher under stream.
 
     Args:
         cfg: the run's configuration.

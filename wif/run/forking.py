@@ -1,8 +1,7 @@
 """The process that forks runs, made ready once: a sweep's jobs, wif-tune's trials, wif-advise's runs.
 
-It is made warm, its one-time imports paid before the first fork, and serial (`serial_parent`). Apart from
-`training`, which is what each forked run does. `interrupt` ends the supervisor, a run or a rank on SIGTERM
-as Ctrl-C does. `said_error` is what a run or a rank says when an error ends it.
+It is made warm and serial (`serial_parent`). `interrupt` ends a supervisor, run or rank on SIGTERM as Ctrl-C
+does. `said_error` is what a run or a rank says when an error ends it.
 """
 
 from __future__ import annotations
@@ -60,10 +59,8 @@ def serial_parent() -> None:
     """Keep a process that forks runs off torch's CPU thread pool.
 
     GNU OpenMP, torch's intra-op threads, is not fork-safe. A child forked after its parent ran a parallel op
-    waits forever at its own first one. It waits for pool threads that exist only in the parent. wif-advise
-    hung so on an H200 and here at data.fraction=0.4. It had drawn the subset, a randperm of 50,000, on its
-    threads, and its first run never left data generation. On one thread no pool starts; each forked run gets
-    the count back (`forked_run_threads`). So does a process wif borrowed, such as a notebook, once its runs are done.
+    waits forever for the parent's pool threads. The advice hung so after drawing its subset on threads. On one
+    thread no pool starts. Each forked run, and a borrowed process such as a notebook, gets the count back after.
     """
     if not _PARENT_THREADS:
         _PARENT_THREADS.append(torch.get_num_threads())

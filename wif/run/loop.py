@@ -29,11 +29,7 @@ def _labels(batch: Batch) -> int:
 
 
 def samples_in(batch: Any, fallback: int) -> int:
-    """How many samples a batch holds: the length of its first tensor with a batch dimension.
-
-    The search is depth first through tuples, lists and dicts. A dict's first value may be a list of file
-    names: its length counts.
-    """
+    """How many samples a batch holds: the length of its first tensor or list of names, depth first."""
     if isinstance(batch, torch.Tensor):
         return len(batch) if batch.dim() else fallback
     values = list(batch.values()) if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else []
@@ -48,11 +44,7 @@ def samples_in(batch: Any, fallback: int) -> int:
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """`fn` applied to every tensor of a batch, its structure kept.
-
-    Tuples, namedtuples, lists, dicts and a library's own mappings such as HF's BatchEncoding are rebuilt;
-    anything else is kept as it is.
-    """
+    """`fn` applied to every tensor of a batch, its tuples, namedtuples, lists and mappings rebuilt, all else kept."""
     if isinstance(batch, torch.Tensor):
         return fn(batch)
     if isinstance(batch, dict):
@@ -71,12 +63,9 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 class TimedFeed:
     """An epoch's batches, on the device, with the host's wait summed.
 
-    The wait is the time in `next()` plus the transfer call. A blocking copy blocks; a non_blocking one from
-    pinned memory returns at once. Compute between two batches is not counted: the clock restarts when the
-    next batch is asked for. With `copies`, every batch's bytes are summed too, from host metadata: no sync.
-
-    With a CUDA `device`, `CopyClock` sets the wait behind the GPU's queued work apart (see the module's docstring).
-    Read `data_wait`, `copy` and `gpu_blocked` after the epoch's synchronization.
+    The wait is the time in `next()` plus the transfer call; the clock restarts when the next batch is asked for.
+    With `copies`, every batch's bytes are summed from host metadata. With a CUDA `device`, `CopyClock` sets apart
+    the wait behind the GPU's queued work. Read `data_wait`, `copy` and `gpu_blocked` after the epoch's sync.
     """
 
     def __init__(
@@ -130,10 +119,7 @@ class TimedFeed:
             yield batch
 
     def gpu_blocked(self) -> Optional[float]:
-        """The host's time in transfer calls spent behind the GPU's queued work; None without a CUDA device.
-
-        Read it after the epoch's synchronization: the events must have completed.
-        """
+        """The host's transfer time behind the GPU's queued work, read after the epoch's sync; None without CUDA."""
         if self.clock is not None and self._blocked is None:
             self._blocked = self.clock.gpu_blocked_s()
         return self._blocked
@@ -202,11 +188,7 @@ def train_epoch(step: Step, batches: Batches, transfer: Transfer) -> EpochStats:
 
 
 def loader_epoch(batches: Batches, transfer: Transfer, device: torch.device) -> EpochStats:
-    """The loader and transfer alone, timed as `train_epoch` times them: how fast they can feed a device.
-
-    Nothing consumes the batches. The final synchronization waits for every queued copy. So a non_blocking
-    copy counts in the epoch time, though the host did not wait for it.
-    """
+    """The loader and transfer alone, timed as `train_epoch` times them, each queued copy waited for at the end."""
     feed = TimedFeed(batches, transfer, copies=copies_from_host(batches, transfer), device=device)
     synchronize(device)  # sync point: nothing from before is counted in this epoch
     t_start, t0 = time.monotonic(), time.perf_counter()

@@ -74,10 +74,7 @@ def build_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
 
 
 def _with_classes(factory: Callable[..., Any], num_classes: int, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """The user's keyword arguments, plus num_classes from the data where the factory takes it.
-
-    The user's own num_classes is kept. A factory without that argument is called as it is.
-    """
+    """The user's keyword arguments, plus num_classes from the data where the factory takes it and none is given."""
     out = dict(kwargs)
     try:
         params = inspect.signature(factory).parameters

@@ -1,9 +1,8 @@
 """How a run's figure scatters: within the run and between runs, and how many epochs pin it.
 
-Over a run's steady epochs, the figure is their median epoch time. The median's interval is distribution-free:
-order statistics and binomial ranks assume nothing about how epoch times scatter. A cell's between-run noise is
-read from earlier finished runs, once, before the run starts. Kalibera and Jones' allocation weighs the two.
-`wif.run.stopping` asks these after each epoch.
+The figure is the median of the steady epochs, its interval distribution-free (order statistics, binomial
+ranks). A cell's between-run noise is read from earlier runs once, before the run starts. Kalibera and Jones'
+allocation weighs the two. `wif.run.stopping` asks these after each epoch.
 """
 
 from __future__ import annotations
@@ -25,10 +24,9 @@ HISTORY_RUNS = 200  # the newest earlier runs read a query (MLflow loads each wh
 
 
 def median_interval(values: Sequence[float], confidence: float) -> Optional[Tuple[float, float]]:
-    """The distribution-free interval of the median: the k-th smallest and the k-th largest value.
+    """The distribution-free interval of the median: the k-th smallest and largest value; None below n=6 at 95%.
 
-    k is the largest rank whose coverage is at least `confidence`. That coverage is 1 - 2 P[Binomial(n, 1/2) < k].
-    None when n is too small for any k: n < 6 at 95%.
+    The rank k is the largest whose coverage, 1 - 2 P[Binomial(n, 1/2) < k], is at least `confidence`.
     """
     n, xs = len(values), sorted(values)
     alpha_half, tail, k = (1.0 - confidence) / 2.0, 0.0, 0
@@ -43,11 +41,7 @@ def median_interval(values: Sequence[float], confidence: float) -> Optional[Tupl
 
 
 def within_sd(steady: Sequence[float]) -> float:
-    """The epoch-to-epoch scatter, relative: the sd of the log epoch times.
-
-    Not a robust one: at 6 epochs a MAD dips by chance and would stop a run early. A slow epoch here only asks
-    for more epochs.
-    """
+    """The epoch-to-epoch scatter, relative: the sd of the log epoch times; not a MAD, which dips by chance."""
     logs = [math.log(x) for x in steady if x > 0]
     return statistics.stdev(logs) if len(logs) > 1 else 0.0
 
@@ -71,8 +65,7 @@ def drift(steady: Sequence[float]) -> Optional[float]:
 def material_drift(steady: Sequence[float], target: float) -> Optional[float]:
     """`drift` over the recent half of the steady epochs, at least 6; None unless it moves them by over `target`.
 
-    Over many epochs Mann-Kendall finds any slope, however small. A run of 60 epochs was held by a drift worth
-    0.9% in all, under a 1.4% target. A drift that small is no reason to run on.
+    Over many epochs Mann-Kendall finds any slope: a run of 60 epochs was held by a drift worth 0.9% in all.
     """
     recent = list(steady[-max(6, len(steady) // 2) :])
     trend = drift(recent)
@@ -105,10 +98,9 @@ class Between:
 
 
 def between_run_noise(figures: Mapping[str, Sequence[float]], cell: str) -> Optional[Between]:
-    """The cell's between-run noise from earlier runs' figures, given as cell -> figures.
+    """The cell's between-run noise from earlier runs' figures (cell -> figures); None without any.
 
-    That is its own sd once it has MIN_BETWEEN_DF + 1 runs. Else it is the sd pooled over every cell with two
-    runs or more. One testbed jitters alike from run to run, more than its cells differ. Else None.
+    That is its own sd once it has MIN_BETWEEN_DF + 1 runs, else the sd pooled over every cell with two runs.
     """
     logs = {c: [math.log(x) for x in xs if x > 0] for c, xs in figures.items()}
     own = logs.get(cell, [])
@@ -125,10 +117,8 @@ def between_run_noise(figures: Mapping[str, Sequence[float]], cell: str) -> Opti
 def read_between(client: Any, experiment_id: str, tags: Dict[str, str]) -> Optional[Between]:
     """The between-run noise of the cell a run with these `tags` measures, read once before the run starts.
 
-    It reads the store's earlier finished, uncontended runs of the same kind and testbed. Those are a study's
-    runs, or one wif-advise race's runs, whose cells are its own. The cell's own runs come first, in one small
-    query. While they are too few, a second query reads the same sweep's earlier blocks. A store that cannot
-    answer costs the run its between-run evidence, never the run: the target falls back to the tie margin.
+    It reads earlier finished, uncontended runs of the same kind and testbed: the cell's own, then the sweep's
+    earlier blocks. A store that cannot answer costs the run this evidence only: the target is then the tie margin.
     """
     cell = tags.get(names.TAG_CELL, "")
     try:

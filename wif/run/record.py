@@ -1,8 +1,6 @@
-"""The supervisor's record of one forked run, fed by `wif.run.supervise`.
+"""The supervisor's record of one forked run, fed by `wif.run.supervise`: MLflow, progress, stopping, the summary.
 
-Each message the run sends through the pipe is logged to MLflow; the record is opened once the run has built
-its data. The record also writes the progress line, asks the stopping rule after each epoch under
-trainer.epochs=auto, and makes the run's summary.
+It opens once the run has built its data, and logs each message the run sends through the pipe.
 """
 
 from __future__ import annotations
@@ -199,11 +197,7 @@ class RunRecord:
         return decision if why is None else replace(decision, stop=True, reason=why)
 
     def start_cost(self) -> Optional[float]:
-        """The run's start in steady epochs: Kalibera and Jones' cost of a run against an epoch's.
-
-        The start is the fork, data, model and warm-up epochs. Each epoch counts start to start, with its
-        validation and logging.
-        """
+        """The run's start (fork, data, model, warm-up) in steady epochs, each counted start to start."""
         starts = [e["t_start"] for e in self.epochs[self.conf.trainer.warmup_epochs :]]
         per_epoch = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else 0.0
         return (starts[0] - self.t_spawn) / per_epoch if per_epoch > 0 and self.t_spawn else None

@@ -1,8 +1,6 @@
-"""The training step as the user's configuration asks for it.
+"""The training step as configured: the optimizer (`trainer.optimizer._target_`), precision, memory format, compile.
 
-That is the optimizer named by `trainer.optimizer._target_`, `trainer.precision` (autocast, and a GradScaler
-for fp16), `trainer.channels_last` and `trainer.compile`. The loop in `wif.run.loop` times the step; nothing
-here synchronizes the device.
+The loop in `wif.run.loop` times the step; nothing here synchronizes the device.
 """
 
 from __future__ import annotations
@@ -28,13 +26,11 @@ FP32 = contextlib.nullcontext()  # reusable: fp32's autocast, not made again eac
 def build_optimizer(
     tr: TrainerConfig, params: Iterable[nn.Parameter], device: Optional[torch.device] = None
 ) -> torch.optim.Optimizer:
-    """Build trainer.optimizer._target_, by default SGD with the study's settings.
+    """Build trainer.optimizer._target_, by default SGD with trainer.lr, momentum and weight_decay where it takes them.
 
-    It gets trainer.lr, momentum and weight_decay where it takes them; trainer.optimizer.kwargs adds or
-    overrides arguments. Under trainer.precision=fp16 on CUDA, an optimizer that takes `fused` gets
-    fused=True, unless the kwargs choose fused, foreach or differentiable. GradScaler then hands it found_inf
-    on the device. An unfused step reads it with `.item()`: a synchronization every step
-    (`Step.syncs_every_step` says which).
+    trainer.optimizer.kwargs adds or overrides arguments. Under fp16 on CUDA, an optimizer that takes `fused` gets
+    fused=True, unless the kwargs choose fused, foreach or differentiable. An unfused step reads found_inf with
+    `.item()`, a sync every step.
     """
     target = tr.optimizer._target_
     cls = importable("trainer.optimizer._target_", target)
@@ -76,10 +72,7 @@ def step_label(tr: TrainerConfig) -> str:
 
 @dataclass(eq=False)
 class Step:
-    """Forward, loss, backward and optimizer step on one batch already on the device.
-
-    Returns the detached loss, left on the device: reading it would synchronize.
-    """
+    """Forward, loss, backward and optimizer step on one batch on the device; the loss stays there, unread."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
@@ -96,10 +89,7 @@ class Step:
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision is Precision.fp16 else None
 
     def syncs_every_step(self) -> bool:
-        """Whether fp16's GradScaler.step reads found_inf with `.item()`, a device sync each step.
-
-        It does not where the optimizer unscales and skips in its own fused step (`_step_supports_amp_scaling`).
-        """
+        """Whether fp16's GradScaler.step reads found_inf with `.item()`: where the optimizer does not do it fused."""
         return self.scaler is not None and not getattr(self.optimizer, "_step_supports_amp_scaling", False)
 
     def autocast(self) -> ContextManager[Any]:
@@ -140,8 +130,7 @@ def prepare_model(model: nn.Module, tr: TrainerConfig) -> nn.Module:
 def compile_now(step: Step, batch: Optional[tuple], device: torch.device) -> float:
     """Compile the model now, not in a timed epoch; returns the seconds it took.
 
-    It runs forward and backward in training mode, and forward in evaluation mode, on a real batch and on half
-    of it. Weights, buffers such as batch norm statistics, and gradients are restored: the warm-up trains nothing.
+    It runs training and evaluation passes on a batch and on half of it, then restores weights, buffers and gradients.
     """
     if batch is None:
         return 0.0

@@ -1,15 +1,10 @@
 """trainer.epochs=auto: when a run's compared figure is pinned down, so that more epochs would tell nothing new.
 
-The rule is pure and is asked at epoch boundaries only. The run waits for its ack there anyway, so asking costs
-the timed epochs nothing. The warm-up epochs are set apart. The run's figure is the median of the steady epochs
-after them, the report's `epoch_time_median_s`; its interval and noise are `wif.run.noise`'s.
-
-With `trainer.auto_target` a number, the run stops once that interval is within the target of the median on
-each side. With `auto`, the default, the run stops once more epochs cannot change what its figure is for:
-the comparison of cells across runs. See NOTE [ The auto target ].
-
-Memory must have stopped growing too. Copy-on-read RAM growth in DataLoader workers (PyTorch #13246) is a
-finding, not noise. A run whose RAM or VRAM peak still rises runs on to `max_epochs` and says so.
+The rule is pure and asked at epoch boundaries only, where the run waits anyway. The figure is the median of
+the steady epochs after the warm-up; its interval and noise are `wif.run.noise`'s. With `trainer.auto_target` a
+number, the run stops once that interval is within the target. With `auto`, it stops once more epochs cannot
+change the comparison of cells across runs (NOTE [ The auto target ]). A run whose RAM or VRAM peak still
+rises runs on to `max_epochs` and says so. Worker RAM growth (PyTorch #13246) is a finding, not noise.
 """
 
 # NOTE [ The auto target ]
@@ -66,10 +61,7 @@ class Decision:
 
 
 def still_growing(peaks: Sequence[float], window: int, tolerance: float) -> Optional[float]:
-    """The relative rise of the peak within the last `window` epochs over every peak before them.
-
-    None when the rise is within `tolerance`: the peak has held. Too few epochs to compare count as growing.
-    """
+    """The relative rise of the peak in the last `window` epochs over all before; None within `tolerance`."""
     if len(peaks) <= window:
         return float("inf")  # too few epochs to tell: treated as growing
     before, recent = max(peaks[:-window]), max(peaks[-window:])

@@ -1,13 +1,9 @@
 """One run in a process of its own, watched from outside: the forked child that trains, and its supervisor.
 
-The supervising process, the one Hydra runs, has imported torch. It never initializes CUDA, never loads data
-and never runs torch compute: its thread pools do not survive a fork. Each run is a child forked from it. So
-a run starts in milliseconds, yet owns its memory high-water marks, CUDA context and DataLoader workers. A
-hard crash of the run cannot take the sweep down.
-
-The child sends its figures through a pipe. The supervisor samples the child's process tree and hands each
-message to the run's record (`wif.run.record`: MLflow, the progress line, the stopping rule). It returns
-the run's outcome and summary.
+The supervisor, the process Hydra runs, never initializes CUDA, loads data or runs torch compute: its thread
+pools do not survive a fork. So a run forks in milliseconds, owns its memory peaks, CUDA context and workers,
+and cannot take the sweep down. The supervisor samples the child's tree and hands each message the child
+pipes to the run's record (`wif.run.record`). It returns the run's outcome and summary.
 """
 
 from __future__ import annotations
@@ -37,11 +33,7 @@ REFUSED = "REFUSED"  # an Outcome's status, never a run's: no MLflow run was cre
 
 
 def _quiet_in_forked_children() -> None:
-    """Leave a process the run forks, such as a DataLoader worker, to be ended by the run.
-
-    SIGTERM ends it at once: the run's `interrupt` would raise, and a worker still in multiprocessing's
-    start-up prints that as a traceback. Ctrl-C reaches the whole group: the worker leaves it to the run.
-    """
+    """Leave a process the run forks, such as a DataLoader worker, to be ended by the run, without a traceback."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -205,10 +197,7 @@ def end_child(child: Child) -> None:
 
 
 def outcome(child: Child, run: RunRecord, t_end: float) -> Outcome:
-    """The ended run's outcome: its summary and final tags when it finished, else its error.
-
-    `t_end` is time.monotonic() when its result came; 0 if none came.
-    """
+    """The ended run's summary and final tags, else its error; `t_end` is when its result came (0: none)."""
     if run.done and child.proc.exitcode == 0:
         cold = cold_verdict(run.epochs, run.conf.trainer.warmup_epochs)  # data.page_cache=cold: was it? (formats.md)
         tags = {names.TAG_STOP_REASON: run.stop_reason(), **(cold or {}), **child.sampler.gpu_tags()}

@@ -1,9 +1,8 @@
 """Whether the user's factories build what they promise, found before any run is created.
 
-`wif.config.targets` already refused a `_target_` that cannot be imported or is not callable. Whether a
-model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), can only
-be told by calling it. The call runs in a forked process, as the supervising process never runs torch compute
-(wif.run.supervise). And a factory that crashes or leaks takes nothing down with it.
+Whether a model factory returns an `nn.Module`, or a dataset factory a map-style Dataset of (input, label), is
+told by calling it. The call runs in a forked process: the supervisor never runs torch compute, and a factory
+that crashes takes nothing down with it.
 """
 
 from __future__ import annotations
@@ -60,10 +59,10 @@ def _run(probe: Callable[[Config], None], conf: Config, conn: object, key: str, 
 
 
 def check_user_code(conf: Config, data: bool = True) -> None:
-    """ConfigError, one line naming the key, when a custom model or dataset factory fails or returns the wrong type.
+    """ConfigError naming the key where a custom model or dataset factory fails or returns the wrong type.
 
     Each factory is called once per process and arguments. With `data=False` the run's own process checks the
-    dataset factory, before its MLflow run exists. A slow factory is then called once per run, not twice.
+    dataset factory, so a slow one is called once per run.
     """
     for name, node, probe in _probes(conf, data):
         key = (name, f"{node._target_} {sorted(node.kwargs.items())}")

@@ -1,13 +1,9 @@
 """What a time budget lets run (`sweep.budget_min`): which job may start, what fits, which fractions race now.
 
-The rules are pure: they take the prices of wif.sweep.prices and the seconds left. A job of fixed epochs
-starts only where its *upper* price fits. An auto job starts where its smallest useful run fits, and gets a
-deadline (sweep.deadline) at its upper price or the budget's end. It stops there with what it has. Cheaper
-jobs after a refused one still may start. wif.sweep.sweep_budget keeps the budget while the sweep runs.
-
-A budgeted job evaluates less: see NOTE [ What a budgeted job evaluates ]. A race under a budget runs the
-fractions whose first look fits. Its record says what the budget left undone. The race itself is
-hydra_plugins/wif_sweeper/race_sweeper.py.
+Pure rules on wif.sweep.prices' prices and the seconds left. A fixed job starts only where its *upper* price
+fits. An auto job starts where its smallest useful run fits, with a deadline at its upper price or the end.
+Cheaper jobs after a refused one still may start. A budgeted job evaluates less: NOTE [ What a budgeted job
+evaluates ]. A race under a budget runs the fractions whose first look fits.
 """
 
 from __future__ import annotations
@@ -34,10 +30,7 @@ def may_start(upper_s: float, left_s: float) -> bool:
 
 
 def fits(jobs: Sequence[Job], prices: Prices, left_s: float) -> Tuple[List[Job], List[Job]]:
-    """(the jobs that fit in `left_s` at their expected prices, in order; the rest).
-
-    What fits is a prefix of the order, which puts the most informative first: whole blocks, a repeat a block.
-    """
+    """(the jobs that fit in `left_s` at their expected prices, a prefix of the order; the rest)."""
     spent, out = 0.0, []
     for i, job in enumerate(jobs):
         spent += prices.expected_s(job)
@@ -48,10 +41,7 @@ def fits(jobs: Sequence[Job], prices: Prices, left_s: float) -> Tuple[List[Job],
 
 
 def choose_fractions(first_look_s: Dict[float, float], left_s: float) -> List[float]:
-    """The fractions a race runs now: those whose cost to their first look fits, cheapest first.
-
-    A fraction decided tells more than three half-run. When none fits, the cheapest runs alone: it gets furthest.
-    """
+    """The fractions a race runs now: those whose cost to their first look fits, cheapest first, or the cheapest."""
     chosen, spent = [], 0.0
     for fr, cost in sorted(first_look_s.items(), key=lambda i: (i[1], i[0])):
         if spent + cost + END_RESERVE_S <= left_s:
@@ -74,10 +64,7 @@ def minutes(seconds: float) -> str:
 
 
 def eval_overrides(cfg: DictConfig, arguments: Sequence[str]) -> List[str]:
-    """The overrides a budgeted sweep adds to every job: each key of EVAL_KEYS set nowhere else.
-
-    None where sweep.eval_images is null, or the sweep is not budgeted. See NOTE [ What a budgeted job evaluates ].
-    """
+    """The overrides a budgeted sweep adds to every job, the EVAL_KEYS set nowhere else; or None."""
     size = OmegaConf.select(cfg, "sweep.eval_images")
     budgeted = OmegaConf.select(cfg, "sweep.budget_min") is not None or bool(cfg.sweep.get("probe_only"))
     if size is None or not budgeted:

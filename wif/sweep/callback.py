@@ -1,10 +1,8 @@
 """What a sweep knows about itself: how many jobs it launches, in which order, and how they ended.
 
-Its jobs come in blocks, one repeat of every cell each, shuffled within: see NOTE [ Blocks shuffled within ].
-
-Hydra's basic launcher runs every job in this one process, so the tallies live here. A Hydra callback
-prints them when the multirun ends, and makes the command fail if any job failed. A launcher that runs each
-job in a process of its own (submitit) leaves them to be read from the runs the jobs logged.
+Its jobs come in shuffled blocks: NOTE [ Blocks shuffled within ]. Hydra's basic launcher runs every job in
+this process, so the tallies live here. The callback prints them at the end and fails on a failed job.
+Under a launcher of its own processes (submitit) they are read from the store.
 """
 
 from __future__ import annotations
@@ -45,20 +43,12 @@ class SweepTally:
         self.__dict__.update(SweepTally(started_ms=started_ms).__dict__)
 
     def ran_elsewhere(self) -> bool:
-        """Jobs were planned but none ended in this process: a launcher ran them in processes of their own.
-
-        A budgeted sweep runs its jobs here, as it refuses the submitting launchers. One whose budget started
-        none ran nothing, anywhere: its jobs were counted as skipped, 'already finished', before.
-        """
+        """Jobs were planned but none ended here: a launcher ran them elsewhere, or a budget none."""
         return bool(self.total) and not (self.finished or self.failed or self.killed or self.skipped or self.budget)
 
 
 def sweep_id(hydra: Any) -> str:
-    """A sweep's id (tag wif.sweep_id): its output folder, absolute.
-
-    Hydra's default folder is relative, `multirun/<date>/<time>`. Two sweeps started in the same second in two
-    folders would share it, and one sweep's tally and between-run noise would read the other's runs.
-    """
+    """A sweep's id (tag wif.sweep_id): its output folder, absolute, since Hydra's relative one may repeat."""
     return os.path.normpath(os.path.join(str(hydra.runtime.cwd or ""), str(hydra.sweep.dir)))
 
 
@@ -69,11 +59,9 @@ SEARCH_LIMIT = 50_000  # MLflow's largest page of runs
 
 
 def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTally:
-    """How this sweep's jobs ended, read from the runs they logged.
+    """How this sweep's jobs ended, read from their runs: under submitit, a job's tally never reaches this process.
 
-    Under submitit, local or SLURM, each job runs in a process of its own, whose tally never reaches the
-    submitting one. A job that ended without a result (LOST) is killed. A run it left RUNNING is closed as
-    KILLED now.
+    A job that ended without a result (LOST) is killed, and a run it left RUNNING is closed as KILLED.
     """
     from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
 
@@ -114,11 +102,7 @@ def _sweep_pos(run: Any) -> int:
 
 
 def plan_jobs(sweeper_params: Mapping[str, Any], overrides: Sequence[str]) -> List[List[str]]:
-    """The jobs Hydra's basic sweeper will launch, in its order: the first key varies slowest.
-
-    `hydra.sweeper.params` come before the command line, so `repeat` (listed there first) makes every
-    repeat one pass over all cells. Needs an initialized Hydra (a running app, or `compose` in tests).
-    """
+    """The jobs Hydra's basic sweeper will launch, in its order: `repeat` first, one pass over all cells each."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # the sweeper's own expansion
 
     params = [f"{k}={v}" for k, v in sweeper_params.items()] + list(overrides)

@@ -51,11 +51,9 @@ def launcher_name() -> str:
 
 
 def is_job_command(cmdline: Sequence[str]) -> bool:
-    """Whether this command line is a process that runs wif jobs.
+    """Whether this command line runs wif jobs: a study under the basic launcher, or one submitit job.
 
-    That is a study, where the basic launcher runs its jobs: `python ... train.py ...`, `wif-study ...` or
-    `python -m wif.sweep.study`. Or a submitit job, one per job, local or SLURM: `python -m
-    submitit.core._submit`. Not a study that only submits jobs to a submitit launcher and waits for them.
+    A study that only submits jobs to a submitit launcher and waits for them does not count.
     """
     if len(cmdline) < 2 or not Path(cmdline[0]).name.startswith("python"):  # not `srun python ...` itself
         return False
@@ -70,9 +68,7 @@ def is_job_command(cmdline: Sequence[str]) -> bool:
 def job_processes() -> Dict[int, int]:
     """The processes on this node that each stand for one running wif job, as {pid: parent pid}.
 
-    A process counts when its command line `is_job_command` and its parent's does not. A job's forked run and
-    DataLoader workers carry its command line, so they are not counted again. Other users' processes count
-    where /proc shows their command lines (not under hidepid).
+    A process counts where its command line `is_job_command` and its parent's does not: runs and workers inherit it.
     """
     cmd: Dict[int, Sequence[str]] = {}
     parent: Dict[int, int] = {}
@@ -85,10 +81,7 @@ def job_processes() -> Dict[int, int]:
 
 
 def node_jobs() -> int:
-    """How many wif jobs run on this node now, this one included.
-
-    A caller that is not inside a job process, such as a test, counts as one job.
-    """
+    """How many wif jobs run on this node now, this one included; a caller outside a job, such as a test, is one."""
     jobs = job_processes()
     me = psutil.Process()
     if me.pid in jobs or any(p.pid in jobs for p in me.parents()):
@@ -97,11 +90,7 @@ def node_jobs() -> int:
 
 
 def cluster_tags() -> Dict[str, str]:
-    """Tags for the run about where it ran: node, launcher, scheduler job ids and visible GPUs.
-
-    Also how many wif jobs shared the node when it started, `wif.node_jobs` (1 for alone): so the report can
-    set a contended measurement apart.
-    """
+    """Tags of where the run ran: node, launcher, scheduler job ids, visible GPUs, and `wif.node_jobs` beside it."""
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # SLURM's name, as `sinfo`/`sacct` show it
     tags = {"wif.node": node, "wif.launcher": launcher_name(), "wif.node_jobs": str(node_jobs())}
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -132,14 +121,9 @@ def check_gpu_parallelism(parallel: Optional[int], gpus: Optional[int], what: st
 class ClusterCallback(Callback):
     """Named by hydra/launcher=local_gpus and =slurm (hydra.callbacks.wif_cluster).
 
-    At the sweep's start, in the submitting process, it opens the tracking store once. So the experiment and
-    a SQLite schema exist before parallel jobs race to create them. And a tracking server that cannot be
-    reached stops the sweep now, not every job later. With `pin_gpus` it counts the GPUs, refuses more
-    parallel jobs than GPUs, and sets the sweeper's batch to one job per GPU.
-
-    At a job's start, in the job's own process, with `pin_gpus`, it claims one GPU and pins
-    CUDA_VISIBLE_DEVICES to it. Hydra turns a callback's exceptions into warnings, so a refusal logs its
-    message and exits instead.
+    At the sweep's start it opens the store once, so parallel jobs do not race to create it. With `pin_gpus` it
+    refuses more parallel jobs than GPUs and batches one job per GPU; each job claims one GPU at its start. Hydra
+    turns a callback's exceptions into warnings, so a refusal logs its message and exits instead.
     """
 
     def __init__(self, pin_gpus: bool = False) -> None:
@@ -174,10 +158,7 @@ def _refusal() -> Iterator[None]:
 
 
 def open_store(config: DictConfig) -> None:
-    """Open the sweep's tracking store once, before any job.
-
-    A server must answer within 10 s. SQLite gets its schema and the experiment now, not from several jobs at once.
-    """
+    """Open the sweep's store once, before any job: a server within 10 s, SQLite's schema and experiment made now."""
     from wif.measure.tracking import Tracker
 
     uri, experiment = str(config.tracking.uri), str(config.tracking.experiment)
@@ -210,9 +191,8 @@ def open_store(config: DictConfig) -> None:
 def plan_local_gpus(config: DictConfig) -> int:
     """With hydra/launcher=local_gpus, before any job: N GPUs, N jobs per batch, GPUs handed to the jobs.
 
-    The local executor of submitit starts every job it is handed at once. Each gets CUDA_VISIBLE_DEVICES
-    0..gpus_per_node-1. Hydra's sweeper waits for one batch of max_batch_size jobs to end before it hands over
-    the next. So N jobs per batch on N GPUs, each claiming one in on_job_start, is one job per GPU.
+    Submitit's local executor starts a batch's jobs at once, and Hydra waits for a batch before the next. So N jobs
+    per batch on N GPUs, each claiming one in on_job_start, is one job per GPU.
     """
     hydra = config.hydra
     visible = visible_gpus()

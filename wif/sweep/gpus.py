@@ -1,10 +1,8 @@
 """One GPU per job: the GPUs a job may use, and the lock that gives it one of them.
 
-`claim_gpu()` locks one GPU and pins `CUDA_VISIBLE_DEVICES` to it before the run is forked. There is one
-lock file per physical GPU, held with `flock`, so it is released when the job's processes end, however
-they end. Another wif job on this machine may hold every GPU a job may use. That job is then refused with
-a message, never run beside one: two timed runs on one GPU measure each other. `run_job` (`pin_gpu`) and
-the cluster callback (`wif.sweep.cluster`) use it.
+`claim_gpu()` locks one GPU with `flock` and pins `CUDA_VISIBLE_DEVICES` to it before the run is forked. The
+lock ends with the job's processes. A job finding every GPU held is refused, never run beside another: two
+timed runs on one GPU measure each other.
 """
 
 from __future__ import annotations
@@ -59,10 +57,7 @@ def visible_gpus() -> Optional[List[str]]:
 
 
 def gpu_identity(token: str) -> str:
-    """The physical GPU behind a CUDA_VISIBLE_DEVICES entry: its NVML UUID when NVML can tell, else the entry.
-
-    Indices are taken in NVML's PCI order.
-    """
+    """The physical GPU behind a CUDA_VISIBLE_DEVICES entry: its NVML UUID (PCI order), else the entry."""
     if token.startswith(("GPU-", "MIG-")):
         return token
     nvml = _nvml()
@@ -109,11 +104,9 @@ def _holder(path: Path) -> str:
 
 
 def claim_gpu(candidates: Sequence[str], prefer: int = 0) -> GpuClaim:
-    """Lock one GPU of `candidates` for this process and pin CUDA_VISIBLE_DEVICES to it.
+    """Lock one GPU of `candidates` for this process and pin CUDA_VISIBLE_DEVICES to it; ClusterError if all are held.
 
-    Tries the candidates from `prefer`, modulo their number, on: the jobs of one batch spread over the GPUs
-    without waiting on each other. Idempotent: a process keeps its GPU, a non-blocking flock, for all its jobs.
-    Raises ClusterError when every candidate is held by another job.
+    The tries start at `prefer`, so a batch's jobs spread over the GPUs. A process keeps its GPU for all its jobs.
     """
     global _CLAIM
     if _CLAIM is not None:
@@ -194,8 +187,7 @@ def release_gpu() -> None:
 def pin_gpu(device: str) -> Optional[str]:
     """Claim a CUDA job's GPU and pin CUDA_VISIBLE_DEVICES to it; the pinned device, or None.
 
-    For `run_job`, after the device is resolved; ClusterError when no GPU is free. Under SLURM the
-    scheduler's GPU allocation is the guarantee, and /tmp may be private to the job: nothing is locked there.
+    ClusterError where no GPU is free. Under SLURM the scheduler's allocation is the guarantee: nothing is locked.
     """
     if device != "cuda" or os.environ.get("SLURM_JOB_ID"):
         return None
@@ -212,10 +204,7 @@ def pin_gpu(device: str) -> Optional[str]:
 
 
 def require_gpus(nproc: int, device: str) -> None:
-    """On CUDA, trainer.nproc>1 needs one visible GPU per rank.
-
-    A multi-rank job takes none of wif's GPU locks: give it a node, or GPUs, of its own.
-    """
+    """On CUDA, trainer.nproc>1 needs one visible GPU per rank; it takes no GPU lock."""
     gpus = visible_gpus() if device == "cuda" else None
     if gpus is not None and len(gpus) < nproc:
         raise ConfigError(

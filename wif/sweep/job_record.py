@@ -189,11 +189,7 @@ def open_run(job: Job, new: NewRun) -> str:
 
 
 def settle_duplicates(job: Job, outcome: Outcome) -> Ended:
-    """One FINISHED run per configuration and repeat, ever.
-
-    With resume, a job another process finished meanwhile makes this run the duplicate, KILLED. With
-    resume=false, this run supersedes the older ones, which become KILLED.
-    """
+    """One FINISHED run per configuration and repeat: under resume this one, else the older ones, become KILLED."""
     earlier = job.tracker.finished_runs(job.digest) if outcome.status == FINISHED else []
     resume = job.checked.conf.resume
     if earlier and resume:

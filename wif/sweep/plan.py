@@ -1,12 +1,8 @@
 """`wif-plan`: the price of a sweep before it starts, for the fixed grid and for the cheap way (race + auto).
 
-It expands the overrides wif-study (train.py) takes into the sweep's cells and repeats. It prices each run
-from earlier runs of the same testbed in the MLflow store: the device, the GPU model, the network. The sums
-are wif.sweep.pricing's. The cheap way's epochs a run are those earlier auto runs took, else trainer.min_epochs.
-
-With no earlier run of the testbed, a short probe prices it, and its own cost is printed. The probe runs a
-few batches of each setting, its job start included (wif.sweep.probe). `--no-probe` only says how to get a
-price.
+It expands wif-study's overrides into cells and repeats, and prices each run from earlier runs of the same
+testbed (wif.sweep.pricing). Without any, a short probe of each setting prices it (wif.sweep.probe), its own
+cost printed. `--no-probe` only says how to get a price.
 """
 
 from __future__ import annotations
@@ -78,11 +74,7 @@ def run_probe(overrides: Sequence[str], uri: str, experiment: str, config_dir: O
 
 
 def plan_cells(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Planned:
-    """The sweep's cells, repeats and shapes from the study's overrides, and a composed config of the sweep.
-
-    Names may come from `config_dir`, the user's folder. ConfigError for a name or value that Hydra or the
-    checks refuse.
-    """
+    """The sweep's cells, repeats and shapes, and a composed config; ConfigError for what Hydra or the checks refuse."""
     from wif.sweep.callback import plan_jobs
     from wif.sweep.identity import cell_name
     from wif.sweep.prices import epoch_batches

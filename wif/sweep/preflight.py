@@ -1,15 +1,9 @@
 """Every job of a multirun composed and checked before the first one starts.
 
-In a 330-job sweep, one job's bad value used to surface hours in, when that job came up. It stopped the
-jobs after it. Now `SweepCallback.on_multirun_start` (wif/sweep/callback.py) calls `refuse_bad_jobs`, under
-any sweeper and launcher. Each planned job's config is composed as Hydra will compose it, typed and
-validated: `wif.config.validate`, the device, an image folder's files once per folder. If any job cannot
-run, the sweep stops with exit 2 before any run is created, one line per reason naming its jobs. What only
-a running job can find, a crash or out of memory, still fails that job alone.
-
-Composing 330 configs one by one costs Hydra ~0.1 s each. So jobs that choose the same config-group options
-share one composition, and Hydra's own code applies each job's plain value overrides to a copy. Where that
-shortcut fails, the job is composed in full, so every error reported is Hydra's own.
+One bad value used to surface hours into a 330-job sweep. Now `refuse_bad_jobs` composes, types and validates
+each job as Hydra will, under any sweeper. If any cannot run, the sweep stops with exit 2 before any run,
+one line per reason naming its jobs. Jobs that choose the same group options share one composition, and
+Hydra's own code applies each job's plain values to a copy. Where that fails, the job is composed in full.
 """
 
 from __future__ import annotations
@@ -155,10 +149,7 @@ def composed(master: DictConfig, job: Job) -> Config:
 
 
 def runs_here(master: DictConfig) -> bool:
-    """Whether jobs run on this machine; False under SLURM.
-
-    Elsewhere, devices and disks are not this machine's, so only what does not depend on the machine is checked.
-    """
+    """Whether jobs run on this machine (not under SLURM); elsewhere only what needs no machine is checked."""
     return not str(master.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
 
 
@@ -193,10 +184,7 @@ def job_names(jobs: Sequence[Job]) -> List[str]:
 
 
 def refuse_bad_jobs(master: DictConfig, jobs: Sequence[Job]) -> None:
-    """Check every job; if any cannot run, say which and why and exit 2, before any job has started.
-
-    It exits rather than raises: a callback's exceptions would only become Hydra warnings.
-    """
+    """Check every job; if any cannot run, say why and exit 2 (a callback's exception would be only a warning)."""
     t0 = time.perf_counter()
     bad = bad_jobs(master, jobs)
     seconds = time.perf_counter() - t0

@@ -1,13 +1,9 @@
 """What a run of a sweep costs: its start, a fixed part and its epochs, learned as the sweep runs.
 
-A job's price is its start (fork, Hydra's set-up, data) plus its epochs: `overhead_s + fixed_s + epochs *
-epoch_s`. Its *expected* price plans what fits. Its *upper* price is the most epochs it may plausibly take,
-times SAFETY. What a budget lets run on these prices is `wif.sweep.budget`'s.
-
-The store's earlier runs of the testbed price the jobs. Without them a probe does (wif.sweep.probe), else
-the sweep's own first jobs: see NOTE [ Block 0 prices the rest ]. Each job this sweep runs replaces the
-guess for its cell with what it measured. Cells not run yet are scaled by how far the measured jobs were
-from their guesses.
+A job's price is `overhead_s + fixed_s + epochs * epoch_s`. The *expected* price plans what fits; the *upper*
+one is the most epochs it may plausibly take, times SAFETY. Earlier runs price the jobs, else a probe, else
+the first jobs (NOTE [ Block 0 prices the rest ]). Each job run replaces its cell's guess, and cells not run
+yet are scaled by how far the measured ones were from their guesses.
 """
 
 from __future__ import annotations
@@ -102,11 +98,7 @@ class Prices:
         return bool(self.history or self.probes or self.measured)
 
     def guess(self, job: Job) -> Optional[CellCost]:
-        """The price before any job of the cell ran here.
-
-        A probe's start is the median of all probes' starts. The first job of a process also pays one-time costs,
-        such as imports and the data set's cache.
-        """
+        """The price before any job of the cell ran here; a probe's start is the median of all probes' starts."""
         if job.cell in self.history:
             return self.history[job.cell]
         if job.setting in self.probes:
@@ -131,10 +123,7 @@ class Prices:
         return CellCost(overhead_s=self.start_here(), fixed_s=0.0, epoch_s=epoch_s)
 
     def start_here(self) -> float:
-        """A job's start in this sweep, whatever its cell: the median, less the first job's once others ran.
-
-        The first pays the process's one-time costs, the data's cache included. See NOTE [ A probe's start ].
-        """
+        """A job's start in this sweep: the median, less the first job's one-time costs once others ran."""
         return statistics.median(self.starts[1:] or self.starts)
 
     def cost(self, job: Job) -> Optional[CellCost]:
@@ -157,20 +146,16 @@ class Prices:
         return 0.0 if job.done or cost is None else SAFETY * cost.seconds(job.epochs or self.auto.upper)
 
     def start_s(self, job: Job) -> float:
-        """What must fit before the job starts, times SAFETY; nothing once done.
-
-        An auto run's smallest useful run, where its deadline stops it; else its upper price.
-        """
+        """What must fit before the job starts, times SAFETY: an auto run's smallest useful run, or its upper price."""
         cost = self.cost(job)
         if job.epochs is not None or job.done or cost is None:
             return self.upper_s(job)
         return SAFETY * cost.seconds(min(self.warmup + MIN_STEADY, self.auto.upper))
 
     def allowed_s(self, job: Job, left_s: float, undone: int = 1) -> float:
-        """The seconds a started job may take: its upper price, at most its share of what is left.
+        """The seconds a started job may take: its upper price, at most its equal share of `left_s` among `undone`.
 
-        Each of the `undone` jobs at its fraction, itself included, gets an equal share of `left_s`. It gets at least
-        its smallest useful run: more short runs tell a race more than fewer long ones.
+        It gets at least its smallest useful run: more short runs tell a race more than fewer long ones.
         """
         share = max((left_s - END_RESERVE_S) / max(undone, 1), self.start_s(job))
         if self.cost(job) is None:  # no price yet: its share, and its deadline keeps its smallest run

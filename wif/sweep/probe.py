@@ -1,10 +1,7 @@
 """A sweep's prices read from the store: its earlier runs of the testbed, else a short probe run first.
 
-The store's earlier runs of the testbed (device, model) price a sweep. With none, a short *probe* measures
-it: one job of each distinct setting at the sweep's largest fraction, 2 epochs of a few training batches.
-It is launched like any job, so its start is in the price. It goes into the experiment `<experiment>-probe`,
-tagged `wif.kind=probe`. It never counts as a study run in the report, a resume or a race. A later sweep of
-the same testbed reuses it. `wif-plan` runs the same probe (`train.py -m ... sweep.probe_only=true`).
+A probe runs one job of each setting at the largest fraction, 2 epochs of a few batches, launched like any
+job. It goes to `<experiment>-probe`, tagged `wif.kind=probe`, never a study run; a later sweep reuses it.
 """
 
 from __future__ import annotations
@@ -51,10 +48,9 @@ PROBE_DRAINS = 2  # ... or as many as twice the batches the loader holds in flig
 
 
 def probe_batches(in_flight: int) -> int:
-    """A probe epoch's batches: enough that the loader's queue fills and drains twice, so its rate is steady.
+    """A probe epoch's batches: enough that the loader's queue (workers x prefetch_factor) fills and drains twice.
 
-    The queue is workers x prefetch_factor. Capped at fewer, the workers fetch ahead what the step never takes.
-    Their start-up and that extra work were then priced as per batch: a 2-block smoke grid priced 32% high.
+    Fewer priced the workers' start-up and unused fetches as per batch: a 2-block smoke grid priced 32% high.
     """
     return max(PROBE_BATCHES, PROBE_DRAINS * in_flight)
 
@@ -75,9 +71,8 @@ class ProbeCost:
     def cost(self, batches: int, fraction: float) -> CellCost:
         """The price of a full run at `batches` a training epoch and `fraction`.
 
-        An epoch pays once for the first batch's wait and for its tail after the last batch, as workers shut down.
-        It then pays the steady batch rate times the batches. Validation pays its own start and tail once; the rest
-        of it scales with the fraction. The rest of the probe run is kept as fixed.
+        An epoch pays its first wait and its tail once, then the steady rate per batch. Validation pays its start and
+        tail once, the rest scaled by the fraction. The rest of the probe run is fixed.
         """
         loop = self.loop_s or self.epoch_s
         per_batch = max(loop - self.first_batch_s, 0.0) / max(self.batches, 1)

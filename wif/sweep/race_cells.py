@@ -1,9 +1,6 @@
 """A race's cells: named as the report names them, checked for rivals, merged where a CPU runs them the same.
 
-Also the race's fixed parts (`Race`) and its id.
-
-Used by `hydra/sweeper=race` (hydra_plugins/wif_sweeper/race_sweeper.py). Light imports only: Hydra
-imports every plugin at each start, and the plugin imports this module.
+Also the race's fixed parts (`Race`) and its id. Light imports only: Hydra imports the race sweeper at each start.
 """
 
 from __future__ import annotations
@@ -50,10 +47,7 @@ def single_settings(names: Dict[Any, RacedCell]) -> List[str]:
 
 
 def same_names(names: Dict[Overrides, RacedCell]) -> List[str]:
-    """Cells the race would pool as one setting, though they differ beyond the loader option and fraction.
-
-    A model, a precision or a batch size would differ; the race compares loader settings alone.
-    """
+    """Cells the race would pool as one setting though they differ beyond the loader option and fraction."""
     seen: Dict[RacedCell, Overrides] = {}
     for cell, name in names.items():
         if name in seen:
@@ -68,11 +62,7 @@ def same_names(names: Dict[Overrides, RacedCell]) -> List[str]:
 
 
 def what_runs_on_cpu(conf: Any) -> str:
-    """The cell's config as a CPU runs it: a key that cells running the same code share.
-
-    pin_memory and non_blocking do nothing without CUDA. An option's name is only a name: gpu_resident
-    differs by its transfer, not by its name.
-    """
+    """The cell's config as a CPU runs it, without pinning or option names: same code, same key."""
     from wif.sweep.identity import run_identity
 
     job = run_identity(conf, "cpu")
@@ -83,10 +73,7 @@ def what_runs_on_cpu(conf: Any) -> str:
 
 
 def cpu_only(cfg: Any) -> bool:
-    """Whether every job of this sweep runs on a CPU: device=cpu, or jobs run here and here is no CUDA.
-
-    A submitting launcher (slurm, local_gpus) runs them elsewhere: nothing is assumed.
-    """
+    """Whether every job runs on a CPU: device=cpu, or jobs run here without CUDA (not under a submitting launcher)."""
     from wif.measure.nvml import cuda_present
     from wif.sweep.cluster import SUBMITTING_LAUNCHERS
 

@@ -134,10 +134,7 @@ class RaceLog:
         )
 
     def finish(self, states: Dict[float, FractionState], budget: Dict[str, str] | None = None) -> None:
-        """Keep the looks as looks.csv, and each fraction's possibly-fastest set and why it ended as tags.
-
-        A budgeted race's outcome goes too: wif.budget.*, what ended it and what finishing would cost.
-        """
+        """Keep looks.csv, each fraction's possibly-fastest set and why it ended, and a budget's wif.budget.* tags."""
         self._log_looks()
         # why each fraction ended: a longer race would have stopped there only if it settled
         unsettled = "the time budget ended first (sweep.budget_min)" if budget else "runs ran out"
@@ -156,10 +153,7 @@ class RaceLog:
             )
 
     def abandon(self, interrupted: bool) -> None:
-        """Close a race stopped before its end: its looks kept, its record KILLED or FAILED, never left RUNNING.
-
-        Its runs stay in the store: the same command resumes the race.
-        """
+        """Close a race stopped early: looks kept, record KILLED or FAILED; its runs stay, so the race can resume."""
         self._log_looks()
         self.tracker.end_run(self.run_id, KILLED if interrupted else FAILED)
         log.warning(

@@ -1,12 +1,10 @@
-"""The `wif-study` command: the Who_is_Faster study, one run or a sweep.
+"""The `wif-study` command: the Who_is_Faster study, one run or a sweep; `python train.py` in a checkout.
+
+It takes Hydra's command line on the `conf/` shipped in the package, and writes mlflow.db where it starts.
+Imports stay light: spawned workers and ranks import the main module again.
 
     wif-study -m 'loader=glob(*)' data.fraction=0.1,0.4,0.7            # the study: 330 jobs
     wif-study preset=smoke loader=mine --config-dir myconf             # one run, a loader of your own
-
-In a checkout, `python train.py` is the same. It takes Hydra's command line, overrides, -m, --cfg and
---config-dir, on the `conf/` shipped inside the package. It writes its store (mlflow.db) and outputs where
-it is started. Imports stay light on purpose: DataLoader workers and DDP ranks started with spawn import the
-main module again. They must not pay for MLflow and the job machinery they never use.
 """
 
 import logging

@@ -1,9 +1,8 @@
 """A budgeted sweep's budget, kept while it runs (`sweep.budget_min`, `sweep.probe_only`).
 
-Every job is priced from the store's earlier runs of the testbed, else from a probe (wif.sweep.probe). The
-plan is said before the first job. Each start is allowed only if the job can finish in what is left; the
-rules are wif.sweep.budget's. Each finished job's time teaches the prices of what follows. Last, the sweep
-says what its budget ran. Used by the sweepers (hydra_plugins/wif_sweeper), and by the probe, which only prices.
+Jobs are priced from earlier runs or a probe (wif.sweep.probe), and the plan is said first. A job starts only
+where it can finish in what is left (wif.sweep.budget). Each finished job teaches the prices of what follows.
+The sweepers use it, and the probe, which only prices.
 """
 
 from __future__ import annotations
@@ -106,10 +105,9 @@ class SweepBudget:
         return self.jobs[tuple(overrides)]
 
     def price_with_probe(self, launch: Launch) -> None:
-        """Without earlier runs of the testbed, price the jobs from the probe.
+        """Without earlier runs, price the jobs from the probe, run now unless stored or needless.
 
-        The probe runs now, unless the store holds a probe of every setting of this sweep already. Nor does it run
-        where every job is auto and the sweep runs jobs: see NOTE [ Block 0 prices the rest ] (wif.sweep.prices).
+        See NOTE [ Block 0 prices the rest ] in wif.sweep.prices.
         """
         if self.n_history:
             log.info("Budget: jobs priced from %d earlier runs of this testbed in the store", self.n_history)
@@ -195,11 +193,7 @@ class SweepBudget:
         return False
 
     def launch(self, overrides: Sequence[str], launch: Callable[[Sequence[str]], Any]) -> Optional[Any]:
-        """Run one job under the budget; None when it did not run.
-
-        A job finished before is skipped, one that cannot finish in what is left refused. Else it is launched,
-        and its time teaches the prices of what follows.
-        """
+        """Run one job under the budget, its time teaching the prices; None where it was done before or cannot fit."""
         if self.skip(overrides) or not self.may_start(overrides):
             return None
         t0 = time.monotonic()

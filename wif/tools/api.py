@@ -184,11 +184,7 @@ class _InProcessTrials:
 
 @dataclass
 class EpochTimes:
-    """Each epoch's figures and the summary over the measured epochs, as a train.py run and wif.watch have them.
-
-    An epoch's figures are wif.measure.epochs.figures', with its samples. The first `warmup_epochs` are left
-    out of the summary.
-    """
+    """Each epoch's figures (wif.measure.epochs), and the summary past the `warmup_epochs`, as train.py has them."""
 
     epochs: List[Dict[str, float]]
     warmup_epochs: int

@@ -2,9 +2,11 @@
 
 The physical anchor of the study: a setting cannot copy its batches faster than the link allows. The report
 states each setting's copy cost as its bytes per epoch over the rate measured here, on the same GPU
-(`wif.report.copycost`). The probe is `wif.measure.bandwidth`. This command checks its input, runs it on the
-first CUDA device and prints a table. It logs one MLflow run tagged `wif.kind=bandwidth` to the store
-train.py writes to, with the same `tracking.*` overrides.
+(`wif.report.copycost`). After one warm-up copy, two `torch.cuda.Event`s on the copying stream bracket each
+copy; the device is synchronized only before and after each size's repeats. The command checks its input,
+runs the probe on the first CUDA device and prints a table. It logs one MLflow run tagged `wif.kind=bandwidth`
+to the store train.py writes to, with the same `tracking.*` overrides. Rates are in decimal GB/s (10^9 bytes
+per second); sizes are decimal MB (10^6 bytes).
 
     wif-bandwidth --sizes-mb 1,16,256 --repeats 20
 """
@@ -12,18 +14,100 @@ train.py writes to, with the same `tracking.*` overrides.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from wif.config import ConfigError, TrackingConfig
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_exit
 from wif.measure import names
-from wif.measure.bandwidth import DIRECTIONS, MEMORY, Rate, copy_rates, rate_metrics, size_label
 from wif.measure.nvml import cuda_present
 from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FINISHED, Tracker
+
+if TYPE_CHECKING:
+    import torch
+
+MB = 10**6
+GB = 10**9
+DIRECTIONS = ("h2d", "d2h")
+MEMORY = ("pinned", "pageable")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One direction, host memory kind and size: the median rate over the repeats."""
+
+    direction: str  # h2d or d2h
+    memory: str  # pinned or pageable (the host side)
+    size_mb: float
+    gbps: float  # median, decimal GB/s
+
+
+def size_label(size_mb: float) -> str:
+    """'256mb', '0.5mb': the suffix of a rate's metric name."""
+    return f"{size_mb:g}mb"
+
+
+def _host(nbytes: int, pinned: bool) -> torch.Tensor:
+    import torch
+
+    t = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+    t.fill_(1)  # fault every page in now: a first touch inside the timed copy would be counted as copying
+    return t
+
+
+def time_copies(dst: torch.Tensor, src: torch.Tensor, repeats: int, stream: torch.cuda.Stream) -> List[float]:
+    """Milliseconds of each of `repeats` copies src -> dst, timed by events on `stream`, after one warm-up copy."""
+    import torch
+
+    with torch.cuda.stream(stream):
+        dst.copy_(src, non_blocking=True)  # warm-up: first-use costs (driver mappings, staging buffers)
+        stream.synchronize()  # sync point: the timed copies start from an idle stream
+        pairs = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            dst.copy_(src, non_blocking=True)
+            end.record(stream)
+            pairs.append((start, end))
+        stream.synchronize()  # sync point: every timed copy is done; the events can be read
+    return [start.elapsed_time(end) for start, end in pairs]
+
+
+def copy_rates(sizes_mb: Iterable[float], repeats: int, device: torch.device) -> List[Rate]:
+    """Host-to-device and device-to-host rates for each size, from pinned and from pageable host memory."""
+    import torch
+
+    stream = torch.cuda.Stream(device)
+    out: List[Rate] = []
+    for size_mb in sizes_mb:
+        nbytes = int(size_mb * MB)
+        on_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        for memory in MEMORY:
+            host = _host(nbytes, pinned=memory == "pinned")
+            for direction in DIRECTIONS:
+                dst, src = (on_device, host) if direction == "h2d" else (host, on_device)
+                median_ms = statistics.median(time_copies(dst, src, repeats, stream))
+                out.append(Rate(direction, memory, size_mb, nbytes / (median_ms / 1e3) / GB))
+            del host
+        del on_device
+    return out
+
+
+def rate_metrics(rates: Iterable[Rate]) -> Dict[str, float]:
+    """MLflow metrics: `h2d_pinned_gbps_256mb` per size, and `h2d_pinned_best_gbps`, the highest median over
+    the sizes (the rate a large copy reaches), per direction and memory kind."""
+    metrics: Dict[str, float] = {}
+    for r in rates:
+        metrics[f"{r.direction}_{r.memory}_gbps_{size_label(r.size_mb)}"] = r.gbps
+        best = f"{r.direction}_{r.memory}_best_gbps"
+        metrics[best] = max(metrics.get(best, 0.0), r.gbps)
+    return metrics
+
 
 PROG = "wif-bandwidth"
 NO_CUDA = "nothing to measure: this machine has no CUDA device (copy rates are between host and GPU)."
@@ -133,10 +217,7 @@ def log_run(uri: str, experiment: str, args: argparse.Namespace, rates: Sequence
 
 
 def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, TrackingConfig]:
-    """The flags, and the store train.py writes to.
-
-    ConfigError for bad input or no CUDA device, before CUDA, the store or anything else is touched.
-    """
+    """The flags and the store; ConfigError for bad input or no CUDA device, before anything else is touched."""
     args = build_parser().parse_intermixed_args(argv)
     _check(args)
     tracking = load_config(args.overrides, args.config_dir).tracking

@@ -34,10 +34,9 @@ OUT_OF_MEMORY = ("out of memory", "alloc_failed", "device_allocation_failed")
 
 
 def out_of_memory(err: BaseException) -> bool:
-    """Whether a probe's exception says the device ran out of memory: the batch is too big, and the search goes down.
+    """Whether a probe's exception says the device ran out of memory, so the search goes down; else it stops.
 
-    Any other failure stops the search. The host's allocator, "not enough memory", is not the device's.
-    See NOTE [ How CUDA says it is out of memory ].
+    The host's allocator, "not enough memory", is not the device's. See NOTE [ How CUDA says it is out of memory ].
     """
     if isinstance(err, torch.cuda.OutOfMemoryError):
         return True
@@ -58,10 +57,7 @@ class Probe:
 
 @dataclass
 class Sample:
-    """data=custom: the first training sample of the user's Dataset, and its number of classes.
-
-    Each probe trains on it repeated to the batch size: the user's input shape and dtype, not data.image_size.
-    """
+    """data=custom: the user's first training sample, repeated to the batch size in each probe, and its classes."""
 
     x: Any
     y: Any
@@ -84,10 +80,7 @@ def sample_batches(sample: Sample, batch: int, steps: int, device: Any) -> List[
 
 
 def first_sample(conf: Config) -> Sample:
-    """The first training sample of the user's dataset factory, called once in a fresh child.
-
-    This process never runs torch compute. ConfigError, one line, where the factory fails or is wrong.
-    """
+    """The first training sample of the user's dataset factory, called once in a fresh child; ConfigError on failure."""
     conn, child_end = FRESH.Pipe(duplex=False)
     proc = FRESH.Process(target=_sample_child, args=(conf, child_end), name="wif-sample")
     proc.start()

@@ -23,10 +23,9 @@ PROG = "wif-batch-size"
 
 
 def find_largest(fits: Callable[[int], bool], start: int, limit: int) -> int:
-    """The largest n in [1, limit] with fits(n), for a `fits` that holds up to some size and fails beyond.
+    """The largest n in [1, limit] with fits(n), for a `fits` that holds up to some size; 0 when 1 does not fit.
 
-    Sizes double from `start` until one fails or `limit` fits, then bisect between the last size that fit and
-    the first that failed. Each size is tried at most once; 0 when not even 1 fits.
+    Sizes double from `start` until one fails or `limit` fits, then bisect; each size is tried once.
     """
     if limit < 1:
         return 0

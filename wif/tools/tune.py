@@ -115,10 +115,7 @@ def _check(args: argparse.Namespace, conf: Config) -> None:
 
 
 def check_tunable(conf: Config) -> None:
-    """Refuses a configuration with no streaming loader to tune, for wif-tune and wif-advise, before any trial.
-
-    An image folder whose layout or files cannot be used is refused too, as a sweep does before its first job.
-    """
+    """Refuse a configuration with no streaming loader to tune, or an unusable image folder, before any trial."""
     if conf.data.source is DataSource.fixed:
         raise ConfigError(
             "data=fixed has no loader to tune: its batches are already on the device. Pick the data "
@@ -139,12 +136,7 @@ def check_tunable(conf: Config) -> None:
 
 
 def searched_config(overrides: Sequence[str], config_dir: Optional[Path] = None) -> Config:
-    """The configuration the search starts from.
-
-    loader.num_workers is the search's. A worker-only key the user sets, such as loader.persistent_workers=true,
-    is checked as it will run: beside workers. The trials without workers turn it off (WORKER_ONLY), as their
-    wif-study line does.
-    """
+    """The configuration the search starts from; a worker-only key the user sets is checked beside workers."""
     said = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     if said & {f"loader.{key}" for key, _ in WORKER_ONLY}:
         return load_config([*overrides, "loader.num_workers=1"], config_dir)

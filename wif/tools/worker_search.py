@@ -117,10 +117,7 @@ def doubled_counts(max_workers: int) -> List[int]:
 
 
 def best_trial(trials: Sequence[Trial], best_per_pin: Dict[bool, Optional[int]], min_gain: float) -> Optional[Trial]:
-    """The pick among each pinning's best trial; None where every trial failed.
-
-    The fewest workers within min_gain of the fastest, then no pinning: pinned pages are locked RAM.
-    """
+    """The pick among each pinning's best: the fewest workers within min_gain of the fastest, then no pinning."""
     finalists = [
         next(t for t in trials if (t.pin_memory, t.num_workers) == (pin, w))
         for pin, w in best_per_pin.items()

@@ -1,14 +1,12 @@
 """The script's DataLoader: found inside whatever a loop iterates, its settings read, and rebuilt with others.
 
-People hand `wif.watch` a DataLoader, a wrapper holding one, or a generator over one. timm's PrefetchLoader
-keeps it as `.loader`, tqdm as `.iterable`. Many make a new wrapper, or a new DataLoader, every epoch.
-The epochs of one training loader are one watch: its anchor is the DataLoader's dataset. An iterable with no
-DataLoader inside is its own anchor; one made anew each epoch is kept by its loop (wif.watcher.watch._key).
+`wif.watch` gets a DataLoader, a wrapper holding one, or a generator over one, often a new one each epoch.
+The wrappers of timm and tqdm hold it as `.loader` and `.iterable`. The epochs of one training loader are one
+watch, anchored at the DataLoader's dataset. An iterable with no DataLoader inside is its own anchor; one made
+anew each epoch is kept by its loop (wif.watcher.watch._key).
 
-`rebuild` makes the DataLoader again with a candidate's worker settings, as wif-advise's orders ask
-(wif.watcher.orders). The arguments orders may set change (wif.dataloader_args.ORDERED). The dataset, sampler
-or batch sampler, collate_fn, worker_init_fn, generator, start method and pin device stay. The worker_threads
-setting is no DataLoader keyword: it wraps the loader's own worker_init_fn (wif.data.worker_threads).
+`rebuild` makes the DataLoader again with a candidate's worker settings (wif.dataloader_args.ORDERED). What
+decides its batches stays: dataset, samplers, collate_fn, worker_init_fn, generator, start method, pin device.
 """
 
 from __future__ import annotations
@@ -38,20 +36,12 @@ class Found(NamedTuple):
 
 
 def is_dataloader(value: Any) -> bool:
-    """Whether `value` is a DataLoader by its type, not by what it says it is.
-
-    The accelerate DataLoaderShard passes for one, its `__class__` being its DataLoader's. It iterates the real
-    one, its `base_dataloader`. Orders must replace that one: a copy of the shard would iterate the same.
-    """
+    """Whether `value` is a DataLoader by its type: accelerate's DataLoaderShard only says it is one."""
     return issubclass(type(value), DataLoader)
 
 
 def find_dataloader(batches: Any, depth: int = 3) -> Optional[Found]:
-    """The DataLoader inside `batches` and where it is held; None where there is none.
-
-    Wrappers are searched by the usual attribute names first, then every attribute; a generator in its
-    frame's locals.
-    """
+    """The DataLoader inside `batches` and where it is held (usual attributes, then all, then a generator's locals)."""
     if is_dataloader(batches):
         return Found(None, "", batches)
     if depth == 0:
@@ -142,11 +132,7 @@ def length_of(sized: Any) -> Optional[int]:
 
 
 def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
-    """`loader` again with other worker settings; what decides its batches kept as it was.
-
-    A framework's own DataLoader subclass stays what it is: a copy of it, its worker settings changed.
-    The accelerate DataLoaderShard, for one, places each batch on its device.
-    """
+    """`loader` again with other worker settings, what decides its batches kept, its subclass too."""
     ordered = ordered_args(loader, settings)
     init = with_worker_threads(loader.worker_init_fn, ordered.pop("worker_threads", None))
     if type(loader) is not DataLoader:
@@ -171,10 +157,7 @@ def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
 
 
 def ordered_args(loader: DataLoader, settings: Dict[str, Any]) -> Dict[str, Any]:
-    """Each argument orders may set: as `settings` asks, else as `loader` has it.
-
-    Without workers, those that need them are left out; so is one this torch's DataLoader lacks.
-    """
+    """Each argument orders may set, as `settings` asks, else as `loader` has it, where it applies."""
     workers = int(settings.get("num_workers", loader.num_workers))
     out: Dict[str, Any] = {}
     for arg in ARGS:

@@ -1,27 +1,18 @@
 """The watch with no line changed: every DataLoader's epoch goes through it, wherever the loop is.
 
-PyTorch Lightning's `Trainer.fit`, the Hugging Face `Trainer` and accelerate iterate the DataLoader inside the
-framework, where no `wif.watch(...)` can be written. However each wraps the loader, it starts an epoch with
-`DataLoader.__iter__`: accelerate's `DataLoaderShard` holds a `base_dataloader`, and Lightning's fetchers and
-`CombinedLoader` call `iter()` on it.
+Lightning's `Trainer.fit`, the Hugging Face `Trainer` and accelerate iterate the DataLoader inside the framework.
+However each wraps the loader, it starts an epoch with `DataLoader.__iter__`. `patch` wraps `__iter__`, and
+`__init__` to note where each loader was made. An object that makes its DataLoader and iterates it itself is
+watched at its own `__iter__` (`_holder`), as accelerate's `DataLoaderShard`. The training loader's epoch is
+then `wif.watch`'s epoch (`wif.watcher.watch.hooked`); every other loader runs as it is. TraceML patches
+`__iter__` the same way. Lightning patches `__init__` for its own bookkeeping, so `__init__` keeps its signature.
 
-`patch` wraps `__iter__`, and `__init__` to note where each loader was made. An object that makes its
-DataLoader and iterates it itself is watched at its own `__iter__` (`_holder`); accelerate's
-`DataLoaderShard` does so one batch ahead. An epoch of the training loader is then `wif.watch`'s epoch,
-with its clock, figures, record and orders (`wif.watcher.watch.hooked`). Every other loader runs as it is.
+It is patched in while torch itself is being imported (wif/watcher/boot/sitecustomize.py), so this module
+imports the standard library, wif.watcher.origin and wif.watcher.proof alone (tests/test_layout.py).
 
-TraceML patches `DataLoader.__iter__` the same way to time the wait (https://github.com/traceopt-ai/traceml).
-So does Lightning for its own bookkeeping, in `lightning.pytorch.utilities.data._replace_dunder_methods`:
-that is why `__init__` keeps its signature.
-
-This module imports nothing but the standard library, wif.watcher.origin and wif.watcher.proof. Those import
-nothing else but wif.dataloader_args, the standard library's only (tests/test_layout.py holds them to it).
-It is patched in while torch itself is being imported, by wif/watcher/boot/sitecustomize.py where
-`wif-watch` and `wif-advise` put it on PYTHONPATH. The watch is imported at the first epoch.
-
-`wif-watch -- python train.py ARGS...` (`main`) runs a script with the patch and no line changed. Its training
-loader is the first DataLoader iterated with gradients enabled that takes a step, or `--loader NAME`. Its
-epochs are timed, said and logged as `wif.watch` does; WIF_WATCH=print says them and logs nothing.
+`wif-watch -- python train.py ARGS...` (`main`) runs a script with the patch. Its training loader is the first
+DataLoader iterated with gradients enabled that takes a step, or `--loader NAME`. WIF_WATCH=print says the
+epochs and logs nothing.
 """
 
 from __future__ import annotations
@@ -66,11 +57,9 @@ def patch(cls: Any) -> None:
 
 
 def _holder(maker: Any, loader: Any) -> None:
-    """Watches the epochs of `maker`'s class, not its DataLoader's, where that class iterates the loader itself.
+    """Watches the epochs of `maker`'s class where it makes a DataLoader and iterates it in its own `__iter__`.
 
-    That is an object, no DataLoader, that makes one in its `__init__` and iterates it in its own `__iter__`.
-    The accelerate DataLoaderShard passes for a DataLoader and iterates its `base_dataloader` one batch ahead.
-    Its DataLoader's epoch ends a step before the loop's.
+    The accelerate DataLoaderShard iterates its `base_dataloader` one batch ahead: that epoch ends a step early.
     """
     cls = type(maker)  # not maker.__class__: accelerate's says DataLoader
     if maker is None or maker is loader or isinstance(loader, cls) or cls in HELD:
@@ -119,10 +108,7 @@ def install() -> None:
 
 
 class _Own:
-    """A loader's own epoch, as its class's own __iter__ makes it: what the watch times under a framework.
-
-    The watch finds the loader in it (wif.watcher.found), and orders put a candidate's copy there.
-    """
+    """A loader's own epoch, as its class's own __iter__ makes it; the watch finds the loader in it."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -159,10 +145,7 @@ def build_parser() -> Any:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`wif-watch`: the command run with the hook on PYTHONPATH, in place of this process; 2 for a bad command line.
-
-    The command replaces this process (`exec`): its exit code, its signals and its terminal are its own.
-    """
+    """`wif-watch`: the command exec'd with the hook on PYTHONPATH; 2 for a bad command line."""
     import shutil
 
     args = list(sys.argv[1:] if argv is None else argv)

@@ -2,13 +2,13 @@
 
 The orders come through the environment, as JSON in WIF_WATCH_ORDERS, so the script runs unchanged. A mode:
 
-- `train`: the script as it is, each epoch capped at `batches` batches. It runs `epochs` epochs, or with
-  `auto` until the study's stopping rule says the median is pinned, as `trainer.epochs=auto` does.
-- `bound`: the first batches replayed, as `data=fixed` is. The first epoch reads them as its warm-up; every
-  later one hands the step the same batches again, so the loader costs nothing.
-- `loader_only`: the loader iterated alone for `epochs` epochs at its first pass; the step never runs.
-- `probe`: the loader's settings written to `out` at its first epoch, with the time of its first few
-  batches; the script ends there.
+    `train`: the script as it is, each epoch capped at `batches` batches. It runs `epochs` epochs. With `auto`
+        it runs until the study's stopping rule says the median is pinned, as `trainer.epochs=auto` does.
+    `bound`: the first batches replayed, as `data=fixed` is. The first epoch reads them as its warm-up. Every
+        later epoch hands the step the same batches again, so the loader costs nothing.
+    `loader_only`: the loader iterated alone for `epochs` epochs at its first pass. The step never runs.
+    `probe`: the loader's settings written to `out` at its first epoch, with the time of its first few
+        batches. The script ends there.
 
 With `loader` settings, the script's DataLoader is rebuilt with them, even inside its wrapper. Its dataset,
 sampler or batch sampler, collate_fn, worker_init_fn and generator are kept. When the measurement has what
@@ -70,10 +70,7 @@ class Orders:
         return cls(json.loads(text)) if text else None
 
     def probe(self, settings: Dict[str, Any], has_dataloader: bool) -> None:
-        """`probe`: what the loader is, written where wif-advise reads it.
-
-        Without a DataLoader the script ends here; with one, its first batches are timed (`sample`).
-        """
+        """`probe`: what the loader is, written for wif-advise; the script ends here without a DataLoader."""
         if self.found is not None:  # a later epoch of the same loader: `sample` ends the script there
             return
         self.found = {**settings, "has_dataloader": has_dataloader}
@@ -84,11 +81,9 @@ class Orders:
     def sample(self, batches: Any, proven: Callable[[], bool]) -> Iterator[Any]:
         """`probe`: the first batches of the training loop as it runs, each timed with its fetch and its step.
 
-        Their median after the first, which starts the workers, goes beside the settings as `batch_s`. The
-        advice sizes its measuring runs by it. Then the script ends: after those batches, or at the epoch's end,
-        once `proven` says the claim is (wif.watcher.claim). An epoch with no step runs on unsampled. A loop
-        may leave the epoch before either, by a break, or as Lightning's fetcher does, taking its batches by
-        count. Then the script ends as the loader's next epoch starts.
+        Their median after the first goes beside the settings as `batch_s`; the advice sizes its runs by it. The
+        script ends after those batches, or at the epoch's end once the claim is `proven`. A loop that leaves the
+        epoch sooner (a break, Lightning's fetcher counting its batches) ends as the loader's next epoch starts.
         """
         if self.times is not None:
             self._probed()
@@ -115,11 +110,7 @@ class Orders:
 
     # ------------------------------------------------------------------ the loader
     def take(self, batches: Any, found: Optional[Found]) -> None:
-        """The epoch's DataLoader rebuilt with the candidate's settings, where the orders give any.
-
-        It is rebuilt once, and put in place of the script's in each epoch's wrapper, a new wrapper every epoch
-        included.
-        """
+        """The epoch's DataLoader rebuilt once with the candidate's settings, and put in each epoch's wrapper."""
         settings = self.spec.get("loader")
         if not settings:
             return
@@ -142,10 +133,7 @@ class Orders:
             setattr(holder, attr, self.rebuilt)
 
     def prove(self, anchor: Any, started: Optional[Iterable[Tuple[Any, Any]]]) -> None:
-        """At an epoch's first batch: Unreached where the DataLoader it iterates is not as ordered.
-
-        `started` is wif.watcher.hook.STARTED, None where the hook is not installed and nothing can be told.
-        """
+        """At an epoch's first batch: Unreached where its DataLoader is not as ordered; `started` is hook.STARTED."""
         if self.promise is not None and started is not None:
             why = unmet(self.promise, anchor, started)
             if why:
@@ -214,10 +202,7 @@ class Orders:
 
 
 def write_json(path: str, data: Dict[str, Any]) -> None:
-    """`data` at `path`, whole or not at all: written beside it, then renamed.
-
-    The part is this process's own: a DDP job's ranks each write the probe's report to one path.
-    """
+    """`data` at `path`, whole or not at all: written to this process's own part beside it, then renamed."""
     part = f"{path}.{os.getpid()}.part"
     with open(part, "w") as out:
         json.dump(data, out)
@@ -227,10 +212,8 @@ def write_json(path: str, data: Dict[str, Any]) -> None:
 class _Sharded:
     """An IterableDataset given workers, checked to split its items among them.
 
-    Each worker runs its own copy of the iterator. One that does not split its items by
-    `torch.utils.data.get_worker_info()` yields every item once per worker. DataLoader takes batches from the
-    workers in turn, so then the first batch of each worker is the same batch. The measurement ends there,
-    saying so, before any candidate is timed on duplicated data.
+    Each worker runs its own copy of the iterator. One that ignores `get_worker_info()` yields every item once
+    per worker: the workers' first batches are the same. The measurement ends there, saying so.
     """
 
     def __init__(self, batches: Any, workers: int, name: str) -> None:

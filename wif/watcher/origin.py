@@ -25,10 +25,7 @@ FRAMEWORKS = (("transformers", "transformers"), ("lightning", "lightning"), ("py
 
 
 def note(dataset: Any) -> None:
-    """Notes where a DataLoader over `dataset` is being made, if it is the first over it.
-
-    A framework's copy of the user's loader, accelerate's or Lightning's, so keeps the user's line.
-    """
+    """Notes where a DataLoader over `dataset` is made, the first over it: a framework's copy keeps the user's line."""
     if id(dataset) not in MADE_AT:
         MADE_AT[id(dataset)] = _site()
 
@@ -44,10 +41,7 @@ def _module(frame: Any) -> str:
 
 
 def _site() -> str:
-    """Where the loader is made: the first frame outside torch, wif and the frameworks, the user's line.
-
-    Where a framework made it, as the HF Trainer's get_train_dataloader does, its function is named beside.
-    """
+    """The first frame outside torch, wif and the frameworks; the framework's function beside it."""
     frame, inner = sys._getframe(3), None
     while frame is not None:
         top = _module(frame).split(".")[0]
@@ -72,11 +66,7 @@ def _where(frame: Any) -> str:
 
 
 def framework() -> str:
-    """Which framework runs the loop that starts this epoch, by its frames on the stack: "transformers",
-    "lightning", or "".
-
-    The HF Trainer runs on accelerate; a script of its own with accelerate is a plain loop.
-    """
+    """Which framework's loop starts this epoch, by the stack: "transformers" (the HF Trainer), "lightning" or ""."""
     names = set()
     frame = sys._getframe(1)
     while frame is not None:
@@ -96,8 +86,5 @@ def of(loader: Any) -> Dict[str, Any]:
 
 
 def is_named(named: str, loader: Any) -> bool:
-    """Whether `named`, from WIF_WATCH_LOADER or wif-advise --loader, is this loader.
-
-    It names its dataset's class, or a part of where it was made such as "train.py:42".
-    """
+    """Whether `named` (WIF_WATCH_LOADER, --loader), a dataset's class or a place ("train.py:42"), is this loader."""
     return named == type(loader.dataset).__name__ or named in (made_at(loader.dataset) or "")

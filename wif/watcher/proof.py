@@ -1,16 +1,12 @@
 """Whether a candidate's settings reached the DataLoader that an epoch under orders really iterates.
 
-An order rebuilds the script's DataLoader and puts the copy where the watched object holds it
-(wif.watcher.orders). A loop may iterate another reference to the old one, or a wrapper may make its own.
-Then the trial would time the script's own setting under the candidate's name. So each epoch under loader
-orders checks one iterator at its first batch: that of the DataLoader over its dataset that began in it.
-The hook notes each in STARTED. Each argument in wif.dataloader_args must be as ordered: its
-workers, prefetch, pinning, persistent workers, order, worker threads, start method and pin device. Its
-workers must be alive. Where they are not, the script ends with one line that starts with UNREACHED,
-and nothing of it is recorded.
+An order puts a rebuilt DataLoader where the watched object holds it (wif.watcher.orders). A loop may iterate
+another reference to the old one, and the trial would time the script's own setting under the candidate's name.
+So at its first batch, each epoch under loader orders checks the iterator of the DataLoader over its dataset
+that began in it. The hook notes each in STARTED. Each argument in wif.dataloader_args must be as ordered, and
+its workers alive. Where not, the script ends with one line that starts with UNREACHED, and nothing is recorded.
 
-This module imports nothing but the standard library and wif.dataloader_args, which imports nothing either: the
-hook imports it while torch is being imported.
+Standard library and wif.dataloader_args only: the hook imports this while torch is being imported.
 """
 
 from __future__ import annotations

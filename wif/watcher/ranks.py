@@ -1,19 +1,13 @@
 """A distributed script under the watch, by torchrun or torch.multiprocessing.spawn: one run for the job.
 
-The harness's DDP runs have it so too (wif.run.ddp.gather). Each rank times its own epochs of its training
-loader. At an epoch's end, after its clock stopped, the ranks gather their figures: one all_gather of a few
-floats. Rank 0 logs the job's epoch: the slowest rank's, each rank's beside it as rank{i}_... .
+Each rank times its own epochs of its training loader, as the harness's DDP runs do (wif.run.ddp.gather).
+After an epoch's clock stopped, one all_gather of a few floats brings the ranks' figures together. Rank 0
+logs the job's epoch: the slowest rank's, each rank's beside it as rank{i}_... .
 
-Under wif-advise's orders, rank 0 decides when the measurement has what it needs. Every rank hears it at the
-same epoch's end, so the ranks leave together. A rank left behind would wait in its next all-reduce for good.
-
-Under the watch alone, a window closes at the same batch on every rank. Rank 0's clock sets the count, which
-all hear in the rows they gather (`count_for`). No rank gathers at a batch where another does not. A window
-closed by each rank's own clock would meet the other rank's all-reduce, and both would wait for good. See
-NOTE [ Windows ] in wif.watcher.windows.
-
-Only the training loader's epochs meet in these collectives: gradients are enabled at its first epoch, where
-every rank iterates it. A validation loop that only rank 0 runs is never waited for.
+Under orders, rank 0 decides when the measurement has what it needs, and every rank hears it at the same
+epoch's end. A rank left behind would wait in its next all-reduce for good. Under the watch alone, rank 0's
+clock sets a window's count (`count_for`), so no rank gathers where another does not (NOTE [ Windows ]).
+Only the training loader's epochs meet in these collectives; a validation loop of rank 0 alone is never waited for.
 """
 
 from __future__ import annotations
@@ -90,11 +84,7 @@ def decided(done: bool) -> bool:
 
 
 def count_for(rows: List[Dict[str, Any]], seconds: Optional[float]) -> Optional[int]:
-    """The batches of a window of `seconds` at rank 0's pace in the window the ranks just gathered.
-
-    Every rank computes it from the same gathered rows, so every rank's next windows close at the same batch.
-    None, an epoch is one window: no pace was measured.
-    """
+    """The batches of a window of `seconds` at rank 0's gathered pace; None: one window an epoch."""
     lead = rows[0]
     batches, took = lead.get("batches") or 0, lead.get(names.EPOCH_TIME_S) or 0.0
     if not seconds or batches < 1 or took <= 0:

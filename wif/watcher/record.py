@@ -1,14 +1,12 @@
 """What `wif.watch` records beside the clock, read only at epoch boundaries, and the MLflow run it goes to.
 
-It records the CPU seconds of the process and its workers, and others' share of the cores
-(`wif.measure.contention`). The tree's memory comes from the study's `TreeSampler`, a thread of this process.
-It reads RSS every 0.1 s and PSS within measure.pss_budget_pct of a core. It reads PSS once more at each
-epoch's end, while the script waits. Where the script uses CUDA, torch's VRAM peaks and NVML's are read too.
+It records the CPU seconds of the process and its workers, and others' share of the cores. The tree's memory
+comes from the study's `TreeSampler`, a thread here. It reads RSS every 0.1 s, and PSS within a share of a
+core (measure.pss_budget_pct) and at each epoch's end. Where the script uses CUDA, the VRAM peaks are read too.
 
-The run (`wif.measure.tracking`) opens after the first epoch, so importing MLflow lands in no epoch. It is
-tagged `wif.kind=watch` and with its owner's pid: a run left RUNNING by a killed script is found as the
-study's orphans are. It ends FINISHED when the script exits, FAILED on an uncaught exception, KILLED on
-Ctrl-C. A run that `wif-advise` opened for the script is ended by wif-advise, from the exit code.
+The run opens after the first epoch, so importing MLflow lands in no epoch. Tagged `wif.kind=watch` and with
+its owner's pid, a run left RUNNING by a killed script is found as the study's orphans are. It ends FINISHED
+at exit, FAILED on an uncaught exception, KILLED on Ctrl-C. wif-advise ends the runs it opened itself.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The bound's batches: its first window's kept, then handed out again, each time a copy of its own.
 
-The orders' `bound` mode (wif.watcher.orders) measures the script's step with a loader that costs nothing. Each
-replay hands the step a fresh copy, and the copy is made inside the loop's `next()`. So its seconds are counted
-(`Copies`), and the window leaves them out of its time and its wait (wif.watcher.windows).
+The orders' `bound` mode measures the script's step with a loader that costs nothing. The copy is made inside
+the loop's `next()`, so its seconds are counted (`Copies`) and left out of the window (wif.watcher.windows).
 """
 
 from __future__ import annotations
@@ -82,9 +81,5 @@ class Replay:
 
 
 def fresh(batch: Any) -> Any:
-    """A copy of a batch's tensors, in its structure of tuples, lists and dicts; anything else as it is.
-
-    The bound hands each replay its own copy. A step that pops a key, or moves or normalizes the batch in place,
-    then sees the same batch every time. A memory copy costs far less than a fetch.
-    """
+    """A copy of a batch's tensors in its tuples, lists and dicts: a step may change it in place."""
     return map_tensors(batch, torch.Tensor.clone)

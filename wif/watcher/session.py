@@ -31,9 +31,8 @@ from wif.watcher.windows import Opened, Window, as_the_script, epoch_start, scri
 class Session:
     """One watched loop over the whole script: its epochs and its one MLflow run.
 
-    Its epochs are numbered on across `wif.watch` calls, a new wrapper or DataLoader each epoch included.
-    The run and its memory sampler open at the first epoch. Under wif-advise's orders, or with every
-    DataLoader hooked, only the training loader is watched. See NOTE [ The watch's states ] in wif.watcher.claim.
+    Its epochs are numbered on across `wif.watch` calls and new wrappers. The run and its sampler open at the first
+    epoch. See NOTE [ The watch's states ] in wif.watcher.claim.
     """
 
     def __init__(self, batches: Iterable[Any], options: WatchOptions) -> None:
@@ -166,10 +165,9 @@ class Session:
             self.starting = False
 
     def _timed(self, source: Iterable[Any], offers: Optional[int] = None) -> Iterator[Any]:
-        """The epoch's batches of `source`, timed window by window. See NOTE [ Windows ] in wif.watcher.windows.
+        """The epoch's batches of `source`, timed window by window, to the end or the window where the orders are done.
 
-        It ends at a window's end where the orders are done. `offers`: the script's epoch's own length, before
-        any cut.
+        `offers`: the script's epoch's own length, before any cut. See NOTE [ Windows ] in wif.watcher.windows.
         """
         alone = self.orders is not None and self.orders.mode == "loader_only"  # no script runs between its epochs
         if self.ended_at is not None and not alone:  # the script's own time since its last epoch: evaluation, saving
@@ -196,10 +194,7 @@ class Session:
             self.ended_at = time.monotonic()
 
     def _window(self, window: Window, first: bool) -> Iterator[Any]:
-        """One window's batches, timed by the loop's clock; its figures recorded however it ends.
-
-        The epoch's first window proves the orders at its first batch (wif.watcher.proof).
-        """
+        """One window's batches, timed by the loop's clock, the orders proven at the epoch's first batch."""
         feed = TimedFeed(window, lambda b: b, count=lambda b: samples_in(b, self.batch_size))
         self.record.begin(follows=not first)
         proving, proven = first and self.orders is not None and self.orders.promise is not None, True
@@ -226,10 +221,9 @@ class Session:
                 self.record.drop()
 
     def _close(self, feed: TimedFeed, opened: Opened, *, complete: bool, batches: int, closed: bool) -> None:
-        """The window's end, however its pass ended: its figures from `feed`, recorded.
+        """The window's end, however its pass ended: its figures from `feed`, recorded (NOTE [ A window times ... ]).
 
         `complete`: the loop took every batch of it; `closed`: its count or clock closed it, the next may follow.
-        Under orders its figure is the script's own: NOTE [ A window times the script's own run ].
         """
         synchronize(device())  # sync point: the window's queued work is done (CUDA may have started in it)
         stats = feed.stats(t_start=opened.t_start, t0=opened.t0, train_loss=None, compute_s=0.0, gpu_idle_s=None)
@@ -252,16 +246,11 @@ class Session:
                 warn(f"an epoch could not be recorded ({type(err).__name__}: {err}); your training goes on")
 
     def taken(self) -> bool:
-        """Whether a hooked epoch is open with every batch handed out: Lightning's fetcher never asks for the end.
-
-        It counts its batches: the epoch is over when anything else starts."""
+        """Whether a hooked epoch is open with every batch handed out: Lightning's fetcher never asks for the end."""
         return self.current is not None and self.expected is not None and self.handed >= self.expected
 
     def _end(self, stats: Any, batches: int, *, complete: bool, whole: bool, raw: Dict, follows: bool) -> None:
-        """The window's figures: recorded, logged, said in one line, and handed to the orders.
-
-        Where the next window `follows` at once, the PSS read waits, and under orders the MLflow run. See
-        NOTE [ A window times the script's own run ] in wif.watcher.windows."""
+        """The window's figures recorded, logged, said and handed on; the PSS read waits where the next `follows`."""
         # The step is the time between batches, whatever it synchronizes: the loop copies nothing of its own.
         step = replace(stats, copy_s=0.0, compute_s=max(stats.epoch_time_s - stats.data_wait_s, 0.0))
         e = {**figures(asdict(step)), "samples": stats.samples, "batches": batches}

@@ -1,19 +1,11 @@
 """`wif.watch(loader)`: the one line a user adds to their own loop, `for batch in wif.watch(train_loader):`.
 
-Each pass over it is an epoch, timed by the loop's own clock, `wif.run.loop.TimedFeed`. The host's wait in
-`next()` is the loader's part; the time between batches is the user's step, with whatever it synchronizes.
-The first batch and the samples are timed too. Where the script uses CUDA, the device is synchronized at an
-epoch's start and end only. Nothing is read off the device.
-
-The memory of the process and its workers comes from the study's process-tree sampler, a thread here
-(`wif.watcher.record`). Every epoch is logged to MLflow, tagged `wif.kind=watch`: the study's report never
-reads it. One line says whether the step waited for data. Any iterable of batches of any structure is
-watched. In a DataLoader, or a wrapper holding one, the DataLoader is found for its settings.
-
-`wif-advise -- python my_train.py ...` puts its orders in the environment (`wif.watcher.orders`). Then the
-same line runs the advice's measurements in the script's own process, the script unchanged.
-
-One loader's watch is a `wif.watcher.session.Session`; see NOTE [ The watch's states ] there.
+Each pass is an epoch, timed by the loop's own clock (`wif.run.loop.TimedFeed`). The wait in `next()` is the
+loader's part; the time between batches is the user's step. CUDA is synchronized at an epoch's start and end
+only. The process tree's memory comes from the study's sampler (`wif.watcher.record`). Each epoch goes to
+MLflow, tagged `wif.kind=watch`, and one line says whether the step waited for data. Any iterable of batches
+is watched; a DataLoader inside it is found for its settings. Under wif-advise's orders (`wif.watcher.orders`)
+the same line runs the advice's measurements. One loader's watch is a `wif.watcher.session.Session`.
 """
 
 from __future__ import annotations
@@ -117,8 +109,8 @@ def _mode() -> Optional[str]:
 def hooked(loader: DataLoader, own: Iterable[Any]) -> Optional[Iterator[Any]]:
     """An epoch of `loader` started by whatever iterates it (wif.watcher.hook), as the watch has it.
 
-    The watch's epoch where it is the training loader's. None where it runs as it is: another loader, an
-    evaluation, or one inside a watched epoch. See NOTE [ The watch's states ] in wif.watcher.claim.
+    None where it runs as it is: another loader, an evaluation, or one inside a watched epoch.
+    See NOTE [ The watch's states ] in wif.watcher.claim.
     """
     mode = _mode()
     if mode is None:
@@ -208,10 +200,7 @@ def _key(batches: Any, anchor: Any, site: Optional[Tuple[str, int]]) -> Any:
 
 
 def _gone(key: int, session: Session) -> None:
-    """A session's anchor was collected: it leaves `_sessions`, and its run ends on a thread of its own.
-
-    One under orders, in an epoch, or whose claim waits for a step ends with the script.
-    """
+    """A collected anchor's session leaves `_sessions` and its run ends on a thread; a busy one ends with the script."""
     if _sessions.get(key) is session:
         del _sessions[key]
     record = session.record

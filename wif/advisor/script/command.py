@@ -95,10 +95,8 @@ def last_line(log_path: str) -> str:
 def stop(proc: Any) -> None:
     """Ctrl-C or SIGTERM reached wif-advise: the script ends its own way, given SIGINT once.
 
-    A Ctrl-C at the terminal has reached it already where it is in the terminal's foreground process group (a
-    warm script). A second SIGINT would cut its own clean-up short. So such a script gets a moment to end
-    first. It gets SIGINT if it has not ended by then, or if it is in a session of its own. Past the grace, it
-    is ended with all it started (`end`).
+    A warm script in the terminal's foreground group got Ctrl-C already; a second would cut its clean-up short. So
+    it gets a moment first, then SIGINT, then past the grace it is ended with all it started (`end`).
     """
     if not (_at_the_terminal(proc.pid) and _ended(proc, TERMINAL_GRACE_S)):
         _signal(proc.pid, [], signal.SIGINT)  # as the terminal's Ctrl-C: its process group, a shell's children too
@@ -109,9 +107,7 @@ def stop(proc: Any) -> None:
 def end(proc: Any, grace_s: float = END_GRACE_S) -> None:
     """The command ended with all it started: SIGTERM, then SIGKILL to what is left past `grace_s`; reaped.
 
-    The signals go to its process group (a shell script's children) and to its process tree. Each rank that
-    torchrun starts is in a session of its own: no signal to the group reaches it. It outlives torchrun killed
-    alone.
+    The signals go to its process group and its process tree: torchrun starts each rank in a session of its own.
     """
     tree = _descendants(proc.pid)  # listed before any signal: a rank whose torchrun ended is adopted by init
     _signal(proc.pid, tree, signal.SIGTERM)

@@ -1,14 +1,11 @@
 """`wif-advise [OPTIONS] [KEY=VALUE...] -- python my_train.py ARGS...`: the advice for one's own script.
 
-The script runs under `wif.watch`, the one line in its loop, and is otherwise unchanged. Before anything is
-recorded, the command runs once to its `wif.watch` call: the orders' `probe` reports the DataLoader it
-watches and ends there. Some commands cannot be advised: a missing program or script, a failing command,
-one that never calls `wif.watch`, or a watched iterable without a DataLoader. Each is said in one line,
-exit 2, and leaves no run. Then `wif.advisor.steps` gives the advice, asking `Script`, this mode. Its runs
-are the script's own (`wif.advisor.script.runner`): the script as it is, and its first batches replayed for
-the bound. The loader-only trials rebuild its DataLoader with each candidate's settings. The answer's lines
-are the `DataLoader(...)` keyword arguments to paste, and the command to run again. Overrides before `--` set
-what they set for train.py: tracking.uri, measure.contended_pct, device. The data and model are the script's.
+The script runs under `wif.watch`, otherwise unchanged. First the command runs to its `wif.watch` call: the
+`probe` reports the DataLoader it watches and ends there. A missing program or script, a failing command, no
+`wif.watch` call, or no DataLoader is said in one line, exit 2, with no run left. Then `wif.advisor.steps`
+gives the advice, asking `Script`. Its runs are the script's own (`wif.advisor.script.runner`). The answer's
+lines are the `DataLoader(...)` keywords to paste. Overrides before `--` set what they set for train.py,
+such as tracking.uri, measure.contended_pct and device; the data and model are the script's.
 """
 
 from __future__ import annotations
@@ -172,10 +169,7 @@ PLANNED_EPOCHS = 36
 
 
 def sized_cap(batches: int, batch_s: Optional[float], minutes: float) -> int:
-    """An epoch's batches in every measuring run: `--batches`, or fewer where the script's batches are slow.
-
-    Slow: at `batch_s` a batch, timed by the probe, its epochs would not leave the race time within `minutes`.
-    """
+    """An epoch's batches in every run: `--batches`, or fewer where at the probe's `batch_s` the race would not fit."""
     if not batch_s or batch_s <= 0:
         return batches
     target = max(60.0 * minutes - STARTS_S, 0.0) / PLANNED_EPOCHS  # seconds an epoch may take

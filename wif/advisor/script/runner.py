@@ -1,13 +1,10 @@
 """The measurements of `wif-advise -- python my_train.py ARGS...`: each one the user's command run again.
 
-Each run gives orders to the script's `wif.watch` in the environment (`wif.watcher.orders`); the script is
-unchanged. `ScriptRunner` is the advice's `Runner` for a script. It keeps the roles, the nested MLflow runs,
-and `Measured` read back the same way. A configuration becomes orders: its trainer's mode and epochs, where
-`trainer.epochs=auto` is the study's stopping rule (`wif.run.record.stop_rule`). Where its loader keys
-differ from the script's own DataLoader, the orders carry the settings the watch rebuilds it with. Each run
-is measured in windows of `--batches` batches (NOTE [ Windows ] in wif.watcher.windows). A script that ends
-before it has its windows is measured again in smaller ones. The loader-only trials all run in one process
-of the script (`Served`, wif.advisor.script.command).
+`ScriptRunner` is the advice's `Runner` for a script, with the same roles, nested runs and `Measured`. A
+configuration becomes orders to the script's `wif.watch` (`wif.watcher.orders`): its mode, its epochs, and
+the loader settings the watch rebuilds the DataLoader with. Each run is measured in windows of `--batches`
+batches (NOTE [ Windows ]); a script that ends sooner is measured again in smaller ones. The loader-only
+trials all run in one process of the script (`Served`, wif.advisor.script.command).
 """
 
 from __future__ import annotations
@@ -98,10 +95,7 @@ class ScriptRunner(Runner):
         return m
 
     def _smaller_window(self, m: Measured, conf: Config) -> Optional[int]:
-        """A window that cuts what a script offered into WANTED_WINDOWS, where it ran out; None: none needed or helps.
-
-        Ran out: too few windows for a figure, or a script of one epoch with fewer than the run asked.
-        """
+        """A window that cuts what a script offered into WANTED_WINDOWS where it ran out of batches; None: no help."""
         got, offered = int(m.summary.get(names.EPOCHS_RUN, 0)), int(m.summary.get(names.SCRIPT_BATCHES, 0))
         tr = conf.trainer
         asked = min(tr.min_epochs, tr.max_epochs) if tr.auto else int(tr.epochs)

@@ -38,10 +38,7 @@ PRELOAD = "wif.advisor.script.warm_preload"
 
 
 def warm_target(command: Sequence[str]) -> Optional[Target]:
-    """What the command runs, where it is this interpreter with a script or `-m module`; None otherwise.
-
-    This interpreter means the same venv, with no interpreter options.
-    """
+    """What the command runs, where it is this interpreter (same venv, no options) with a script or `-m`; else None."""
     if len(command) < 2 or os.environ.get("WIF_ADVISE_WARM", "1") == "0":
         return None
     found = shutil.which(command[0])
@@ -68,11 +65,9 @@ def _context() -> multiprocessing.context.BaseContext:
 
 
 def warm_up(frameworks: Sequence[str] = ()) -> None:
-    """Start the server now: its imports are under way while the advice does other work.
+    """Start the server now, its imports under way while the advice does other work.
 
-    `frameworks` are the Lightning, transformers or accelerate the probe saw the script import: 2-4 s each,
-    paid by every run. A server started without them is started again with them, where CPython's ForkServer
-    can be stopped.
+    `frameworks` (Lightning, transformers, accelerate: 2-4 s each) are preloaded too; a server without them restarts.
     """
     from multiprocessing import forkserver
 
@@ -98,10 +93,9 @@ def start(target: Target, env: Dict[str, str], log_path: str) -> multiprocessing
 
 
 def _as_a_main_process() -> None:
-    """multiprocessing as a new interpreter has it: this process its main one, and no start method chosen yet.
+    """multiprocessing as a new interpreter has it: this process the main one, no start method chosen yet.
 
-    The platform's default start method is what `python` would have: DataLoader workers forked from the
-    script. The server's own start method would start a forkserver and leave it behind.
+    So DataLoader workers fork from the script, as under `python`, and no forkserver is left behind.
     """
     import multiprocessing.process as mp_process
 
@@ -115,10 +109,7 @@ def _as_a_main_process() -> None:
 
 
 def _end_children() -> None:
-    """End the script's processes still alive at its end, as an ending interpreter's shutdown would.
-
-    They are persistent DataLoader workers whose loader that shutdown would have shut down.
-    """
+    """End the script's persistent DataLoader workers still alive at its end, as an interpreter's shutdown would."""
     import psutil
 
     children = psutil.Process().children(recursive=True)

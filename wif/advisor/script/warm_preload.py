@@ -1,8 +1,7 @@
 """What every PyTorch script under `wif.watch` imports before its first epoch: the warm server's one preload.
 
-The forkserver that `wif.advisor.script.warm` forks the user's script from imports it once. The frameworks a script
-imports, Lightning's or transformers', are the server's further preloads: wif.advisor.script.warm.warm_up. Nothing
-here starts a thread or touches CUDA, so a fork is as clean as a new interpreter.
+A framework's imports are the server's further preloads (wif.advisor.script.warm.warm_up). Nothing here starts
+a thread or touches CUDA, so a fork is as clean as a new interpreter.
 """
 
 import atexit

@@ -51,8 +51,7 @@ def num_batches(dataset: Dataset, batch_size: int) -> int:
 class FetchBatch:
     """A worker's job, as in a DataLoader worker: fetch a batch's samples and collate them.
 
-    A forked worker inherits its parent's random state, so every worker would draw the same augmentations. The
-    first call in a new process seeds it apart, as DataLoader seeds each worker.
+    The first call in a new process seeds its random state apart, as DataLoader seeds each worker.
     """
 
     def __init__(self, dataset: Dataset, seed: int) -> None:

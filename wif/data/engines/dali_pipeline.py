@@ -1,14 +1,8 @@
 """engine=dali: an NVIDIA DALI pipeline per epoch, in DALI's own shape (below).
 
-The decoder runs on device="mixed", nvJPEG on a GPU, or on "cpu" otherwise with device_id=None. The steps are
-the torchvision path's, with its mean and std. Where it decodes on a GPU, the labels move there in the pipeline.
-
-It reads the same images as the other engines: data=encoded's JPEG bytes, data=folder's files. The loader
-option's knobs map onto DALI's: num_workers to num_threads, the batches in flight to prefetch_queue_depth. The
-pipeline is built at every epoch, as SPDL's is. So the order and the last partial batch are the other
-engines': DataLoader's seeded sampler, drop_last=False.
-
-The pipeline:
+It decodes with nvJPEG on a GPU (device="mixed"), else on "cpu", with the torchvision path's steps. It reads the
+images the other engines read. num_workers maps to num_threads, the batches in flight to prefetch_queue_depth.
+Built every epoch, it keeps DataLoader's seeded order and drop_last=False.
 
     fn.external_source -> fn.decoders.image -> fn.resize -> [fn.random_resized_crop]
     -> fn.crop_mirror_normalize -> DALIGenericIterator

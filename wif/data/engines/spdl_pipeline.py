@@ -1,9 +1,6 @@
 """engine=spdl: an SPDL pipeline per epoch, in SPDL's own shape (its paper's and its DataLoader's).
 
-The copy to the device is left to wif's transfer options, as for every engine, so it is timed the same way.
-SPDL's own `transfer_tensor_h2d` would hide it inside the pipeline.
-
-The pipeline:
+The copy to the device is left to wif's transfer options, timed as for every engine. The pipeline:
 
     sample indices -> fetch (decode, augment) on `num_workers` threads -> batch -> collate
     -> pin on CUDA (one thread) -> prefetch buffer

@@ -1,17 +1,9 @@
 """engine=nodes_threads and engine=nodes_procs: a torchdata.nodes graph, as torchdata's guide migrates a DataLoader.
 
-A worker makes whole batches, as a DataLoader worker does. torchdata.nodes 0.11 starts its workers again at
-every epoch: it has no persistent workers. Two of its habits would make it unlike DataLoader; both are undone
-here.
-
-Its thread workers and pin thread call `torch.set_num_threads(1)`. That sets torch's process-wide count. A
-thread that has not computed yet, the model's at the first epoch, then takes it up and computes on one thread.
-The loop's thread restores the count once the workers run.
-
-Its worker processes outlive a killed run. They start through `DyingContext`, so each asks the kernel to end
-it with the run, as DataLoader's workers do (`wif.measure.lifetime`).
-
-The graph:
+A worker makes whole batches, as a DataLoader worker does; torchdata.nodes 0.11 has no persistent workers.
+Two of its habits are undone here. Its threads call `torch.set_num_threads(1)`, process-wide, so the loop's
+thread restores the count once the workers run. Its worker processes would outlive a killed run, so they
+start through `DyingContext` (`wif.measure.lifetime`).
 
     SamplerWrapper -> Batcher -> ParallelMapper (fetch, collate; `num_workers` threads or
     processes, inline at 0) -> PinMemory (CUDA) -> Prefetcher -> Loader

@@ -1,9 +1,7 @@
 """data.format=lmdb: one record per image, in Efficient-PyTorch's layout.
 
-A record's key is `part/index`; its value is the label, 4 bytes little-endian, then the image's encoded bytes.
-Readers open the environment read-only, lock-free and without readahead, lazily in the process that reads. A
-DataLoader worker opens its own after the fork: an environment opened before fork and used in the children is
-the classic bug. One process opens a path once: LMDB forbids two environments on the same file in one process.
+A record's key is `part/index`; its value is the label, 4 bytes little-endian, then the image's bytes. Readers
+open the environment read-only, lock-free, without readahead, lazily after the fork, and once per process.
 """
 
 from __future__ import annotations
@@ -22,11 +20,9 @@ _OPEN: Dict[str, Tuple[int, object]] = {}  # path -> (pid that opened it, its en
 
 
 def map_size(lengths: List[int], page: int = 4096) -> int:
-    """An upper bound on the file LMDB writes for these values; only address space, the file grows as written.
+    """An upper bound on the file LMDB writes for these values: address space only, the file grows as written.
 
-    Each value takes its own pages: one above half a page goes to overflow pages, and its header and key fit
-    in the rounding. Each record takes one leaf page for its node. The B-tree's branch pages and two meta
-    pages come on top.
+    Each value above half a page takes overflow pages, each record a leaf page; branch and meta pages come on top.
     """
     pages = sum(-(-(n + _HEADER.size + 64) // page) + 1 for n in lengths)
     return (pages + pages // 64 + 16) * page
@@ -83,11 +79,7 @@ def close(path: str) -> None:
 
 
 def close_all() -> None:
-    """Close every environment this process holds; the next read reopens lazily.
-
-    A live map keeps the pages it touched in the page cache: posix_fadvise's DONTNEED skips mapped pages. So
-    data.page_cache=cold closes them before it evicts.
-    """
+    """Close every environment this process holds, so eviction works: posix_fadvise skips mapped pages."""
     for path in list(_OPEN):
         close(path)
 
@@ -124,10 +116,9 @@ class LmdbImages:
         self.release = release  # data.page_cache=cold: let go of the map after each batch (after_batch)
 
     def after_batch(self) -> None:
-        """Under data.page_cache=cold, close this process's map once its batch is read. The next batch reopens it.
+        """Under data.page_cache=cold, close this process's map once its batch is read; the next batch reopens it.
 
-        A persistent worker's open map kept a tenth of the pack resident through the eviction between epochs. Its
-        epochs then read 0 bytes from storage, as posix_fadvise skips mapped pages.
+        A persistent worker's open map kept a tenth of the pack resident through the eviction between epochs.
         """
         if self.release:
             close(self.path)

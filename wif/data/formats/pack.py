@@ -82,9 +82,7 @@ def remove_stale(out: Path) -> None:
 
 
 def finish(tmp: Path, out: Path, fmt: str, index: Dict[str, Any], files: List[str], extra: Dict[str, Any]) -> None:
-    """Write index.json and pack.json into `tmp`, flush everything to disk, then rename `tmp` to `out`.
-
-    A pack under its final name is always complete.
+    """Write index.json and pack.json into `tmp`, flush to disk, then rename `tmp` to `out`: a named pack is whole.
 
     Args:
         tmp: the temporary folder the writer filled.
@@ -120,10 +118,7 @@ def finish(tmp: Path, out: Path, fmt: str, index: Dict[str, Any], files: List[st
 
 
 def open_pack(path: Path, fmt: Optional[str] = None) -> Pack:
-    """A pack's metadata and index, checked.
-
-    Every file is at least its recorded size, the index matches its checksum, and it lists pack.json's records.
-    """
+    """A pack's metadata and index, checked: files at their sizes, the index at its checksum and record count."""
     probe = Pack(path, {}, {})
     try:
         meta = json.loads((path / "pack.json").read_text())
@@ -187,9 +182,7 @@ def check_record(
 
 
 def decode(pack_path: str, key: str, data: bytes, size: Optional[int]):
-    """A record's bytes as uint8 RGB at size x size, as wif.data.folder.read_image reads a file.
-
-    A record that does not decode raises PackError naming the pack and the key.
+    """A record's bytes as uint8 RGB at size x size, as read_image reads a file; PackError where it does not decode.
 
     Args:
         pack_path: the pack, for the message.

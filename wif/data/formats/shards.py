@@ -1,10 +1,8 @@
 """data.format=shards: tar shards in WebDataset's layout, read in sequence with plain `tarfile`.
 
-`<key>.<ext>` holds an image's bytes and `<key>.cls` its label; one shard holds about data.shard_mb MiB.
-docs/formats.md says why not the `webdataset` package. Each part's images are spread over its shards in a
-fixed shuffled order, so one shard mixes the classes. An epoch shuffles the shards, deals them out to the
-DataLoader's workers, and shuffles the samples again through a buffer. It yields every image of its split
-exactly once, as the folder would.
+`<key>.<ext>` holds an image's bytes and `<key>.cls` its label, about data.shard_mb MiB a shard (docs/formats.md).
+Each shard mixes the classes. An epoch shuffles the shards, deals them to the workers and shuffles the samples
+through a buffer, yielding every image of its split once.
 """
 
 from __future__ import annotations
@@ -83,10 +81,7 @@ def write(tmp: Path, listing: Listing, shard_mb: float, progress: Progress) -> T
 
 
 def read_shard(path: str, wanted: Optional[AbstractSet[int]] = None) -> Iterator[Tuple[int, bytes, Optional[int]]]:
-    """(index, image bytes, label) of each sample of a shard, or of those in `wanted`, in the order written.
-
-    The others' bytes are skipped, not copied.
-    """
+    """(index, image bytes, label) of each sample of a shard, or those in `wanted`, in order; others skipped."""
     samples: Dict[int, Dict[str, bytes]] = {}
     with tarfile.open(path, "r:") as tar:
         for member in tar:
@@ -141,11 +136,7 @@ class ShardPart:
 
 
 class ShardSplit(IterableDataset):
-    """One split of a part read from its shards: yields each of its images once an epoch.
-
-    Training shuffles by shard and through a buffer; evaluation reads shard by shard. `encoded`, under
-    data.decode=device (wif.data.decode), yields each image's bytes as stored, for the device to decode.
-    """
+    """One split of a part read from its shards: each image once an epoch, shuffled for training, raw when `encoded`."""
 
     encoded = False
 
@@ -183,10 +174,7 @@ class ShardSplit(IterableDataset):
         return Split(torch.stack([found[i] for i in order]), self.labels[torch.tensor(order)])
 
     def _plan(self) -> Tuple[List[int], random.Random]:
-        """This worker's shards for this epoch, and its random source.
-
-        The DataLoader gives all workers one base seed an epoch, so they draw one shard order; each takes every n-th.
-        """
+        """This worker's shards for this epoch: every n-th of one shared order, and its random source."""
         info = get_worker_info()
         if info is None:
             base, wid, n = int(torch.randint(0, 2**62, (1,)).item()), 0, 1

@@ -25,10 +25,7 @@ PARTS = ("train", "test")
 
 @dataclass
 class Listing:
-    """Each part's image files in the source's order, their labels, and the number of classes.
-
-    Image i of a part is record i of every format.
-    """
+    """Each part's image files in the source's order, their labels, and the number of classes."""
 
     paths: Dict[str, List[str]]
     labels: Dict[str, np.ndarray]
@@ -49,10 +46,7 @@ class Listing:
 
 
 def encoded_files(cfg: DataConfig) -> Listing:
-    """data=encoded's JPEG bytes as files, `part/<label>/<index>.jpg`, written once into the cache.
-
-    Written to a temporary folder renamed when complete, they hold the in-memory set's bytes, in its order.
-    """
+    """data=encoded's JPEG bytes as files, `part/<label>/<index>.jpg`, written once into the cache, in its order."""
     arrays = encoded_arrays(cfg)
     key = {**synthetic_key(cfg), "jpeg_quality": cfg.jpeg_quality, "version": 1}  # the files' own version
     tag = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -29,10 +29,7 @@ from wif.measure.pagecache import evict, eviction_refused, eviction_refused_in, 
 
 
 def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
-    """(size to resize to on decoding, whether images come at their own size), as the source decodes.
-
-    `data=folder` decodes at data.image_size, or at its own size under augment=standard; data=encoded is at it.
-    """
+    """(size to resize to on decoding, whether images come at their own size), as the source decodes."""
     if source == DataSource.encoded.value:
         return None, False
     size = None if cfg.augment is Augment.standard else cfg.image_size
@@ -40,10 +37,7 @@ def _decode_size(cfg: DataConfig, source: str) -> Tuple[Optional[int], bool]:
 
 
 def format_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
-    """Train, validation and test splits from data.format's storage.
-
-    `uint8` (transfer.uint8=true): the images stay uint8, for the device to convert and normalize.
-    """
+    """Train, validation and test splits from data.format's storage; uint8 images with `uint8`."""
     if cfg.format is DataFormat.folder:
         return _folder_datasets(cfg, uint8)
     pack = ensure_pack(cfg, check=False)
@@ -97,11 +91,9 @@ def storage_files(cfg: DataConfig, pack: Optional[Pack] = None) -> List[str]:
 
 
 def prepare_storage(cfg: DataConfig) -> Dict[str, Any]:
-    """Ready the storage before a run; returns the params the run logs.
+    """Ready the storage before a run: the pack built and checked, or data=encoded's files written; the params.
 
-    The pack is built once and checked record by record, and data=encoded's files are written.
-    data.page_cache=cold is refused where eviction does not work. The params are data.pack_records,
-    data.pack_bytes, and data.pack_path for a pack.
+    data.page_cache=cold is refused where eviction does not work.
     """
     pack = ensure_pack(cfg) if cfg.format in (DataFormat.lmdb, DataFormat.shards) else None
     files = storage_files(cfg, pack)
@@ -118,11 +110,7 @@ def prepare_storage(cfg: DataConfig) -> Dict[str, Any]:
 
 
 def preflight_storage(cfg: DataConfig) -> None:
-    """Check what a sweep can check cheaply before its first job.
-
-    That is whether a cold page cache can evict where the job's files are, or will be written. Packs are
-    built, and data.path's checked, as each job starts.
-    """
+    """Check before a sweep's first job whether a cold page cache can evict where the job's files are."""
     if cfg.page_cache is not PageCache.cold:
         return
     if cfg.path is not None:
@@ -142,8 +130,7 @@ COLD_RESIDENT_LIMIT = 0.05  # above this share of the data's pages still residen
 class EpochStorage:
     """Around each training epoch: the data's storage, evicted and measured.
 
-    A cold epoch may keep more than COLD_RESIDENT_LIMIT of the pages resident, or read nothing from storage.
-    It then says so with `page_cache_cold` 0, so a warm figure is never logged as a cold one.
+    An epoch that kept too many pages resident, or read nothing, says `page_cache_cold` 0: never a warm figure as cold.
     """
 
     def __init__(self, cfg: DataConfig) -> None:
@@ -177,10 +164,7 @@ class EpochStorage:
 
 
 def cold_verdict(epochs: Sequence[Dict[str, Any]], warmup: int) -> Optional[Dict[str, str]]:
-    """The run's tags under data.page_cache=cold, from its epochs' figures; None for a warm run.
-
-    `wif.page_cache_cold` is true only if every measured epoch was cold; where one was not, a note says why.
-    """
+    """The run's tags under data.page_cache=cold: `wif.page_cache_cold` true if every epoch was; None for a warm run."""
     flagged = [e for e in epochs if names.PAGE_CACHE_COLD in e]
     if not flagged:
         return None

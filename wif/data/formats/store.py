@@ -118,10 +118,7 @@ def build(
 
 
 def ensure_pack(cfg: DataConfig, check: bool = True, progress: Optional[Progress] = None) -> Pack:
-    """The pack a run reads: data.path, or the cache's pack of the source, built when missing.
-
-    With `check`, every record is checked, once per pack (check_pack).
-    """
+    """The pack a run reads: data.path, or the cache's pack, built when missing; checked once with `check`."""
     if cfg.path is not None:
         if not (Path(cfg.path).expanduser() / "pack.json").is_file():
             raise PackError(
@@ -174,10 +171,7 @@ def _check(pack: Pack, conn) -> None:
 
 
 def check_pack(pack: Pack, cache_dir: Optional[str]) -> None:
-    """Raise PackError (one line naming the pack and the record or file) unless every record checks.
-
-    See NOTE [ Pack check ].
-    """
+    """Raise PackError naming the pack and the record or file unless every record checks (NOTE [ Pack check ])."""
     marker = Path(cache_dir).expanduser() / "pack-checked" / _stamp(pack) if cache_dir else None
     if marker is not None and marker.exists():
         return

@@ -34,10 +34,7 @@ def _per_rank(rows: List[Dict[str, Any]], keys: tuple) -> Dict[str, float]:
 
 
 def _vram(rows: List[Dict[str, Any]]) -> Dict[str, float]:
-    """Each rank's torch allocator peaks, their max as the job's, and their sum as `..._sum_mb`.
-
-    The max is what the rank that needs the biggest GPU holds; the sum is what the job holds over all its GPUs.
-    """
+    """Each rank's allocator peaks, their max as the job's, and their sum over its GPUs as `..._sum_mb`."""
     out = _per_rank(rows, VRAM_KEYS)
     out.update({k: max(r[k] for r in rows) for k in VRAM_KEYS if all(k in r for r in rows)})
     out.update({k.replace("_mb", "_sum_mb"): sum(r[k] for r in rows) for k in VRAM_KEYS if all(k in r for r in rows)})
@@ -45,12 +42,7 @@ def _vram(rows: List[Dict[str, Any]]) -> Dict[str, float]:
 
 
 def job_epoch(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """One epoch of the job, from each rank's figures.
-
-    The job's time and its breakdown are the slowest rank's: what held the job back. Its images are every
-    rank's, its window runs from the first start to the last end. Losses and accuracies are the ranks' means:
-    DistributedSampler gives every rank as many samples.
-    """
+    """One epoch of the job: the slowest rank's time and breakdown, every rank's images, the ranks' mean losses."""
     slowest = max(rows, key=lambda r: r[names.EPOCH_TIME_S])
     job = dict(slowest)
     job.update(

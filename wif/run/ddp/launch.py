@@ -1,11 +1,8 @@
 """The run process of a data-parallel job: the launcher starts the ranks, and a relay carries their messages.
 
-The launcher is PyTorch's elastic one (`torch.distributed.launcher.api`), what `torchrun` runs; the ranks are
-its children. The supervisor forks this process exactly as it forks a one-process run, and reads the same
-messages from the same pipe. So everything it measures works unchanged: the process tree's RAM now holds
-every rank and its workers. So does every way a run ends: FAILED, KILLED, a SIGKILL of the supervisor.
-
-Rank 0 sends the job's figures. Any rank may send the error that ended it; the first one is the run's reason.
+The launcher is PyTorch's elastic one, what `torchrun` runs. The supervisor forks this process as it forks a
+one-process run and reads the same pipe. So all it measures and every way a run ends work unchanged. Rank 0
+sends the job's figures. Any rank may send the error that ended it; the first one is the run's reason.
 """
 
 from __future__ import annotations
@@ -41,11 +38,7 @@ RELAY_DRAIN_S = 10.0  # after the ranks end: their last messages still reach the
 
 
 def launch_config(nproc: int) -> LaunchConfig:
-    """The elastic launcher's settings for one node of `nproc` ranks.
-
-    `shutdown_timeout` is passed only where this torch's LaunchConfig declares it. torch 2.11's raises
-    TypeError on it, and pyproject allows 2.11.
-    """
+    """The elastic launcher's settings for one node of `nproc` ranks; `shutdown_timeout` only where torch takes it."""
     options: Dict[str, Any] = dict(
         min_nodes=1,
         max_nodes=1,
@@ -71,8 +64,7 @@ def threads_per_rank(nproc: int, cores: Optional[int] = None) -> int:
 class Relay(threading.Thread):
     """Ranks -> supervisor: forwards what the ranks send, and carries the supervisor's answer back to rank 0.
 
-    It accepts one connection per rank. Only the first error is forwarded: the others follow from it, since a
-    rank whose peer died sees its collective fail.
+    It accepts one connection per rank, and forwards only the first error: a dead peer fails the others.
     """
 
     def __init__(self, listener: Listener, pipe: Connection, nproc: int) -> None:
@@ -101,11 +93,7 @@ class Relay(threading.Thread):
             self.pipe.send((kind, payload))
 
     def _first_error(self, error: Dict[str, Any], others: List[Connection]) -> Dict[str, Any]:
-        """The error raised first among those that arrive within ERROR_WINDOW_S.
-
-        A rank whose peer crashed fails too, and its message, a broken collective, may reach the relay before
-        the cause. What else arrives meanwhile is dropped: the run is failing, and the launcher stops every rank.
-        """
+        """The error raised first among those within ERROR_WINDOW_S: a peer's failure may come first."""
         errors = [error]
         for conn in wait(others, timeout=ERROR_WINDOW_S) if others else []:
             try:

@@ -49,11 +49,7 @@ class RankSide:
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     def begin_epoch(self, epoch: int) -> None:
-        """Draw every shard's order for this epoch, then meet the other ranks.
-
-        Without `set_epoch`, every epoch repeats the first: PyTorch #31771. The ranks meet so that their epochs
-        start together, and the slowest one's time is the job's.
-        """
+        """Draw every shard's order for this epoch (`set_epoch`: PyTorch #31771), then meet the other ranks."""
         for s in self.samplers:
             s.set_epoch(epoch)
         if self.conf.measure.rank_indices and self.samplers and self.samplers[0].shuffle:
@@ -67,11 +63,7 @@ class RankSide:
         return rows
 
     def emit(self, kind: str, payload: Dict[str, Any]) -> Any:
-        """Report as `train` does; every rank calls it in the same order.
-
-        Epochs and the result are gathered, between epochs and never in one. The rest is rank 0's to say. The
-        supervisor's answer to an epoch reaches every rank.
-        """
+        """Report as `train` does, every rank in the same order: epochs and the result gathered, the rest rank 0's."""
         if kind == "epoch":
             rows = self._gather(payload)
             answer: List[Any] = [None]

@@ -50,6 +50,8 @@ class MlflowServer:
                 str(self.root / "artifacts"),
             ],
             cwd=self.root,
+            # no job runner: MLflow's GenAI jobs are not wif's, and its huey consumers cost ~5 s of CPU a start
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

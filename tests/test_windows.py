@@ -113,7 +113,7 @@ def test_orders_measure_one_epoch_in_windows_and_leave_within_it(tmp_path: Path,
     assert names.SCRIPT_STREAM not in metrics  # it has a length: no line on what a stream's figures assume
 
 
-QUICK = ("--minutes", "3", "--race-candidates", "1", "--max-epochs", "6")  # the pick against the current setting
+QUICK = ("--race-candidates", "1", "--max-epochs", "6")  # the pick against the current setting
 
 
 def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3") -> str:
@@ -124,9 +124,9 @@ def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3") -> str
             sys.executable,
             "-m",
             "wif.advisor.advise_cli",
-            *QUICK,
             "--minutes",
             minutes,
+            *QUICK,
             "--",
             sys.executable,
             "-m",

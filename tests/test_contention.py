@@ -159,5 +159,7 @@ def test_each_epoch_logs_the_cpu_seconds_of_the_run_and_its_workers(
             f"the upper bounds need a quiet machine: others used up to {others:.0f}% of a core in an "
             "epoch of these runs"
         )
-    assert all(cpu < 1.66 + 2.0 for cpu in burning), burning  # the items' own, and the step's
+    # Each worker's CPU is counted once: twice would pass the sleeping run's by 3.32 s. The step's own CPU grows
+    # too where 2 burning workers share 2 cores with it (CI: 3.7 s against 1.24 s sleeping), so no tighter bound.
+    assert all(cpu < min(sleeping) + 2 * 1.66 for cpu in burning), (burning, sleeping)
     assert all(cpu < burning[1] - 1.2 for cpu in sleeping), (sleeping, burning)

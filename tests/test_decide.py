@@ -9,9 +9,12 @@ GRIDS null grids a pattern put the Monte Carlo standard error of a 5% rate at ab
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import pandas as pd
 import pytest
+from threadpoolctl import threadpool_limits
 
 from wif.decide import decision, model
 
@@ -28,9 +31,11 @@ PATTERNS = {  # relative run-to-run noise of each setting, baseline first
 
 
 @pytest.fixture(autouse=True)
-def fewer_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+def fewer_draws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """10,000 draws a critical value (its 95% quantile to about 1%) instead of 100,000: thousands of grids."""
     monkeypatch.setattr(model, "DRAWS", 10_000)
+    with threadpool_limits(limits=1, user_api="blas"):  # 2 BLAS threads spent twice the CPU for the same wall
+        yield
 
 
 def grid(rng: np.random.Generator, noise: list[float], effects: np.ndarray | None = None) -> pd.DataFrame:

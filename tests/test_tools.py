@@ -341,6 +341,9 @@ def test_wif_batch_size_probes_data_custom_with_its_own_first_sample() -> None:
     bad = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=tests.user_factories.raising_dataset"))
     with pytest.raises(ConfigError, match="data._target_=tests.user_factories.raising_dataset raised ValueError"):
         first_sample(bad)
+    ended = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=tests.user_factories.exiting_dataset"))
+    with pytest.raises(ConfigError, match="ended with exit code 3$"):
+        first_sample(ended)
 
 
 PARENT_STATE: Dict[str, str] = {}  # set in the test's process before a child starts: a forked child inherits it

@@ -49,3 +49,10 @@ def counted_squares(calls: str, n_train: int = 96, n_test: int = 32, size: int =
 def raising_dataset(n: int = 8):
     """A dataset factory whose own code raises."""
     raise ValueError(f"cannot open the bucket for {n} samples")
+
+
+def exiting_dataset(n: int = 8):
+    """A dataset factory whose process ends under it, as a native library's abort would end it."""
+    import os
+
+    os._exit(3)

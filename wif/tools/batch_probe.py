@@ -88,6 +88,7 @@ def first_sample(conf: Config) -> Sample:
     try:
         got = pickle.loads(conn.recv_bytes())
     except EOFError:
+        proc.join()  # exitcode is None until the child is reaped
         got = f"the process calling data._target_ ended with exit code {proc.exitcode}"
     proc.join()
     if isinstance(got, str):

@@ -41,15 +41,7 @@ def validate_loader(cfg: Config) -> None:
     )
     if lo.num_workers == 0:
         _require_no_worker_keys(lo)
-    else:
-        require(
-            lo.prefetch_factor is None or lo.prefetch_factor > 0,
-            f"loader.prefetch_factor={lo.prefetch_factor} must be at least 1 (or null for PyTorch's default).",
-        )
-        require(
-            lo.worker_threads is None or lo.worker_threads >= 1,
-            f"loader.worker_threads={lo.worker_threads} must be at least 1 (or null: as the libraries set them).",
-        )
+    _require_minimums(lo)
     if transfer is TransferKind.resident:
         require(
             lo.num_workers == 0 and not lo.background and not lo.pin_memory,
@@ -82,6 +74,16 @@ def _require_no_worker_keys(lo: LoaderConfig) -> None:
         )
 
 
+def _require_minimums(lo: LoaderConfig) -> None:
+    """Refuse a loader key below its least value, unless it is left at its default (wif.dataloader_args)."""
+    for arg in [arg for arg in ARGS if arg.minimum is not None and hasattr(lo, arg.name)]:
+        value = getattr(lo, arg.name)
+        require(
+            value == arg.default or value >= arg.minimum,
+            f"loader.{arg.name}={value} must be at least {arg.minimum} ({arg.unset}).",
+        )
+
+
 def _yaml(value: Any) -> str:
     """A value as it is typed on the command line: true, null, spawn."""
     if value is None or isinstance(value, bool):
@@ -97,7 +99,7 @@ def _require_supported_by_torch(lo: LoaderConfig) -> None:
     from torch.utils.data import DataLoader
 
     accepted = inspect.signature(DataLoader).parameters
-    for arg in [arg for arg in ARGS if arg.keyword and hasattr(lo, arg.name)]:  # worker_threads: any torch
+    for arg in [arg for arg in ARGS if arg.keyword and hasattr(lo, arg.name)]:  # the rest: worker_init_fn, any torch
         key, default, release = arg.name, arg.default, ".".join(map(str, arg.since))
         require(
             key in accepted or getattr(lo, key) == default,

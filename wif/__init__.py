@@ -21,8 +21,7 @@ From a user's own script, imported on first use:
     `wif.watch(loader)`: the one line in the loop; each pass is timed as an epoch.
     `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`: see wif.tools.api.
     `wif.advise(overrides)`: wif-advise, the bottleneck found and the fix raced.
-    What wif-advise's lines to paste call in one's own DataLoader (wif.dataloader_args.PUBLIC), as a
-    `worker_init_fn` that limits each worker's OpenCV and BLAS threads.
+    What wif-advise's lines to paste call (wif.dataloader_args.PUBLIC): a `worker_init_fn` limiting threads.
 """
 
 # NOTE [ Module state ]

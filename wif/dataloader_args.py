@@ -3,13 +3,12 @@
 Every site that speaks of one of these arguments reads it here. The watch reads its settings and rebuilds the
 loader. The proof checks that an order reached the loader. wif-advise writes its orders and lines to paste;
 wif-tune, its trials and a cell's name. A new DataLoader argument is one row here, then the sites that act on it.
-An argument that is no DataLoader keyword brings its `worker_init_fn` here too (`init`, applied by `worker_init`).
+One that is no DataLoader keyword brings its `worker_init_fn` here too (`init`, applied by `worker_init`).
 
 Lightning's `train_dataloader()` and accelerate's `prepare` keep the DataLoader's own keywords. Only
 transformers' `TrainingArguments` names them otherwise (`trainer_field`).
 
-This module imports nothing but the standard library: wif.watcher.proof reads it while torch is being imported,
-and a spawned worker unpickles the `worker_init_fn` that it makes.
+At import it reads only the standard library: the proof reads it inside `import torch`, a spawned worker unpickles it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 WORKERS = "_workers"  # `on_iterator` of the start method: the proof reads it off the iterator's worker processes
-INIT = "worker_init_fn"  # where an argument that is no DataLoader keyword lives: on the loader's worker_init_fn
 
 
 @dataclass(frozen=True)
@@ -53,15 +51,13 @@ class DataLoaderArg:
         """The argument as `loader`, a DataLoader, has it: its attribute, or its worker_init_fn's."""
         if self.keyword:
             return getattr(loader, self.name, self.default)
-        return self.carried(getattr(loader, INIT, None))
+        return self.carried(getattr(loader, "worker_init_fn", None))
 
     def carried(self, init_fn: Any) -> Any:
-        """The argument as `init_fn`, a worker_init_fn, carries it: on its own wrap of wif's, else its default."""
-        while isinstance(init_fn, WRAPS):  # the wraps `worker_init` made, one in another
-            if isinstance(init_fn, self.init):
-                return getattr(init_fn, self.name)
+        """The argument as a worker_init_fn `init_fn` carries it: on its own wrap (`worker_init`), else its default."""
+        while isinstance(init_fn, WRAPS) and not isinstance(init_fn, self.init):  # another argument's wrap
             init_fn = init_fn.inner
-        return self.default
+        return getattr(init_fn, self.name, self.default)
 
     def pasted(self, value: Any) -> str:
         """The argument as one pastes it into a DataLoader call: `num_workers=4`."""
@@ -73,18 +69,21 @@ class DataLoaderArg:
 
 
 class LimitWorkerThreads:
-    """A picklable `worker_init_fn` that limits the worker's threads to `worker_threads`, then calls `inner`.
-
-    In each worker torch sets its own threads to 1. OpenCV and BLAS do not, so 12 workers may run 192 threads on
-    16 cores.
-    """
+    """A picklable `worker_init_fn` that limits the worker's threads to `worker_threads`, then calls `inner`."""
 
     def __init__(self, worker_threads: int, inner: Optional[Callable[[int], Any]] = None) -> None:
         self.worker_threads = int(worker_threads)
         self.inner = inner
 
     def __call__(self, worker_id: int) -> None:
-        limit_threads(self.worker_threads)
+        if importlib.util.find_spec("cv2") is not None:  # each library where importable
+            import cv2
+
+            cv2.setNumThreads(self.worker_threads)
+        if importlib.util.find_spec("threadpoolctl") is not None:  # BLAS and OpenMP pools
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=self.worker_threads)  # called, not entered: the limit holds for the worker's life
         if self.inner is not None:
             self.inner(worker_id)
 
@@ -176,10 +175,7 @@ WRAPS: Tuple[type, ...] = tuple(arg.init for arg in ARGS if arg.init is not None
 
 
 def worker_init(settings: Mapping[str, Any], inner: Any) -> Any:
-    """`inner`, a loader's worker_init_fn, wrapped by each argument that is no keyword and `settings` sets.
-
-    An earlier wrap of wif's is undone first: `settings` say all. An argument at its default wraps nothing.
-    """
+    """`inner`, a worker_init_fn, rid of wif's wraps, then wrapped by each argument off its default in `settings`."""
     while isinstance(inner, WRAPS):
         inner = inner.inner
     for arg in ARGS:
@@ -194,18 +190,6 @@ def limit_worker_threads(n: int, worker_init_fn: Optional[Callable[[int], Any]] 
     if int(n) < 1:
         raise ValueError(f"worker_threads={n}: a worker needs at least 1 thread")
     return LimitWorkerThreads(n, worker_init_fn)
-
-
-def limit_threads(n: int) -> None:
-    """This process's OpenCV threads, and its BLAS and OpenMP pools, at `n` each: each library where importable."""
-    if importlib.util.find_spec("cv2") is not None:
-        import cv2
-
-        cv2.setNumThreads(n)
-    if importlib.util.find_spec("threadpoolctl") is not None:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=n)  # called, not entered: the limit holds for the worker's life
 
 
 def default_threads() -> int:
@@ -223,5 +207,4 @@ def default_threads() -> int:
     return max(counts)
 
 
-# What a line to paste calls in one's own script, as `wif.<name>` (paste_as): wif's lazy __getattr__ reads it.
-PUBLIC: Dict[str, Any] = {"limit_worker_threads": limit_worker_threads}
+PUBLIC: Dict[str, Any] = {"limit_worker_threads": limit_worker_threads}  # `wif.<name>`, as lines to paste call it

@@ -104,9 +104,8 @@ def loader_args(pick: Candidate, pin: bool) -> Dict[str, Any]:
         args.update(persistent_workers=pick.persistent, prefetch_factor=pick.prefetch)
     args["pin_memory"] = bool(k.get("loader.pin_memory", pin))
     for arg in [arg for arg in ARGS if arg.ordered and arg.name not in args]:  # the rest, where the pick sets them
-        value = k.get(f"loader.{arg.name}", arg.default)
-        if value != arg.default and (pick.workers > 0 or not arg.needs_workers):
-            args[arg.name] = value
+        if k.get(f"loader.{arg.name}", arg.default) != arg.default:  # a worker-only one is set with workers alone
+            args[arg.name] = k[f"loader.{arg.name}"]
     return args
 
 

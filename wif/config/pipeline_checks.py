@@ -61,8 +61,8 @@ def validate_loader(cfg: Config) -> None:
 
 
 def _require_table_keys(lo: LoaderConfig) -> None:
-    """Refuse a loader key of wif.dataloader_args set away from its default where it cannot run: at 0 workers,
-    below its least value, or on a torch whose DataLoader lacks it."""
+    """Refuse a loader key of wif.dataloader_args set off its default where it cannot run: at 0 workers, below its
+    minimum, on a torch without it."""
     import inspect
 
     import torch

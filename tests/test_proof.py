@@ -14,9 +14,8 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader, TensorDataset
 
-import wif
 from wif.advisor.script.command import Served
-from wif.dataloader_args import BY_NAME
+from wif.dataloader_args import BY_NAME, worker_init
 from wif.measure import names
 from wif.watcher.proof import UNREACHED, promised, unmet
 
@@ -29,7 +28,7 @@ ORDERED_AWAY = {
     "in_order": False,
     "multiprocessing_context": "spawn",  # the iterated loader's workers are forked (Linux's default)
     "pin_memory_device": "cuda",
-    "worker_threads": 1,  # no DataLoader keyword: a worker_init_fn carries it (wif.data.worker_threads)
+    "worker_threads": 1,  # no DataLoader keyword: a worker_init_fn carries it (wif.dataloader_args.worker_init)
 }
 
 
@@ -46,7 +45,7 @@ def test_every_argument_of_the_table_is_proven_off_a_live_iterator() -> None:
     same = DataLoader(data, batch_size=2, num_workers=1)
     assert unmet(promised(iterated, same), data, started) is None
     for name, value in ORDERED_AWAY.items():
-        asked = {name: value} if BY_NAME[name].keyword else {"worker_init_fn": wif.limit_worker_threads(value)}
+        asked = {name: value} if BY_NAME[name].keyword else {"worker_init_fn": worker_init({name: value}, None)}
         ordered = DataLoader(data, batch_size=2, **{"num_workers": 1, **asked})
         said = unmet(promised(iterated, ordered), data, started)
         assert said is not None and said.startswith(f"{name}={value!r} was ordered"), (name, said)

@@ -1,4 +1,4 @@
-"""The `worker_threads` option (wif.data.worker_threads; a row of wif.dataloader_args): each DataLoader worker's
+"""The `worker_threads` option (a row of wif.dataloader_args, with its worker_init_fn): each DataLoader worker's
 BLAS and OpenCV threads limited, read inside real workers; the study's knob; the rebuilt loader and its proof;
 wif-advise's candidate and the line it pastes."""
 
@@ -20,7 +20,9 @@ from wif.advisor.mode import loader_args
 from wif.advisor.script.mode import paste as script_paste
 from wif.config import ConfigError
 from wif.config.compose import load_config
-from wif.data.worker_threads import LimitWorkerThreads, default_threads
+from wif.data.loaders import Reading, build_batches
+from wif.dataloader_args import LimitWorkerThreads, default_threads
+from wif.measure.lifetime import dataloader_worker_init
 from wif.measure.sysinfo import usable_cores
 from wif.sweep.identity import cell_name
 from wif.watcher.found import rebuild
@@ -86,6 +88,8 @@ def test_the_study_knob_composes_validates_and_names_its_cell() -> None:
     conf = load_config(["loader.num_workers=2", "loader.worker_threads=1"])
     assert conf.loader.worker_threads == 1
     assert "wthreads1" in cell_name(conf)
+    made = build_batches(Threads(), conf.loader, Reading(batch_size=1, train=False, seed=0)).worker_init_fn
+    assert made.worker_threads == 1 and made.inner is dataloader_worker_init  # wif's own init still runs
     assert "wthreads" not in cell_name(load_config(["loader.num_workers=2"]))
     for bad, word in (
         (["loader.num_workers=0", "loader.worker_threads=1"], "needs worker processes"),

@@ -21,7 +21,7 @@ From a user's own script, imported on first use:
     `wif.watch(loader)`: the one line in the loop; each pass is timed as an epoch.
     `wif.tune_workers(dataset, ...)` and `wif.time_epochs(loader, step, epochs)`: see wif.tools.api.
     `wif.advise(overrides)`: wif-advise, the bottleneck found and the fix raced.
-    `worker_init_fn=wif.limit_worker_threads(n)`: each worker's OpenCV and BLAS threads at n.
+    What wif-advise's lines to paste call (wif.dataloader_args.PUBLIC): a `worker_init_fn` limiting threads.
 """
 
 # NOTE [ Module state ]
@@ -54,12 +54,12 @@ def __getattr__(name: str) -> Any:
         from wif.tools import api
 
         return getattr(api, name)
-    if name == "limit_worker_threads":  # the worker_threads option in one's own DataLoader: stdlib only
-        from wif.data.worker_threads import limit_worker_threads
-
-        return limit_worker_threads
     if name == "watch":
         from wif.watcher.watch import watch
 
         return watch
+    from wif.dataloader_args import PUBLIC  # what a line to paste calls in one's own DataLoader: stdlib only
+
+    if name in PUBLIC:
+        return PUBLIC[name]
     raise AttributeError(f"module 'wif' has no attribute {name!r}")

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from wif.config import Config, ConfigError, DataSource, TrainerMode, TransferKind, validate
 from wif.data.loaders import TAKES_IN_ORDER
-from wif.data.worker_threads import default_threads
+from wif.dataloader_args import default_threads
 from wif.measure.sysinfo import usable_cores
 from wif.tools.tune import WORKER_ONLY
 

@@ -14,7 +14,7 @@ from wif.advisor.candidates import Candidate, apply
 from wif.advisor.runner import Recording, Runner
 from wif.config import Augment, Config, DataSource, PageCache, TrainerMode
 from wif.config.compose import STUDY_COMMAND
-from wif.dataloader_args import BY_NAME
+from wif.dataloader_args import ARGS, BY_NAME
 
 Say = Callable[[str], None]
 
@@ -103,10 +103,9 @@ def loader_args(pick: Candidate, pin: bool) -> Dict[str, Any]:
     if pick.workers > 0:
         args.update(persistent_workers=pick.persistent, prefetch_factor=pick.prefetch)
     args["pin_memory"] = bool(k.get("loader.pin_memory", pin))
-    if k.get("loader.in_order") is False:
-        args["in_order"] = False
-    if k.get("loader.worker_threads") is not None:  # pasted as a worker_init_fn: wif.dataloader_args
-        args["worker_threads"] = k["loader.worker_threads"]
+    for arg in [arg for arg in ARGS if arg.ordered and arg.name not in args]:  # the rest, where the pick sets them
+        if k.get(f"loader.{arg.name}", arg.default) != arg.default:  # a worker-only one is set with workers alone
+            args[arg.name] = k[f"loader.{arg.name}"]
     return args
 
 

@@ -21,7 +21,7 @@ from wif.config.schema import (
     TransferKind,
     require,
 )
-from wif.dataloader_args import ARGS, WORKER_ONLY
+from wif.dataloader_args import ARGS
 
 PER_SAMPLE = (DataSource.folder, DataSource.encoded)  # the sources whose images are decoded per sample
 
@@ -39,17 +39,7 @@ def validate_loader(cfg: Config) -> None:
         f"{lo.num_workers}; the study notes the two deadlock together. Use one of them: "
         "loader.background=false, or loader.num_workers=0.",
     )
-    if lo.num_workers == 0:
-        _require_no_worker_keys(lo)
-    else:
-        require(
-            lo.prefetch_factor is None or lo.prefetch_factor > 0,
-            f"loader.prefetch_factor={lo.prefetch_factor} must be at least 1 (or null for PyTorch's default).",
-        )
-        require(
-            lo.worker_threads is None or lo.worker_threads >= 1,
-            f"loader.worker_threads={lo.worker_threads} must be at least 1 (or null: as the libraries set them).",
-        )
+    _require_table_keys(lo)
     if transfer is TransferKind.resident:
         require(
             lo.num_workers == 0 and not lo.background and not lo.pin_memory,
@@ -68,17 +58,32 @@ def validate_loader(cfg: Config) -> None:
         "keeps the whole dataset on the device and has no batches to copy. Use transfer=stream with a "
         "loader option that streams batches (e.g. loader=pin_nb transfer=stream), or drop transfer=stream.",
     )
-    _require_supported_by_torch(lo)
 
 
-def _require_no_worker_keys(lo: LoaderConfig) -> None:
-    """At loader.num_workers=0, refuse the keys that only worker processes take (wif.dataloader_args)."""
-    for arg in [arg for arg in WORKER_ONLY if hasattr(lo, arg.name)]:
-        value = getattr(lo, arg.name)
+def _require_table_keys(lo: LoaderConfig) -> None:
+    """Refuse a loader key of wif.dataloader_args set off its default where it cannot run: at 0 workers, below its
+    minimum, on a torch without it."""
+    import inspect
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    accepted = inspect.signature(DataLoader).parameters
+    for arg in [arg for arg in ARGS if hasattr(lo, arg.name) and getattr(lo, arg.name) != arg.default]:
+        key, value, default = arg.name, getattr(lo, arg.name), arg.default
         require(
-            value == arg.default,
-            f"loader.{arg.name}={_yaml(value)} needs worker processes, but loader.num_workers=0. "
-            f"Set loader.num_workers>0, or loader.{arg.name}={_yaml(arg.default)}.",
+            lo.num_workers > 0 or not arg.needs_workers,
+            f"loader.{key}={_yaml(value)} needs worker processes, but loader.num_workers=0. "
+            f"Set loader.num_workers>0, or loader.{key}={_yaml(default)}.",
+        )
+        require(
+            arg.minimum is None or value >= arg.minimum,
+            f"loader.{key}={value} must be at least {arg.minimum} ({arg.unset}).",
+        )
+        require(
+            key in accepted or not arg.keyword,  # one that a worker_init_fn carries: any torch
+            f"loader.{key}={value} needs torch >= {'.'.join(map(str, arg.since))}; this is torch {torch.__version__}. "
+            f"Upgrade torch, or leave loader.{key} at its default ({default}).",
         )
 
 
@@ -87,23 +92,6 @@ def _yaml(value: Any) -> str:
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
     return str(getattr(value, "value", value))
-
-
-def _require_supported_by_torch(lo: LoaderConfig) -> None:
-    """Refuse a DataLoader key this torch lacks, unless it is left at its default (wif.dataloader_args)."""
-    import inspect
-
-    import torch
-    from torch.utils.data import DataLoader
-
-    accepted = inspect.signature(DataLoader).parameters
-    for arg in [arg for arg in ARGS if arg.keyword and hasattr(lo, arg.name)]:  # worker_threads: any torch
-        key, default, release = arg.name, arg.default, ".".join(map(str, arg.since))
-        require(
-            key in accepted or getattr(lo, key) == default,
-            f"loader.{key}={getattr(lo, key)} needs torch >= {release}; this is torch {torch.__version__}. "
-            f"Upgrade torch, or leave loader.{key} at its default ({default}).",
-        )
 
 
 def validate_uint8(cfg: Config) -> None:

@@ -3,7 +3,6 @@
     `synthetic`: the generated and encoded sets, and their cache; `custom`: the user's own Dataset.
     `folder`: image folders, and image i of a set; `folder_check`: the folders' one-time check.
     `datasets`: datasets and splits; `loaders`: the loader options as iterables of batches.
-    `worker_threads`: each worker's OpenCV and BLAS threads limited (loader.worker_threads).
     `transfer`: the copy to the device; `decode`: decoding on the device.
     `formats/`: storage formats; `engines/`: pipeline engines.
 

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, Tens
 
 from wif.config import LoaderConfig
 from wif.data.datasets import AnySplit, Split
-from wif.data.worker_threads import with_worker_threads
+from wif.dataloader_args import ARGS, worker_init
 from wif.measure.lifetime import dataloader_worker_init
 
 # Whether this torch's DataLoader takes `in_order` (torch >= 2.6); the watch and the script's candidates read it.
@@ -100,6 +100,7 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, reading: Reading) -> Batch
     newer = {} if cfg.in_order else {"in_order": False}
     dataset = dataset_of(split)
     shard = reading.sampler(dataset, shuffle) if reading.sampler is not None else None  # it shuffles in its place
+    carried = {arg.name: getattr(cfg, arg.name) for arg in ARGS if not arg.keyword}  # by the worker_init_fn
     loader = DataLoader(
         dataset,
         batch_size=reading.batch_size,
@@ -111,8 +112,8 @@ def build_batches(split: AnySplit, cfg: LoaderConfig, reading: Reading) -> Batch
         persistent_workers=cfg.persistent_workers,
         multiprocessing_context=cfg.multiprocessing_context.value if cfg.multiprocessing_context else None,
         generator=torch.Generator().manual_seed(seed) if shuffle and shard is None else None,
-        # workers die with their run; loader.worker_threads limits their OpenCV and BLAS threads
-        worker_init_fn=with_worker_threads(dataloader_worker_init, cfg.worker_threads) if cfg.num_workers else None,
+        # workers die with their run, and take the loader keys that are no DataLoader keyword (dataloader_args)
+        worker_init_fn=worker_init(carried, dataloader_worker_init) if cfg.num_workers else None,
         collate_fn=getattr(dataset, "collate", None),  # a dataset's own batches (wif.data.decode's encoded bytes)
         **newer,
     )

@@ -17,8 +17,7 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from wif.data.worker_threads import with_worker_threads
-from wif.dataloader_args import ARGS, BY_NAME, ORDERED
+from wif.dataloader_args import ARGS, BY_NAME, ORDERED, worker_init
 
 HOLDERS = ("loader", "_loader", "dataloader", "data_loader", "_dataloader", "base_loader", "train_loader", "iterable")
 LEAVES = (str, bytes, int, float, torch.Tensor, dict, list, tuple)
@@ -134,7 +133,8 @@ def length_of(sized: Any) -> Optional[int]:
 def rebuild(loader: DataLoader, settings: Dict[str, Any]) -> DataLoader:
     """`loader` again with other worker settings, what decides its batches kept, its subclass too."""
     ordered = ordered_args(loader, settings)
-    init = with_worker_threads(loader.worker_init_fn, ordered.pop("worker_threads", None))
+    init = worker_init(ordered, loader.worker_init_fn)
+    ordered = {name: value for name, value in ordered.items() if BY_NAME[name].keyword}  # the rest are in init
     if type(loader) is not DataLoader:
         return _adjusted(loader, ordered, init)
     kwargs: Dict[str, Any] = dict(

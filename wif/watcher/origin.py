@@ -80,7 +80,7 @@ def of(loader: Any) -> Dict[str, Any]:
     the threaded libraries the script imported."""
     out: Dict[str, Any] = {"dataset": type(loader.dataset).__name__, "framework": framework()}
     out["modules"] = [name for name in PRELOADED if name in sys.modules]  # what a warm start may import first
-    out["threaded"] = [name for name in THREADED if name in sys.modules]  # worker_threads is a candidate
+    out["threaded"] = [name for name in THREADED if name in sys.modules]  # limiting their threads is a candidate
     made = made_at(loader.dataset)
     return {**out, "made_at": made} if made else out
 

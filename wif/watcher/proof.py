@@ -103,8 +103,8 @@ def _read(arg: dataloader_args.DataLoaderArg, loader: Any, epoch: Any) -> Any:
         return ", ".join(sorted(filter(None, methods))) or None
     if not arg.on_iterator:  # a copy the iterator does not keep as asked: the DataLoader's own
         return _plain(arg, arg.of(loader))
-    if not arg.keyword:  # worker_threads: on the worker_init_fn that the iterator's workers run
-        return getattr(getattr(epoch, arg.on_iterator, None), arg.name, arg.default)
+    if not arg.keyword:  # on the worker_init_fn that the iterator's workers run
+        return arg.carried(getattr(epoch, arg.on_iterator, None))
     return _plain(arg, getattr(epoch, arg.on_iterator, arg.default))  # a process's own fetch has no prefetch
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
+import time
 from typing import Dict, List
 
 import pytest
@@ -99,3 +101,37 @@ def test_the_harness_the_watch_and_the_api_summarize_alike() -> None:
     by_api = EpochTimes(run, epochs.WARMUP_EPOCHS).summary
     for name, value in want.items():
         assert by_harness[name] == by_watch[name] == by_api[name] == value, name
+
+
+# A process that forks 3 children 0.15 s apart after 0.3 s, prints the clock once the last has started, and waits.
+STARTS_WORKERS = """
+import os, sys, time
+time.sleep(0.3)
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    kids.append(pid)
+    time.sleep(0.15)
+print(time.monotonic(), flush=True)
+time.sleep(30)
+"""
+
+
+def test_workers_that_start_after_the_first_pss_read_are_read_however_small_the_budget() -> None:
+    """A PSS read held before the workers, or dropped as they forked, spent a short run's whole budget: its
+    workers had no PSS figure, and the advice priced RAM by RSS, each worker's shared pages counted again."""
+    proc = subprocess.Popen([sys.executable, "-c", STARTS_WORKERS], stdout=subprocess.PIPE, text=True)
+    sampler = TreeSampler(proc.pid, MeasureConfig(pss_interval_s=0.2, pss_budget_pct=0.01))
+    try:
+        sampler.start()
+        started = float(proc.stdout.readline())
+        time.sleep(2.0)
+    finally:
+        sampler.stop()
+        proc.kill()
+        proc.wait()
+    read_after = [t for t in sampler.samples.slow.t if t > started]
+    assert read_after, f"no PSS read covered the workers (reads at {sampler.samples.slow.t}, workers by {started})"

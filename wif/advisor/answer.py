@@ -208,7 +208,8 @@ def memory_cost(race: RaceResult, name: str) -> str:
         for key in keys:
             mine, base = race.mean(name, key), race.mean(BASELINE, key)
             if not (math.isnan(mine) or math.isnan(base)):
-                parts.append(f"{label} {mine:,.0f} MB against {base:,.0f} MB ({mine - base:+,.0f} MB)")
+                said = f"{label} (RSS: shared pages counted in each process)" if key == names.RAM_PEAK_RSS_MB else label
+                parts.append(f"{said} {mine:,.0f} MB against {base:,.0f} MB ({mine - base:+,.0f} MB)")
                 break
     return "; ".join(parts) or "no memory figure (runs too short for the sampler)"
 

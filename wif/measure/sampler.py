@@ -190,6 +190,7 @@ class TreeSampler(threading.Thread):
         procs: List[psutil.Process] = []
         in_slow: set = set()  # the PIDs the last PSS read covered
         slow_spent = 0.0  # CPU seconds of all PSS reads so far
+        past_budget = 0  # PSS reads made beyond the budget, for workers no read had covered
         while not self._halt.is_set():
             now = time.monotonic()
             poked, self._poked = self._poked, False
@@ -212,13 +213,18 @@ class TreeSampler(threading.Thread):
                 self.paused_cpu_s += time.thread_time() - c0
             if poked:
                 self._poke_done.set()
-            # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget
-            if now >= next_slow and slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start):
+            # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget. For
+            # unread workers, 3 a run go past it: a read as they start spent a minute's budget, and theirs had no PSS.
+            paid = slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start)
+            unread = bool({p.pid for p in procs} - in_slow) and past_budget < 3
+            if now >= next_slow and (paid or unread):
+                past_budget += not paid
                 c0 = time.thread_time()
                 read = self._sample_slow(now)
-                if read is not None:  # else the tree moved during the read: again at the next tick
-                    in_slow = read
-                    next_slow = now + cfg.pss_interval_s
+                if read is not None:
+                    in_slow, next_slow = read, now + cfg.pss_interval_s
+                else:  # the tree moved during the read: again once it may have settled
+                    next_slow = now + cfg.tree_interval_s
                 slow_spent += time.thread_time() - c0
             self._wake.wait(cfg.rss_interval_s)
             self._wake.clear()

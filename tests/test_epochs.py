@@ -122,9 +122,10 @@ time.sleep(30)
 
 def test_workers_that_start_after_the_first_pss_read_are_read_however_small_the_budget() -> None:
     """A PSS read held before the workers, or dropped as they forked, spent a short run's whole budget: its
-    workers had no PSS figure, and the advice priced RAM by RSS, each worker's shared pages counted again."""
+    workers had no PSS figure, and the advice priced RAM by RSS, each worker's shared pages counted again.
+    The watch's sampler reads such workers past the budget (the harness reads them at each epoch's end)."""
     proc = subprocess.Popen([sys.executable, "-c", STARTS_WORKERS], stdout=subprocess.PIPE, text=True)
-    sampler = TreeSampler(proc.pid, MeasureConfig(pss_interval_s=0.2, pss_budget_pct=0.01))
+    sampler = TreeSampler(proc.pid, MeasureConfig(pss_interval_s=0.2, pss_budget_pct=0.01), unread_reads=3)
     try:
         sampler.start()
         started = float(proc.stdout.readline())

@@ -35,6 +35,8 @@ class TreeSampler(threading.Thread):
         cfg: the cadences and the PSS budget.
         gpu_baselines: each device's used memory before the run started (wif.measure.nvml).
         forked_from: the process the run was forked from, where not this one; its shared pages count in full.
+        unread_reads: PSS reads a run may make past the budget for workers no read has covered: the watch's, whose
+            windows may follow each other with no read at their ends.
     """
 
     def __init__(
@@ -43,8 +45,10 @@ class TreeSampler(threading.Thread):
         cfg: MeasureConfig,
         gpu_baselines: Optional[Dict[str, int]] = None,
         forked_from: Optional[int] = None,
+        unread_reads: int = 0,
     ) -> None:
         super().__init__(name="wif-sampler", daemon=True)
+        self.unread_reads = unread_reads
         self.gpu_baselines = gpu_baselines or {}
         self.gpu_note: Optional[str] = None  # why the run's GPU has no NVML figures
         self.root = psutil.Process(pid)
@@ -214,9 +218,9 @@ class TreeSampler(threading.Thread):
             if poked:
                 self._poke_done.set()
             # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget. For
-            # unread workers, 3 a run go past it: a read as they start spent a minute's budget, and theirs had no PSS.
+            # unread workers, `unread_reads` go past it: a read as they start spent a minute's budget, theirs no PSS.
             paid = slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start)
-            unread = bool({p.pid for p in procs} - in_slow) and past_budget < 3
+            unread = bool({p.pid for p in procs} - in_slow) and past_budget < self.unread_reads
             if now >= next_slow and (paid or unread):
                 past_budget += not paid
                 c0 = time.thread_time()

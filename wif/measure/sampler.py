@@ -35,7 +35,7 @@ class TreeSampler(threading.Thread):
         cfg: the cadences and the PSS budget.
         gpu_baselines: each device's used memory before the run started (wif.measure.nvml).
         forked_from: the process the run was forked from, where not this one; its shared pages count in full.
-        unread_reads: PSS reads a run may make past the budget for workers no read has covered: the watch's, whose
+        unread_reads: PSS reads past the budget a run may make for workers no read has covered. The watch's
             windows may follow each other with no read at their ends.
     """
 

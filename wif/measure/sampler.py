@@ -35,7 +35,7 @@ class TreeSampler(threading.Thread):
         cfg: the cadences and the PSS budget.
         gpu_baselines: each device's used memory before the run started (wif.measure.nvml).
         forked_from: the process the run was forked from, where not this one; its shared pages count in full.
-        unread_reads: PSS reads past the budget a run may make for workers no read has covered. The watch's
+        unread_reads: PSS reads past the budget a run may make until one holds with workers. The watch's
             windows may follow each other with no read at their ends.
     """
 
@@ -194,7 +194,8 @@ class TreeSampler(threading.Thread):
         procs: List[psutil.Process] = []
         in_slow: set = set()  # the PIDs the last PSS read covered
         slow_spent = 0.0  # CPU seconds of all PSS reads so far
-        past_budget = 0  # PSS reads made beyond the budget, for workers no read had covered
+        past_budget = 0  # PSS reads made beyond the budget before one held with workers
+        workers_read = False  # a PSS read held with workers in the tree
         while not self._halt.is_set():
             now = time.monotonic()
             poked, self._poked = self._poked, False
@@ -217,16 +218,17 @@ class TreeSampler(threading.Thread):
                 self.paused_cpu_s += time.thread_time() - c0
             if poked:
                 self._poke_done.set()
-            # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget. For
-            # unread workers, `unread_reads` go past it: a read as they start spent a minute's budget, theirs no PSS.
+            # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget. Until
+            # one read held with workers, `unread_reads` go past it: a read as they start spent a minute's budget.
             paid = slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start)
-            unread = bool({p.pid for p in procs} - in_slow) and past_budget < self.unread_reads
+            unread = len(procs) > 1 and not workers_read and past_budget < self.unread_reads
             if now >= next_slow and (paid or unread):
                 past_budget += not paid
                 c0 = time.thread_time()
                 read = self._sample_slow(now)
                 if read is not None:
                     in_slow, next_slow = read, now + cfg.pss_interval_s
+                    workers_read = workers_read or len(read) > 1
                 else:  # the tree moved during the read: again once it may have settled
                     next_slow = now + cfg.tree_interval_s
                 slow_spent += time.thread_time() - c0

@@ -221,8 +221,8 @@ class TreeSampler(threading.Thread):
             # a PSS read costs tens of ms: it waits until the run so far has paid for it within the budget. Until
             # one read held with workers, `unread_reads` go past it: a read as they start spent a minute's budget.
             paid = slow_spent <= cfg.pss_budget_pct / 100.0 * (now - start)
-            unread = len(procs) > 1 and not workers_read and past_budget < self.unread_reads
-            if now >= next_slow and (paid or unread):
+            first = len(procs) > 1 and not workers_read and past_budget < self.unread_reads
+            if now >= next_slow and (paid or first):
                 past_budget += not paid
                 c0 = time.thread_time()
                 read = self._sample_slow(now)

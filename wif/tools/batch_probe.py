@@ -88,9 +88,10 @@ def first_sample(conf: Config) -> Sample:
     try:
         got = pickle.loads(conn.recv_bytes())
     except EOFError:
-        proc.join()  # exitcode is None until the child is reaped
-        got = f"the process calling data._target_ ended with exit code {proc.exitcode}"
-    proc.join()
+        got = None  # the child ended before it sent anything
+    proc.join()  # exitcode is None until the child is reaped
+    if got is None:
+        raise ConfigError(f"the process calling data._target_ ended with exit code {proc.exitcode}")
     if isinstance(got, str):
         raise ConfigError(got)
     return got

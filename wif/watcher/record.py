@@ -75,7 +75,7 @@ class Record:
         self.poke_s = 0.0  # what the last epoch-end PSS read cost the user's loop
         self.status = FINISHED
         forked_from = os.environ.get(FORKED_FROM)  # started warm: the pages shared with the server count in full
-        # windows that follow at once read no PSS at their ends: up to 3 reads past the budget, for unread workers
+        # windows that follow at once read no PSS at their ends: past the budget until a read holds with workers
         self.sampler = TreeSampler(
             os.getpid(), MeasureConfig(), forked_from=int(forked_from) if forked_from else None, unread_reads=3
         )

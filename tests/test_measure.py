@@ -4,8 +4,10 @@ seen apart from the steady stream. Each test runs the real train.py and reads th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Dict, NamedTuple, Tuple
 
 import pytest
+from mlflow.entities import Run
 
 from tests.conftest import new_store, run_train, train_runs
 
@@ -38,54 +40,60 @@ def test_a_runs_ram_peak_is_its_own(tmp_path: Path, cache_dir: Path) -> None:
     assert abs(after[key] - solo[key]) <= 0.10 * (heavy[key] - solo[key]), (after[key], solo[key], heavy[key])
 
 
-@pytest.mark.alone
-def test_worker_start_up_shows_in_first_batch_time(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    """Without persistent workers every epoch starts its workers again; with them, it does not."""
-    proc = run_train(
-        tmp_path,
-        store,
-        cache_dir,
-        "preset=smoke",
-        "loader=pin_nb",
-        "loader.num_workers=2",
-        "loader.persistent_workers=false,true",
-        "trainer.epochs=4",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(store)
-    later_epochs = {}
-    for run in train_runs(store, status="FINISHED"):
-        hist = client.get_metric_history(run.info.run_id, "first_batch_s")
-        values = [h.value for h in hist if h.step >= 1]
-        later_epochs[run.data.params["loader.persistent_workers"]] = sum(values) / len(values)
-    assert later_epochs["False"] > 2 * later_epochs["True"], later_epochs
+class WorkerRuns(NamedTuple):
+    store: str
+    runs: Dict[Tuple[str, str], Run]  # by (loader.num_workers, loader.persistent_workers) as logged: ("2", "True")
 
 
-@pytest.mark.alone
-def test_ram_figures_are_ordered_and_grow_with_workers(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    """Every worker adds its private pages: RSS and PSS grow with the worker count, USS <= PSS <= RSS.
+@pytest.fixture(scope="module")
+def worker_runs(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> WorkerRuns:
+    """pin_nb at 0, 2 and 4 restarted workers, and at 2 and 4 persistent ones: two sweeps, four epochs each.
 
-    PSS is compared on persistent workers: they live through every sample, while workers restarted for
-    epochs of a fraction of a second may fall between two PSS reads (each read keeps only a still tree).
+    Built in the first (alone) test that asks for it. Read by the tests of RAM and of the workers' start-up.
     """
+    work = tmp_path_factory.mktemp("workers")
+    store = new_store(work)
     for persistent, workers in (("false", "0,2,4"), ("true", "2,4")):
         proc = run_train(
-            tmp_path,
+            work,
             store,
             cache_dir,
             "preset=smoke",
             "loader=pin_nb",
             f"loader.num_workers={workers}",
             f"loader.persistent_workers={persistent}",
+            "trainer.epochs=4",
             "measure.pss_budget_pct=5",  # enough PSS reads in runs of seconds: the default's 0.25% allows one
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
-    m = {
-        (r.data.params["loader.num_workers"], r.data.params["loader.persistent_workers"]): r.data.metrics
-        for r in train_runs(store, status="FINISHED")
-    }
+    runs = train_runs(store, status="FINISHED")
+    return WorkerRuns(
+        store, {(r.data.params["loader.num_workers"], r.data.params["loader.persistent_workers"]): r for r in runs}
+    )
+
+
+@pytest.mark.alone
+def test_worker_start_up_shows_in_first_batch_time(worker_runs: WorkerRuns) -> None:
+    """Without persistent workers every epoch starts its workers again; with them, it does not."""
+    from mlflow.tracking import MlflowClient
+
+    later_epochs = {}
+    for persistent in ("False", "True"):
+        run = worker_runs.runs[("2", persistent)]
+        hist = MlflowClient(worker_runs.store).get_metric_history(run.info.run_id, "first_batch_s")
+        values = [h.value for h in hist if h.step >= 1]
+        later_epochs[persistent] = sum(values) / len(values)
+    assert later_epochs["False"] > 2 * later_epochs["True"], later_epochs
+
+
+@pytest.mark.alone
+def test_ram_figures_are_ordered_and_grow_with_workers(worker_runs: WorkerRuns) -> None:
+    """Every worker adds its private pages: RSS and PSS grow with the worker count, USS <= PSS <= RSS.
+
+    PSS is compared on persistent workers: they live through every sample, while workers restarted for
+    epochs of a fraction of a second may fall between two PSS reads (each read keeps only a still tree).
+    """
+    m = {key: run.data.metrics for key, run in worker_runs.runs.items()}
     assert len(m) == 5
     for run in m.values():
         assert run["ram_peak_uss_mb"] <= run["ram_peak_pss_mb"] <= run["ram_peak_rss_mb"]

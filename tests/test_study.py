@@ -170,7 +170,7 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     from wif.report.report_cli import main as report
 
     store = new_store(tmp_path)
-    small = ("preset=smoke", "repeat=0", "data.fraction=0.1")
+    small = ("preset=smoke", "repeat=0", "data.fraction=0.1", "trainer.epochs=2")  # a warm-up and a measured epoch
     encoded = run_train(tmp_path, store, cache_dir, "+study=transfers", "data=encoded", *small)
     assert encoded.returncode == 0, encoded.stderr[-3000:]
     runs = train_runs(store, status="FINISHED")

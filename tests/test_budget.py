@@ -236,8 +236,7 @@ def test_a_budgeted_sweep_plans_first_starts_only_what_fits_and_resumes(
     assert len(done) == 36 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 36
 
 
-@pytest.mark.alone
-@pytest.mark.slow
+@pytest.mark.slow  # not alone: what it claims is read from the record and the log, whatever the budget let run
 def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
@@ -248,7 +247,8 @@ def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
         "hydra/sweeper=race",
         "loader=baseline,bg",
         "data.fraction=0.1,0.4",
-        "race.max_blocks=3",
+        "race.min_blocks=2",  # 8 jobs: 2 settings x 2 fractions x 2 blocks
+        "race.max_blocks=2",
         "device=cpu",
         "trainer.epochs=2",
         "measure.contended_pct=10000",
@@ -264,8 +264,8 @@ def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
     assert tags["wif.budget.min"] == "0.3" and float(tags["wif.budget.probe_s"]) > 0
     assert tags["wif.budget.ended"] in next(line for line in out.splitlines() if "Sweep done" in line)
     ran = train_runs(store, status="FINISHED")
-    if tags["wif.budget.by_budget"] == "true":  # as it should on any machine: 12 jobs do not fit in 18 s
-        assert len(ran) < 12 and float(tags["wif.budget.undone_min"]) > 0
+    if tags["wif.budget.by_budget"] == "true":  # as it should on any machine: 8 jobs do not fit in 18 s
+        assert len(ran) < 8 and float(tags["wif.budget.undone_min"]) > 0
         assert "not run:" in tags["wif.budget.ended"] and "to finish" in tags["wif.budget.ended"]
         for fraction in ("0.1", "0.4"):  # each fraction said decided or not, and why a race ended
             ended = tags[f"wif.race.ended.f{fraction}"]
@@ -280,7 +280,7 @@ def test_a_budgeted_race_keeps_its_outcome_and_a_larger_budget_finishes_it(
     assert again.returncode == 0, out[-3000:]
     assert f"{len(ran)} skipped" in out and "nothing left undone" in out
     done = train_runs(store, status="FINISHED")
-    assert len(done) == 12 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 12
+    assert len(done) == 8 and len({(r.data.tags["wif.cell"], r.data.tags["wif.block"]) for r in done}) == 8
     last = client.search_runs([exp], "tags.`wif.kind` = 'race'", order_by=["attributes.start_time DESC"])[0]
     assert last.data.tags["wif.budget.by_budget"] == "false" and last.data.tags["wif.budget.undone_min"] == "0.00"
 

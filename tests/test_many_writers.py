@@ -1,7 +1,8 @@
-"""Many writers at once: N=4 jobs side by side on this machine (`hydra/launcher=local_gpus` on four 'GPUs' of a
+"""Many writers at once: N=2 jobs side by side on this machine (`hydra/launcher=local_gpus` on two 'GPUs' of a
 CPU machine, each job its own submitit process) writing to one MLflow server that is restarted mid-sweep. Every
 run is accounted for: one FINISHED run per job, none lost, duplicated or left RUNNING, no 'database is locked'.
-Four sweeps writing one SQLite store at once: tests/test_failures.py (`test_concurrent_writers_lose_nothing`)."""
+Two is the least that writes at once, and each job pays seconds of imports on CI's two cores.
+Two sweeps writing one SQLite store at once: tests/test_failures.py (`test_concurrent_writers_lose_nothing`)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tests.conftest import run_train, start_train, train_runs
 from tests.servers import MlflowServer, server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
-N = 4
-LOADERS = "loader=baseline,pin,bg,bg_pin"  # N jobs
+N = 2
+LOADERS = "loader=baseline,bg"  # N jobs
 SIDE_BY_SIDE = ("hydra/launcher=local_gpus", "device=cpu", "preset=smoke", "repeat=0", "data.fraction=0.1")
 GPUS = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(N))}  # N at once: one per 'GPU'
 
@@ -38,7 +39,7 @@ def tally(out: str) -> str:
 
 def one_finished_run_per_job(runs: List[Run]) -> None:
     finished = [r for r in runs if r.info.status == "FINISHED"]
-    assert sorted(r.data.tags["wif.loader"] for r in finished) == ["baseline", "bg", "bg_pin", "pin"], [
+    assert sorted(r.data.tags["wif.loader"] for r in finished) == ["baseline", "bg"], [
         (r.info.run_name, r.info.status) for r in runs
     ]
     assert len({r.data.tags["wif.config_hash"] for r in finished}) == N  # no duplicate
@@ -47,13 +48,13 @@ def one_finished_run_per_job(runs: List[Run]) -> None:
         assert {"epoch_time_mean_s", "test_acc"} <= run.data.metrics.keys()
 
 
-def test_four_jobs_at_once_write_one_server_restarted_mid_sweep(
+def test_jobs_at_once_write_one_server_restarted_mid_sweep(
     tmp_path: Path,
     cache_dir: Path,
     server: MlflowServer,  # noqa: F811 - the fixture imported above
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The server goes down while the four runs are RUNNING and comes back on its port and store. MLflow's
+    """The server goes down while the N runs are RUNNING and comes back on its port and store. MLflow's
     client retries what it could not send; a run that failed on it all the same says so, and the same command
     again completes it (resume): in the end one FINISHED run per job, and none RUNNING."""
     sweep = (*SIDE_BY_SIDE, LOADERS, "trainer.epochs=8", f"tracking.uri={server.uri}")
@@ -62,7 +63,7 @@ def test_four_jobs_at_once_write_one_server_restarted_mid_sweep(
     try:
         deadline = time.monotonic() + 240
         while len(train_runs(server.uri, status="RUNNING")) < N:
-            assert proc.poll() is None and time.monotonic() < deadline, "the four runs never ran at once"
+            assert proc.poll() is None and time.monotonic() < deadline, "the N runs never ran at once"
             time.sleep(0.5)
         down = time.time()
         server.stop()

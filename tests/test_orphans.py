@@ -17,7 +17,7 @@ JOB = (
     "loader=pin_nb",
     "loader.num_workers=2",
     "loader.persistent_workers=true",
-    "data.fraction=1.0",
+    "data.fraction=0.25",  # 400 training images: long enough to be killed running, short to run again
     "trainer.epochs=4",
 )
 

@@ -8,11 +8,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator, Optional, Tuple
 
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.conftest import new_store
 from wif.advisor.script.command import execute
 from wif.measure import names
 from wif.watcher.orders import ENV
@@ -43,29 +45,30 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow
-def test_a_torchrun_job_under_the_watch_alone_ends_every_epoch_with_windows_of_one_second(
-    tmp_path: Path, store: str
-) -> None:
-    """Windows of 1 s in epochs of 2 s, rank 0 0.7 s late into each: every epoch of both ranks ends (before: each
-    rank closed its window by its own clock and gathered, the other rank sat in the step's all-reduce, and no
-    epoch ended in 90 s), and the run holds the job's windows of all three epochs."""
-    script = tmp_path / "ddp.py"
+@pytest.fixture(scope="module")
+def watched_job(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Tuple[Optional[subprocess.Popen], str]]:
+    """The torchrun job of EPOCHS under `wif-watch` with windows of 1 s, started where its test is selected: its
+    process and its store. It runs while the module's first test waits on its own torchrun, which takes no CPU
+    past its start."""
+    job_test = "test_a_torchrun_job_under_the_watch_alone_ends_every_epoch_with_windows_of_one_second"
+    if not any(getattr(item, "originalname", "") == job_test for item in request.session.items):
+        yield None, ""
+        return
+    where = tmp_path_factory.mktemp("watched")
+    store = new_store(where)
+    script = where / "ddp.py"
     script.write_text(EPOCHS)
     env = {k: v for k, v in os.environ.items() if k != ENV}
     env.update(MLFLOW_TRACKING_URI=store, PYTHONPATH=str(ROOT), WIF_WATCH_WINDOW_S="1", PYTHONUNBUFFERED="1")
     watch = [sys.executable, "-m", "wif.watcher.hook", "--"]
     command = [*watch, *TORCHRUN, str(script)]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    finished = sorted(re.findall(r"rank \d epoch \d done", done.stdout))  # the ranks' lines may interleave
-    assert finished == [f"rank {r} epoch {e} done" for r in (0, 1) for e in range(3)], done.stdout
-    client = MlflowClient(store)
-    (run,) = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id])
-    epochs = [int(m.value) for m in client.get_metric_history(run.info.run_id, names.SCRIPT_EPOCH)]
-    windowed = [m.value for m in client.get_metric_history(run.info.run_id, names.WINDOWED)]
-    assert sorted(set(epochs)) == [0, 1, 2] and len(epochs) > 3 and 1.0 in windowed  # later epochs cut in windows
-    assert {"rank0_epoch_time_s", "rank1_epoch_time_s"} <= set(run.data.metrics)  # the job's windows, gathered
+    proc = subprocess.Popen(command, cwd=where, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield proc, store
+    if proc.poll() is None:  # its test failed before it ended
+        proc.kill()
+        proc.communicate()
 
 
 HUNG = """
@@ -83,7 +86,7 @@ time.sleep(600)
 
 
 def test_a_torchrun_command_that_runs_out_of_time_leaves_no_rank_alive(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watched_job: Tuple[Optional[subprocess.Popen], str]
 ) -> None:
     """wif-advise's timeout ends torchrun, its ranks (each in a session of its own) and their children, a rank
     that ignores SIGTERM included (before: torchrun alone was killed, and its ranks ran on)."""
@@ -97,6 +100,28 @@ def test_a_torchrun_command_that_runs_out_of_time_leaves_no_rank_alive(
     assert all(f.exists() for f in written), (tmp_path / "out.log").read_text()[-2000:]  # both ranks had started
     pids = [int(p) for f in written for p in f.read_text().split()]
     assert len(pids) == 3 and not [p for p in pids if _running(p)], pids
+
+
+@pytest.mark.slow
+def test_a_torchrun_job_under_the_watch_alone_ends_every_epoch_with_windows_of_one_second(
+    watched_job: Tuple[Optional[subprocess.Popen], str],
+) -> None:
+    """Windows of 1 s in epochs of 2 s, rank 0 0.7 s late into each: every epoch of both ranks ends (before: each
+    rank closed its window by its own clock and gathered, the other rank sat in the step's all-reduce, and no
+    epoch ended in 90 s), and the run holds the job's windows of all three epochs."""
+    proc, store = watched_job
+    assert proc is not None
+    stdout, stderr = proc.communicate(timeout=240)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert done.returncode == 0, done.stderr[-3000:]
+    finished = sorted(re.findall(r"rank \d epoch \d done", done.stdout))  # the ranks' lines may interleave
+    assert finished == [f"rank {r} epoch {e} done" for r in (0, 1) for e in range(3)], done.stdout
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id])
+    epochs = [int(m.value) for m in client.get_metric_history(run.info.run_id, names.SCRIPT_EPOCH)]
+    windowed = [m.value for m in client.get_metric_history(run.info.run_id, names.WINDOWED)]
+    assert sorted(set(epochs)) == [0, 1, 2] and len(epochs) > 3 and 1.0 in windowed  # later epochs cut in windows
+    assert {"rank0_epoch_time_s", "rank1_epoch_time_s"} <= set(run.data.metrics)  # the job's windows, gathered
 
 
 def _running(pid: int) -> bool:

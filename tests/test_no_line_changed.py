@@ -18,7 +18,7 @@ from typing import Any, Dict, List
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import SideBySide, holds_unless_disturbed
+from tests.conftest import SideBySide, holds_unless_disturbed, new_store
 from tests.test_advise_script import advise, runs
 from wif.advisor.script.mode import paste
 
@@ -89,7 +89,7 @@ def epochs(stderr: str) -> List[Dict[str, float]]:
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     """The loop run 6 epochs under `wif-watch` and with its wif.watch line, twice each in turn (timed), each
-    logged to a store of its own; and 2 epochs under `wif-watch --loader Held`, said only."""
+    logged to a store of its own."""
     where = tmp_path_factory.mktemp("plain")
     (where / "plain.py").write_text(PLAIN)
     out: Dict[str, Any] = {}
@@ -99,29 +99,32 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
         ("lined", line, ["--watch"]),
         ("hooked_b", hook, []),
         ("lined_b", line, ["--watch"]),
-        ("named", ["-m", "wif.watcher.hook", "--loader", "Held", "--"], []),
     ):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
         env.pop("WIF_WATCH_ORDERS", None)
-        env.update(WIF_WATCH="print") if name == "named" else env.update(
-            MLFLOW_TRACKING_URI=f"sqlite:///{where}/{name}.db"
-        )
-        epochs_ = "2" if name == "named" else "6"
-        argv = [sys.executable, *command, *([sys.executable] if command else []), "plain.py", epochs_, *extra]
+        env["MLFLOW_TRACKING_URI"] = new_store(where, f"{name}.db")
+        argv = [sys.executable, *command, *([sys.executable] if command else []), "plain.py", "6", *extra]
         out[name] = subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=300)
-        out[f"{name}_store"] = env.get("MLFLOW_TRACKING_URI")
+        out[f"{name}_store"] = env["MLFLOW_TRACKING_URI"]
     return out
 
 
 @pytest.mark.alone
 def test_an_unchanged_loop_has_its_training_loader_watched_and_runs_as_it_would(plain: Dict) -> None:
     """The training loader's epochs are said, the validation pass under no_grad is not; the script's output
-    and exit code are its own. `--loader Held` names the other loader: then its epochs are the ones said."""
+    and exit code are its own."""
     done = plain["hooked"]
     assert done.returncode == 3 and "trained; held-out right" in done.stdout, done.stderr[-2000:]
     said = epochs(done.stderr)
     assert [e["batches"] for e in said] == [8] * 6 and not any(e["early"] for e in said), done.stderr[-2000:]
-    assert [e["batches"] for e in epochs(plain["named"].stderr)] == [2, 2], plain["named"].stderr[-2000:]
+
+
+def test_a_loader_named_by_its_dataset_is_the_one_watched(tmp_path: Path) -> None:
+    """`wif-watch --loader Held` names the other loader, the validation's: then its epochs are the ones said."""
+    (tmp_path / "plain.py").write_text(PLAIN)
+    done = watch(tmp_path, sys.executable, "plain.py", "2", loader="Held")
+    assert done.returncode == 3 and "trained; held-out right" in done.stdout, done.stderr[-2000:]
+    assert [e["batches"] for e in epochs(done.stderr)] == [2, 2], done.stderr[-2000:]
 
 
 @pytest.mark.alone
@@ -154,38 +157,52 @@ FRAMEWORKS = {
     "hf": ("transformers", "examples.train_hf"),
     "accelerate": ("accelerate", "examples.train_accelerate"),
 }
+COUNTED = ("accelerate", "hf")  # their claims are counts; Lightning's is also a time (its own test, alone)
+
+
+def watch_framework(where: Path, name: str) -> subprocess.CompletedProcess:
+    """The framework's example, 2 epochs of 4 batches under `wif-watch` (Lightning's validation item waits 100 ms:
+    32 items, 3.2 s)."""
+    args = ["--epochs", "2", "--n-train", "128", "--batch-size", "32"]
+    args += ["--val-delay-ms", "100"] if name == "lightning" else []
+    return watch(where, sys.executable, "-m", FRAMEWORKS[name][1], *args)
 
 
 @pytest.fixture(scope="module")
 def frameworks(tmp_path_factory: pytest.TempPathFactory) -> SideBySide:
-    """Each installed framework's example, 2 epochs under `wif-watch`, side by side (their claims are counts,
-    and a bound far above the step's time)."""
+    """Each installed framework's example whose claims are counts, 2 epochs under `wif-watch`, side by side."""
     together = SideBySide()
-    for name, (package, module) in FRAMEWORKS.items():
-        if importlib.util.find_spec(package) is None:
-            continue
-        args = ["--epochs", "2", "--n-train", "128", "--batch-size", "32"]
-        if name == "lightning":
-            args += ["--val-delay-ms", "100"]  # 32 items: 3.2 s
-        where = tmp_path_factory.mktemp(name)
-        together.start(name, functools.partial(watch, where, sys.executable, "-m", module, *args))
+    for name in COUNTED:
+        if importlib.util.find_spec(FRAMEWORKS[name][0]) is not None:
+            together.start(name, functools.partial(watch_framework, tmp_path_factory.mktemp(name), name))
     return together
 
 
-@pytest.mark.alone  # Lightning's epoch is told from its validation's 3.2 s by time: 2.3-3.1 s beside another test
-@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
-def test_a_frameworks_training_loop_is_watched_epoch_by_epoch(frameworks: SideBySide, name: str) -> None:
-    """The framework iterates the loader: each of its 2 training epochs is one watched epoch of 4 batches, the
-    validation passes are not watched and are not in the training epoch's time (Lightning's fetcher takes its
-    batches by count and never asks for the end: the epoch ends where the validation loader starts; its one
-    validation batch waits 3.2 s here, so an epoch that counted it would be 3.2 s longer than its own wait)."""
-    pytest.importorskip(FRAMEWORKS[name][0])
-    done = frameworks.result(name)
+def assert_two_epochs_of_4_batches(done: subprocess.CompletedProcess) -> List[Dict[str, float]]:
+    """The run ended well, and said 2 watched epochs of 4 batches, none ended early: the epochs said."""
     assert done.returncode == 0, done.stderr[-3000:]
     said = epochs(done.stderr)
     assert [e["batches"] for e in said] == [4, 4] and not any(e["early"] for e in said), done.stderr[-3000:]
-    if name == "lightning":  # the step's share: 4 small batches (beside two other runs), not 3.2 s more
-        assert all(e["time"] - e["wait"] < 2.5 for e in said), said
+    return said
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_a_frameworks_training_loop_is_watched_epoch_by_epoch(frameworks: SideBySide, name: str) -> None:
+    """The framework iterates the loader: each of its 2 training epochs is one watched epoch of 4 batches, the
+    validation passes are not watched."""
+    pytest.importorskip(FRAMEWORKS[name][0])
+    assert_two_epochs_of_4_batches(frameworks.result(name))
+
+
+@pytest.mark.alone  # Lightning's epoch is told from its validation's 3.2 s by time: 2.3-3.1 s beside another test
+def test_lightnings_training_loop_is_watched_epoch_by_epoch_without_its_validation(tmp_path: Path) -> None:
+    """Lightning's Trainer iterates the loader: each of its 2 training epochs is one watched epoch of 4 batches,
+    the validation passes are not watched and are not in the training epoch's time (Lightning's fetcher takes
+    its batches by count and never asks for the end: the epoch ends where the validation loader starts; its one
+    validation batch waits 3.2 s here, so an epoch that counted it would be 3.2 s longer than its own wait)."""
+    pytest.importorskip("lightning")
+    said = assert_two_epochs_of_4_batches(watch_framework(tmp_path, "lightning"))
+    assert all(e["time"] - e["wait"] < 2.5 for e in said), said  # the step's share: 4 small batches, not 3.2 s more
 
 
 def test_the_lines_to_paste_are_in_the_frameworks_own_terms() -> None:

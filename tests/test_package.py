@@ -263,6 +263,7 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
         "2",
         "--max-epochs",
         "2",
+        "measure.contended_pct=1000",  # no run again: beside other tests every run may be contended
     )
     plan = start("wif-plan", "--config-dir", "myconf", "loader=baseline,mine", *smoke, "repeat=0,1")
     run("wif-report", "--keep-contended", "--out", "report")  # on a busy machine every run may be contended

@@ -31,8 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 INTERVAL = r"95% interval \d+\.\d+-\d+\.\d+"
 RACED = re.compile(rf"^(Pick|Keep what you have): .*{INTERVAL}", re.M)
 # A short race of the current setting against the best candidate: an answer and its interval, not a timing (so
-# these run beside other tests: a pick or a keep is checked alike).
-QUICK = ["--minutes", "5", "--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "measure.contended_pct=1000"]
+# these run beside other tests: a pick or a keep is checked alike). Race runs of 3 epochs: a warm-up and two
+# steady ones (MIN_RACE_EPOCHS).
+QUICK = [
+    *("--minutes", "5", "--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "--max-epochs", "3"),
+    "measure.contended_pct=1000",
+]
 
 
 def advise_driver(tmp_path: Path, store: str, driver: str, *args: str) -> str:

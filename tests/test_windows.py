@@ -148,7 +148,7 @@ def test_orders_measure_one_epoch_in_windows_and_leave_within_it(scripts: SideBy
 QUICK = ("--race-candidates", "1", "--max-epochs", "6")  # the pick against the current setting
 
 
-def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3") -> str:
+def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3", batches: str = "50") -> str:
     environ = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1"}
     environ.pop(ENV, None)
     done = subprocess.run(
@@ -158,6 +158,7 @@ def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3") -> str
             "wif.advisor.advise_cli",
             "--minutes",
             minutes,
+            *("--batches", batches),
             *QUICK,
             "--",
             sys.executable,
@@ -187,7 +188,9 @@ def assert_picked(out: str, store: str) -> None:
 def test_advice_on_a_step_based_loop_over_an_endless_stream_picks_workers(tmp_path: Path, store: str) -> None:
     """examples.train_stream: no epochs, items that wait 4 ms, 400 steps. Before, each measuring run ended
     after one capped epoch: "a measurement needs 2"."""
-    out = advise(tmp_path, store, "wif.examples.train_stream", "--max-steps", "400")
+    # batches of 16 in windows of 16 (--batches; mode.MIN_CAP): a window at 0 workers is about 1.2 s, not 3.3
+    command = ["wif.examples.train_stream", "--max-steps", "400", "--batch-size", "16"]
+    out = advise(tmp_path, store, *command, batches="16")
     assert "an epoch below is a window of" in out, out[-3000:]
     assert_picked(out, store)
 
@@ -195,11 +198,12 @@ def test_advice_on_a_step_based_loop_over_an_endless_stream_picks_workers(tmp_pa
 @pytest.mark.alone
 @pytest.mark.slow
 def test_advice_on_a_script_of_one_epoch_picks_workers(tmp_path: Path, store: str) -> None:
-    """examples.train_slow_reads for 1 epoch of 1,600 items (50 batches): the first run ends with fewer
+    """examples.train_slow_reads for 1 epoch of 800 items (50 batches of 16): the first run ends with fewer
     windows than it asked and is measured again in smaller ones, then the advice picks with an interval."""
-    command = ["wif.examples.train_slow_reads", "--epochs", "1", "--n-train", "1600", "--batch-size", "32"]
+    command = ["wif.examples.train_slow_reads", "--epochs", "1", "--n-train", "800", "--batch-size", "16"]
     # 6 minutes: windows of at least 20 batches (mode.sized_cap) at any probed batch time below 0.4 s, so fewer
-    # than the 3 the run asks for fit in the 50 (with 3, at a slow probe's 16, it was not measured again)
+    # than the 3 the run asks for fit in the 50 (with 3, at a slow probe's 16, it was not measured again).
+    # Batches of 16, not 32: each run's epoch at 0 workers is about 4 s, not 8
     out = advise(tmp_path, store, *command, minutes="6")
     assert re.search(r"your script ended after 50 batches, \d window\(s\) of \d+: measured again", out), out[-3000:]
     assert_picked(out, store)

@@ -12,12 +12,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import _as_in_a_terminal, holds_unless_disturbed
+from tests.conftest import SideBySide, _as_in_a_terminal, holds_unless_disturbed, new_store, selected_params
 from wif.config.exits import EXIT_INTERRUPTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,28 +53,90 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BAD))
-def test_a_bad_command_is_one_line_exit_2_and_no_run(tmp_path: Path, store: str, name: str) -> None:
-    source, said = BAD[name]
+def selected(request: pytest.FixtureRequest, test: str) -> bool:
+    """Whether `test` of this module will run (`-k` and deselection respected)."""
+    return any(i.module is request.module and getattr(i, "originalname", None) == test for i in request.session.items)
+
+
+def in_a_folder(tmp_path_factory: pytest.TempPathFactory, source: str, name: str, *args: str, **kw: Any):
+    """A command of its own (a folder, a store, `source` written as `name` unless empty) that advises `name`."""
+    work = tmp_path_factory.mktemp("advise")
+    store = new_store(work)
     if source:
-        (tmp_path / name).write_text(source)
-    done = advise(tmp_path, store, "--", sys.executable, name, timeout=300)
+        (work / name).write_text(source)
+    return lambda: (advise(work, store, "--", sys.executable, name, *args, **kw), store)
+
+
+def probing(works: List[Path], source: str, args: List[str]) -> Callable[[], List[Dict[str, Any]]]:
+    """`source` written as train.py in each folder of `works`, to be probed there with its `args` as wif-advise
+    probes it (wif.advisor.script.mode.probe), all from one process: what each probe found."""
+    for work in works:
+        (work / "train.py").write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
+    code = (
+        "import json, os, sys; from wif.advisor.script.mode import probe\n"
+        "for work, arg in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+        "    os.chdir(work); print('PROBED', json.dumps(probe([sys.executable, 'train.py', arg])), flush=True)\n"
+    )
+    pairs = [str(x) for work, arg in zip(works, args) for x in (work, arg)]
+
+    def run() -> List[Dict[str, Any]]:
+        done = subprocess.run(
+            [sys.executable, "-c", code, *pairs],
+            env={**env, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("PROBED ")]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def side_commands(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, side_by_side: SideBySide
+) -> SideBySide:
+    """The selected commands that time nothing, a few at once: each bad command, the script of too few batches,
+    the one that fails under the watch, and the probes of scripts that leave each epoch early. Each pays
+    seconds of importing torch and MLflow: one after another, they were two and a half minutes of this module."""
+    for name in selected_params(request, "test_a_bad_command_is_one_line_exit_2_and_no_run", "name"):
+        side_by_side.start(name, in_a_folder(tmp_path_factory, BAD[name][0], name, timeout=300))
+    if selected(request, "test_too_few_epochs_are_said_in_one_line_with_the_runs_output"):
+        side_by_side.start("too few", in_a_folder(tmp_path_factory, SCRIPT, "train.py", "1", "0", timeout=300))
+    if selected(request, "test_a_script_that_fails_under_the_watch_ends_every_run"):
+        side_by_side.start("dies", in_a_folder(tmp_path_factory, DIES, "dies.py", timeout=600))
+    hows = selected_params(request, "test_the_probe_ends_a_script_that_leaves_each_epoch_early", "how")
+    if hows:  # one process probes each: its imports paid once
+        works = [tmp_path_factory.mktemp("early") for _ in hows]
+        run = probing(works, EARLY_LEAVER, hows)
+        side_by_side.start("early", lambda: dict(zip(hows, zip(run(), works))))
+    return side_by_side
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_command_is_one_line_exit_2_and_no_run(side_commands: SideBySide, name: str) -> None:
+    done, store = side_commands.result(name)
+    said = BAD[name][1]
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("wif-advise:")]
     assert len(lines) == 1 and said in lines[0], done.stderr[-2000:]
     assert runs(store) == []
 
 
+DIES = (
+    "import torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
+    "for epoch in range(5):\n    for (x,) in wif.watch(loader):\n        pass\n"
+    "    if epoch == 1:\n        raise ValueError('diverged')\n"
+)
+
+
 @pytest.mark.slow
-def test_a_script_that_fails_under_the_watch_ends_every_run(tmp_path: Path, store: str) -> None:
+def test_a_script_that_fails_under_the_watch_ends_every_run(side_commands: SideBySide) -> None:
     """It reaches wif.watch, then fails in its second epoch: one line, exit 2, no run left RUNNING."""
-    (tmp_path / "dies.py").write_text(
-        "import torch, wif\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-        "loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)\n"
-        "for epoch in range(5):\n    for (x,) in wif.watch(loader):\n        pass\n"
-        "    if epoch == 1:\n        raise ValueError('diverged')\n"
-    )
-    done = advise(tmp_path, store, "--", sys.executable, "dies.py", timeout=600)
+    done, store = side_commands.result("dies")
     assert done.returncode == 2, done.stderr[-2000:]
     assert "ValueError: diverged" in done.stderr.strip().splitlines()[-1]
     found = runs(store)
@@ -90,16 +152,27 @@ SCRIPT = (
 )
 
 
-def probed(tmp_path: Path, source: str, *args: str) -> Dict[str, Any]:
-    """`source` written as tmp_path/train.py and probed as wif-advise probes it (wif.advisor.script.mode.probe):
-    what the probe found."""
-    (tmp_path / "train.py").write_text(source)
+PREPARED = (
+    "import json, sys\nfrom wif.advisor.script.mode import prepare\nfrom wif.advisor.candidates import script_extras, "
+    "workers\nfrom wif.measure.nvml import resolve_device\n"
+    "advice = prepare(['device=auto'], [sys.executable, 'train.py', *sys.argv[1:]])\n"
+    "cuda = resolve_device(advice.base.device) == 'cuda'\n"
+    "made = script_extras(advice.base, workers(advice.base, 4, cuda), cuda, None, 8)\n"
+    "print(json.dumps([advice.probed, advice.base.device.value, [c.name for c in made]]))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> List[Any]:
+    """SCRIPT's batches of 0.3 s of step, prepared as wif-advise prepares it (wif.advisor.script.mode.prepare,
+    the probe within it), alone: what it probed, the device of the advice, and the extra trials it would make."""
+    work = tmp_path_factory.mktemp("prepared")
+    (work / "train.py").write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
-    code = "import json, sys; from wif.advisor.script.mode import probe; print(json.dumps(probe(sys.argv[1:])))"
     done = subprocess.run(
-        [sys.executable, "-c", code, sys.executable, "train.py", *args],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        [sys.executable, "-c", PREPARED, "40", "0.3"],
+        cwd=work,
+        env={**env, "PYTHONPATH": str(ROOT), "WIF_ADVISE_WARM": "0", "MLFLOW_TRACKING_URI": new_store(work)},
         capture_output=True,
         text=True,
         timeout=300,
@@ -109,12 +182,12 @@ def probed(tmp_path: Path, source: str, *args: str) -> Dict[str, Any]:
 
 
 @pytest.mark.alone
-def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(tmp_path: Path) -> None:
+def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(prepared: List[Any]) -> None:
     """The probe runs the script's first batches, each 0.3 s of step here, and reports their median; with
     batches that slow an epoch gets fewer of them (at least 16), so that the race fits in the minutes."""
     from wif.advisor.script.mode import sized_cap
 
-    found = probed(tmp_path, SCRIPT, "40", "0.3")
+    found = prepared[0]
     assert found["batch_size"] == 2 and 0.3 <= found["batch_s"] < 0.6, found
     assert sized_cap(50, 0.01, 5.0) == 50  # fast batches: --batches as given
     assert sized_cap(50, 0.5, 5.0) == 16  # 20-s epochs of 40 batches: 8 s ones, a race within 5 minutes
@@ -122,35 +195,12 @@ def test_the_probe_times_the_first_batches_and_slow_batches_get_fewer_an_epoch(t
     assert sized_cap(8, 2.0, 5.0) == 8 and sized_cap(50, None, 5.0) == 50
 
 
-def test_a_step_on_the_cpu_is_advised_for_the_cpu_and_gets_no_pin_trial(tmp_path: Path) -> None:
+@pytest.mark.alone  # it reads the alone probe's run: no time of its own
+def test_a_step_on_the_cpu_is_advised_for_the_cpu_and_gets_no_pin_trial(prepared: List[Any]) -> None:
     """The probe says where the step runs: on the CPU, where the script never started CUDA by its first
     epoch. The advice is then for the CPU whatever the machine has, so no pin_memory trial is made."""
-    (tmp_path / "train.py").write_text(SCRIPT)
-    code = (
-        "import sys\nfrom wif.advisor.script.mode import prepare\nfrom wif.advisor.candidates import script_extras, "
-        "workers\nfrom wif.measure.nvml import resolve_device\n"
-        "advice = prepare(['device=auto'], [sys.executable, 'train.py', '3', '0'])\n"
-        "cuda = resolve_device(advice.base.device) == 'cuda'\n"
-        "made = script_extras(advice.base, workers(advice.base, 4, cuda), cuda, None, 8)\n"
-        "print(advice.probed['step_device'], advice.base.device.value, *[c.name for c in made])\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "WIF_WATCH_ORDERS"}
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={
-            **env,
-            "PYTHONPATH": str(ROOT),
-            "WIF_ADVISE_WARM": "0",
-            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}",
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    said = done.stdout.split()
-    assert said[:2] == ["cpu", "cpu"] and not [n for n in said[2:] if n.endswith("-pin")], done.stdout
+    found, device, made = prepared
+    assert [found["step_device"], device] == ["cpu", "cpu"] and not [n for n in made if n.endswith("-pin")], prepared
 
 
 UNREACHABLE = """
@@ -215,12 +265,12 @@ for epoch in range(1000):
 
 
 @pytest.mark.parametrize("how", ["break", "by-count"])
-def test_the_probe_ends_a_script_that_leaves_each_epoch_early(tmp_path: Path, how: str) -> None:
+def test_the_probe_ends_a_script_that_leaves_each_epoch_early(side_commands: SideBySide, how: str) -> None:
     """Epochs of 3 batches taken, fewer than the probe times: the probe ends the script as its second epoch
     starts, its batch time kept (before: the probe ran every one of the script's 1,000 epochs)."""
-    found = probed(tmp_path, EARLY_LEAVER, how)
+    found, work = side_commands.result("early")[how]
     assert found["batch_size"] == 2 and 0.02 <= found["batch_s"] < 0.5, found
-    assert (tmp_path / "epochs").read_text().split() == ["started", "started"]
+    assert (work / "epochs").read_text().split() == ["started", "started"]
 
 
 def test_no_measuring_run_starts_past_the_deadline(tmp_path: Path) -> None:
@@ -285,18 +335,23 @@ def test_the_trials_leave_the_race_its_time() -> None:
     assert runner.left_s() > 50
 
 
-@pytest.mark.alone
 @pytest.mark.slow
-def test_too_few_epochs_and_the_minutes_run_out_are_said(tmp_path: Path, store: str) -> None:
+def test_too_few_epochs_are_said_in_one_line_with_the_runs_output(side_commands: SideBySide) -> None:
     """A script of one epoch of 4 batches, too few to cut into windows: its measuring run has no measured
-    window (before: FINISHED on its warm-up alone, and advised from it). A script of 4-s epochs under
-    --minutes 0.25: the measuring run is stopped when the minutes run out (before: no measuring run had a
-    deadline). Each is one line, exit 2, with the run's output."""
-    (tmp_path / "train.py").write_text(SCRIPT)
-    done = advise(tmp_path, store, "--", sys.executable, "train.py", "1", "0", timeout=300)
+    window (before: FINISHED on its warm-up alone, and advised from it). One line, exit 2, with the run's output."""
+    done, store = side_commands.result("too few")
     assert done.returncode == 2, done.stderr[-2000:]
     said = done.stderr.strip().splitlines()[-1]
     assert "ended after 1 window(s) under wif.watch; a measurement needs 2" in said and "its output: " in said
+    assert all(r.info.status != "RUNNING" for r in runs(store))
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_the_minutes_run_out_are_said(tmp_path: Path, store: str) -> None:
+    """A script of 4-s epochs under --minutes 0.25: the measuring run is stopped when the minutes run out
+    (before: no measuring run had a deadline). One line, exit 2."""
+    (tmp_path / "train.py").write_text(SCRIPT)
     t0 = time.monotonic()
     done = advise(tmp_path, store, "--minutes", "0.25", "--", sys.executable, "train.py", "40", "1", timeout=300)
     assert done.returncode == 2 and time.monotonic() - t0 < 40, done.stderr[-2000:]
@@ -390,10 +445,8 @@ def test_sigterm_ends_the_script_and_every_run_killed(tmp_path: Path, store: str
             sys.executable,
             "-m",
             "examples.train_slow_reads",
-            "--epochs",
-            "40",
-            "--delay-ms",
-            "20",
+            *("--epochs", "40", "--delay-ms", "20"),
+            *("--n-train", "256", "--batch-size", "16"),  # batches of 0.32 s: a short probe, epochs of 5 s
         ],
         cwd=tmp_path,
         env=env,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import holds_unless_disturbed
+from tests.conftest import SideBySide, holds_unless_disturbed, new_store
 from wif.advisor.answer import whole_epoch
 from wif.measure import names
 from wif.watcher.orders import ENV, Orders
@@ -67,6 +67,44 @@ def history(client: MlflowClient, run_id: str, key: str) -> list:
     return [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
 
 
+def in_a_folder(factory: pytest.TempPathFactory, source: str, orders: dict | None = None, **env: str):
+    """`source` to be run in a folder and store of its own, under `orders` (their keys beyond the run's; the
+    run made for them) or by the watch alone: its result, the store's client, and the orders."""
+    work = factory.mktemp("windows")
+    store = new_store(work)
+    client = MlflowClient(store)
+    given = None if orders is None else orders_for(client, store, **orders)
+    return lambda: (run(work, source, store, given, **env), client, given)
+
+
+@pytest.fixture(scope="module")
+def scripts(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, side_by_side: SideBySide
+) -> SideBySide:
+    """The selected scripts whose figures are counts and sums, never compared with a clock, a few at once:
+    each pays seconds of importing torch and MLflow (one after another, a minute of this module)."""
+    leaves = STREAM + "for step, x in enumerate(wif.watch(loader)):\n    if step == 60:\n        break\n"
+    cases = {  # test: {key: (source, orders, environment)}
+        "test_the_watch_alone_says_and_logs_an_endless_stream_window_by_window": {
+            "alone": (leaves, None, {"WIF_WATCH_WINDOW_S": "0.3"}),
+            "bad": (leaves, None, {"WIF_WATCH_WINDOW_S": "soon"}),
+        },
+        "test_orders_measure_one_epoch_in_windows_and_leave_within_it": {
+            "3 windows": (ONE_EPOCH, {"batches": 5, "epochs": 3}, {}),
+            "9 windows": (ONE_EPOCH, {"batches": 5, "epochs": 9}, {}),
+        },
+        "test_a_cut_epoch_pays_its_start_once_per_the_scripts_epoch": {"cut": (CUT, {"batches": 4, "epochs": 4}, {})},
+        "test_orders_on_a_stream_log_that_it_has_no_epoch": {
+            "stream": (STREAM + "for x in wif.watch(loader):\n    pass\n", {"batches": 4, "epochs": 3}, {})
+        },
+    }
+    for test, commands in cases.items():
+        if any(i.module is request.module and i.name == test for i in request.session.items):
+            for key, (source, orders, env) in commands.items():
+                side_by_side.start(key, in_a_folder(tmp_path_factory, source, orders, **env))
+    return side_by_side
+
+
 def test_the_orders_cut_an_epoch_to_whole_windows() -> None:
     """An epoch of at most one window runs whole; a longer one stops at its last whole window; a stream
     without a length is never cut."""
@@ -74,41 +112,35 @@ def test_the_orders_cut_an_epoch_to_whole_windows() -> None:
     assert [orders.cut(n) for n in (None, 30, 50, 94, 150, 10_001)] == [None, 30, 50, 50, 150, 10_000]
 
 
-def test_the_watch_alone_says_and_logs_an_endless_stream_window_by_window(tmp_path: Path, store: str) -> None:
+def test_the_watch_alone_says_and_logs_an_endless_stream_window_by_window(scripts: SideBySide) -> None:
     """A step-based loop over an endless stream, leaving after 60 steps: before, its one epoch was said and
     logged once, at the break; now a window every WIF_WATCH_WINDOW_S seconds, each counted."""
-    body = STREAM + "for step, x in enumerate(wif.watch(loader)):\n    if step == 60:\n        break\n"
-    done = run(tmp_path, body, store, WIF_WATCH_WINDOW_S="0.3")
+    done, client, _ = scripts.result("alone")
     assert done.returncode == 0, done.stderr[-2000:]
     said = [line for line in done.stderr.splitlines() if line.startswith("wif.watch: window")]
     assert len(said) >= 3 and all("(epoch 1)" in line for line in said), done.stderr[-2000:]
-    client = MlflowClient(store)
     (watched,) = client.search_runs([client.get_experiment_by_name("who_is_faster").experiment_id])
     run_id = watched.info.run_id
     assert history(client, run_id, names.WINDOWED) == [1.0] * len(said)
     assert sum(history(client, run_id, "batches")) <= 61  # the break's batch, taken and not stepped, at most
     assert watched.data.metrics[names.SCRIPT_EPOCHS] == 1 and watched.data.metrics[names.SCRIPT_BATCHES] == 61
-    bad = run(tmp_path, body, store, WIF_WATCH_WINDOW_S="soon")
+    bad = scripts.result("bad")[0]
     assert bad.returncode == 0 and "WIF_WATCH_WINDOW_S='soon' is not seconds above 0" in bad.stderr
 
 
-def test_orders_measure_one_epoch_in_windows_and_leave_within_it(tmp_path: Path, store: str) -> None:
+def test_orders_measure_one_epoch_in_windows_and_leave_within_it(scripts: SideBySide) -> None:
     """Orders for 3 windows of 5 batches, a script of one epoch of 23: it leaves after its third window,
     within its epoch (before: the epoch was capped at 5 batches, and the script ended after one)."""
-    client = MlflowClient(store)
-    run_id = client.create_run(client.create_experiment("who_is_faster")).info.run_id
-    orders = {"uri": store, "experiment": "who_is_faster", "run_id": run_id, "mode": "train", "batches": 5}
-    done = run(tmp_path, ONE_EPOCH, store, {**orders, "epochs": 3})
+    done, client, orders = scripts.result("3 windows")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "the script's own end" not in done.stdout  # left within the epoch
-    assert history(client, run_id, "batches") == [5.0] * 3
-    assert history(client, run_id, names.WINDOWED) == [1.0] * 3
+    assert history(client, orders["run_id"], "batches") == [5.0] * 3
+    assert history(client, orders["run_id"], names.WINDOWED) == [1.0] * 3
     # asked for more windows than the epoch holds: 4 whole ones (20 of 23 batches), then the script's own end
-    again = client.create_run(client.get_experiment_by_name("who_is_faster").experiment_id).info.run_id
-    done = run(tmp_path, ONE_EPOCH, store, {**orders, "run_id": again, "epochs": 9})
+    done, client, orders = scripts.result("9 windows")
     assert done.returncode == 0 and "the script's own end" in done.stdout, done.stderr[-2000:]
-    assert history(client, again, "batches") == [5.0] * 4
-    metrics = client.get_run(again).data.metrics
+    assert history(client, orders["run_id"], "batches") == [5.0] * 4
+    metrics = client.get_run(orders["run_id"]).data.metrics
     assert metrics[names.SCRIPT_EPOCHS] == 1 and metrics[names.SCRIPT_BATCHES] == 23  # offered: the epoch uncut
     assert names.SCRIPT_STREAM not in metrics  # it has a length: no line on what a stream's figures assume
 
@@ -116,7 +148,7 @@ def test_orders_measure_one_epoch_in_windows_and_leave_within_it(tmp_path: Path,
 QUICK = ("--race-candidates", "1", "--max-epochs", "6")  # the pick against the current setting
 
 
-def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3") -> str:
+def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3", batches: str = "50") -> str:
     environ = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1"}
     environ.pop(ENV, None)
     done = subprocess.run(
@@ -126,6 +158,7 @@ def advise(tmp_path: Path, store: str, *command: str, minutes: str = "3") -> str
             "wif.advisor.advise_cli",
             "--minutes",
             minutes,
+            *("--batches", batches),
             *QUICK,
             "--",
             sys.executable,
@@ -155,7 +188,9 @@ def assert_picked(out: str, store: str) -> None:
 def test_advice_on_a_step_based_loop_over_an_endless_stream_picks_workers(tmp_path: Path, store: str) -> None:
     """examples.train_stream: no epochs, items that wait 4 ms, 400 steps. Before, each measuring run ended
     after one capped epoch: "a measurement needs 2"."""
-    out = advise(tmp_path, store, "wif.examples.train_stream", "--max-steps", "400")
+    # batches of 16 in windows of 16 (--batches; mode.MIN_CAP): a window at 0 workers is about 1.2 s, not 3.3
+    command = ["wif.examples.train_stream", "--max-steps", "400", "--batch-size", "16"]
+    out = advise(tmp_path, store, *command, batches="16")
     assert "an epoch below is a window of" in out, out[-3000:]
     assert_picked(out, store)
 
@@ -163,11 +198,12 @@ def test_advice_on_a_step_based_loop_over_an_endless_stream_picks_workers(tmp_pa
 @pytest.mark.alone
 @pytest.mark.slow
 def test_advice_on_a_script_of_one_epoch_picks_workers(tmp_path: Path, store: str) -> None:
-    """examples.train_slow_reads for 1 epoch of 1,600 items (50 batches): the first run ends with fewer
+    """examples.train_slow_reads for 1 epoch of 800 items (50 batches of 16): the first run ends with fewer
     windows than it asked and is measured again in smaller ones, then the advice picks with an interval."""
-    command = ["wif.examples.train_slow_reads", "--epochs", "1", "--n-train", "1600", "--batch-size", "32"]
+    command = ["wif.examples.train_slow_reads", "--epochs", "1", "--n-train", "800", "--batch-size", "16"]
     # 6 minutes: windows of at least 20 batches (mode.sized_cap) at any probed batch time below 0.4 s, so fewer
-    # than the 3 the run asks for fit in the 50 (with 3, at a slow probe's 16, it was not measured again)
+    # than the 3 the run asks for fit in the 50 (with 3, at a slow probe's 16, it was not measured again).
+    # Batches of 16, not 32: each run's epoch at 0 workers is about 4 s, not 8
     out = advise(tmp_path, store, *command, minutes="6")
     assert re.search(r"your script ended after 50 batches, \d window\(s\) of \d+: measured again", out), out[-3000:]
     assert_picked(out, store)
@@ -232,13 +268,11 @@ def test_windows_of_one_epoch_follow_each_other_at_once(tmp_path: Path, store: s
     assert max(starts) - batch < 0.5 * batch, (starts, batch)
 
 
-def test_a_cut_epoch_pays_its_start_once_per_the_scripts_epoch(tmp_path: Path, store: str) -> None:
+def test_a_cut_epoch_pays_its_start_once_per_the_scripts_epoch(scripts: SideBySide) -> None:
     """Epochs of 10 batches, 2 workers started every epoch, cut to 8 in windows of 4: each window's figure
     carries start x 4 / 10 of its epoch's start, the first window's wait beyond a steady batch's (before: the
     first window carried it whole, the second none)."""
-    client = MlflowClient(store)
-    orders = orders_for(client, store, batches=4, epochs=4)
-    done = run(tmp_path, CUT, store, orders)
+    done, client, orders = scripts.result("cut")
     assert done.returncode == 0, done.stderr[-2000:]
     figure, raw, start, epoch = (
         history(client, orders["run_id"], key)
@@ -266,12 +300,10 @@ def test_the_bound_leaves_its_copies_out_of_the_wait(tmp_path: Path, store: str)
     assert all(c > 0 for c in copied) and all(w < c for w, c in zip(wait[1:], copied[1:])), (copied, wait)
 
 
-def test_orders_on_a_stream_log_that_it_has_no_epoch(tmp_path: Path, store: str) -> None:
+def test_orders_on_a_stream_log_that_it_has_no_epoch(scripts: SideBySide) -> None:
     """An endless stream has no epoch to spread its start over: its windows' figures are their clocks, and the
     run says it was a stream, for wif-advise's line on what its figures assume."""
-    client = MlflowClient(store)
-    orders = orders_for(client, store, batches=4, epochs=3)
-    done = run(tmp_path, STREAM + "for x in wif.watch(loader):\n    pass\n", store, orders)
+    done, client, orders = scripts.result("stream")
     assert done.returncode == 0, done.stderr[-2000:]
     assert client.get_run(orders["run_id"]).data.metrics[names.SCRIPT_STREAM] == 1.0
     raw = history(client, orders["run_id"], names.WINDOW_TIME_S)

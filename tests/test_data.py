@@ -90,7 +90,7 @@ def test_fraction_and_split_are_seeded_and_disjoint() -> None:
 
 def test_datasets_are_normalized_float_tensors(tmp_path: Path) -> None:
     data = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5"))
-    assert (len(data.train), len(data.val), len(data.test)) == (800, 200, 500)
+    assert (len(data.train), len(data.val), len(data.test)) == (800, 200, 200)  # preset=smoke's 200 test images
     assert data.train.images.dtype == torch.float32 and data.train.labels.dtype == torch.int64
     assert -3 < data.train.images.mean().item() < 3 and data.num_classes == 10
 
@@ -102,8 +102,8 @@ def test_validation_and_test_evaluate_the_images_the_config_asks(tmp_path: Path)
     some = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5", "data.val_images=50", "data.test_images=100"))
     assert (len(some.train), len(some.val), len(some.test)) == (800, 50, 100)
     assert torch.equal(some.train.images, whole.train.images)
-    picked = np.linspace(0, 499, num=100).round().astype(np.int64)  # the first, the last and 98 between
-    assert torch.equal(some.test.images, whole.test.images[picked]) and picked[-1] == 499
+    picked = np.linspace(0, 199, num=100).round().astype(np.int64)  # the first, the last and 98 between
+    assert torch.equal(some.test.images, whole.test.images[picked]) and picked[-1] == 199
     assert set(some.test.labels.tolist()) == set(range(10))  # every class still tested
     decoded = load_datasets(_data_cfg(tmp_path, "data=encoded", "data.fraction=0.5", "data.test_images=100"))
     assert (len(decoded.train), len(decoded.val), len(decoded.test)) == (800, 200, 100)

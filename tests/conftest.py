@@ -286,14 +286,19 @@ class SideBySide:
         return self.started[key].result()
 
 
-def selected_params(request: pytest.FixtureRequest, test: str, name: str) -> List[Any]:
-    """The values of parameter `name` of the selected cases of `test` in this module (`-k` and deselection
-    respected): a module's side-by-side fixture starts only the commands of the tests that will run."""
+def selected_cases(request: pytest.FixtureRequest, test: str) -> List[pytest.Item]:
+    """The selected cases of `test` in this module (`-k` and deselection respected): a module's side-by-side
+    fixture starts only the commands of the tests that will run."""
     return [
-        item.callspec.params[name]
+        item
         for item in request.session.items
         if item.module is request.module and getattr(item, "originalname", None) == test
     ]
+
+
+def selected_params(request: pytest.FixtureRequest, test: str, name: str) -> List[Any]:
+    """The values of parameter `name` of the selected cases of `test` in this module."""
+    return [item.callspec.params[name] for item in selected_cases(request, test)]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,14 @@ from typing import Any, Callable, Dict, List
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import SideBySide, _as_in_a_terminal, holds_unless_disturbed, new_store, selected_params
+from tests.conftest import (
+    SideBySide,
+    _as_in_a_terminal,
+    holds_unless_disturbed,
+    new_store,
+    selected_cases,
+    selected_params,
+)
 from wif.config.exits import EXIT_INTERRUPTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,11 +58,6 @@ BAD = {
     ),
     "no_loader.py": ("import wif\nfor batch in wif.watch([[1, 2], [3, 4]]):\n    pass\n", "with no DataLoader inside"),
 }
-
-
-def selected(request: pytest.FixtureRequest, test: str) -> bool:
-    """Whether `test` of this module will run (`-k` and deselection respected)."""
-    return any(i.module is request.module and getattr(i, "originalname", None) == test for i in request.session.items)
 
 
 def in_a_folder(tmp_path_factory: pytest.TempPathFactory, source: str, name: str, *args: str, **kw: Any):
@@ -103,9 +105,9 @@ def side_commands(
     seconds of importing torch and MLflow: one after another, they were two and a half minutes of this module."""
     for name in selected_params(request, "test_a_bad_command_is_one_line_exit_2_and_no_run", "name"):
         side_by_side.start(name, in_a_folder(tmp_path_factory, BAD[name][0], name, timeout=300))
-    if selected(request, "test_too_few_epochs_are_said_in_one_line_with_the_runs_output"):
+    if selected_cases(request, "test_too_few_epochs_are_said_in_one_line_with_the_runs_output"):
         side_by_side.start("too few", in_a_folder(tmp_path_factory, SCRIPT, "train.py", "1", "0", timeout=300))
-    if selected(request, "test_a_script_that_fails_under_the_watch_ends_every_run"):
+    if selected_cases(request, "test_a_script_that_fails_under_the_watch_ends_every_run"):
         side_by_side.start("dies", in_a_folder(tmp_path_factory, DIES, "dies.py", timeout=600))
     hows = selected_params(request, "test_the_probe_ends_a_script_that_leaves_each_epoch_early", "how")
     if hows:  # one process probes each: its imports paid once

@@ -14,7 +14,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import new_store
+from tests.conftest import new_store, selected_cases
 from wif.advisor.script.command import execute
 from wif.measure import names
 from wif.watcher.orders import ENV
@@ -53,7 +53,7 @@ def watched_job(
     process and its store. It runs while the module's first test waits on its own torchrun, which takes no CPU
     past its start."""
     job_test = "test_a_torchrun_job_under_the_watch_alone_ends_every_epoch_with_windows_of_one_second"
-    if not any(getattr(item, "originalname", "") == job_test for item in request.session.items):
+    if not selected_cases(request, job_test):
         yield None, ""
         return
     where = tmp_path_factory.mktemp("watched")

@@ -8,6 +8,7 @@ from typing import Dict, NamedTuple, Tuple
 
 import pytest
 from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
 
 from tests.conftest import new_store, run_train, train_runs
 
@@ -76,8 +77,6 @@ def worker_runs(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Wo
 @pytest.mark.alone
 def test_worker_start_up_shows_in_first_batch_time(worker_runs: WorkerRuns) -> None:
     """Without persistent workers every epoch starts its workers again; with them, it does not."""
-    from mlflow.tracking import MlflowClient
-
     later_epochs = {}
     for persistent in ("False", "True"):
         run = worker_runs.runs[("2", persistent)]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import SideBySide, holds_unless_disturbed, new_store
+from tests.conftest import SideBySide, holds_unless_disturbed, new_store, selected_cases
 from wif.advisor.answer import whole_epoch
 from wif.measure import names
 from wif.watcher.orders import ENV, Orders
@@ -99,7 +99,7 @@ def scripts(
         },
     }
     for test, commands in cases.items():
-        if any(i.module is request.module and i.name == test for i in request.session.items):
+        if selected_cases(request, test):
             for key, (source, orders, env) in commands.items():
                 side_by_side.start(key, in_a_folder(tmp_path_factory, source, orders, **env))
     return side_by_side

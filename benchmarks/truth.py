@@ -7,7 +7,7 @@ pairs, each pair in the other order on the next turn. The truth is the median of
 holds it, how far it misses and the prediction's error. A failure or a timeout is a row, and the panel goes on.
 
     python benchmarks/truth.py [--scripts epochs,stream,...] [--minutes 3] [--turns 5] [--out truth.json]
-    python benchmarks/truth.py --scripts epochs,stream --small --minutes 2 --turns 1   # the suite's short form
+    python benchmarks/truth.py --scripts epochs --small --minutes 2 --turns 1   # the suite's short form
 
 Targets (issue 81, docs/benchmarks.md): at most one interval misses its truth, by at most 5% of the truth; the
 median prediction error at most 10%.

@@ -1,4 +1,4 @@
-"""`benchmarks/truth.py`, the calibration panel: its short form on two scripts, run for real (wif-advise, then the
+"""`benchmarks/truth.py`, the calibration panel: its short form on one script, run for real (wif-advise, then the
 scripts timed plainly), and what it does with a pick's paste line and with a command that outlives its timeout.
 No claim on timings: the panel's figures are a benchmark (docs/benchmarks.md)."""
 
@@ -52,7 +52,7 @@ def test_a_command_past_its_timeout_is_ended_with_its_whole_group(tmp_path: Path
 @pytest.mark.slow  # not alone: a pick or a keep, each row's structure is checked, never its timings
 def test_the_short_panel_prints_a_claim_and_a_truth_per_pick(tmp_path: Path) -> None:
     out = tmp_path / "truth.json"
-    argv = ["--scripts", "epochs,stream", "--small", "--minutes", "2", "--turns", "1", "--out", str(out)]
+    argv = ["--scripts", "epochs", "--small", "--minutes", "2", "--turns", "1", "--out", str(out)]
     argv += ["--overrides", "measure.contended_pct=1000"]  # as tests/test_advise_script.py: no run again
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
@@ -66,7 +66,7 @@ def test_the_short_panel_prints_a_claim_and_a_truth_per_pick(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = report["rows"]
-    assert [r["script"] for r in rows] == ["epochs", "stream"] and report["turns"] == 1
+    assert [r["script"] for r in rows] == ["epochs"] and report["turns"] == 1
     lines = done.stdout.splitlines()
     for row in rows:
         if "--minutes" in row.get("failed", ""):  # a loaded machine: the advice's minutes ran out before its answer

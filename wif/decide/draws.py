@@ -12,6 +12,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 
 @functools.lru_cache(maxsize=8)  # a race's designs shrink from k settings down: 8.8 MB each at 11 settings
@@ -39,7 +40,9 @@ def errors(cov_unit: np.ndarray, df: int, draws: int, seed: int) -> tuple[np.nda
     s, u = np.linalg.eigh(cov_unit.astype(np.double))
     if np.any(s < -1e-8):  # multivariate_normal's check_valid="warn" at its default tol
         warnings.warn("covariance is not symmetric positive-semidefinite.", RuntimeWarning, stacklevel=2)
-    z = np.zeros(k) + x @ (u * np.sqrt(abs(s))).T
+    # One BLAS thread: beside training runs, threads waiting for busy cores made this product 10x slower.
+    with threadpool_limits(limits=1, user_api="blas"):
+        z = np.zeros(k) + x @ (u * np.sqrt(abs(s))).T
     rng = np.random.default_rng(seed)
     rng.bit_generator.state = state
     w = np.sqrt(rng.chisquare(df, size=draws) / df)

@@ -217,10 +217,10 @@ def test_a_sleeping_dataset_at_0_workers_gets_workers_raced(tmp_path: Path, stor
     """The loop as people write it: a new tqdm bar each epoch, and a per-epoch step limit that leaves each
     epoch after 4 of its 6 batches. Every measuring run times the epochs it was asked for (before, the
     second epoch's tqdm was an unwatched loop and the break escaped the orders: runs went uncapped)."""
-    options = ("--minutes", "3", "--epochs", "2", "--race-candidates", "1", "--max-blocks", "3", "--max-epochs", "6")
+    options = ("--minutes", "3", "--epochs", "2", "--race-candidates", "1", "--max-epochs", "6")
     script = ("--epochs", "40", "--n-train", "192", "--batch-size", "32", "--tqdm", "--max-steps", "4")
     command = (sys.executable, "-m", "examples.train_slow_reads", *script)
-    # w4 the widest trial on any machine, as on CI's 2 cores; 3 blocks at most: a 4x faster w4 settles in 2
+    # w4 the widest trial on any machine, as on CI's 2 cores
     done = advise(tmp_path, store, *options, "--max-workers", "4", "measure.contended_pct=1000", "--", *command)
     out = done.stdout
     assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from wif.advisor.limit import Limit
-from wif.advisor.runner import Measured
 from wif.measure import names
 from wif.run.noise import allocated_epochs
+
+if TYPE_CHECKING:  # wif-advise's Options and PROG without torch and MLflow: a refusal imports neither
+    from wif.advisor.runner import Measured
 
 PROG = "wif-advise"
 MIN_RACE_EPOCHS = 3  # a race run needs its warm-up and two steady epochs

@@ -10,25 +10,32 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
-from wif.advisor.mode import Harness, Mode
-from wif.advisor.script.mode import prepare, split
-from wif.advisor.steps import PROG, Advice, Options, advise
+from wif.advisor.advice import PROG, Advice, Options
 from wif.config import Config, ConfigError
 from wif.config.compose import load_config, setup_logging, tool_parser
 from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, quick_exit
-from wif.data.loaders import silence_worker_count_warning
 from wif.decide.race import RaceRules
 from wif.measure.lifetime import process_age_s
 from wif.measure.nvml import resolve_device
-from wif.run.forking import parent_threads_back, preload
-from wif.tools.tune import check_tunable
 from wif.watcher.origin import NAMED
+
+if TYPE_CHECKING:
+    from wif.advisor.mode import Mode
+
+PYTHONS = ("python", "python3", os.path.basename(sys.executable))
+
+# NOTE [ A refusal imports no torch ]
+# A command refused (a bad option, a missing script, nothing after `--`, a bad override) answers in one line.
+# torch, MLflow and statsmodels cost seconds of imports: this module imports them in the functions that advise
+# (the steps, the modes, wif-tune's checks), after every check that needs none. A refusal took 8 CPU-s, now
+# under one.
 
 
 def report(a: Advice, say: Callable[[str], None] = print) -> None:
@@ -66,6 +73,11 @@ def advise_overrides(
         quiet: say nothing while it runs.
         options: Options' fields: epochs, race_candidates, max_blocks, ...
     """
+    from wif.advisor.steps import advise  # torch and MLflow: see NOTE [ A refusal imports no torch ]
+    from wif.data.loaders import silence_worker_count_warning
+    from wif.run.forking import parent_threads_back, preload
+    from wif.tools.tune import check_tunable
+
     opts = Options(**options)  # an unknown option is a TypeError naming it
     check(opts)
     base = load_config(list(overrides), config_dir)
@@ -164,12 +176,55 @@ def _hear_interrupts(once: _Once) -> None:
         signal.signal(signal.SIGHUP, once)  # own (wif.advisor.script.command), no longer hears the hangup
 
 
+def split(argv: Sequence[str]) -> Tuple[List[str], Optional[List[str]]]:
+    """(wif-advise's own arguments, the command after `--`, or None without one)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
+def check_command(command: Sequence[str]) -> None:
+    """A command that cannot start is refused before anything runs."""
+    if not command:
+        raise ConfigError(
+            "nothing after `--`: give the command that trains, e.g. `wif-advise -- python my_train.py ARGS`"
+        )
+    if shutil.which(command[0]) is None and not os.path.isfile(command[0]):
+        raise ConfigError(f"{command[0]}: no such program")
+    script = command[1] if len(command) > 1 and os.path.basename(command[0]) in PYTHONS else None
+    if script is not None and not script.startswith("-") and not os.path.isfile(script):
+        raise ConfigError(f"{script}: no such script (from {Path.cwd()})")
+
+
 def choose_mode(args: argparse.Namespace, command: Optional[Sequence[str]]) -> Tuple[Mode, Config]:
     """The mode and its configuration: train.py's harness, or the command after `--`, checked and probed here."""
     if command is None:
-        return Harness(), load_config(args.overrides, args.config_dir)
+        base = load_config(args.overrides, args.config_dir)
+        from wif.advisor.mode import Harness  # torch: past the overrides' check
+
+        return Harness(), base
+    check_command(command)
+    from wif.advisor.script.mode import prepare  # torch and MLflow: past the command's check
+
     mine = prepare(args.overrides, command, args.config_dir)
     return mine, mine.base
+
+
+def checked(args: argparse.Namespace, command: Optional[Sequence[str]], opts: Options) -> Tuple[Mode, Config]:
+    """The options, the command and the configuration checked, the command probed; ConfigError where one cannot run."""
+    check(opts)
+    if args.loader is not None:
+        if command is None:
+            raise ConfigError("--loader names a loader of your command: give it after `--`")
+        os.environ[NAMED] = args.loader  # the script's runs inherit it (wif.watcher.watch)
+    mode, base = choose_mode(args, command)
+    from wif.tools.tune import check_tunable  # MLflow: past the refusals that need none
+
+    check_tunable(base)
+    resolve_device(base.device)
+    return mode, base
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -181,14 +236,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
     opts = Options(**{k: v for k, v in vars(args).items() if k in Options.__dataclass_fields__}, started=started)
     try:
-        check(opts)
-        if args.loader is not None:
-            if command is None:
-                raise ConfigError("--loader names a loader of your command: give it after `--`")
-            os.environ[NAMED] = args.loader  # the script's runs inherit it (wif.watcher.watch)
-        mode, base = choose_mode(args, command)
-        check_tunable(base)
-        resolve_device(base.device)
+        mode, base = checked(args, command, opts)
+        from wif.advisor.steps import advise  # the statistics: imported before a Ctrl-C is the advice's to end
+        from wif.data.loaders import silence_worker_count_warning
+        from wif.run.forking import preload
     except ConfigError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING

@@ -11,11 +11,10 @@ fastest setting, or settles on a wrong one, stays below alpha.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
+from typing import TYPE_CHECKING, Dict, List, Sequence
 
-import pandas as pd
-
-from wif.decide import decision, model
+if TYPE_CHECKING:  # the statistics (pandas, statsmodels) wait for a look: checking RaceRules needs none
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,8 @@ def look(state: FractionState, runs: pd.DataFrame, value: str, rules: RaceRules,
     """
     if state.settled or blocks_done < rules.min_blocks or runs["loader"].nunique() < 2:
         return state  # nothing to judge yet (every run failed or was contended): race on
+    from wif.decide import decision, model  # statsmodels: imported at the first look, not by RaceRules
+
     best = decision.columns(model.fit(runs, value), "", rules.look_confidence, rules.margin)
     alive = [name for name in state.alive if name not in best.index or not best.loc[name, "clearly_slower"]]
     alive.sort(key=lambda name: best.loc[name, "time_s"] if name in best.index else float("inf"))  # fastest first

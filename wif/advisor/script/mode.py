@@ -1,19 +1,18 @@
 """`wif-advise [OPTIONS] [KEY=VALUE...] -- python my_train.py ARGS...`: the advice for one's own script.
 
 The script runs under `wif.watch`, otherwise unchanged. First the command runs to its `wif.watch` call: the
-`probe` reports the DataLoader it watches and ends there. A missing program or script, a failing command, no
-`wif.watch` call, or no DataLoader is said in one line, exit 2, with no run left. Then `wif.advisor.steps`
-gives the advice, asking `Script`. Its runs are the script's own (`wif.advisor.script.runner`). The answer's
-lines are the `DataLoader(...)` keywords to paste. Overrides before `--` set what they set for train.py,
-such as tracking.uri, measure.contended_pct and device; the data and model are the script's.
+`probe` reports the DataLoader it watches and ends there. A missing program or script (refused by
+`wif.advisor.advise_cli` first), a failing command, no `wif.watch` call, or no DataLoader is said in one line,
+exit 2, with no run left. Then `wif.advisor.steps` gives the advice, asking `Script`. Its runs are the script's
+own (`wif.advisor.script.runner`). The answer's lines are the `DataLoader(...)` keywords to paste. Overrides
+before `--` set what they set for train.py, such as tracking.uri, measure.contended_pct and device; the data
+and model are the script's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,34 +33,11 @@ from wif.measure.tracking import default_tracking_uri
 from wif.watcher.origin import NAMED
 
 PROBE_TIMEOUT_S = 600.0  # the command's start, up to its wif.watch call: imports, data, model
-PYTHONS = ("python", "python3", os.path.basename(sys.executable))
-
-
-def split(argv: Sequence[str]) -> Tuple[List[str], Optional[List[str]]]:
-    """(wif-advise's own arguments, the command after `--`, or None without one)."""
-    argv = list(argv)
-    if "--" not in argv:
-        return argv, None
-    cut = argv.index("--")
-    return argv[:cut], argv[cut + 1 :]
 
 
 def your_script() -> None:
     """`data._target_` of the advice's configuration: the data is the script's own, built by the script."""
     raise ConfigError("wif-advise -- COMMAND: the data is your script's own; train.py cannot build it")
-
-
-def check_command(command: Sequence[str]) -> None:
-    """A command that cannot start is refused before anything runs."""
-    if not command:
-        raise ConfigError(
-            "nothing after `--`: give the command that trains, e.g. `wif-advise -- python my_train.py ARGS`"
-        )
-    if shutil.which(command[0]) is None and not os.path.isfile(command[0]):
-        raise ConfigError(f"{command[0]}: no such program")
-    script = command[1] if len(command) > 1 and os.path.basename(command[0]) in PYTHONS else None
-    if script is not None and not script.startswith("-") and not os.path.isfile(script):
-        raise ConfigError(f"{script}: no such script (from {Path.cwd()})")
 
 
 def probe(command: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Dict[str, Any]:
@@ -195,8 +171,10 @@ def paste(probed: Dict[str, Any], args: Dict[str, Any], command: Sequence[str]) 
 
 
 def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Optional[Path] = None) -> Script:
-    """The command checked and probed, and the advice's configuration; ConfigError in one line if it cannot run."""
-    check_command(command)
+    """The command probed, and the advice's configuration; ConfigError in one line if it cannot run.
+
+    The command line has checked that the command can start (wif.advisor.advise_cli.check_command).
+    """
     if warm.warm_target(command) is not None:
         warm.warm_up()  # the server's imports under way while the configuration is composed and the probe runs
     base = load_config(list(overrides) + ["data=custom", f"data._target_={__name__}.your_script"], config_dir)

@@ -1,9 +1,9 @@
 """`wif-advise [OPTIONS] [KEY=VALUE...] -- python my_train.py ARGS...`: the advice for one's own script.
 
 The script runs under `wif.watch`, otherwise unchanged. First the command runs to its `wif.watch` call: the
-`probe` reports the DataLoader it watches and ends there. A missing program or script (refused by
-`wif.advisor.advise_cli` first), a failing command, no `wif.watch` call, or no DataLoader is said in one line,
-exit 2, with no run left. Then `wif.advisor.steps` gives the advice, asking `Script`. Its runs are the script's
+`probe` reports the DataLoader it watches and ends there. `wif.advisor.advise_cli` refuses a missing program
+or script first. A failing command, no `wif.watch` call, or no DataLoader is said in one line, exit 2, with no
+run left. Then `wif.advisor.steps` gives the advice, asking `Script`. Its runs are the script's
 own (`wif.advisor.script.runner`). The answer's lines are the `DataLoader(...)` keywords to paste. Overrides
 before `--` set what they set for train.py, such as tracking.uri, measure.contended_pct and device; the data
 and model are the script's.

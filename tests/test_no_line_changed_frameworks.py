@@ -129,7 +129,7 @@ def test_the_lines_to_paste_are_in_the_frameworks_own_terms() -> None:
 @pytest.mark.alone
 @pytest.mark.slow
 def test_an_unchanged_hf_trainer_script_is_advised_on_its_training_loader(tmp_path: Path, store: str) -> None:
-    """`wif-advise -- python -m examples.train_hf`, the script unchanged, items waiting 4 ms at 0 workers:
+    """`wif-advise -- python -m examples.train_hf`, the script unchanged, items waiting 8 ms at 0 workers:
     data-bound, a worker setting raced faster, and the lines to paste as TrainingArguments' fields. Each trial's
     order reached the loader the Trainer iterates: its run finished with that many workers (from f01ff10 on, the
     HF Trainer's trials timed 0 workers under every name, until the orders replaced the DataLoader inside
@@ -138,14 +138,15 @@ def test_an_unchanged_hf_trainer_script_is_advised_on_its_training_loader(tmp_pa
     done = advise(
         tmp_path,
         store,
-        # the smallest race that can pick: 2 blocks of 2 runs, each a warm-up and 2 steady epochs
+        # the smallest race that can pick: 2 blocks of 2 runs, each a warm-up and 2 steady epochs. Its interval
+        # is wide (3.19x raced, 2.07-4.92): the items wait 8 ms, not 4, so that workers are clearly faster
         *("--minutes", "3", "--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "--max-epochs", "3"),
         "measure.contended_pct=1000",  # no run again: on a busy machine the reruns would leave the trials no time
         "--",
         sys.executable,
         "-m",
         "examples.train_hf",
-        *("--epochs", "40", "--n-train", "128", "--batch-size", "32"),
+        *("--epochs", "40", "--n-train", "128", "--batch-size", "32", "--delay-ms", "8"),
     )
     out = done.stdout
     assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]

@@ -1,12 +1,10 @@
-"""No line changed: a script without `wif.watch` (its own loop, Lightning's `Trainer.fit`, the HF `Trainer`,
-accelerate) has its training loader watched through DataLoader itself (wif.watcher.hook), under `wif-watch --`
-and under `wif-advise --`. Real scripts in subprocesses, the real frameworks (skipped where one is not
-installed), a real MLflow store."""
+"""No line changed: a script without `wif.watch`, its own loop here, has its training loader watched through
+DataLoader itself (wif.watcher.hook) under `wif-watch --`. Real scripts in subprocesses, a real MLflow store.
+The frameworks' loops (Lightning's `Trainer.fit`, the HF `Trainer`, accelerate) and `wif-advise --` on one:
+tests/test_no_line_changed_frameworks.py."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
 import re
 import statistics
@@ -18,9 +16,7 @@ from typing import Any, Dict, List
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import SideBySide, holds_unless_disturbed, new_store
-from tests.test_advise_script import advise, runs
-from wif.advisor.script.mode import paste
+from tests.conftest import holds_unless_disturbed, new_store
 
 ROOT = Path(__file__).resolve().parents[1]
 STEADY = ("epoch_time_s", "data_wait_s")  # per epoch, the first (the warm-up) left out
@@ -150,142 +146,6 @@ def test_the_figures_of_an_unchanged_loop_and_of_wif_watch_agree(plain: Dict) ->
     (t_hook, share_hook), (t_line, share_line) = figures["hooked"], figures["lined"]
     holds_unless_disturbed(abs(t_hook / t_line - 1) < 0.05, found, f"the epochs agree within 5%: {figures}")
     holds_unless_disturbed(abs(share_hook - share_line) < 0.05, found, f"the wait shares within 5 points: {figures}")
-
-
-FRAMEWORKS = {
-    "lightning": ("lightning", "examples.train_lightning"),
-    "hf": ("transformers", "examples.train_hf"),
-    "accelerate": ("accelerate", "examples.train_accelerate"),
-}
-COUNTED = ("accelerate", "hf")  # their claims are counts; Lightning's is also a time (its own test, alone)
-
-
-def watch_framework(where: Path, name: str) -> subprocess.CompletedProcess:
-    """The framework's example, 2 epochs of 4 batches under `wif-watch` (Lightning's validation item waits 100 ms:
-    32 items, 3.2 s)."""
-    args = ["--epochs", "2", "--n-train", "128", "--batch-size", "32"]
-    args += ["--val-delay-ms", "100"] if name == "lightning" else []
-    return watch(where, sys.executable, "-m", FRAMEWORKS[name][1], *args)
-
-
-@pytest.fixture(scope="module")
-def frameworks(tmp_path_factory: pytest.TempPathFactory) -> SideBySide:
-    """Each installed framework's example whose claims are counts, 2 epochs under `wif-watch`, side by side."""
-    together = SideBySide()
-    for name in COUNTED:
-        if importlib.util.find_spec(FRAMEWORKS[name][0]) is not None:
-            together.start(name, functools.partial(watch_framework, tmp_path_factory.mktemp(name), name))
-    return together
-
-
-def assert_two_epochs_of_4_batches(done: subprocess.CompletedProcess) -> List[Dict[str, float]]:
-    """The run ended well, and said 2 watched epochs of 4 batches, none ended early: the epochs said."""
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = epochs(done.stderr)
-    assert [e["batches"] for e in said] == [4, 4] and not any(e["early"] for e in said), done.stderr[-3000:]
-    return said
-
-
-@pytest.mark.parametrize("name", COUNTED)
-def test_a_frameworks_training_loop_is_watched_epoch_by_epoch(frameworks: SideBySide, name: str) -> None:
-    """The framework iterates the loader: each of its 2 training epochs is one watched epoch of 4 batches, the
-    validation passes are not watched."""
-    pytest.importorskip(FRAMEWORKS[name][0])
-    assert_two_epochs_of_4_batches(frameworks.result(name))
-
-
-@pytest.mark.alone  # Lightning's epoch is told from its validation's 3.2 s by time: 2.3-3.1 s beside another test
-def test_lightnings_training_loop_is_watched_epoch_by_epoch_without_its_validation(tmp_path: Path) -> None:
-    """Lightning's Trainer iterates the loader: each of its 2 training epochs is one watched epoch of 4 batches,
-    the validation passes are not watched and are not in the training epoch's time (Lightning's fetcher takes
-    its batches by count and never asks for the end: the epoch ends where the validation loader starts; its one
-    validation batch waits 3.2 s here, so an epoch that counted it would be 3.2 s longer than its own wait)."""
-    pytest.importorskip("lightning")
-    said = assert_two_epochs_of_4_batches(watch_framework(tmp_path, "lightning"))
-    assert all(e["time"] - e["wait"] < 2.5 for e in said), said  # the step's share: 4 small batches, not 3.2 s more
-
-
-def test_the_lines_to_paste_are_in_the_frameworks_own_terms() -> None:
-    args = {"num_workers": 4, "persistent_workers": True, "prefetch_factor": 4, "pin_memory": False}
-    hf, again = paste({"framework": "transformers", "made_at": "t.py:9 in main"}, args, ["python", "t.py"])
-    assert hf == (
-        "TrainingArguments(<your other arguments>, dataloader_num_workers=4, dataloader_persistent_workers=True, "
-        "dataloader_prefetch_factor=4, dataloader_pin_memory=False)"
-    )
-    assert again == "those TrainingArguments fields, then as before: python t.py"
-    lit, _ = paste({"framework": "lightning", "made_at": "m.py:52 in train_dataloader"}, args, ["python", "m.py"])
-    assert lit.startswith("in your train_dataloader() (made at m.py:52 in train_dataloader): DataLoader(<your ")
-    plain, _ = paste({"framework": ""}, {**args, "in_order": False}, ["python", "m.py"])
-    assert plain.endswith("pin_memory=False, in_order=False)")
-
-
-@pytest.mark.alone
-@pytest.mark.slow
-def test_an_unchanged_hf_trainer_script_is_advised_on_its_training_loader(tmp_path: Path, store: str) -> None:
-    """`wif-advise -- python -m examples.train_hf`, the script unchanged, items waiting 4 ms at 0 workers:
-    data-bound, a worker setting raced faster, and the lines to paste as TrainingArguments' fields. Each trial's
-    order reached the loader the Trainer iterates: its run finished with that many workers (from f01ff10 on, the
-    HF Trainer's trials timed 0 workers under every name, until the orders replaced the DataLoader inside
-    accelerate's DataLoaderShard). Lightning's and accelerate's own: tests/test_package_scripts.py."""
-    pytest.importorskip("transformers")
-    done = advise(
-        tmp_path,
-        store,
-        *("--minutes", "3", "--race-candidates", "1", "--max-epochs", "6"),
-        "measure.contended_pct=1000",  # no run again: on a busy machine the reruns would leave the trials no time
-        "--",
-        sys.executable,
-        "-m",
-        "examples.train_hf",
-        *("--epochs", "40", "--n-train", "128", "--batch-size", "32"),
-    )
-    out = done.stdout
-    assert done.returncode == 0, done.stderr[-3000:] + out[-3000:]
-    found = runs(store)
-    assert found and all(r.info.status == "FINISHED" for r in found)
-    assert "its training loader (run by" in out and "over a " in out and "train_hf.py:" in out, out[:2000]
-    trials = [r for r in found if r.data.tags["wif.advise_role"] == "loader"]
-    holds_unless_disturbed(bool(trials), found, f"the worker trials ran within the minutes: {out[-3000:]}")
-    for r in trials:  # the order reached the loader: its workers ran
-        assert r.data.metrics.get("workers_peak", 0) == int(r.data.params["loader.num_workers"]), r.info.run_name
-    holds_unless_disturbed("Pick: w" in out, found, "workers overlap the sleeps: a worker setting is picked")
-    assert "TrainingArguments(<your" in out, out[-2000:]
-    assert_data_bound_on_a_cpu(found)
-
-
-def assert_data_bound_on_a_cpu(found: List[Any]) -> None:
-    """The advice's parent run: limited by data, its interference logged, and no GPU figure on a CPU."""
-    parent = next(r for r in found if r.data.tags["wif.advise_role"] == "parent")
-    assert (
-        parent.data.tags["wif.advise.limit"] == "data"
-        and {"interference", "interference_s"} <= parent.data.metrics.keys()
-    )
-    assert "gpu_busy_step" not in parent.data.metrics  # CUDA only: never a false 0 on a CPU
-
-
-# accelerate's DataLoaderShard iterates its DataLoader one batch ahead: that DataLoader's epoch ends before the
-# loop's last step. One batch an epoch, a step of 0.3 s: an epoch timed at the DataLoader would be the fetch alone.
-AHEAD = """
-import time, torch
-from accelerate import Accelerator
-from torch.utils.data import DataLoader, TensorDataset
-accelerator = Accelerator(cpu=True)
-train = accelerator.prepare(DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8))
-for epoch in range(3):
-    for (x,) in train:
-        time.sleep(0.3)
-print("trained")
-"""
-
-
-def test_a_loader_that_accelerate_iterates_one_batch_ahead_is_timed_to_the_loops_last_step(tmp_path: Path) -> None:
-    pytest.importorskip("accelerate")
-    (tmp_path / "ahead.py").write_text(AHEAD)
-    done = watch(tmp_path, sys.executable, "ahead.py")
-    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
-    said = epochs(done.stderr)
-    assert [e["batches"] for e in said] == [1, 1, 1], done.stderr[-3000:]
-    assert all(e["time"] >= 0.3 for e in said), said  # each epoch holds its step
 
 
 def test_a_subclass_of_a_held_loader_is_iterated_by_its_own_class_not_as_a_dataloader() -> None:

@@ -24,7 +24,7 @@ from typing import Sequence
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.test_no_line_changed import assert_data_bound_on_a_cpu
+from tests.test_no_line_changed_frameworks import assert_data_bound_on_a_cpu
 from tests.test_real_scripts import advise, assert_answered_and_stored
 
 ROOT = Path(__file__).resolve().parents[1]

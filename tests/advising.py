@@ -1,4 +1,4 @@
-"""What the tests of `wif-advise -- COMMAND` share (tests/test_advise_script.py, tests/test_advise_script_ends.py):
+"""What the tests of `wif-advise -- COMMAND` share (tests/test_advise_script.py, tests/test_advise_script_ends.py, ...):
 the command run for real in a subprocess on a real SQLite store, and the advice's runs read back."""
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from typing import Any, Dict, List
 
 import pytest
 
+from tests.advising import advise, runs
 from tests.conftest import SideBySide, holds_unless_disturbed, selected_cases
-from tests.test_advise_script import advise, runs
 from tests.test_no_line_changed import epochs, watch
 from wif.advisor.script.mode import paste
 

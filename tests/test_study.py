@@ -51,8 +51,20 @@ GPU_ONLY = {
     "gpu_util_pct",
     "gpu_blocked_s",
 }
-# The README's grid on a quarter of preset=smoke's images: every job's facets, at a quarter of its epochs' work.
-GRID = ("loader=glob(*)", "data.fraction=0.1,0.4,0.7", "preset=smoke", "repeat=0", "data.num_train=500")
+# The README's grid, smaller: a quarter of preset=smoke's training images, a third of its test images, and two
+# epochs (a warm-up and a measured one) instead of three. Each worker-based run's cost is its workers' starts,
+# one per epoch and split. Batches of 32 keep the steps that let the model learn (test_the_smaller_model_learns).
+EPOCHS = 2
+GRID = (
+    "loader=glob(*)",
+    "data.fraction=0.1,0.4,0.7",
+    "preset=smoke",
+    "repeat=0",
+    "data.num_train=500",
+    "data.num_test=64",
+    f"trainer.epochs={EPOCHS}",
+    "data.batch_size=32",
+)
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +125,9 @@ def test_every_run_carries_its_figures_and_context(grid) -> None:
         ):
             assert tags[key], key
         assert params["loader.name"] == tags["wif.loader"] and params["data.fraction"] == tags["wif.fraction"]
-        assert int(params["trainer.epochs"]) == 3
+        assert int(params["trainer.epochs"]) == EPOCHS
         history = client.get_metric_history(run.info.run_id, "epoch_time_s")
-        assert sorted(h.step for h in history) == [0, 1, 2]
+        assert sorted(h.step for h in history) == list(range(EPOCHS))  # one figure per epoch, the warm-up's too
         assert m["ram_peak_uss_mb"] <= m["ram_peak_pss_mb"] <= m["ram_peak_rss_mb"]
         assert 0 < m["data_wait_share"] < 1 and m["compute_s"] < m["epoch_time_s"]
         assert m["first_batch_s"] <= m["data_wait_s"]  # the workers' start-up (iter()) is waited for, and counted
@@ -170,12 +182,13 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     from wif.report.report_cli import main as report
 
     store = new_store(tmp_path)
-    small = ("preset=smoke", "repeat=0", "data.fraction=0.1", "trainer.epochs=2")  # a warm-up and a measured epoch
+    sizes = ("data.num_train=500", "data.num_test=64")  # a quarter of smoke's images: 40 to train on, 64 to test
+    small = ("preset=smoke", "repeat=0", "data.fraction=0.1", "trainer.epochs=2", *sizes)  # a warm-up, a measured epoch
     encoded = run_train(tmp_path, store, cache_dir, "+study=transfers", "data=encoded", *small)
     assert encoded.returncode == 0, encoded.stderr[-3000:]
     runs = train_runs(store, status="FINISHED")
     assert {r.data.tags["wif.cell"] for r in runs} == {f"{c}@0.1" for c in TRANSFER_CELLS} | {"fixed@0.1"}
-    folder = encoded_files(_conf(cache_dir, "data=encoded").data).where  # data=encoded's JPEGs as files
+    folder = encoded_files(_conf(cache_dir, "data=encoded", *sizes).data).where  # data=encoded's JPEGs as files
     proc = run_train(
         tmp_path,
         store,
@@ -195,7 +208,8 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     assert len(set(sweeps.values())) == 2  # one sweep each
 
     for source, cells in (("encoded", TRANSFER_CELLS), ("folder", ("pin_nb_w4_pf2", "pin_nb_w4_pf2+device_decode"))):
-        train = load_datasets(_conf(cache_dir, f"data={source}", f"data.root={folder}", "data.fraction=0.1").data).train
+        conf = _conf(cache_dir, f"data={source}", f"data.root={folder}", "data.fraction=0.1", *sizes)
+        train = load_datasets(conf.data).train
         n = len(train)
         want = {
             "float": n * (4 * 3 * 64 * 64 + 8),

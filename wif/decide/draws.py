@@ -12,7 +12,13 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
+
+
+@functools.lru_cache(maxsize=1)
+def blas_pools() -> ThreadpoolController:
+    """The process's thread pools, found once: finding them reads every loaded library, 5 ms a time."""
+    return ThreadpoolController()
 
 
 @functools.lru_cache(maxsize=8)  # a race's designs shrink from k settings down: 8.8 MB each at 11 settings
@@ -41,7 +47,7 @@ def errors(cov_unit: np.ndarray, df: int, draws: int, seed: int) -> tuple[np.nda
     if np.any(s < -1e-8):  # multivariate_normal's check_valid="warn" at its default tol
         warnings.warn("covariance is not symmetric positive-semidefinite.", RuntimeWarning, stacklevel=2)
     # One BLAS thread: beside training runs, threads waiting for busy cores made this product 10x slower.
-    with threadpool_limits(limits=1, user_api="blas"):
+    with blas_pools().limit(limits=1, user_api="blas"):
         z = np.zeros(k) + x @ (u * np.sqrt(abs(s))).T
     rng = np.random.default_rng(seed)
     rng.bit_generator.state = state

@@ -4,6 +4,7 @@ each epoch logs, the batch structures it counts, the wrappers it sees through, a
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,9 +110,15 @@ def test_a_data_bound_loop_is_timed_logged_and_said(tmp_path: Path, store: str) 
 
 @pytest.mark.slow
 def test_workers_dict_batches_and_a_timm_wrapper(tmp_path: Path, store: str) -> None:
-    """Dict batches counted by their images; 2 persistent workers seen by the sampler; timm's PrefetchLoader
-    watched as it is, its DataLoader's settings read from inside it."""
-    done = run_script(tmp_path, store, "train_segment", "--epochs", "2", "--n-train", "64", "--workers", "2")
+    """Dict batches counted by their images; 2 persistent workers seen by the sampler, and not the watch's own
+    `git` (slow here, as in a large repository); timm's PrefetchLoader watched as it is, its DataLoader's
+    settings read from inside it."""
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "git").write_text(f'#!/bin/sh\nsleep 1\nexec {shutil.which("git")} "$@"\n')
+    (slow / "git").chmod(0o755)
+    path = {"PATH": f"{slow}{os.pathsep}{os.environ['PATH']}"}
+    done = run_script(tmp_path, store, "train_segment", "--epochs", "2", "--n-train", "64", "--workers", "2", env=path)
     assert done.returncode == 0, done.stderr[-3000:]
     (seg,) = watch_runs(store)
     assert history(store, seg.info.run_id, "samples") == [64.0, 64.0]

@@ -27,6 +27,7 @@ from wif.measure.contention import HostCpuMeter
 from wif.measure.epochs import WARMUP_EPOCHS
 from wif.measure.lifetime import owner_tags
 from wif.measure.sampler import TreeSampler
+from wif.measure.sysinfo import host_tags
 from wif.measure.tracking import FAILED, FINISHED, KILLED, PacedSender, Tracker, default_tracking_uri
 from wif.watcher import ranks
 from wif.watcher.options import warn
@@ -74,6 +75,8 @@ class Record:
         self.tagged: Dict[str, Any] = {}
         self.poke_s = 0.0  # what the last epoch-end PSS read cost the user's loop
         self.status = FINISHED
+        if self.log and self.own:
+            host_tags()  # its git subprocesses before the sampler starts: not a worker, not the run's RAM
         forked_from = os.environ.get(FORKED_FROM)  # started warm: the pages shared with the server count in full
         # windows that follow at once read no PSS at their ends: past the budget until a read holds with workers
         self.sampler = TreeSampler(
@@ -180,8 +183,6 @@ class Record:
         if self.tracker is None:
             self.tracker = Tracker(self.uri, self.experiment, attempts=2)  # a lock passes; a bad store is said
             if self.run_id is None:
-                from wif.measure.sysinfo import host_tags
-
                 tags = {
                     **host_tags(),
                     **owner_tags(),

@@ -13,13 +13,16 @@ from typing import List
 import pytest
 from mlflow.entities import Run
 
-from tests.conftest import run_train, start_train, train_runs
+from tests.conftest import ROOT, run_train, start_train, train_runs
 from tests.servers import MlflowServer, server  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 N = 2
 LOADERS = "loader=baseline,bg"  # N jobs
-SIDE_BY_SIDE = ("hydra/launcher=local_gpus", "device=cpu", "preset=smoke", "repeat=0", "data.fraction=0.1")
+SIDE_BY_SIDE = ("hydra/launcher=local_gpus", "device=cpu", "preset=smoke", "repeat=0")
+# Runs whose items wait 15 ms: about 1 s an epoch on any machine, so the N runs are RUNNING at once (on a fast
+# machine, smoke's 8 epochs of computing ended before the second job had started its run)
+SLEEPY = ("data=custom", "data._target_=tests.user_factories.sleepy_squares", "+data.kwargs.delay_ms=15")
 GPUS = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(N))}  # N at once: one per 'GPU'
 
 
@@ -57,8 +60,9 @@ def test_jobs_at_once_write_one_server_restarted_mid_sweep(
     """The server goes down while the N runs are RUNNING and comes back on its port and store. MLflow's
     client retries what it could not send; a run that failed on it all the same says so, and the same command
     again completes it (resume): in the end one FINISHED run per job, and none RUNNING."""
-    sweep = (*SIDE_BY_SIDE, LOADERS, "trainer.epochs=8", f"tracking.uri={server.uri}")
+    sweep = (*SIDE_BY_SIDE, *SLEEPY, LOADERS, "trainer.epochs=6", f"tracking.uri={server.uri}")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", GPUS["CUDA_VISIBLE_DEVICES"])
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # tests.user_factories in the jobs' own processes
     proc = start_train(tmp_path, server.uri, cache_dir, *sweep)
     try:
         deadline = time.monotonic() + 240

@@ -1,5 +1,7 @@
-"""Factories that break their promise, for the tests that check they are refused (importable as
-tests.user_factories from the checkout, as a user's own module would be)."""
+"""A user's own factories for the tests: ones that break their promise, to be refused, and ones that count
+their calls or wait (importable as tests.user_factories from the checkout, as a user's own module would be)."""
+
+import time
 
 import torch
 
@@ -56,3 +58,24 @@ def exiting_dataset(n: int = 8):
     import os
 
     os._exit(3)
+
+
+class Sleepy(torch.utils.data.Dataset):
+    """A dataset whose every item waits `delay_s` first: a run that lasts as long on any machine."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, delay_s: float) -> None:
+        self.dataset, self.delay_s, self.classes = dataset, delay_s, dataset.classes
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        time.sleep(self.delay_s)
+        return self.dataset[i]
+
+
+def sleepy_squares(delay_ms: float, n_train: int = 64, n_test: int = 16, size: int = 16):
+    """examples.datasets.noisy_squares whose items each wait `delay_ms`: an epoch's length set by the clock."""
+    from examples.datasets import noisy_squares
+
+    return {name: Sleepy(ds, delay_ms / 1000) for name, ds in noisy_squares(n_train, n_test, size).items()}

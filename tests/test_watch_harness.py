@@ -1,5 +1,5 @@
 """The watch and train.py's harness agree on the same workload: the user's script under `wif.watch` and
-`python train.py` on the same Dataset (items that sleep 40 ms: a read that takes no CPU) and model
+`python train.py` on the same Dataset (items that sleep 20 ms: a read that takes no CPU) and model
 (examples.models.small_cnn, width 8), 0 workers, batches of 32, the first epoch left out by both.
 Sleep-dominated, so a busy machine moves both sides alike."""
 
@@ -14,7 +14,7 @@ from tests.conftest import run_train, train_runs
 from tests.test_watch import run_script, watch_runs
 from wif.config import MeasureConfig
 
-ITEMS, DELAY_MS, BATCH = 64, 40, 32  # 2.56 s of sleep an epoch, a few tens of ms of CPU
+ITEMS, DELAY_MS, BATCH = 64, 20, 32  # 1.28 s of sleep an epoch, a few tens of ms of CPU
 
 
 @pytest.mark.alone

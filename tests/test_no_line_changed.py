@@ -10,6 +10,7 @@ import re
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -84,24 +85,24 @@ def epochs(stderr: str) -> List[Dict[str, float]]:
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
-    """The loop run 6 epochs under `wif-watch` and with its wif.watch line, twice each in turn (timed), each
-    logged to a store of its own."""
+    """The loop run 6 epochs under `wif-watch` and with its wif.watch line, side by side (both mostly sleep), twice
+    each in turn, each logged to a store of its own."""
     where = tmp_path_factory.mktemp("plain")
     (where / "plain.py").write_text(PLAIN)
     out: Dict[str, Any] = {}
-    hook, line = ["-m", "wif.watcher.hook", "--"], []
-    for name, command, extra in (  # each way twice, in turn: a run's median wanders a few percent on its own
-        ("hooked", hook, []),
-        ("lined", line, ["--watch"]),
-        ("hooked_b", hook, []),
-        ("lined_b", line, ["--watch"]),
-    ):
+
+    def run(name: str) -> subprocess.CompletedProcess:
+        hooked = name.startswith("hooked")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
         env.pop("WIF_WATCH_ORDERS", None)
-        env["MLFLOW_TRACKING_URI"] = new_store(where, f"{name}.db")
-        argv = [sys.executable, *command, *([sys.executable] if command else []), "plain.py", "6", *extra]
-        out[name] = subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=300)
-        out[f"{name}_store"] = env["MLFLOW_TRACKING_URI"]
+        env["MLFLOW_TRACKING_URI"] = out[f"{name}_store"] = new_store(where, f"{name}.db")
+        how = [sys.executable, "-m", "wif.watcher.hook", "--"] if hooked else []
+        argv = [*how, sys.executable, "plain.py", "6", *([] if hooked else ["--watch"])]
+        return subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=300)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # a run's median wanders a few percent on its own: two pairs
+        for pair in (("hooked", "lined"), ("hooked_b", "lined_b")):
+            out.update(zip(pair, pool.map(run, pair)))
     return out
 
 

@@ -47,8 +47,8 @@ def test_two_torchvision_models_finish_in_separate_testbeds(tmp_path: Path, stor
 
 @pytest.fixture(scope="module")
 def custom_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
-    """One run of a custom model on a custom Dataset in bf16, channels_last, compiled where a C++ compiler
-    lets torch.compile work on the CPU."""
+    """One run of a custom model on a custom Dataset in bf16, channels_last, 2 persistent workers, compiled where
+    a C++ compiler lets torch.compile work on the CPU."""
     work = tmp_path_factory.mktemp("custom")
     store = new_store(work)
     proc = run_train(
@@ -56,7 +56,10 @@ def custom_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
         store,
         cache_dir,
         "preset=smoke",
-        "trainer.epochs=2",
+        "trainer.epochs=3",
+        "loader=baseline",
+        "loader.num_workers=2",
+        "loader.persistent_workers=true",
         "data.batch_size=32",
         "model=custom",
         "model._target_=examples.models.small_cnn",
@@ -107,25 +110,12 @@ def test_compile_time_is_logged_apart_from_the_epochs(custom_run) -> None:
 
 
 @pytest.mark.slow
-def test_compile_leaves_the_persistent_workers_start_up_in_the_first_epoch(
-    tmp_path: Path, store: str, cache_dir: Path
-) -> None:
+def test_compile_leaves_the_persistent_workers_start_up_in_the_first_epoch(custom_run) -> None:
     """The compile warm-up's batch does not come from the loader: its persistent workers start in the first timed
     epoch, whose first_batch_s shows their start-up (the later epochs' first batch comes from live workers)."""
     if not HAS_COMPILER:
         pytest.skip("no C++ compiler: torch.compile cannot build CPU kernels here")
-    proc = run_train(
-        tmp_path,
-        store,
-        cache_dir,
-        "preset=smoke",
-        "trainer.epochs=3",
-        "trainer.compile=true",
-        "loader=baseline",
-        "loader.num_workers=2",
-        "loader.persistent_workers=true",
-        multirun=False,
-    )
+    store, proc = custom_run
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run,) = train_runs(store, status="FINISHED")
     first = [

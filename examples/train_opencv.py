@@ -1,7 +1,7 @@
 """A Dataset whose items run OpenCV and numpy's BLAS, each on all the cores' threads, trained with workers.
 
 Each item blurs and resizes a 384x384 image with OpenCV and multiplies two 160x160 matrices with numpy. In
-each worker both libraries start one thread a core, so 2 workers on 2 cores run 4 threads of each; torch
+each worker both libraries start one thread a core: 2 workers on 2 cores run 4 threads of each. torch
 limits only its own. `wif-advise` tries them limited (`worker_init_fn=wif.limit_worker_threads(1)`).
 
     python -m examples.train_opencv --epochs 3 --workers 2

@@ -1,7 +1,7 @@
 """`wif-advise -- python my_train.py ARGS...` where the advice ends short, run for real in subprocesses on a real
 SQLite store: a bad command is one line, exit 2, and leaves no run; a script that fails under the watch, or has
-too few batches, or outlasts --minutes, is said in one line, exit 2, no run left RUNNING; SIGTERM and Ctrl-C end
-the script and every run. The advice's outcomes: tests/test_advise_script.py."""
+too few batches, or outlasts --minutes, is said in one line, exit 2, no run left RUNNING; a refusal leaves no
+warm server; SIGTERM and Ctrl-C end the script and every run. The advice's outcomes: tests/test_advise_script.py."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import List
 
+import psutil
 import pytest
 
 from tests.advising import SCRIPT, advise, advise_env, in_a_folder, runs
@@ -28,8 +29,8 @@ BAD = {
     ),
     "no_loader.py": ("import wif\nfor batch in wif.watch([[1, 2], [3, 4]]):\n    pass\n", "with no DataLoader inside"),
 }
-# The warm server (wif.advisor.script.warm) preloads torch and MLflow while the probe runs: about 8 CPU-s, spent
-# after wif-advise has refused and ended. A refusal is the same without it; the server is tested where runs start.
+# The warm server (wif.advisor.script.warm) preloads torch and MLflow while the probe runs: CPU seconds beside
+# each command, then ended by its refusal. A refusal is the same without it; the server is tested where runs start.
 WARM_OFF = {"WIF_ADVISE_WARM": "0"}
 
 
@@ -57,6 +58,21 @@ def test_a_bad_command_is_one_line_exit_2_and_no_run(side_commands: SideBySide, 
     lines = [line for line in done.stderr.splitlines() if line.startswith("wif-advise:")]
     assert len(lines) == 1 and said in lines[0], done.stderr[-2000:]
     assert runs(store) == []
+
+
+@pytest.mark.slow
+def test_a_refusal_leaves_no_warm_server_behind(tmp_path: Path, store: str) -> None:
+    """The probe finds a failing script: wif-advise ends its warm server, imports unfinished, as it exits (before:
+    the server went on importing torch for 6-10 s of a core after the command had ended)."""
+    (tmp_path / "fails.py").write_text(BAD["fails.py"][0])
+    command = [sys.executable, "-m", "wif.advisor.advise_cli", "--", sys.executable, "fails.py"]
+    with open(tmp_path / "err.txt", "w") as err:  # a file, not a pipe: a server holding it would not be waited for
+        done = subprocess.run(command, cwd=tmp_path, env=advise_env(store), stderr=err, timeout=300)
+    ours = [p.info for p in psutil.process_iter(["pid", "cwd", "cmdline"]) if p.info["cwd"] == str(tmp_path)]
+    left = [p for p in ours if "multiprocessing.forkserver" in " ".join(p["cmdline"] or [])]  # its tracker ends too
+    said = (tmp_path / "err.txt").read_text()
+    assert done.returncode == 2 and BAD["fails.py"][1] in said, said[-2000:]
+    assert left == [], left
 
 
 DIES = (

@@ -177,11 +177,15 @@ def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Option
     """
     if warm.warm_target(command) is not None:
         warm.warm_up()  # the server's imports under way while the configuration is composed and the probe runs
-    base = load_config(list(overrides) + ["data=custom", f"data._target_={__name__}.your_script"], config_dir)
+    try:
+        base = load_config(list(overrides) + ["data=custom", f"data._target_={__name__}.your_script"], config_dir)
+        t0 = time.monotonic()
+        found = probe(command)
+    except BaseException:  # a refusal or Ctrl-C: no run will fork from the server
+        warm.stop()
+        raise
     if "MLFLOW_TRACKING_URI" not in os.environ and base.tracking.uri == default_tracking_uri():
         base.tracking.uri = f"sqlite:///{Path('mlflow.db').resolve()}"  # the script's runs: the same store, any cwd
-    t0 = time.monotonic()
-    found = probe(command)
     if found.get("modules") and warm.warm_target(command) is not None:
         warm.warm_up(found["modules"])  # the script's frameworks imported once, in the server
     if found.get("step_device") == "cpu":  # the script's step, not the machine: pinning does nothing without CUDA

@@ -83,6 +83,19 @@ def warm_up(frameworks: Sequence[str] = ()) -> None:
     forkserver.ensure_running()
 
 
+def stop() -> None:
+    """End the server now, its imports unfinished: a refused command needs none of them."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None or not hasattr(server, "_stop"):  # a private method, as in warm_up
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # it reads its stop only once its preloads are imported
+    server._stop()
+
+
 def start(target: Target, env: Dict[str, str], log_path: str) -> multiprocessing.process.BaseProcess:
     """The script started in a child of the server; its output goes to `log_path`."""
     proc = _context().Process(

@@ -21,8 +21,11 @@ def _calls(path: Path) -> int:
 def test_the_factory_is_called_once_per_run_and_once_for_the_sweeps_check(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
+    """Also: the factory's module sits in the working folder, which is not on the process's path (train.py's own
+    folder is), as a user's module beside them under `wif-study` (before: "cannot import module 'mine'")."""
     calls = tmp_path / "calls.txt"
-    counted = ("data._target_=tests.user_factories.counted_squares", f"+data.kwargs.calls={calls}")
+    (tmp_path / "mine.py").write_text("from tests.user_factories import counted_squares  # noqa: F401\n")
+    counted = ("data._target_=mine.counted_squares", f"+data.kwargs.calls={calls}")
     proc = run_train(tmp_path, store, cache_dir, *CUSTOM, *counted, multirun=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert _calls(calls) == 1  # it was 2: a check in a forked process, then the run

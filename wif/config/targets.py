@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import sys
 from typing import Any, Callable, Dict, List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
@@ -176,12 +178,28 @@ def factory_failure(key: str, target: object, err: BaseException) -> str:
     return f"{key}={target} raised {type(err).__name__}: {' '.join(str(err).split())}{where}."
 
 
+def import_beside_you(module: str) -> Any:
+    """`module`, imported as installed, or else from the working folder, as `python -m` would find it there.
+
+    A console script such as `wif-study` has its own folder on sys.path, not the user's: the folder is appended
+    once a module is found nowhere else, so an installed package of the same name still wins.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        here = os.getcwd()
+        if err.name != module.split(".")[0] or here in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(module)
+
+
 def importable(key: str, path: str) -> Callable[..., Any]:
     """The callable `path` names (pkg.module.name), or ConfigError naming `key` and what went wrong."""
     module, _, name = str(path).rpartition(".")
     require(bool(module) and bool(name), f"{key}={path} is not a dotted path: expected pkg.module.callable.")
     try:
-        found = getattr(importlib.import_module(module), name)
+        found = getattr(import_beside_you(module), name)
     except ModuleNotFoundError as err:
         raise ConfigError(
             f"{key}={path}: cannot import module {err.name!r} (expected an importable "

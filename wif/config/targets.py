@@ -181,8 +181,8 @@ def factory_failure(key: str, target: object, err: BaseException) -> str:
 def import_beside_you(module: str) -> Any:
     """`module`, imported as installed, or else from the working folder, as `python -m` would find it there.
 
-    A console script such as `wif-study` has its own folder on sys.path, not the user's: the folder is appended
-    once a module is found nowhere else, so an installed package of the same name still wins.
+    A console script such as `wif-study` has its own folder on sys.path, not the user's. The working folder is
+    appended only once a module is found nowhere else: an installed package of the same name still wins.
     """
     try:
         return importlib.import_module(module)

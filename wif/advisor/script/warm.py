@@ -73,27 +73,30 @@ def warm_up(frameworks: Sequence[str] = ()) -> None:
 
     wanted = [PRELOAD, *frameworks]
     if wanted != _preload:
-        server = forkserver._forkserver  # type: ignore[attr-defined]
-        if getattr(server, "_forkserver_pid", None) is not None:
-            if not hasattr(server, "_stop"):  # a private method (CPython's Lib/multiprocessing/forkserver.py)
-                return
-            server._stop()
+        if not stop():
+            return
         _preload[:] = wanted
     _context()
     forkserver.ensure_running()
 
 
-def stop() -> None:
-    """End the server now, its imports unfinished: a refused command needs none of them."""
+def stop() -> bool:
+    """End the server now, its imports unfinished; False where one runs that cannot be stopped.
+
+    A refused command needs none of its imports, and a restart with more preloads imports them all again.
+    """
     from multiprocessing import forkserver
 
     server = forkserver._forkserver  # type: ignore[attr-defined]
     pid = getattr(server, "_forkserver_pid", None)
-    if pid is None or not hasattr(server, "_stop"):  # a private method, as in warm_up
-        return
+    if pid is None:
+        return True
+    if not hasattr(server, "_stop"):  # a private method (CPython's Lib/multiprocessing/forkserver.py)
+        return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)  # it reads its stop only once its preloads are imported
     server._stop()
+    return True
 
 
 def start(target: Target, env: Dict[str, str], log_path: str) -> multiprocessing.process.BaseProcess:

@@ -27,13 +27,13 @@ START_TIME_TOLERANCE_S = 1.0  # process start times read twice may differ by rou
 
 
 def process_age_s() -> float:
-    """Seconds since this process started, to a clock tick (psutil's counts whole seconds)."""
+    """Seconds since this process started; at most a clock tick long, as the kernel floors the start to a tick."""
     try:
         with open("/proc/self/stat") as stat:
-            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        with open("/proc/uptime") as uptime:
-            return max(float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
-    except (OSError, ValueError, IndexError):  # not Linux
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, since boot
+        now = time.clock_gettime(time.CLOCK_BOOTTIME)  # to the ns: /proc/uptime's 10 ms would add a second tick
+        return max(now - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):  # not Linux
         return max(time.time() - psutil.Process().create_time(), 0.0)
 
 

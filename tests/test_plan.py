@@ -13,8 +13,9 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import new_store
 from wif.measure import names
 from wif.sweep.plan import main
-from wif.sweep.pricing import price
-from wif.sweep.probe import RunCost
+from wif.sweep.prices import Prices
+from wif.sweep.pricing import Shape, price
+from wif.sweep.probe import RunCost, history_prices
 
 
 def _fake_run(
@@ -31,14 +32,18 @@ def _fake_run(
     client.set_terminated(run.info.run_id, "FINISHED")
 
 
-def test_price_adds_overhead_and_epochs_per_cell() -> None:
-    history = [RunCost("a@0.1", 2.0, 10, 10.0, False), RunCost("b@0.1", 2.0, 10, 30.0, False)]
-    p = price({"a@0.1": 3, "b@0.1": 3, "new@0.1": 2}, 20, history)
-    # a: 1 s/epoch, b: 3 s/epoch, new (never run): the median, 2 s/epoch; 2 s overhead a run
-    assert (p.runs, p.epochs) == (8, 160) and p.seconds == pytest.approx(3 * 22 + 3 * 62 + 2 * 42)
-    cheap = price({"a@0.1": 3, "b@0.1": 3, "new@0.1": 2}, 7, history, runs_share=0.5)
-    assert (cheap.runs, cheap.epochs) == (4, 28) and cheap.seconds == pytest.approx(0.5 * (3 * 9 + 3 * 23 + 2 * 16))
-    assert price({"a@0.1": 1}, 20, []) is None
+def test_price_adds_each_cells_overhead_and_epochs() -> None:
+    history = [RunCost("a@0.1", 1.0, 10, 10.0, False), RunCost("b@0.1", 3.0, 10, 30.0, False)]
+    prices = Prices(history=history_prices(history))
+    cells = {"a@0.1": 3, "b@0.1": 1, "new@0.1": 2}
+    shapes = {cell: Shape(0.1, 5) for cell in cells}
+    p = price(cells=cells, shapes=shapes, prices=prices, epochs=20)
+    # a: 1 s overhead, 1 s/epoch; b: 3 s, 3 s/epoch; new (never run): the median cell, 2 s and 2 s/epoch.
+    # One median overhead for all (wif-plan before) priced a at 2 s a run, unlike the budgeted sweep
+    assert (p.runs, p.epochs) == (6, 120) and p.seconds == pytest.approx(3 * 21 + 63 + 2 * 42)
+    cheap = price(cells=cells, shapes=shapes, prices=prices, epochs=7, runs_share=0.5)
+    assert (cheap.runs, cheap.epochs) == (3, 21) and cheap.seconds == pytest.approx(0.5 * (3 * 8 + 24 + 2 * 16))
+    assert price(cells={"a@0.1": 1}, shapes=shapes, prices=Prices(), epochs=20) is None
 
 
 def test_a_probe_prices_each_cell_at_its_own_fraction_and_batches() -> None:
@@ -47,7 +52,6 @@ def test_a_probe_prices_each_cell_at_its_own_fraction_and_batches() -> None:
     0.1 at 0.04 s + 0.01 + 0.01/7 s; each run adds the probes' start (0.3 s) and the rest of the probe run (0.1
     s). (The cells' batches were once read as their block, and every epoch priced at one batch: half the grid's
     time.)"""
-    from wif.sweep.pricing import probe_price
     from wif.sweep.probe import ProbeCost
 
     probe = ProbeCost(
@@ -60,10 +64,10 @@ def test_a_probe_prices_each_cell_at_its_own_fraction_and_batches() -> None:
         fraction=0.7,
         loop_s=0.05,
     )
-    got = probe_price(
-        {"baseline@0.7": 2, "baseline@0.1": 1},
-        {"baseline@0.7": (0.7, 18), "baseline@0.1": (0.1, 3)},
-        {"baseline": probe},
+    got = price(
+        cells={"baseline@0.7": 2, "baseline@0.1": 1},
+        shapes={"baseline@0.7": Shape(0.7, 18), "baseline@0.1": Shape(0.1, 3)},
+        prices=Prices(probes={"baseline": probe}),
         epochs=3,
     )
     full = 0.3 + 0.1 + 3 * (0.19 + 0.02)

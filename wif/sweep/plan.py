@@ -28,8 +28,9 @@ from wif.config.exits import EXIT_BAD_SETTING, one_line, quick_exit
 from wif.measure import names
 from wif.measure.names import Cell
 from wif.measure.tracking import default_tracking_uri
-from wif.sweep.pricing import Basis, Price, Shape, price, probe_price, race_share
-from wif.sweep.probe import read_history
+from wif.sweep.prices import Prices
+from wif.sweep.pricing import Basis, Price, Shape, price, race_share
+from wif.sweep.probe import history_prices, read_history
 
 
 class Planned(NamedTuple):
@@ -130,11 +131,16 @@ def _probed(a: argparse.Namespace, planned: Planned, testbed: Dict[str, str], ba
         print(
             overhead_line([p.wall_s - p.run_s for p in probes.values()], [p.run_s for p in probes.values()], "probes")
         )
-    fixed = probe_price(cells=planned.cells, shapes=planned.shapes, probes=probes, epochs=basis.epochs)
-    cheap = probe_price(
+    return _fixed_and_cheap(planned, Prices(probes=probes), basis)
+
+
+def _fixed_and_cheap(planned: Planned, prices: Prices, basis: Basis) -> tuple:
+    """(fixed, cheap): the fixed grid, and race + auto, at `prices`."""
+    fixed = price(cells=planned.cells, shapes=planned.shapes, prices=prices, epochs=basis.epochs)
+    cheap = price(
         cells=planned.cells,
         shapes=planned.shapes,
-        probes=probes,
+        prices=prices,
         epochs=basis.auto_epochs,
         runs_share=basis.runs_share,
     )
@@ -205,8 +211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         auto_seen=bool(auto_runs),
         share=race_share(client, a.experiment),
     )
-    fixed = price(cells=planned.cells, epochs=basis.epochs, history=history)
-    cheap = price(cells=planned.cells, epochs=basis.auto_epochs, history=history, runs_share=basis.runs_share)
+    fixed, cheap = _fixed_and_cheap(planned, Prices(history=history_prices(history)), basis)
     if fixed is None and not a.no_probe:
         fixed, cheap = _probed(a, planned, testbed, basis)
     if fixed is None:

@@ -1,20 +1,20 @@
 """A sweep's price before it starts, for wif-plan: the fixed grid and the cheap way, race + auto.
 
-A run costs its job's overhead plus its epochs, priced from the testbed's earlier runs (`price`) or from
-probes of its settings (`probe_price`). The cheap way's share of the grid's runs is what earlier races ran
-(`race_share`), else ASSUMED_RACE_SHARE.
+A run costs its job's overhead plus its epochs, priced as a budgeted sweep prices it (wif.sweep.prices): from
+the testbed's earlier runs, or from probes of its settings. The cheap way's share of the grid's runs is what
+earlier races ran (`race_share`), else ASSUMED_RACE_SHARE.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, NamedTuple, Optional
 
 from mlflow.tracking import MlflowClient
 
 from wif.measure import names
-from wif.sweep.probe import RunCost, find_runs
+from wif.sweep.prices import Job, Prices
+from wif.sweep.probe import find_runs
 
 ASSUMED_RACE_SHARE = 0.4  # of the fixed grid's runs, when the store holds no race: docs/race.md measured 0.38
 
@@ -47,30 +47,27 @@ class Basis:
         return self.share if self.share is not None else ASSUMED_RACE_SHARE
 
 
-def price(cells: Dict[str, int], epochs: float, history: Sequence[RunCost], runs_share: float = 1.0) -> Optional[Price]:
-    """The sweep's runs, epochs and seconds; None without any earlier run.
+def price(
+    cells: Dict[str, int], shapes: Dict[str, Shape], prices: Prices, epochs: float, runs_share: float = 1.0
+) -> Optional[Price]:
+    """The sweep's runs, epochs and seconds, each run priced as a budgeted sweep prices it; None where none is.
 
     Args:
         cells: each cell's repeats.
+        shapes: each cell's fraction and training batches an epoch.
+        prices: the earlier runs' or the probes' prices; a cell with neither is priced at the median cell.
         epochs: a run's epochs (under trainer.epochs=auto, those it is expected to take).
-        history: the testbed's earlier runs; a cell never run before is priced at the median cell.
         runs_share: the share of the runs that run.
     """
-    if not history:
-        return None
-    per_epoch: Dict[str, List[float]] = {}
-    for r in history:
-        per_epoch.setdefault(r.cell, []).append(r.run_s / max(r.epochs, 1))
-    cell_epoch_s = {c: statistics.median(v) for c, v in per_epoch.items()}
-    fallback = statistics.median(cell_epoch_s.values())
-    overhead = statistics.median(r.overhead_s for r in history)
-    runs = epochs_total = seconds = 0.0
+    runs = seconds = 0.0
     for cell, repeats in cells.items():
-        n = repeats * runs_share
-        runs += n
-        epochs_total += n * epochs
-        seconds += n * (overhead + epochs * cell_epoch_s.get(cell, fallback))
-    return Price(round(runs), round(epochs_total), seconds)
+        fraction, batches = shapes[cell]
+        cost = prices.cost(Job(key=(), cell=cell, fraction=fraction, block=0, batches=batches))  # any block: same price
+        if cost is None:
+            return None
+        runs += repeats * runs_share
+        seconds += repeats * runs_share * cost.seconds(epochs)
+    return Price(round(runs), round(runs * epochs), seconds)
 
 
 def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
@@ -87,29 +84,3 @@ def race_share(client: MlflowClient, experiment: str) -> Optional[float]:
         ran += len(runs)
         planned += int(p.get("race.cells", 0)) * int(p.get("race.max_blocks", 0))
     return ran / planned if planned else None
-
-
-def probe_price(
-    cells: Dict[str, int], shapes: Dict[str, Shape], probes: Dict, epochs: float, runs_share: float = 1.0
-) -> Optional[Price]:
-    """The sweep's price from probes of its settings (wif.sweep.probe); a setting without one: the median.
-
-    Args:
-        cells: each cell's repeats.
-        shapes: each cell's fraction and training batches an epoch.
-        probes: setting -> its probe's ProbeCost.
-        epochs: a run's epochs.
-        runs_share: the share of the runs that run.
-    """
-    from wif.sweep.prices import Job, Prices
-
-    prices = Prices(probes=probes)
-    runs = seconds = 0.0
-    for cell, repeats in cells.items():
-        fraction, batches = shapes[cell]
-        cost = prices.cost(Job(key=(), cell=cell, fraction=fraction, block=0, batches=batches))  # any block: same price
-        if cost is None:
-            return None
-        runs += repeats * runs_share
-        seconds += repeats * runs_share * cost.seconds(epochs)
-    return Price(round(runs), round(runs * epochs), seconds)

@@ -100,6 +100,13 @@ def store(tmp_path: Path) -> str:
     return new_store(tmp_path)
 
 
+@pytest.fixture
+def own_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """GPU locks of this test's own, apart from those of real jobs on this machine (and its sweeps)."""
+    monkeypatch.setenv("WIF_LOCK_DIR", str(tmp_path / "locks"))
+    return tmp_path / "locks"
+
+
 def run_train(
     tmp_path: Path,
     store: str,

@@ -87,7 +87,7 @@ def test_a_bad_value_refuses_the_sweep_before_any_job(tmp_path: Path, store: str
 def test_a_sweep_whose_jobs_run_in_their_own_processes_fails_when_one_of_them_failed(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
-    """Its jobs' tallies never reach the submitting process: it reads them from the runs (test_cluster.py
+    """Its jobs' tallies never reach the submitting process: it reads them from the runs (test_local_gpus.py
     has a sweep of this kind that finishes)."""
     root = _image_folder(tmp_path / "images")  # 5% of its 8 training images is none: that job fails
     proc = run_train(

@@ -16,7 +16,7 @@ from mlflow.entities import Run
 from tests.conftest import ROOT, run_train, start_train, train_runs
 from tests.servers import MlflowServer, server  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_locks")]
 N = 2
 LOADERS = "loader=baseline,bg"  # N jobs
 SIDE_BY_SIDE = ("hydra/launcher=local_gpus", "device=cpu", "preset=smoke", "repeat=0")
@@ -24,12 +24,6 @@ SIDE_BY_SIDE = ("hydra/launcher=local_gpus", "device=cpu", "preset=smoke", "repe
 # machine, smoke's 8 epochs of computing ended before the second job had started its run)
 SLEEPY = ("data=custom", "data._target_=tests.user_factories.sleepy_squares", "+data.kwargs.delay_ms=15")
 GPUS = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(N))}  # N at once: one per 'GPU'
-
-
-@pytest.fixture(autouse=True)
-def own_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """GPU locks of this test's own, apart from those of real jobs on this machine."""
-    monkeypatch.setenv("WIF_LOCK_DIR", str(tmp_path / "locks"))
 
 
 def job_logs(tmp_path: Path) -> str:

@@ -11,7 +11,7 @@
 # What comes back goes to $OUT (default gpu-out/): log.txt, mlflow.db.gz, the node's `pip freeze` (freeze.txt)
 # and its GPU, driver and torch (node.txt), whatever the stage, and the stages' own files.
 #   freeze   freeze.txt and node.txt alone: nothing installed (for a node whose packages are not known)
-#   check    pytest -m gpu (pytest.txt) on --tests (default tests; e.g. tests/test_limit.py,tests/test_decode.py for
+#   check    pytest -m gpu (pytest.txt) on --tests (default tests; e.g. tests/test_limit.py,tests/test_decode_gpu.py for
 #            what changed since the last GPU run), then wif-bandwidth: pinned and pageable copy rates, logged as a run
 #   overhead benchmarks/overhead.py on GoogLeNet: wif's epoch against a hand-written loop's (overhead.txt)
 #   study    the 11 loader options x 3 fractions, raced, auto epochs

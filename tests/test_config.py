@@ -84,6 +84,18 @@ def test_typos_and_wrong_types_fail_at_composition() -> None:
         compose_cfg("loader=no_such_option")
 
 
+def test_a_value_of_the_wrong_type_is_refused_with_the_type_it_needs() -> None:
+    """Hydra's own line names the override only; its cause says why, and the one line carries both."""
+    from wif.config.compose import load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config(["data.fraction=abc"])
+    said = str(err.value)
+    assert said == "Error merging override data.fraction=abc: Value 'abc' of type 'str' could not be converted to Float"
+    with pytest.raises(ConfigError, match="loader.num_worker is not a setting of loader"):
+        load_config(["loader.num_worker=2"])  # the tools' refusal reads as wif-study's
+
+
 BAD = [
     (("loader=bg", "loader.num_workers=2"), "deadlock"),
     (("loader.prefetch_factor=4",), "prefetch_factor"),

@@ -21,6 +21,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from wif.config.checks import validate
+from wif.config.exits import one_line
 from wif.config.schema import Config, ConfigError, register_configs
 from wif.config.targets import typed
 
@@ -64,7 +65,7 @@ def load_config(overrides: Sequence[str], config_dir: Optional[Path] = None) -> 
             cfg = compose("config", overrides=list(overrides))
         conf: Config = typed(cfg)
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(" ".join(str(err).split())) from None
+        raise ConfigError(one_line(err)) from None
     validate(conf)
     return conf
 

@@ -92,6 +92,8 @@ def one_line(err: BaseException) -> str:
     if len(lines) > 1 and lines[1].startswith("Available options"):  # an option that does not exist
         options = lines[2 : lines.index("Config search path:")] if "Config search path:" in lines else lines[2:]
         return f"{lines[0]}; options: {', '.join(options)}."
+    if len(lines) == 1 and cause is not err and str(cause).strip():  # "Error merging override k=v": its cause says why
+        return f"{lines[0]}: {str(cause).strip().splitlines()[0]}"
     return " ".join(lines[:2]) or type(err).__name__
 
 

@@ -42,10 +42,12 @@ def sweep() -> Iterator:
 
 
 def test_every_bad_job_is_listed_with_its_reason(sweep) -> None:
-    master, jobs = sweep("loader=baseline,no_such_option", "data.fraction=0.1,1.5", "repeat=0")
+    master, jobs = sweep("loader=baseline,no_such_option", "data.fraction=0.1,1.5,abc", "repeat=0")
     bad = dict(zip((" ".join(job) for job, _ in bad_jobs(master, jobs)), (why for _, why in bad_jobs(master, jobs))))
-    assert len(jobs) == 4 and len(bad) == 3
+    assert len(jobs) == 6 and len(bad) == 5
     assert "is outside (0, 1]" in bad["repeat=0 loader=baseline data.fraction=1.5"]
+    wrong_type = bad["repeat=0 loader=baseline data.fraction=abc"]
+    assert wrong_type.endswith("'abc' of type 'str' could not be converted to Float"), wrong_type
     assert all("Could not find 'loader/no_such_option'" in why for key, why in bad.items() if "no_such" in key)
     assert job_names(jobs)[1] == "loader=baseline data.fraction=1.5"  # named by what varies across the sweep
 

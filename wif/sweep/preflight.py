@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wif.config import Config, ConfigError, DataConfig, DataSource, validate
 from wif.config.engine_checks import validate_dali_driver
-from wif.config.exits import EXIT_BAD_SETTING
+from wif.config.exits import EXIT_BAD_SETTING, one_line
 from wif.config.targets import typed
 from wif.run.targets import check_user_code
 
@@ -53,7 +53,7 @@ class _Composer:
         try:
             return _typed(self.loader.load_sweep_config(self.master, list(job)))
         except (HydraException, OmegaConfBaseException) as err:
-            raise ConfigError(" ".join(str(err).split())) from None
+            raise ConfigError(one_line(err)) from None
 
     def _shared(self, job: Job) -> Config:
         """The job composed from the shared composition of its config-group choices."""

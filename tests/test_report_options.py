@@ -124,9 +124,13 @@ def test_cpu_and_gpu_runs_are_never_pooled(tmp_path, capsys):
 
 
 def test_no_runs_or_unknown_experiment_exit_2(tmp_path, capsys):
-    _, uri, _ = new_store(tmp_path)
+    client, uri, exp_id = new_store(tmp_path)
     assert main(["--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 2
     assert "no training runs" in capsys.readouterr().err
+    client.create_run(exp_id, tags={"wif.kind": "watch"})  # a wif.watch user's store: said what it holds
+    assert main(["--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 2
+    err = capsys.readouterr().err
+    assert "no training runs" in err and "It holds 1 watch run: " in err and "`mlflow ui`" in err
     assert main(["--tracking-uri", uri, "--experiment", "nope", "--no-log"]) == 2
     err = capsys.readouterr().err
     assert "no experiment named 'nope'" in err and "Traceback" not in err

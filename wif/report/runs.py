@@ -6,6 +6,7 @@ code. The names are `wif.measure.names`'; this module is the only place that map
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -126,6 +127,16 @@ def experiment_id(client: MlflowClient, name: str) -> str:
     return experiment.experiment_id
 
 
+def _other_kinds(client: MlflowClient, exp_id: str) -> str:
+    """What the experiment holds, said where no run matched: a watch's runs, say, are read in the MLflow UI."""
+    runs = client.search_runs([exp_id], max_results=1000)
+    kinds = Counter(r.data.tags.get(names.TAG_KIND, "untagged") for r in runs)
+    if not kinds:
+        return ""
+    held = ", ".join(f"{n} {kind} run{'s' * (n != 1)}" for kind, n in kinds.most_common())
+    return f". It holds {held}: wif-report compares wif-study's training runs, and `mlflow ui` shows every run"
+
+
 def load_runs(client: MlflowClient, experiment: str, run_filter: RunFilter) -> pd.DataFrame:
     """Every training run matching `run_filter`, whatever its status, one row each, oldest first."""
     exp_id = experiment_id(client, experiment)
@@ -133,6 +144,7 @@ def load_runs(client: MlflowClient, experiment: str, run_filter: RunFilter) -> p
     if not rows:
         raise ReportInputError(
             f"no training runs in experiment {experiment!r} at {client.tracking_uri} matching {run_filter.to_mlflow()}"
+            + _other_kinds(client, exp_id)
         )
     frame = pd.DataFrame(rows).sort_values("start_time", ignore_index=True)
     frame["fraction"] = pd.to_numeric(frame["fraction"], errors="coerce")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -130,11 +131,16 @@ def test_a_store_that_cannot_be_written_never_ends_the_training(tmp_path: Path) 
         print(f"trained {epoch}", flush=True)
     """
     (tmp_path / "a-file").write_text("")  # a store under a file: no folder can be made there, even by root
-    done = run(tmp_path, body, f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["trained", "0", "trained", "1", "trained", "2"]
-    said = [line for line in done.stderr.splitlines() if "cannot be written" in line]
-    assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    with socket.socket() as closed:  # a port nothing listens on: a tracking server that is down
+        closed.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    for store in (f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}", down):
+        # MLflow's client retried a server that is down for minutes, in the loop: the timeout is below that
+        done = run(tmp_path, body, store, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == ["trained", "0", "trained", "1", "trained", "2"]
+        said = [line for line in done.stderr.splitlines() if "cannot be written" in line]
+        assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
 def test_the_orders_go_to_the_training_loader_not_a_sanity_pass(tmp_path: Path, store: str) -> None:

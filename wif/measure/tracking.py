@@ -17,6 +17,8 @@ import queue
 import random
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlparse
@@ -64,6 +66,22 @@ def _artifact_root(uri: str) -> Optional[str]:
     return None if db is None else (db.parent / "mlartifacts").as_uri()
 
 
+def check_server_answers(uri: str, within_s: float = 5.0) -> None:
+    """ConnectionError where an http(s) tracking server gives no answer within `within_s`; other stores pass.
+
+    MLflow's client retries a request for minutes before it fails: the watch asks once, briefly, in the loop.
+    Any HTTP answer passes, a refusal of its credentials too: only silence fails.
+    """
+    if urlparse(uri).scheme not in ("http", "https"):
+        return
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=within_s).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as err:  # refused, unresolved, timed out (URLError and timeouts are OSErrors)
+        raise ConnectionError(f"no answer from {uri} within {within_s:g} s ({err})") from None
+
+
 @contextlib.contextmanager
 def _store_lock(uri: str):
     """One process at a time opens a SQLite store for the first time: two migrating it at once break it for good."""
@@ -81,8 +99,14 @@ def _store_lock(uri: str):
 
 
 class Tracker:
-    def __init__(self, uri: str, experiment: str, attempts: int = 5) -> None:
+    def __init__(self, uri: str, experiment: str, attempts: int = 5, answer_within_s: Optional[float] = None) -> None:
+        """A client on the store, the experiment made where it is not; `attempts` for a busy store or a server starting.
+
+        With `answer_within_s`, a server that does not answer within it is a ConnectionError, not minutes of retries.
+        """
         self.uri = uri
+        if answer_within_s is not None:
+            check_server_answers(uri, answer_within_s)
         for attempt in range(attempts):
             try:
                 with _store_lock(uri):

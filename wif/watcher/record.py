@@ -181,7 +181,7 @@ class Record:
     def _open(self) -> Optional[str]:
         """The run, started in the store the first time."""
         if self.tracker is None:
-            self.tracker = Tracker(self.uri, self.experiment, attempts=2)  # a lock passes; a bad store is said
+            self.tracker = Tracker(self.uri, self.experiment, attempts=2, answer_within_s=5.0)  # in the user's loop
             if self.run_id is None:
                 tags = {
                     **host_tags(),

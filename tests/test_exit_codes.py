@@ -4,8 +4,11 @@ DataLoader workers shown as one line (the traceback in the job's log file and th
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
@@ -18,10 +21,10 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Dataset
 
-from tests.conftest import CONF, run_train, train_runs
+from tests.conftest import CONF, run_train, start_train, train_runs
 from tests.test_data import _data_cfg, _image_folder
 from wif.config import ConfigError, as_plain
-from wif.config.exits import describe
+from wif.config.exits import EXIT_INTERRUPTED, describe
 from wif.data.folder_check import check_folder
 from wif.sweep.callback import plan_jobs
 from wif.sweep.preflight import _Composer, _typed, bad_jobs, job_names
@@ -83,6 +86,35 @@ def test_a_bad_value_refuses_the_sweep_before_any_job(tmp_path: Path, store: str
     assert "1 of 3 jobs" in out and "data.fraction=1.5" in out, out[-3000:]
     assert "started on" not in out and "Traceback" not in out
     assert not train_runs(store)
+
+
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Whether the process has a handler of its own for `sig` (Linux's SigCgt mask)."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(line.split()[1] for line in status if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) >> (sig - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_an_interrupt_before_the_run_opened_is_one_line(tmp_path: Path, cache_dir: Path) -> None:
+    """A tracking server that is down is retried by MLflow's client for minutes: a `kill` then ended wif-study
+    with two tracebacks. Now one line and exit 130."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    proc = start_train(tmp_path, down, cache_dir, "preset=smoke", multirun=False)
+    try:
+        deadline = time.monotonic() + 120
+        while not _catches(proc.pid, signal.SIGUSR2):  # wif's handlers are set as the job starts
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-2000:]
+            time.sleep(0.1)
+        time.sleep(2)  # into the store's retries
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED, out[-2000:]
+    assert "Interrupted; run the same command again to resume." in out and "Traceback" not in out, out[-2000:]
 
 
 @pytest.mark.slow

@@ -98,7 +98,10 @@ def one_line(err: BaseException) -> str:
 
 
 def main_with_bad_settings(main: Callable[[], object]) -> None:
-    """Run a `@hydra.main` function; what Hydra refuses while composing becomes one line and exit 2, as wif's checks."""
+    """Run a `@hydra.main` function; what Hydra refuses while composing becomes one line and exit 2, as wif's checks.
+
+    An interrupt before a run opened (a tracking server being retried, say) is one line and exit 130.
+    """
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -111,3 +114,6 @@ def main_with_bad_settings(main: Callable[[], object]) -> None:
             raise
         print(f"Bad setting: {one_line(err)}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_SETTING) from None
+    except KeyboardInterrupt:  # before a run opened, as the store is reached: a run in progress ends KILLED itself
+        print("Interrupted; run the same command again to resume.", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None

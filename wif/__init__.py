@@ -38,7 +38,8 @@ From a user's own script, imported on first use:
 #   wif.run.forking._PARENT_THREADS, wif.advisor.script.warm._preload, warm_preload.REGISTERED   what this process
 #                                   was before it forked: its children inherit it.
 # Caches beside them (preflight._COMPOSED and _LATE, job_record._TRACKERS, gpus._CLAIM, lmdb_format._OPEN,
-# targets._SEEN) hold what is the same for the whole process: a composition, a store, a claimed GPU, an open file.
+# targets._SEEN, tracking._SILENT) hold what is the same for the whole process: a composition, a store, a claimed
+# GPU, an open file, a tracking server that gave no answer.
 
 from typing import Any
 

@@ -17,8 +17,6 @@ import queue
 import random
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlparse
@@ -66,20 +64,28 @@ def _artifact_root(uri: str) -> Optional[str]:
     return None if db is None else (db.parent / "mlartifacts").as_uri()
 
 
+_SILENT: Dict[str, str] = {}  # a tracking server that gave no answer -> why; See NOTE [ Module state ]
+
+
 def check_server_answers(uri: str, within_s: float = 5.0) -> None:
     """ConnectionError where an http(s) tracking server gives no answer within `within_s`; other stores pass.
 
     MLflow's client retries a request for minutes before it fails: the watch asks once, briefly, in the loop.
     Any HTTP answer passes, a refusal of its credentials too: only silence fails.
     """
+    import requests  # as MLflow's client reaches the server: its proxies and CA bundle
+
     if urlparse(uri).scheme not in ("http", "https"):
         return
-    try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=within_s).close()
-    except urllib.error.HTTPError:
-        return
-    except (OSError, ValueError) as err:  # refused, unresolved, timed out (URLError and timeouts are OSErrors)
-        raise ConnectionError(f"no answer from {uri} within {within_s:g} s ({err})") from None
+    if uri not in _SILENT:  # asked once a process: a loop that makes its data anew each epoch waits once
+        try:
+            requests.get(uri.rstrip("/") + "/health", timeout=within_s).close()
+            return
+        except requests.exceptions.SSLError:  # a TLS handshake is an answer: MLflow's own settings may verify it
+            return
+        except requests.exceptions.RequestException as err:  # refused, unresolved, timed out
+            _SILENT[uri] = f"no answer from {uri} within {within_s:g} s ({type(err).__name__})"
+    raise ConnectionError(_SILENT[uri])
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, List
+from typing import List
 
 import pytest
 import torch
@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg, run_train, train_runs
+from tests.test_tools import gpu_only
 from wif.config import ConfigError, DataSource, TransferKind, validate, warnings_for
 from wif.data.loaders import FixedBatches
 from wif.data.transfer import StreamPrefetcher, make_transfer
@@ -164,8 +165,6 @@ def test_fixed_data_is_the_reports_upper_bound(tmp_path: Path, store: str, cache
 
 
 # ----------------------------------------------------------------------------- GPU
-def gpu_only(test: Callable) -> Callable:
-    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(test))
 
 
 @gpu_only

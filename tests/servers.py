@@ -1,6 +1,8 @@
 """A real MLflow tracking server for tests, as docs/cluster.md starts one: its own SQLite database and
 artifact store, on a free loopback port, in a process group of its own; stopped and started again on the same
-port and store (a server restarted mid-sweep). `server`: one for a test module (import it there)."""
+port and store (a server restarted mid-sweep). `server`: one for a test module (import it there).
+`silent_uri`: where nothing answers. `busy_server`: answers /health, and 503 (MLflow retries it) to the rest.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -23,6 +28,34 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def silent_uri() -> str:
+    """An http URI on a loopback port nobody listens on."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+class _Busy(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 503)
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def busy_server() -> Iterator[str]:
+    """A server that answers its health check, and 503 to MLflow's calls: MLflow's client retries for minutes."""
+    server = HTTPServer(("127.0.0.1", 0), _Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class MlflowServer:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Dataset
 
 from tests.conftest import CONF, run_train, start_train, train_runs
+from tests.servers import busy_server, silent_uri
 from tests.test_data import _data_cfg, _image_folder
 from wif.config import ConfigError, as_plain
 from wif.config.exits import EXIT_INTERRUPTED, describe
@@ -97,12 +97,17 @@ def _catches(pid: int, sig: signal.Signals) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 def test_an_interrupt_before_the_run_opened_is_one_line(tmp_path: Path, cache_dir: Path) -> None:
-    """A tracking server that is down is retried by MLflow's client for minutes: a `kill` then ended wif-study
+    """A tracking server that answers 503 is retried by MLflow's client for minutes: a `kill` then ended wif-study
     with two tracebacks. Now one line and exit 130."""
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        down = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    proc = start_train(tmp_path, down, cache_dir, "preset=smoke", multirun=False)
+    with busy_server() as busy:
+        proc = start_train(tmp_path, busy, cache_dir, "preset=smoke", multirun=False)
+        out = _terminated_in_the_retries(proc)
+    assert proc.returncode == EXIT_INTERRUPTED, out[-2000:]
+    assert "Interrupted; run the same command again to resume." in out and "Traceback" not in out, out[-2000:]
+
+
+def _terminated_in_the_retries(proc: subprocess.Popen) -> str:
+    """SIGTERM once the job's handlers are set and MLflow is retrying; its output."""
     try:
         deadline = time.monotonic() + 120
         while not _catches(proc.pid, signal.SIGUSR2):  # wif's handlers are set as the job starts
@@ -110,11 +115,50 @@ def test_an_interrupt_before_the_run_opened_is_one_line(tmp_path: Path, cache_di
             time.sleep(0.1)
         time.sleep(2)  # into the store's retries
         proc.send_signal(signal.SIGTERM)
-        out = proc.communicate(timeout=60)[0]
+        return proc.communicate(timeout=60)[0]
     finally:
         proc.kill()
-    assert proc.returncode == EXIT_INTERRUPTED, out[-2000:]
-    assert "Interrupted; run the same command again to resume." in out and "Traceback" not in out, out[-2000:]
+
+
+COMMANDS = {  # each command that opens the store, as a user types it
+    "study": ["wif-study", "preset=smoke"],
+    "study -m": ["wif-study", "-m", "preset=smoke"],
+    "advise": ["wif-advise", "preset=smoke"],
+    "advise --": ["wif-advise", "--", sys.executable, "script.py"],
+    "tune": ["wif-tune", "preset=smoke"],
+    "plan": ["wif-plan", "preset=smoke"],
+    "report": ["wif-report"],
+}
+
+
+def test_a_tracking_server_that_does_not_answer_refuses_every_command_before_it_starts(tmp_path: Path) -> None:
+    """Each command waited minutes on MLflow's retries of a server that is down (wif-advise ran the user's script
+    first). Now each is one line and exit 2, before anything runs; the commands run side by side."""
+    (tmp_path / "script.py").write_text("open('script-ran', 'w')\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": silent_uri()}
+    bin_dir = Path(sys.executable).parent
+    started = {
+        name: subprocess.Popen(
+            [str(bin_dir / argv[0]) if argv[0].startswith("wif") else argv[0], *argv[1:]],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name, argv in COMMANDS.items()
+    }
+    try:
+        ended = {name: proc.communicate(timeout=120)[0] for name, proc in started.items()}  # MLflow retries longer
+    finally:
+        for proc in started.values():
+            proc.kill()
+    for name, out in ended.items():
+        proc = started[name]
+        said = [line for line in out.splitlines() if "no answer from the tracking server" in line]
+        assert proc.returncode == 2 and len(said) == 1, (name, out[-2000:])
+        assert "Retrying" not in out and "Traceback" not in out, (name, out[-2000:])
+    assert not (tmp_path / "script-ran").exists()
 
 
 @pytest.mark.slow

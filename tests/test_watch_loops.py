@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from typing import Optional
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.servers import silent_uri
 from wif.watcher.orders import ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,10 +131,7 @@ def test_a_store_that_cannot_be_written_never_ends_the_training(tmp_path: Path) 
         print(f"trained {epoch}", flush=True)
     """
     (tmp_path / "a-file").write_text("")  # a store under a file: no folder can be made there, even by root
-    with socket.socket() as closed:  # a port nothing listens on: a tracking server that is down
-        closed.bind(("127.0.0.1", 0))
-        down = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    for store in (f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}", down):
+    for store in (f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}", silent_uri()):  # a server that is down
         # MLflow's client retried a server that is down for minutes, in the loop: the timeout is below that
         done = run(tmp_path, body, store, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]

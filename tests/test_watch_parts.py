@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler, TensorDataset
 
+from wif.config import ConfigError
 from wif.watcher.found import anchor_of, find_dataloader, settings_of
 from wif.watcher.orders import Orders
 from wif.watcher.record import redacted
@@ -170,22 +171,20 @@ def test_a_silent_tracking_server_is_asked_once_a_process() -> None:
     """A loop that makes its dataset anew each epoch opens a store each epoch: a server that gave no answer is not
     waited for again. A server that answers passes, whatever it answers."""
     import http.server
-    import socket
     import threading
+    from urllib.parse import urlparse
 
+    from tests.servers import silent_uri
     from wif.measure.tracking import check_server_answers
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    uri = f"http://127.0.0.1:{port}"
-    with pytest.raises(ConnectionError, match="no answer from"):
-        check_server_answers(uri)  # nothing listens there
-    server = http.server.HTTPServer(("127.0.0.1", port), http.server.BaseHTTPRequestHandler)  # answers 501
+    uri = silent_uri()
+    with pytest.raises(ConfigError, match="no answer from"):
+        check_server_answers(uri, within_s=5.0)  # nothing listens there
+    server = http.server.HTTPServer(("127.0.0.1", urlparse(uri).port), http.server.BaseHTTPRequestHandler)  # 501
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         check_server_answers(f"{uri}/")  # another URI: asked, and an error status is an answer
-        with pytest.raises(ConnectionError, match="no answer from"):
+        with pytest.raises(ConfigError, match="no answer from"):
             check_server_answers(uri)  # not asked again
     finally:
         server.shutdown()

@@ -33,7 +33,7 @@ from wif.measure import names
 from wif.measure.lifetime import signals_held
 from wif.measure.nvml import resolve_device
 from wif.measure.sysinfo import usable_cores
-from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
+from wif.measure.tracking import ANSWER_WITHIN_S, FAILED, FINISHED, KILLED, Tracker
 from wif.tools.worker_search import double_workers
 
 # NOTE [ The bound ]
@@ -70,7 +70,7 @@ def advise(
         f"{PROG}: within {opts.minutes:g} minutes (--minutes): the race stops once its answer is settled, or "
         "before a block that would end later"
     )
-    tracker = Tracker(base.tracking.uri, base.tracking.experiment)
+    tracker = Tracker(base.tracking.uri, base.tracking.experiment, answer_within_s=ANSWER_WITHIN_S)
     advise_id = time.strftime("%Y%m%d-%H%M%S") + f"-{id(base) % 100000}"
     with signals_held():  # a Ctrl-C while the record is made: the record exists, and is ended below
         tags = {names.TAG_KIND: "advise", names.TAG_ADVISE_ID: advise_id, names.TAG_ADVISE_ROLE: "parent"}

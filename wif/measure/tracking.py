@@ -25,6 +25,7 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from wif.config import ConfigError
 from wif.measure import names
 from wif.measure.lifetime import owner_gone
 
@@ -65,13 +66,15 @@ def _artifact_root(uri: str) -> Optional[str]:
 
 
 _SILENT: Dict[str, str] = {}  # a tracking server that gave no answer -> why; See NOTE [ Module state ]
+ANSWER_WITHIN_S = 10.0  # a command's first word with the server; the watch, in the user's loop, waits 5
 
 
-def check_server_answers(uri: str, within_s: float = 5.0) -> None:
-    """ConnectionError where an http(s) tracking server gives no answer within `within_s`; other stores pass.
+def check_server_answers(uri: str, within_s: float = ANSWER_WITHIN_S) -> None:
+    """ConfigError where an http(s) tracking server gives no answer within `within_s`; other stores pass.
 
-    MLflow's client retries a request for minutes before it fails: the watch asks once, briefly, in the loop.
-    Any HTTP answer passes, a refusal of its credentials too: only silence fails.
+    MLflow's client retries a request for minutes before it fails. So every command asks once, briefly, before it
+    starts anything, and the watch asks once in the loop. Any HTTP answer passes, a refusal of credentials too:
+    only silence fails. A command's jobs keep MLflow's retries: they outlive a server's restart.
     """
     import requests  # as MLflow's client reaches the server: its proxies and CA bundle
 
@@ -84,8 +87,11 @@ def check_server_answers(uri: str, within_s: float = 5.0) -> None:
         except requests.exceptions.SSLError:  # a TLS handshake is an answer: MLflow's own settings may verify it
             return
         except requests.exceptions.RequestException as err:  # refused, unresolved, timed out
-            _SILENT[uri] = f"no answer from {uri} within {within_s:g} s ({type(err).__name__})"
-    raise ConnectionError(_SILENT[uri])
+            _SILENT[uri] = (
+                f"no answer from the tracking server {uri} within {within_s:g} s ({type(err).__name__}): start it, "
+                "or set MLFLOW_TRACKING_URI (tracking.uri) to a store that answers"
+            )
+    raise ConfigError(_SILENT[uri])
 
 
 @contextlib.contextmanager
@@ -108,7 +114,7 @@ class Tracker:
     def __init__(self, uri: str, experiment: str, attempts: int = 5, answer_within_s: Optional[float] = None) -> None:
         """A client on the store, the experiment made where it is not; `attempts` for a busy store or a server starting.
 
-        With `answer_within_s`, a server that does not answer within it is a ConnectionError, not minutes of retries.
+        With `answer_within_s`, a server that does not answer within it is a ConfigError, not minutes of retries.
         """
         self.uri = uri
         if answer_within_s is not None:

@@ -19,7 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from wif.config.exits import EXIT_FAILED
+from wif.config.exits import EXIT_BAD_SETTING, EXIT_FAILED
 from wif.measure import names
 
 log = logging.getLogger("wif")
@@ -96,6 +96,18 @@ def tally_from_store(config: DictConfig, since_ms: int, total: int) -> SweepTall
     return t
 
 
+def refuse_silent_store(config: DictConfig) -> None:
+    """Exit 2, in one line, where the tracking server does not answer: before any job, not after minutes of retries."""
+    from wif.config import ConfigError
+    from wif.measure.tracking import check_server_answers
+
+    try:
+        check_server_answers(str(config.tracking.uri))
+    except ConfigError as err:
+        log.error("Bad setting: %s; nothing was started.", err)
+        raise SystemExit(EXIT_BAD_SETTING) from None
+
+
 def _sweep_pos(run: Any) -> int:
     """The run's job number in its sweep; -1 when untagged."""
     return int(run.data.tags.get(names.TAG_SWEEP_POS, -1))
@@ -162,8 +174,13 @@ def blocks_line(jobs: Sequence[Any]) -> str:
 class SweepCallback(Callback):
     """Counts a multirun's jobs and checks them before the first starts; says how they ended."""
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Refuse a single run (exit 2) whose tracking server does not answer."""
+        refuse_silent_store(config)
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Count the jobs, and refuse the sweep (exit 2) before its first job if any job cannot run."""
+        refuse_silent_store(config)
         TALLY.reset(started_ms=int(time.time() * 1000))
         LOST.clear()
         try:

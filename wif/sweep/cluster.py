@@ -158,22 +158,13 @@ def _refusal() -> Iterator[None]:
 
 
 def open_store(config: DictConfig) -> None:
-    """Open the sweep's store once, before any job: a server within 10 s, SQLite's schema and experiment made now."""
+    """Open the sweep's store once, before any job: a server that answers, SQLite's schema and experiment made now."""
     from wif.measure.tracking import Tracker
+    from wif.sweep.callback import refuse_silent_store
 
     uri, experiment = str(config.tracking.uri), str(config.tracking.experiment)
-    parsed = urlparse(uri)
-    if parsed.scheme in ("http", "https"):
-        try:
-            socket.create_connection(
-                (parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)), timeout=10
-            ).close()
-        except OSError as err:
-            raise ClusterError(
-                f"Cannot reach the tracking server {uri} ({err}); no job was started. Start it "
-                "(docs/cluster.md) or fix tracking.uri."
-            ) from err
-    elif parsed.scheme == "sqlite" and str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+    refuse_silent_store(config)  # where this callback runs before the sweep's
+    if urlparse(uri).scheme == "sqlite" and str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
         log.warning(
             "tracking.uri=%s is a SQLite file: jobs on many nodes writing it over a shared file system "
             "hit lock errors. Start an MLflow server and pass tracking.uri=http://HOST:PORT "

@@ -27,7 +27,7 @@ from wif.config.compose import add_config_args, wif_hydra
 from wif.config.exits import EXIT_BAD_SETTING, one_line, quick_exit
 from wif.measure import names
 from wif.measure.names import Cell
-from wif.measure.tracking import default_tracking_uri
+from wif.measure.tracking import check_server_answers, default_tracking_uri
 from wif.sweep.prices import Prices
 from wif.sweep.pricing import Basis, Price, Shape, price, race_share
 from wif.sweep.probe import history_prices, read_history
@@ -187,6 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = build_parser().parse_intermixed_args(argv)
     try:
         planned = plan_cells(a.overrides, a.config_dir)
+        check_server_answers(a.tracking_uri)
     except ConfigError as err:
         print(f"wif-plan: bad setting: {err}", file=sys.stderr)
         return EXIT_BAD_SETTING

@@ -26,7 +26,7 @@ from wif.config.exits import EXIT_BAD_SETTING, EXIT_INTERRUPTED, EXIT_OK, quick_
 from wif.measure import names
 from wif.measure.nvml import cuda_present
 from wif.measure.sysinfo import host_tags
-from wif.measure.tracking import FINISHED, Tracker
+from wif.measure.tracking import FINISHED, Tracker, check_server_answers
 
 if TYPE_CHECKING:
     import torch
@@ -223,6 +223,7 @@ def _inputs(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, Tracking
     tracking = load_config(args.overrides, args.config_dir).tracking
     if not cuda_present():
         raise ConfigError(NO_CUDA)
+    check_server_answers(tracking.uri)
     return args, tracking
 
 

@@ -26,6 +26,7 @@ from wif.data.loaders import silence_worker_count_warning
 from wif.measure import names
 from wif.measure.nvml import resolve_device
 from wif.measure.sysinfo import usable_cores
+from wif.measure.tracking import check_server_answers
 from wif.run.forking import preload
 from wif.tools.tune_trials import WORKER_ONLY, Trial, Tuner, trial_config
 from wif.tools.worker_search import best_trial, search_workers
@@ -185,6 +186,7 @@ def _inputs(args: argparse.Namespace) -> Tuple[Config, str]:
     """The searched configuration and its device; ConfigError, a bad mix of settings included, before any run."""
     base = searched_config(args.overrides, args.config_dir)
     _check(args, base)
+    check_server_answers(base.tracking.uri)
     device = resolve_device(base.device)
     trial_config(base, num_workers=0, pin_memory=False, batches=args.batches, epochs=args.epochs)  # a bad mix
     return base, device

@@ -29,7 +29,7 @@ from wif.advisor.script.runner import LOADER_KEYS, ScriptRunner
 from wif.config import Config, ConfigError, Device
 from wif.config.compose import load_config
 from wif.dataloader_args import BY_NAME
-from wif.measure.tracking import default_tracking_uri
+from wif.measure.tracking import check_server_answers, default_tracking_uri
 from wif.watcher.origin import NAMED
 
 PROBE_TIMEOUT_S = 600.0  # the command's start, up to its wif.watch call: imports, data, model
@@ -179,6 +179,7 @@ def prepare(overrides: Sequence[str], command: Sequence[str], config_dir: Option
         warm.warm_up()  # the server's imports under way while the configuration is composed and the probe runs
     try:
         base = load_config(list(overrides) + ["data=custom", f"data._target_={__name__}.your_script"], config_dir)
+        check_server_answers(base.tracking.uri)  # before the script runs, not after its probe
         t0 = time.monotonic()
         found = probe(command)
     except BaseException:  # a refusal or Ctrl-C: no run will fork from the server

@@ -17,7 +17,7 @@ from typing import Optional
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.servers import silent_uri
+from tests.servers import MlflowServer, silent_uri
 from wif.watcher.orders import ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,6 +138,33 @@ def test_a_store_that_cannot_be_written_never_ends_the_training(tmp_path: Path) 
         assert done.stdout.split() == ["trained", "0", "trained", "1", "trained", "2"]
         said = [line for line in done.stderr.splitlines() if "cannot be written" in line]
         assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_tracking_server_that_dies_mid_run_never_holds_the_scripts_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server is killed after the second epoch. The script's exit waited 6 minutes on MLflow's retries of
+    the last epochs and the summary; now one line says what was not logged, and the script ends."""
+    body = """
+    import os, signal
+    for epoch in range(4):
+        for x, y in wif.watch(loader):
+            pass
+        if epoch == 1:
+            os.killpg(int(os.environ["SERVER_PGID"]), signal.SIGKILL)  # the server dies mid-run
+        print(f"trained {epoch}", flush=True)
+    """
+    server = MlflowServer(tmp_path).start()
+    monkeypatch.setenv("SERVER_PGID", str(server.proc.pid))
+    try:
+        done = run(tmp_path, body, server.uri, timeout=120)
+    finally:
+        server.stop()
+    assert done.returncode == 0 and done.stdout.split()[-1] == "3", done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if "stopped answering" in line]
+    assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (left,) = watch_runs(f"sqlite:///{tmp_path / 'server.db'}")  # read from the dead server's own database
+    assert left.info.status == "RUNNING" and left.info.run_id in said[0]
 
 
 def test_the_orders_go_to_the_training_loader_not_a_sanity_pass(tmp_path: Path, store: str) -> None:

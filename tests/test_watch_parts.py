@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 from wif.config import ConfigError
 from wif.watcher.found import anchor_of, find_dataloader, settings_of
 from wif.watcher.orders import Orders
-from wif.watcher.record import redacted
+from wif.watcher.origin import redacted
 
 
 class Pairs(Dataset):

@@ -1,4 +1,4 @@
-"""Where a DataLoader was made, and which framework iterates it: what the advice says of the loader it measured.
+"""Where a DataLoader was made, which framework iterates it, and the command line that ran it (secrets hidden).
 
 Standard library only: `note` runs inside DataLoader.__init__ as patched by wif.watcher.hook, which is imported
 while torch itself is.
@@ -7,8 +7,9 @@ while torch itself is.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 MADE_AT: Dict[int, str] = {}  # id() of a dataset -> where its first DataLoader was made
 NAMED = "WIF_WATCH_LOADER"  # the training loader named (wif-watch and wif-advise --loader): is_named
@@ -88,3 +89,23 @@ def of(loader: Any) -> Dict[str, Any]:
 def is_named(named: str, loader: Any) -> bool:
     """Whether `named` (WIF_WATCH_LOADER, --loader), a dataset's class or a place ("train.py:42"), is this loader."""
     return named == type(loader.dataset).__name__ or named in (made_at(loader.dataset) or "")
+
+
+SECRET = re.compile(r"(token(?!izer)|secret|password|passwd|api[-_]?key|access[-_]?key|credential)", re.IGNORECASE)
+
+
+def redacted(argv: List[str]) -> List[str]:
+    """The command line as the run's tag, with the value of any option whose name says it is a secret hidden.
+
+    For example `--hf-token abc`, `--api_key=abc` and `WANDB_API_KEY=abc`.
+    """
+    out: List[str] = []
+    for i, arg in enumerate(argv):
+        name, eq, _ = arg.partition("=")
+        if eq and SECRET.search(name):
+            out.append(f"{name}=***")
+        elif i > 0 and argv[i - 1].startswith("-") and "=" not in argv[i - 1] and SECRET.search(argv[i - 1]):
+            out.append("***")
+        else:
+            out.append(arg)
+    return out

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import statistics
 import sys
 import time
@@ -21,19 +20,29 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from wif.config import MeasureConfig, TrackingConfig
+from wif.config import ConfigError, MeasureConfig, TrackingConfig
 from wif.measure import epochs, names
 from wif.measure.contention import HostCpuMeter
 from wif.measure.epochs import WARMUP_EPOCHS
 from wif.measure.lifetime import owner_tags
 from wif.measure.sampler import TreeSampler
 from wif.measure.sysinfo import host_tags
-from wif.measure.tracking import FAILED, FINISHED, KILLED, PacedSender, Tracker, default_tracking_uri
+from wif.measure.tracking import (
+    FAILED,
+    FINISHED,
+    KILLED,
+    PacedSender,
+    Tracker,
+    check_server_answers,
+    default_tracking_uri,
+)
 from wif.watcher import ranks
 from wif.watcher.options import warn
 from wif.watcher.orders import FORKED_FROM
+from wif.watcher.origin import redacted
 
 MB = 1024 * 1024
+ANSWER_WITHIN_S = 5.0  # the watch waits for a tracking server in the user's loop, or at the script's exit
 
 
 # Kept over the run's epochs as the largest any epoch saw.
@@ -181,7 +190,7 @@ class Record:
     def _open(self) -> Optional[str]:
         """The run, started in the store the first time."""
         if self.tracker is None:
-            self.tracker = Tracker(self.uri, self.experiment, attempts=2, answer_within_s=5.0)  # in the user's loop
+            self.tracker = Tracker(self.uri, self.experiment, attempts=2, answer_within_s=ANSWER_WITHIN_S)
             if self.run_id is None:
                 tags = {
                     **host_tags(),
@@ -223,6 +232,17 @@ class Record:
         if self.sender is not None and self.sender.close():
             warn(f"an epoch's figures did not reach MLflow: {self.sender.error}")
 
+    def _still_answers(self, run: str) -> bool:
+        """Whether the store is still there: a server gone since the run opened would hold the exit for minutes."""
+        try:
+            check_server_answers(self.uri, ANSWER_WITHIN_S)
+            return True
+        except ConfigError:
+            self.log = False
+            said = f"the last epochs are not logged, and run {run} stays RUNNING"
+            warn(f"the tracking server {self.uri} stopped answering: {said}")
+            return False
+
     def summary(self) -> Dict[str, float]:
         """The run's summary over the steady epochs, the first left out where there are more, as a study run's."""
         out = epochs.summary(self.epochs, WARMUP_EPOCHS)
@@ -244,7 +264,7 @@ class Record:
         self.sampler.stop()
         self.send_held()
         run = self.open() if self.epochs else None
-        if run is None:
+        if run is None or not self._still_answers(run):
             return
         self._flush()
         try:
@@ -262,26 +282,6 @@ class Record:
             if not self.own:
                 raise
             self.store_failed(err)
-
-
-SECRET = re.compile(r"(token(?!izer)|secret|password|passwd|api[-_]?key|access[-_]?key|credential)", re.IGNORECASE)
-
-
-def redacted(argv: List[str]) -> List[str]:
-    """The command line as the run's tag, with the value of any option whose name says it is a secret hidden.
-
-    For example `--hf-token abc`, `--api_key=abc` and `WANDB_API_KEY=abc`.
-    """
-    out: List[str] = []
-    for i, arg in enumerate(argv):
-        name, eq, _ = arg.partition("=")
-        if eq and SECRET.search(name):
-            out.append(f"{name}=***")
-        elif i > 0 and argv[i - 1].startswith("-") and "=" not in argv[i - 1] and SECRET.search(argv[i - 1]):
-            out.append("***")
-        else:
-            out.append(arg)
-    return out
 
 
 def _experiment(experiment: Optional[str], orders: Any) -> str:

@@ -36,8 +36,10 @@ def silent_uri() -> str:
 
 
 class _Busy(BaseHTTPRequestHandler):
+    health = 200
+
     def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/health" else 503)
+        self.send_response(self.health if self.path == "/health" else 503)
         self.end_headers()
 
     do_POST = do_GET
@@ -47,9 +49,9 @@ class _Busy(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def busy_server() -> Iterator[str]:
-    """A server that answers its health check, and 503 to MLflow's calls: MLflow's client retries for minutes."""
-    server = HTTPServer(("127.0.0.1", 0), _Busy)
+def busy_server(health: int = 200) -> Iterator[str]:
+    """A server that answers its health check `health`, and 503 to MLflow's calls: MLflow retries for minutes."""
+    server = HTTPServer(("127.0.0.1", 0), type("Busy", (_Busy,), {"health": health}))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -169,22 +169,25 @@ def test_secrets_in_the_command_line_are_not_logged() -> None:
 
 def test_a_silent_tracking_server_is_asked_once_a_process() -> None:
     """A loop that makes its dataset anew each epoch opens a store each epoch: a server that gave no answer is not
-    waited for again. A server that answers passes, whatever it answers."""
+    waited for again. A server that answers passes, an error status too, but not one MLflow's client retries."""
     import http.server
     import threading
     from urllib.parse import urlparse
 
-    from tests.servers import silent_uri
+    from tests.servers import busy_server, silent_uri
     from wif.measure.tracking import check_server_answers
 
     uri = silent_uri()
-    with pytest.raises(ConfigError, match="no answer from"):
+    with pytest.raises(ConfigError, match="gave no answer within 5 s"):
         check_server_answers(uri, within_s=5.0)  # nothing listens there
+    with busy_server(health=503) as unavailable:  # a proxy in front of a server that is down
+        with pytest.raises(ConfigError, match="answered HTTP 503"):
+            check_server_answers(unavailable)
     server = http.server.HTTPServer(("127.0.0.1", urlparse(uri).port), http.server.BaseHTTPRequestHandler)  # 501
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         check_server_answers(f"{uri}/")  # another URI: asked, and an error status is an answer
-        with pytest.raises(ConfigError, match="no answer from"):
+        with pytest.raises(ConfigError, match="gave no answer"):
             check_server_answers(uri)  # not asked again
     finally:
         server.shutdown()

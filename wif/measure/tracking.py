@@ -67,14 +67,16 @@ def _artifact_root(uri: str) -> Optional[str]:
 
 _SILENT: Dict[str, str] = {}  # a tracking server that gave no answer -> why; See NOTE [ Module state ]
 ANSWER_WITHIN_S = 10.0  # a command's first word with the server; the watch, in the user's loop, waits 5
+RETRIED = frozenset((408, 429, 500, 502, 503, 504))  # mlflow.utils.request_utils._TRANSIENT_FAILURE_RESPONSE_CODES
 
 
 def check_server_answers(uri: str, within_s: float = ANSWER_WITHIN_S) -> None:
     """ConfigError where an http(s) tracking server gives no answer within `within_s`; other stores pass.
 
     MLflow's client retries a request for minutes before it fails. So every command asks once, briefly, before it
-    starts anything, and the watch asks once in the loop. Any HTTP answer passes, a refusal of credentials too:
-    only silence fails. A command's jobs keep MLflow's retries: they outlive a server's restart.
+    starts anything, and the watch asks once in the loop. An answer passes, a refusal of credentials too; silence
+    fails, and so does a status MLflow would retry (a proxy's 503 while the server is down). A command's jobs keep
+    MLflow's retries: they outlive a server's restart.
     """
     import requests  # as MLflow's client reaches the server: its proxies and CA bundle
 
@@ -82,15 +84,15 @@ def check_server_answers(uri: str, within_s: float = ANSWER_WITHIN_S) -> None:
         return
     if uri not in _SILENT:  # asked once a process: a loop that makes its data anew each epoch waits once
         try:
-            requests.get(uri.rstrip("/") + "/health", timeout=within_s).close()
-            return
+            with requests.get(uri.rstrip("/") + "/health", timeout=within_s) as answer:
+                if answer.status_code not in RETRIED:
+                    return
+                why = f"answered HTTP {answer.status_code}, which MLflow's client would retry for minutes"
         except requests.exceptions.SSLError:  # a TLS handshake is an answer: MLflow's own settings may verify it
             return
         except requests.exceptions.RequestException as err:  # refused, unresolved, timed out
-            _SILENT[uri] = (
-                f"no answer from the tracking server {uri} within {within_s:g} s ({type(err).__name__}): start it, "
-                "or set MLFLOW_TRACKING_URI (tracking.uri) to a store that answers"
-            )
+            why = f"gave no answer within {within_s:g} s ({type(err).__name__})"
+        _SILENT[uri] = f"the tracking server {uri} {why}: start it, or set MLFLOW_TRACKING_URI to a store that answers"
     raise ConfigError(_SILENT[uri])
 
 

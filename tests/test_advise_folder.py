@@ -15,8 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, _as_in_a_terminal, new_store
+from tests.images import data_cfg
 from tests.test_advise import SLOW_READS, _advise
-from tests.test_data import _data_cfg
 from wif.data.folder import folder_files
 
 SMALL = ("--images", "24", "--held-out", "6", "--classes", "2", "--size", "40")
@@ -41,7 +41,7 @@ def advise_runs(db: Path) -> list:
 @pytest.mark.parametrize("name", ["test", "val", "validation"])
 def test_the_held_out_split_is_found_under_its_usual_names(tmp_path: Path, name: str) -> None:
     root = make_folder(tmp_path / "images", "--held-out-name", name)
-    files, classes = folder_files(_data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}"))
+    files, classes = folder_files(data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}"))
     assert classes == 2 and len(files["train_paths"]) == 24 and len(files["test_paths"]) == 6
     assert files["held_out"] == name and all(f"/{name}/" in p for p in files["test_paths"])
 

@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg, run_train, train_runs
-from tests.test_data import _image_folder
+from tests.images import image_folder
 from tests.test_engines import _samples_per_epoch
 from wif.config import ConfigError, validate, warnings_for
 from wif.data.datasets import load_datasets
@@ -95,7 +95,7 @@ def test_dali_trains_like_dataloader_on_encoded_and_on_a_folder(tmp_path: Path, 
     )
     proc = run_train(tmp_path, store, cache_dir, *common, "engine=dataloader,dali")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = _image_folder(tmp_path / "images")
+    folder = image_folder(tmp_path / "images")
     proc = run_train(
         tmp_path,
         store,

@@ -10,20 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from tests.conftest import compose_cfg, run_train, train_runs
+from tests.conftest import run_train, train_runs
+from tests.images import data_cfg, image_folder
 from wif.config import ConfigError
 from wif.data.datasets import folder_arrays, load_datasets, split_indices
 from wif.data.synthetic import VERIFIED, _read_cache, synthetic_arrays
 
 
-def _data_cfg(cache: Path, *overrides: str):
-    return OmegaConf.to_object(compose_cfg("preset=smoke", f"data.cache_dir={cache}", *overrides)).data
-
-
 def test_synthetic_set_is_deterministic_and_cached(tmp_path: Path) -> None:
-    cfg = _data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
+    cfg = data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
     first = synthetic_arrays(cfg)
     folders = list(tmp_path.iterdir())
     assert len(folders) == 1 and (folders[0] / "manifest.json").exists()
@@ -34,7 +30,7 @@ def test_synthetic_set_is_deterministic_and_cached(tmp_path: Path) -> None:
         np.testing.assert_array_equal(first[key], again[key])
     assert first["train_x"].shape == (300, 3, 64, 64) and first["train_x"].dtype == np.uint8
     assert set(np.unique(first["train_y"])) == set(range(10))
-    other = synthetic_arrays(_data_cfg(tmp_path, "data.num_train=200", "data.num_test=100"))
+    other = synthetic_arrays(data_cfg(tmp_path, "data.num_train=200", "data.num_test=100"))
     assert len(other["train_y"]) == 200 and len(list(tmp_path.iterdir())) == 2  # keyed by its parameters
 
 
@@ -42,7 +38,7 @@ def test_synthetic_set_is_deterministic_and_cached(tmp_path: Path) -> None:
 def test_a_damaged_cache_is_detected_and_regenerated(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = _data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
+    cfg = data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
     good = synthetic_arrays(cfg)
     target = next(tmp_path.iterdir()) / "train_x.npy"
     raw = bytearray(target.read_bytes())
@@ -62,7 +58,7 @@ def test_the_cache_is_checked_once_mapped_and_still_caught_when_written(tmp_path
     """The H100's jobs each read and hashed the whole set. Its checksums are now checked once: a later read of
     unchanged files maps them and hashes nothing; a write to a file is caught at the next read. A file written
     within RACY_S of the check is checked again: a write in the same clock tick would keep its times."""
-    cfg = _data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
+    cfg = data_cfg(tmp_path, "data.num_train=300", "data.num_test=100")
     good = synthetic_arrays(cfg)
     folder = next(tmp_path.iterdir())
     synthetic_arrays(cfg, mmap=True)
@@ -89,7 +85,7 @@ def test_fraction_and_split_are_seeded_and_disjoint() -> None:
 
 
 def test_datasets_are_normalized_float_tensors(tmp_path: Path) -> None:
-    data = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5"))
+    data = load_datasets(data_cfg(tmp_path, "data.fraction=0.5"))
     assert (len(data.train), len(data.val), len(data.test)) == (800, 200, 200)  # preset=smoke's 200 test images
     assert data.train.images.dtype == torch.float32 and data.train.labels.dtype == torch.int64
     assert -3 < data.train.images.mean().item() < 3 and data.num_classes == 10
@@ -98,49 +94,33 @@ def test_datasets_are_normalized_float_tensors(tmp_path: Path) -> None:
 def test_validation_and_test_evaluate_the_images_the_config_asks(tmp_path: Path) -> None:
     """data.val_images and data.test_images: at most that many, evenly spaced through the split; training
     untouched. Held tensors and images decoded per sample alike."""
-    whole = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5"))
-    some = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5", "data.val_images=50", "data.test_images=100"))
+    whole = load_datasets(data_cfg(tmp_path, "data.fraction=0.5"))
+    some = load_datasets(data_cfg(tmp_path, "data.fraction=0.5", "data.val_images=50", "data.test_images=100"))
     assert (len(some.train), len(some.val), len(some.test)) == (800, 50, 100)
     assert torch.equal(some.train.images, whole.train.images)
     picked = np.linspace(0, 199, num=100).round().astype(np.int64)  # the first, the last and 98 between
     assert torch.equal(some.test.images, whole.test.images[picked]) and picked[-1] == 199
     assert set(some.test.labels.tolist()) == set(range(10))  # every class still tested
-    decoded = load_datasets(_data_cfg(tmp_path, "data=encoded", "data.fraction=0.5", "data.test_images=100"))
+    decoded = load_datasets(data_cfg(tmp_path, "data=encoded", "data.fraction=0.5", "data.test_images=100"))
     assert (len(decoded.train), len(decoded.val), len(decoded.test)) == (800, 200, 100)
-    big = load_datasets(_data_cfg(tmp_path, "data.fraction=0.5", "data.val_images=5000"))
+    big = load_datasets(data_cfg(tmp_path, "data.fraction=0.5", "data.val_images=5000"))
     assert len(big.val) == 200  # more than the split holds: all of it
 
 
-def _image_folder(root: Path, bad: bool = False, empty_class: bool = False) -> Path:
-    from torchvision.io import write_png
-
-    for part in ("train", "test"):
-        for c, colour in enumerate((0, 255)):
-            d = root / part / f"class{c}"
-            d.mkdir(parents=True)
-            if empty_class and part == "train" and c == 1:
-                continue
-            for i in range(4):
-                write_png(torch.full((3, 20, 30), colour, dtype=torch.uint8), str(d / f"{i}.png"))
-    if bad:
-        (root / "train" / "class0" / "broken.png").write_bytes(b"not an image")
-    return root
-
-
 def test_image_folder_is_decoded_and_resized(tmp_path: Path) -> None:
-    arrays, n_classes = folder_arrays(_data_cfg(tmp_path, "data=folder", f"data.root={_image_folder(tmp_path / 'im')}"))
+    arrays, n_classes = folder_arrays(data_cfg(tmp_path, "data=folder", f"data.root={image_folder(tmp_path / 'im')}"))
     assert (
         n_classes == 2 and arrays["train_x"].shape == (8, 3, 64, 64) and arrays["test_y"].tolist() == [0] * 4 + [1] * 4
     )
 
 
 def test_image_folder_errors_name_the_problem(tmp_path: Path) -> None:
-    bad = _image_folder(tmp_path / "bad", bad=True)
+    bad = image_folder(tmp_path / "bad", bad=True)
     with pytest.raises(ConfigError, match="broken.png"):
-        folder_arrays(_data_cfg(tmp_path, "data=folder", f"data.root={bad}"))
-    empty = _image_folder(tmp_path / "empty", empty_class=True)
+        folder_arrays(data_cfg(tmp_path, "data=folder", f"data.root={bad}"))
+    empty = image_folder(tmp_path / "empty", empty_class=True)
     with pytest.raises(ConfigError, match="class1"):
-        folder_arrays(_data_cfg(tmp_path, "data=folder", f"data.root={empty}"))
+        folder_arrays(data_cfg(tmp_path, "data=folder", f"data.root={empty}"))
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import assert_refused_only_with, compose_cfg, needs, run_train, train_runs
-from tests.test_formats import jpeg_folder
+from tests.images import jpeg_folder
 from wif.config import Config, ConfigError, DecodeBackend, TransferConfig, validate
 from wif.config.targets import typed
 from wif.data.datasets import load_datasets
@@ -94,11 +94,11 @@ def test_augmentation_runs_per_sample_on_the_device(cache_dir: Path) -> None:
 
 @pytest.mark.parametrize("fmt", [pytest.param("lmdb", marks=needs("lmdb")), "shards", "folder"])
 def test_packed_formats_hand_out_bytes_the_device_decodes_as_the_host_does(tmp_path: Path, fmt: str) -> None:
-    from tests.test_data import _data_cfg
+    from tests.images import data_cfg
     from wif.data.formats.splits import format_datasets
 
     root = jpeg_folder(tmp_path / "images", per_class=6, test_per_class=3, size=40)
-    cfg = _data_cfg(
+    cfg = data_cfg(
         tmp_path / "cache",
         "data=folder",
         f"data.root={root}",

@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Dataset
 
 from tests.conftest import CONF, run_train, start_train, train_runs
+from tests.images import data_cfg, image_folder
 from tests.servers import busy_server, silent_uri
-from tests.test_data import _data_cfg, _image_folder
 from wif.config import ConfigError, as_plain
 from wif.config.exits import EXIT_INTERRUPTED, describe
 from wif.data.folder_check import check_folder
@@ -167,7 +167,7 @@ def test_a_sweep_whose_jobs_run_in_their_own_processes_fails_when_one_of_them_fa
 ) -> None:
     """Its jobs' tallies never reach the submitting process: it reads them from the runs (test_local_gpus.py
     has a sweep of this kind that finishes)."""
-    root = _image_folder(tmp_path / "images")  # 5% of its 8 training images is none: that job fails
+    root = image_folder(tmp_path / "images")  # 5% of its 8 training images is none: that job fails
     proc = run_train(
         tmp_path,
         store,
@@ -211,8 +211,8 @@ def test_an_error_from_a_worker_is_described_in_one_line() -> None:
 def test_a_failing_single_run_exits_1_and_keeps_the_worker_traceback_for_the_log(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
-    root = _image_folder(tmp_path / "images")
-    check_folder(_data_cfg(cache_dir, "data=folder", f"data.root={root}"))  # an earlier run's check, cached
+    root = image_folder(tmp_path / "images")
+    check_folder(data_cfg(cache_dir, "data=folder", f"data.root={root}"))  # an earlier run's check, cached
     damaged = root / "train" / "class1" / "2.png"  # since damaged in place: same size, same mtime
     st = damaged.stat()
     damaged.write_bytes(b"x" * st.st_size)

@@ -25,7 +25,7 @@ from tests.conftest import (
     train_runs,
     wait_for_workers,
 )
-from tests.test_data import _image_folder
+from tests.images import image_folder
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,7 @@ def test_one_failing_job_does_not_stop_the_sweep_and_non_blocking_without_pin_on
     """One sweep, two claims: a job that fails leaves the other to finish, and transfer.non_blocking=true without
     pinned memory (baseline's loader) is said in a warning, never refused: the other job runs with it."""
     # 5% of the folder's 8 training images is none: only the job that loads the folder can tell
-    good = _image_folder(tmp_path / "good")
+    good = image_folder(tmp_path / "good")
     proc = run_train(
         tmp_path,
         store,

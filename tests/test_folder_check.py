@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import run_train, train_runs
-from tests.test_data import _data_cfg, _image_folder
+from tests.images import data_cfg, image_folder
 from wif.config import ConfigError
 from wif.data.folder_check import LIST_LIMIT, check_folder, require_readable
 
@@ -23,8 +23,8 @@ def _png(path: Path) -> None:
 
 
 def test_the_verdict_is_cached_per_file_and_only_changes_are_decoded_again(tmp_path: Path) -> None:
-    root = _image_folder(tmp_path / "images", bad=True)
-    cfg = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}")
+    root = image_folder(tmp_path / "images", bad=True)
+    cfg = data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}")
     first = check_folder(cfg)
     assert (first.total, first.decoded) == (17, 17) and set(first.bad) == {"train/class0/broken.png"}
     second = check_folder(cfg)
@@ -36,18 +36,18 @@ def test_the_verdict_is_cached_per_file_and_only_changes_are_decoded_again(tmp_p
 
 
 def test_the_message_names_the_first_files_and_counts_the_rest(tmp_path: Path) -> None:
-    root = _image_folder(tmp_path / "images")
+    root = image_folder(tmp_path / "images")
     extra = LIST_LIMIT + 5
     for i in range(extra):
         (root / "train" / "class1" / f"bad{i:02d}.png").write_bytes(b"\x89PNG truncated")
-    cfg = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}")
+    cfg = data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}")
     with pytest.raises(ConfigError) as err:
         require_readable(cfg)
     message = str(err.value)
     assert f"{extra} of {16 + extra} image files" in message and "and 5 more" in message
     assert f"bad{LIST_LIMIT - 1:02d}.png" in message and f"bad{LIST_LIMIT:02d}.png" not in message
     assert "data.skip_bad=true" in message and "\n" not in message
-    skipping = _data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}", "data.skip_bad=true")
+    skipping = data_cfg(tmp_path / "cache", "data=folder", f"data.root={root}", "data.skip_bad=true")
     assert len(require_readable(skipping).bad) == extra  # left out, not refused
 
 
@@ -55,7 +55,7 @@ def test_the_message_names_the_first_files_and_counts_the_rest(tmp_path: Path) -
 def test_a_corrupt_file_stops_the_run_before_training_unless_skipped(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
-    root = _image_folder(tmp_path / "images", bad=True)
+    root = image_folder(tmp_path / "images", bad=True)
     proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.root={root}", multirun=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
@@ -75,7 +75,7 @@ def test_a_corrupt_file_stops_the_run_before_training_unless_skipped(
 def test_a_sweep_checks_each_folder_once_and_refuses_before_its_first_job(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
-    good, bad = _image_folder(tmp_path / "good"), _image_folder(tmp_path / "bad", bad=True)
+    good, bad = image_folder(tmp_path / "good"), image_folder(tmp_path / "bad", bad=True)
     proc = run_train(tmp_path, store, cache_dir, *SMALL, f"data.root={bad},{good}", "loader=baseline,pin")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]

@@ -18,11 +18,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, needs, run_train, train_runs
-from tests.test_data import _data_cfg
+from tests.images import data_cfg, jpeg_folder
 from wif.data.datasets import load_datasets
 from wif.data.formats.pack import PackError, crc, open_pack
 from wif.data.formats.splits import format_datasets
@@ -31,21 +30,6 @@ from wif.tools.pack import main as wif_pack
 
 FORMATS = ("folder", "lmdb", "shards")
 SMALL = ("preset=smoke", "data=folder", "data.val_split=0.25", "data.shard_mb=0.02", "loader=baseline")
-
-
-def jpeg_folder(root: Path, per_class: int = 16, test_per_class: int = 4, size: int = 32, classes: int = 3) -> Path:
-    """An ImageFolder of small noisy JPEGs, each class its own brightness (learnable in a few epochs)."""
-    from torchvision.io import encode_jpeg
-
-    g = torch.Generator().manual_seed(0)
-    for part, n in (("train", per_class), ("test", test_per_class)):
-        for c in range(classes):
-            d = root / part / f"class{c}"
-            d.mkdir(parents=True)
-            for i in range(n):
-                img = (torch.rand(3, size, size, generator=g) * 60 + 40 + c * 60).to(torch.uint8)
-                (d / f"{i:03d}.jpg").write_bytes(encode_jpeg(img, quality=90).numpy().tobytes())
-    return root
 
 
 def _train_images(split) -> Counter:
@@ -57,11 +41,11 @@ def _train_images(split) -> Counter:
 def test_a_fraction_of_0_4_takes_the_same_images_in_every_format(tmp_path: Path) -> None:
     root = jpeg_folder(tmp_path / "images")
     common = ("data=folder", f"data.root={root}", "data.fraction=0.4", "data.shard_mb=0.02", "data.augment=none")
-    plain = load_datasets(_data_cfg(tmp_path / "cache", *common))
+    plain = load_datasets(data_cfg(tmp_path / "cache", *common))
     expected = _train_images(plain.train)
     assert sum(expected.values()) == len(plain.train) > 0
     for fmt in FORMATS:
-        data = format_datasets(_data_cfg(tmp_path / "cache", *common, f"data.format={fmt}"))
+        data = format_datasets(data_cfg(tmp_path / "cache", *common, f"data.format={fmt}"))
         assert (len(data.train), len(data.val), len(data.test), data.num_classes) == (
             len(plain.train),
             len(plain.val),
@@ -280,10 +264,10 @@ def test_data_encoded_is_written_as_files_and_packed_with_the_bytes_it_decodes(t
         "data.augment=none",
         "data.shard_mb=0.01",
     )
-    plain = load_datasets(_data_cfg(tmp_path / "cache", *common))  # the JPEG bytes held in memory
+    plain = load_datasets(data_cfg(tmp_path / "cache", *common))  # the JPEG bytes held in memory
     expected = _train_images(plain.train)
     for fmt in FORMATS:
-        data = format_datasets(_data_cfg(tmp_path / "cache", *common, f"data.format={fmt}"))
+        data = format_datasets(data_cfg(tmp_path / "cache", *common, f"data.format={fmt}"))
         assert _train_images(data.train) == expected, fmt
     written = list((tmp_path / "cache").glob("encoded-files-*/train/*/*.jpg"))
     assert len(written) == 50

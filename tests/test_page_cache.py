@@ -14,8 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import needs, run_train, train_runs
-from tests.test_data import _data_cfg
-from tests.test_formats import jpeg_folder
+from tests.images import data_cfg, jpeg_folder
 from wif.config import ConfigError
 from wif.data.datasets import split_indices
 from wif.data.folder import folder_files
@@ -73,7 +72,7 @@ def test_the_cold_cache_is_cold_and_the_warm_one_is_warm(tmp_path: Path, store: 
     )  # warm first
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     # the files the training split reads, picked as every run picks them
-    cfg = _data_cfg(tmp_path / "c", "data=folder", f"data.root={root}", "data.fraction=1.0", "data.val_split=0.25")
+    cfg = data_cfg(tmp_path / "c", "data=folder", f"data.root={root}", "data.fraction=1.0", "data.val_split=0.25")
     files, _ = folder_files(cfg)
     train_idx, _ = split_indices(len(files["train_y"]), 1.0, 0.25, 0)
     train_bytes = sum(os.path.getsize(files["train_paths"][i]) for i in train_idx)
@@ -116,11 +115,11 @@ def shm_folder():
 def test_a_job_refuses_cold_on_tmpfs_for_the_folder_and_for_a_pack_in_the_cache(
     shm_folder: Path, tmp_path: Path
 ) -> None:
-    folder = _data_cfg(tmp_path / "c", "data=folder", f"data.root={shm_folder}", "data.page_cache=cold")
+    folder = data_cfg(tmp_path / "c", "data=folder", f"data.root={shm_folder}", "data.page_cache=cold")
     with pytest.raises(ConfigError) as err:
         prepare_storage(folder)
     assert "data.page_cache=cold" in str(err.value) and "tmpfs" in str(err.value) and str(shm_folder) in str(err.value)
-    in_shm = _data_cfg(
+    in_shm = data_cfg(
         shm_folder / "cache", "data=folder", f"data.root={shm_folder}", "data.format=lmdb", "data.page_cache=cold"
     )  # the pack goes to a cache on tmpfs
     with pytest.raises(ConfigError, match="tmpfs"):
@@ -241,7 +240,7 @@ def test_under_a_cold_cache_each_batch_lets_go_of_the_lmdb_map_host_or_device_de
 
     root = jpeg_folder(tmp_path / "images", per_class=6, test_per_class=2, size=32)
     for cache, held in (("cold", False), ("warm", True)):
-        cfg = _data_cfg(
+        cfg = data_cfg(
             tmp_path / "cache",
             "data=folder",
             f"data.root={root}",

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import assert_refused_only_with, compose_cfg, needs, run_train, train_runs
-from tests.test_data import _image_folder
+from tests.images import image_folder
 from wif.config import Config, TransferConfig
 from wif.config.targets import typed
 from wif.data.datasets import load_datasets
@@ -51,7 +51,7 @@ def test_uint8_batches_converted_on_the_device_equal_the_host_float_batches(
         ["data.fraction=0.2"]
         if data != "folder"
         else [
-            f"data.root={_image_folder(tmp_path / 'images')}",
+            f"data.root={image_folder(tmp_path / 'images')}",
             "data.augment=standard",
             "data.fraction=1.0",
             "data.val_split=0.5",
@@ -221,13 +221,12 @@ def test_uint8_and_the_stream_prefetcher_are_cells_of_their_own_and_old_runs_kee
 @pytest.mark.parametrize("fmt", [pytest.param("lmdb", marks=needs("lmdb")), "shards"])
 def test_packed_formats_hand_out_uint8_that_converts_to_the_float_path(tmp_path: Path, fmt: str) -> None:
     """data.format=lmdb|shards under transfer.uint8: the same images as the float path once converted."""
-    from tests.test_data import _data_cfg
-    from tests.test_formats import jpeg_folder
+    from tests.images import data_cfg, jpeg_folder
     from wif.data.formats.splits import format_datasets
     from wif.data.transfer import to_float
 
     root = jpeg_folder(tmp_path / "images", per_class=4, test_per_class=2, size=32)
-    cfg = _data_cfg(
+    cfg = data_cfg(
         tmp_path / "cache",
         "data=folder",
         f"data.root={root}",

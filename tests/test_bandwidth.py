@@ -16,7 +16,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, run_train, train_runs
-from tests.test_report import GPU, log_run, new_store
+from tests.stores import GPU, log_run, new_store
 from wif.config import TransferConfig
 from wif.data.loaders import FixedBatches
 from wif.data.transfer import StreamPrefetcher, batch_nbytes, copies_from_host, make_transfer, on_device

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg, run_train, train_runs
 from tests.images import image_folder
-from tests.test_engines import _samples_per_epoch
+from tests.stores import samples_per_epoch
 from wif.config import ConfigError, validate, warnings_for
 from wif.data.datasets import load_datasets
 from wif.data.engines import build_engine_batches
@@ -113,15 +113,15 @@ def test_dali_trains_like_dataloader_on_encoded_and_on_a_folder(tmp_path: Path, 
     assert all(r.info.status == "FINISHED" for r in runs.values()) and len(runs) == 3
     ref, dali = runs[("dataloader", "encoded")], runs[("dali", "encoded")]
     assert (
-        _samples_per_epoch(store, dali.info.run_id)
-        == _samples_per_epoch(store, ref.info.run_id)
+        samples_per_epoch(store, dali.info.run_id)
+        == samples_per_epoch(store, ref.info.run_id)
         == [int(ref.data.tags["wif.n_train"])] * 3
     )
     # labels intact: the model learns the set as well (ten classes: chance is 0.1)
     assert dali.data.metrics["test_acc"] > 0.3 and ref.data.metrics["test_acc"] > 0.3
     assert abs(dali.data.metrics["test_acc"] - ref.data.metrics["test_acc"]) < 0.3
     on_folder = runs[("dali", "folder")]
-    assert _samples_per_epoch(store, on_folder.info.run_id) == [int(on_folder.data.tags["wif.n_train"])] * 3
+    assert samples_per_epoch(store, on_folder.info.run_id) == [int(on_folder.data.tags["wif.n_train"])] * 3
 
 
 @pytest.mark.gpu

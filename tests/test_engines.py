@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.conftest import CONF, compose_cfg, engine_case, needs, run_train, train_runs
+from tests.stores import samples_per_epoch
 from wif.config import ConfigError, EngineName, validate
 from wif.data.datasets import load_datasets
 from wif.data.engines import build_engine_batches
@@ -131,15 +131,6 @@ def test_every_pipelines_cell_is_valid_and_names_its_engine() -> None:
     assert "pin_nb_w4_pf2+spdl@0.4" in cells and "pin_nb+nodes_threads@0.4" in cells
 
 
-def _samples_per_epoch(store: str, run_id: str) -> list:
-    client = MlflowClient(store)
-    rate, time = (
-        {h.step: h.value for h in client.get_metric_history(run_id, key)}
-        for key in ("throughput_img_s", "epoch_time_s")
-    )
-    return [round(rate[step] * time[step]) for step in sorted(time)]
-
-
 @pytest.mark.slow
 @needs("spdl.pipeline", "torchdata.nodes")
 def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
@@ -162,7 +153,7 @@ def test_each_engine_trains_like_dataloader_and_nodes_procs_counts_its_workers(
         assert run.data.params["wif.engine"] == engine
         suffix = "" if engine == "dataloader" else f"+{engine}"
         assert run.data.tags["wif.cell"] == f"pin_nb_w4_pf2{suffix}@0.4"
-        assert _samples_per_epoch(store, run.info.run_id) == [int(ref.tags["wif.n_train"])] * 3, engine
+        assert samples_per_epoch(store, run.info.run_id) == [int(ref.tags["wif.n_train"])] * 3, engine
         assert m["val_acc"] > 0.2, engine  # ten classes: chance is 0.1
     threads, procs = (runs[(e, w)].data.metrics for e, w in (("nodes_threads", "1"), ("nodes_procs", "1")))
     # A finished epoch's workers exit within torchdata's queue timeout, so they may overlap the next loader's

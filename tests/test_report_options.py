@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.test_report import GPU, log_run, new_store
+from tests.stores import GPU, log_run, new_store
 from wif.report.report_cli import main
 from wif.report.runs import RunFilter, load_runs
 

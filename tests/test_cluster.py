@@ -13,11 +13,10 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig, OmegaConf
 
-from tests.conftest import CONF, ROOT, run_train, train_runs
+from tests.conftest import ROOT, run_train, train_runs
+from tests.launchers import SMOKE, compose_hydra, sbatch_script
 from tests.servers import MlflowServer
 from wif.sweep.cluster import (
     cluster_tags,
@@ -26,14 +25,7 @@ from wif.sweep.cluster import (
     node_jobs,
 )
 
-SMOKE = ("preset=smoke", "repeat=0")
 pytestmark = pytest.mark.usefixtures("own_locks")  # a sweep here never takes a real job's GPU lock
-
-
-def compose_hydra(*overrides: str) -> DictConfig:
-    """The configuration a multirun would launch with, hydra node included."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 
 # ----------------------------------------------------------------------------- launcher configs
@@ -49,23 +41,6 @@ SLURM_USER = (
     "hydra.launcher.setup=[module load cuda]",
     "tracking.uri=http://mlflow.example:5000",
 )
-
-
-def sbatch_script(launcher: DictConfig, jobs: int) -> str:
-    """The sbatch file submitit would write for this launcher config: the launcher's own translation
-    (generic keys -> SLURM's names, others as they are), rendered by submitit's own writer."""
-    from submitit.slurm.slurm import SlurmExecutor, _convert_mem, _make_sbatch_string
-
-    params = OmegaConf.to_container(launcher, resolve=False)
-    for key in ("_target_", "submitit_folder", "max_num_timeout"):
-        params.pop(key)
-    eq = SlurmExecutor._equivalence_dict()
-    params = {eq.get(k, k): v for k, v in params.items() if v is not None}
-    params["mem"] = _convert_mem(params["mem"])
-    params["job_name"] = "train"
-    return _make_sbatch_string(
-        command="python -u -m submitit.core._submit /sweep", folder="/sweep/%j", map_count=jobs, **params
-    )
 
 
 def test_slurm_launcher_composes_with_what_a_user_sets() -> None:

@@ -25,7 +25,7 @@ from tests.conftest import (
     start_train,
     train_runs,
 )
-from tests.test_cluster import compose_hydra, sbatch_script
+from tests.launchers import compose_hydra, sbatch_script
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
 from wif.measure.tracking import config_hash

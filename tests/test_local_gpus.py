@@ -14,7 +14,7 @@ from typing import Any, Dict
 import pytest
 
 from tests.conftest import ROOT, run_train, train_runs
-from tests.test_cluster import SMOKE, compose_hydra
+from tests.launchers import SMOKE, compose_hydra
 from wif.sweep.cluster import (
     check_gpu_parallelism,
     plan_local_gpus,

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg, run_train, train_runs
-from tests.test_tools import gpu_only
+from tests.cuda import gpu_only
 from wif.config import ConfigError, DataSource, TransferKind, validate, warnings_for
 from wif.data.loaders import FixedBatches
 from wif.data.transfer import StreamPrefetcher, make_transfer

@@ -11,11 +11,10 @@ from typing import List, Tuple
 import pytest
 import torch
 
+from tests.cuda import CUDA
 from wif.data.transfer import copy_to
 from wif.measure.timing import blocked_s
 from wif.run.loop import TimedFeed
-
-CUDA = torch.cuda.is_available()
 
 
 def _batches(n: int, size: int = 64) -> List[Tuple[torch.Tensor, torch.Tensor]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.test_first_gpu import CUDA
+from tests.cuda import CUDA
 from wif.run.loop import TimedFeed
 
 

@@ -3,46 +3,25 @@ run where CUDA is."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from tests.conftest import compose_cfg
+from tests.cuda import gpu_only
+from tests.tools import run_tool, tool_runs
 from wif.config import ConfigError, validate
 from wif.tools.batch_probe import out_of_memory
 from wif.tools.batch_size import find_largest
 
 
-def gpu_only(test: Callable) -> Callable:
-    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(test))
-
-
-def _runs(store: str, kind: str) -> list:
-    client = MlflowClient(store)
-    exp = client.get_experiment_by_name("who_is_faster")
-    return [] if exp is None else client.search_runs([exp.experiment_id], f"tags.`wif.kind` = '{kind}'")
-
-
-def _tool(
-    tmp_path: Path, store: str, cache_dir: Path, module: str, *args: str, env: Optional[Dict[str, str]] = None
-) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "MLFLOW_TRACKING_URI": store, "WIF_CACHE_DIR": str(cache_dir), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=600
-    )
-
-
 # ----------------------------------------------------------------------------- wif-tune
 def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(
+    proc = run_tool(
         tmp_path,
         store,
         cache_dir,
@@ -63,7 +42,7 @@ def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, c
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     trials = [line for line in proc.stdout.splitlines() if re.match(r"^(False|True)\s+\d+\s", line)]
-    runs = _runs(store, "tune")
+    runs = tool_runs(store, "tune")
     assert 2 <= len(trials) == len(runs) <= 3 and {r.info.status for r in runs} == {"FINISHED"}
     assert {r.data.tags["wif.num_workers"] for r in runs} <= {"0", "1", "2"}
     assert sum(r.data.tags.get("wif.tune_best") == "true" for r in runs) == 1
@@ -75,7 +54,7 @@ def test_wif_tune_searches_and_prints_a_train_line(tmp_path: Path, store: str, c
 
 
 def test_wif_tune_refuses_a_loader_it_cannot_tune(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.tools.tune", "loader=bg")
+    proc = run_tool(tmp_path, store, cache_dir, "wif.tools.tune", "loader=bg")
     assert proc.returncode == 2 and "BackgroundGenerator" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -101,7 +80,9 @@ def test_find_largest_edges() -> None:
 
 # ----------------------------------------------------------------------------- wif-batch-size
 def test_wif_batch_size_says_it_needs_cuda(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", env={"CUDA_VISIBLE_DEVICES": ""})
+    proc = run_tool(
+        tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", env={"CUDA_VISIBLE_DEVICES": ""}
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "needs a CUDA device" in proc.stderr
 
@@ -202,7 +183,7 @@ def test_wif_batch_size_finds_a_batch_for_a_custom_model_on_custom_data(
 ) -> None:
     # wif.examples, not the checkout's examples/: the tool runs in an empty folder, where a GPU node may have wif
     # from its wheel (as scripts/gpu_session.sh installs it; the H200 run of 2026-11-26 failed on examples.models)
-    proc = _tool(
+    proc = run_tool(
         tmp_path,
         store,
         cache_dir,
@@ -223,10 +204,10 @@ def test_wif_batch_size_finds_a_batch_for_a_custom_model_on_custom_data(
 
 @gpu_only
 def test_wif_batch_size_on_a_gpu(tmp_path: Path, store: str, cache_dir: Path) -> None:
-    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--max-batch", "512")
+    proc = run_tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--max-batch", "512")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Largest batch size: 512" in proc.stdout and "Use it: wif-study data.batch_size=512" in proc.stdout
-    proc = _tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--fill", "0.0001")
+    proc = run_tool(tmp_path, store, cache_dir, "wif.tools.batch_size", "preset=smoke", "--fill", "0.0001")
     assert proc.returncode == 1 and "not even a batch" in proc.stderr and "Traceback" not in proc.stderr
 
 

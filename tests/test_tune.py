@@ -9,14 +9,14 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from tests.test_tools import _runs, _tool
+from tests.tools import run_tool, tool_runs
 
 
 @pytest.mark.slow
 def test_wif_tune_takes_persistent_workers_for_the_trials_with_workers(
     tmp_path: Path, store: str, cache_dir: Path
 ) -> None:
-    proc = _tool(
+    proc = run_tool(
         tmp_path,
         store,
         cache_dir,
@@ -39,7 +39,8 @@ def test_wif_tune_takes_persistent_workers_for_the_trials_with_workers(
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     persistent = {
-        int(r.data.tags["wif.num_workers"]): r.data.params["loader.persistent_workers"] for r in _runs(store, "tune")
+        int(r.data.tags["wif.num_workers"]): r.data.params["loader.persistent_workers"]
+        for r in tool_runs(store, "tune")
     }
     assert persistent == {0: "False", 1: "True"}  # off without workers, on with them
     line = next(x for x in proc.stdout.splitlines() if x.startswith("Use it: "))

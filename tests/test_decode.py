@@ -7,82 +7,57 @@ tests/test_decode_gpu."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
 
 import pytest
 import torch
 
 from tests.conftest import assert_refused_only_with, compose_cfg, needs, run_train, train_runs
+from tests.decoding import BACKEND_CASES, CPU, compare_passes, epoch_batches, smoke_conf
 from tests.images import jpeg_folder
-from wif.config import Config, ConfigError, DecodeBackend, TransferConfig, validate
+from wif.config import ConfigError, DecodeBackend, TransferConfig, validate
 from wif.config.targets import typed
 from wif.data.datasets import load_datasets
 from wif.data.decode import Collate, DeviceDecode, Plan, encoded_datasets, jpeg_kind
 from wif.data.formats.source import encoded_files
-from wif.data.loaders import Batch, Reading, build_batches
 from wif.data.transfer import StreamPrefetcher, batch_nbytes, make_transfer
 
-CPU = torch.device("cpu")
 BACKENDS = ["torchcodec", "torchvision"]
-BACKEND_CASES = [pytest.param("torchcodec", marks=needs("torchcodec")), "torchvision"]  # torchcodec: an extra
 LEVEL = 4 / 255  # one uint8 level, normalized (std 0.25)
-
-
-def _conf(cache_dir: Path, *overrides: str) -> Config:
-    return typed(compose_cfg("preset=smoke", f"data.cache_dir={cache_dir}", *overrides))
-
-
-def _epoch(conf: Config, split, transfer, train: bool, seed: int = 7) -> List[Batch]:
-    """Every batch of one pass after the transfer; the loader and the augmentation seeded the same each pass."""
-    torch.manual_seed(seed)
-    loader = build_batches(split, conf.loader, Reading(batch_size=conf.data.batch_size, train=train, seed=0))
-    return [transfer(b) for b in loader]
-
-
-def _compare(host: List[Batch], device: List[Batch]) -> float:
-    """The mean absolute difference of two passes' images, after checking their counts and labels agree."""
-    assert len(host) == len(device) > 1
-    diffs = []
-    for (hx, hy), (dx, dy) in zip(host, device):
-        assert dx.dtype == hx.dtype == torch.float32 and dx.shape == hx.shape
-        assert torch.equal(hy, dy)
-        diffs.append((hx - dx).abs().mean())
-    return float(torch.stack(diffs).mean())
 
 
 @pytest.mark.parametrize("backend", BACKEND_CASES)
 @pytest.mark.parametrize("data", ["encoded", "folder"])
 def test_images_decoded_on_the_device_match_the_host_decoder(cache_dir: Path, data: str, backend: str) -> None:
     """data=folder here is data=encoded's JPEGs written as files, resized on decoding (64 -> 48) as the host does."""
-    base = _conf(cache_dir, "data=encoded", "data.augment=none", "data.fraction=0.2")
+    base = smoke_conf(cache_dir, "data=encoded", "data.augment=none", "data.fraction=0.2")
     where = ["data.augment=none", "data.fraction=0.2"] + (
         ["data=folder", f"data.root={encoded_files(base.data).where}", "data.image_size=48"]
         if data == "folder"
         else ["data=encoded"]
     )
-    conf = _conf(cache_dir, *where, "data.decode=device", f"data.decode_backend={backend}")
+    conf = smoke_conf(cache_dir, *where, "data.decode=device", f"data.decode_backend={backend}")
     host = load_datasets(conf.data)
     device = encoded_datasets(host, conf.data)
     decode = DeviceDecode(CPU, DecodeBackend(backend))
     copy = make_transfer(TransferConfig(), CPU)
     assert decode.backend == backend
     for name in ("train", "val", "test"):
-        got = _epoch(conf, getattr(device, name), decode, name == "train")
-        want = _epoch(conf, getattr(host, name), copy, name == "train")
+        got = epoch_batches(conf, getattr(device, name), decode, name == "train")
+        want = epoch_batches(conf, getattr(host, name), copy, name == "train")
         assert sum(len(y) for _, y in got) == len(getattr(host, name))
-        assert _compare(want, got) < LEVEL / 4, name
+        assert compare_passes(want, got) < LEVEL / 4, name
     assert decode.epoch_figures() == {"decode_slow_path_images": 0.0}  # baseline JPEGs only
     assert decode.epoch_figures() == {"decode_slow_path_images": 0.0}  # and the count starts again
 
 
 def test_augmentation_runs_per_sample_on_the_device(cache_dir: Path) -> None:
     """data=encoded's random resized crops and flips: drawn per sample, every image and label of the epoch there."""
-    conf = _conf(cache_dir, "data=encoded", "data.fraction=0.2", "data.decode=device")
+    conf = smoke_conf(cache_dir, "data=encoded", "data.fraction=0.2", "data.decode=device")
     assert conf.data.augment.value == "standard"
     device = encoded_datasets(load_datasets(conf.data), conf.data)
-    plain = _epoch(conf, device.train, DeviceDecode(CPU), train=True)
-    again = _epoch(conf, device.train, DeviceDecode(CPU), train=True, seed=8)  # the same order, other crops
-    host = _epoch(conf, load_datasets(conf.data).train, make_transfer(TransferConfig(), CPU), train=True)
+    plain = epoch_batches(conf, device.train, DeviceDecode(CPU), train=True)
+    again = epoch_batches(conf, device.train, DeviceDecode(CPU), train=True, seed=8)  # the same order, other crops
+    host = epoch_batches(conf, load_datasets(conf.data).train, make_transfer(TransferConfig(), CPU), train=True)
     assert [y.tolist() for _, y in plain] == [y.tolist() for _, y in again] == [y.tolist() for _, y in host]
     assert all(not torch.equal(a, b) for (a, _), (b, _) in zip(plain, again))
     same = Collate(Plan(None, conf.data.augment, 64, True, False))([device.train[0]] * 8)
@@ -110,11 +85,11 @@ def test_packed_formats_hand_out_bytes_the_device_decodes_as_the_host_does(tmp_p
     )
     host = format_datasets(cfg)
     device = encoded_datasets(host, cfg)
-    conf = _conf(tmp_path / "cache", "data.batch_size=2")
+    conf = smoke_conf(tmp_path / "cache", "data.batch_size=2")
     for name in ("val", "test"):  # in a fixed order in every format (shards: shard by shard)
-        got = _epoch(conf, getattr(device, name), DeviceDecode(CPU), train=False)
-        want = _epoch(conf, getattr(host, name), make_transfer(TransferConfig(), CPU), train=False)
-        assert _compare(want, got) < LEVEL / 4, name
+        got = epoch_batches(conf, getattr(device, name), DeviceDecode(CPU), train=False)
+        want = epoch_batches(conf, getattr(host, name), make_transfer(TransferConfig(), CPU), train=False)
+        assert compare_passes(want, got) < LEVEL / 4, name
 
 
 def _slow_images(folder: Path) -> int:
@@ -133,7 +108,7 @@ def _slow_images(folder: Path) -> int:
 def test_progressive_and_non_jpeg_images_are_counted_and_decoded(tmp_path: Path) -> None:
     root = jpeg_folder(tmp_path / "images", per_class=4, test_per_class=2, size=32)
     slow = _slow_images(root)
-    conf = _conf(
+    conf = smoke_conf(
         tmp_path / "cache",
         "data=folder",
         f"data.root={root}",
@@ -149,18 +124,21 @@ def test_progressive_and_non_jpeg_images_are_counted_and_decoded(tmp_path: Path)
     assert sorted(jpeg_kind(device.train[i][0]) for i in range(len(device.train))) == (
         ["fast"] * 12 + ["other"] * (slow // 2) + ["slow"] * (slow // 2)
     )
-    got = _epoch(conf, device.train, decode, train=True)
+    got = epoch_batches(conf, device.train, decode, train=True)
     assert decode.epoch_figures() == {"decode_slow_path_images": float(slow)}
-    assert _compare(_epoch(conf, host.train, make_transfer(TransferConfig(), CPU), train=True), got) < LEVEL / 4
+    assert (
+        compare_passes(epoch_batches(conf, host.train, make_transfer(TransferConfig(), CPU), train=True), got)
+        < LEVEL / 4
+    )
 
 
 def test_the_bytes_copied_are_the_encoded_bytes_and_labels(cache_dir: Path) -> None:
-    conf = _conf(cache_dir, "data=encoded", "data.fraction=0.2", "data.decode=device", "loader=pin_nb")
+    conf = smoke_conf(cache_dir, "data=encoded", "data.fraction=0.2", "data.decode=device", "loader=pin_nb")
     host = load_datasets(conf.data)
     encoded = sum(len(host.train.decoder.encoded(int(j))) for j in host.train.indices)
     train = encoded_datasets(host, conf.data).train
-    copied = _epoch(conf, train, DeviceDecode(CPU), train=True)
-    streamed = _epoch(conf, train, lambda b: b, train=True)
+    copied = epoch_batches(conf, train, DeviceDecode(CPU), train=True)
+    streamed = epoch_batches(conf, train, lambda b: b, train=True)
     assert sum(batch_nbytes(b) for b in copied) == encoded + 8 * len(host.train)
     prefetched = list(StreamPrefetcher(streamed, CPU, decode=DeviceDecode(CPU)))
     assert sum(batch_nbytes(b) for b in prefetched) == encoded + 8 * len(host.train)
@@ -250,7 +228,7 @@ def test_a_device_decode_run_learns_as_the_host_decode_and_logs_what_it_copied(
     history = MlflowClient(store).get_metric_history
     assert [m.value for m in history(device.info.run_id, "decode_slow_path_images")] == [0.0] * 3
     n = int(tags["wif.n_train"])
-    conf = _conf(cache_dir, "data=encoded", "data.fraction=0.7")
+    conf = smoke_conf(cache_dir, "data=encoded", "data.fraction=0.7")
     train = load_datasets(conf.data).train
     encoded = sum(len(train.decoder.encoded(int(j))) for j in train.indices)
     assert [m.value for m in history(device.info.run_id, "copy_bytes_per_epoch")] == [encoded + 8 * n] * 3

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import run_train, train_runs
-from tests.test_decode import BACKEND_CASES, CPU, _compare, _conf, _epoch
+from tests.decoding import BACKEND_CASES, CPU, compare_passes, epoch_batches, smoke_conf
 from wif.config import DecodeBackend
 from wif.data.datasets import load_datasets
 from wif.data.decode import DeviceDecode, encoded_datasets
@@ -57,13 +57,13 @@ def test_the_batched_cuda_decode_hands_over_each_image_in_its_place(cache_dir: P
     """data=encoded's JPEGs are 4:2:0, so nvJPEG's images differ from libjpeg's by its chroma upsampling (on an
     H200, 0.19 normalized, about 12 levels, on average); a reordered, swapped or corrupted image would be
     nearer another image of its batch than its own CPU decode, and the labels would not line up."""
-    conf = _conf(cache_dir, "data=encoded", "data.augment=none", "data.fraction=0.2", "data.decode=device")
+    conf = smoke_conf(cache_dir, "data=encoded", "data.augment=none", "data.fraction=0.2", "data.decode=device")
     train = encoded_datasets(load_datasets(conf.data), conf.data).train
-    cuda = _epoch(conf, train, DeviceDecode(torch.device("cuda", 0), DecodeBackend(backend)), train=True)
-    cpu = _epoch(conf, train, DeviceDecode(CPU, DecodeBackend(backend)), train=True)
+    cuda = epoch_batches(conf, train, DeviceDecode(torch.device("cuda", 0), DecodeBackend(backend)), train=True)
+    cpu = epoch_batches(conf, train, DeviceDecode(CPU, DecodeBackend(backend)), train=True)
     assert all(x.device.type == "cuda" for x, _ in cuda)
     cuda = [(x.cpu(), y.cpu()) for x, y in cuda]
-    assert _compare(cpu, cuda) < 2 * 0.19
+    assert compare_passes(cpu, cuda) < 2 * 0.19
     for (hx, _), (dx, _) in zip(cpu, cuda):
         distances = torch.cdist(dx.flatten(1), hx.flatten(1), p=1)
         assert torch.equal(distances.argmin(dim=1), torch.arange(len(dx)))
@@ -73,7 +73,7 @@ def test_the_batched_cuda_decode_hands_over_each_image_in_its_place(cache_dir: P
 @needs_cuda
 def test_the_stream_prefetcher_decodes_as_a_synchronous_decode_does(cache_dir: Path) -> None:
     """Many batches, the compute stream kept busy between them so the side stream's decodes overlap it."""
-    conf = _conf(
+    conf = smoke_conf(
         cache_dir,
         "data=encoded",
         "data.augment=none",

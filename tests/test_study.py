@@ -176,7 +176,7 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     that device decoding on a CPU says nothing of its speed."""
     import pandas as pd
 
-    from tests.test_decode import _conf
+    from tests.decoding import smoke_conf
     from wif.data.datasets import load_datasets
     from wif.data.formats.source import encoded_files
     from wif.report.report_cli import main as report
@@ -188,7 +188,7 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     assert encoded.returncode == 0, encoded.stderr[-3000:]
     runs = train_runs(store, status="FINISHED")
     assert {r.data.tags["wif.cell"] for r in runs} == {f"{c}@0.1" for c in TRANSFER_CELLS} | {"fixed@0.1"}
-    folder = encoded_files(_conf(cache_dir, "data=encoded", *sizes).data).where  # data=encoded's JPEGs as files
+    folder = encoded_files(smoke_conf(cache_dir, "data=encoded", *sizes).data).where  # data=encoded's JPEGs as files
     proc = run_train(
         tmp_path,
         store,
@@ -208,7 +208,7 @@ def test_the_transfers_study_runs_on_the_cpu_and_its_report_lists_every_transfer
     assert len(set(sweeps.values())) == 2  # one sweep each
 
     for source, cells in (("encoded", TRANSFER_CELLS), ("folder", ("pin_nb_w4_pf2", "pin_nb_w4_pf2+device_decode"))):
-        conf = _conf(cache_dir, f"data={source}", f"data.root={folder}", "data.fraction=0.1", *sizes)
+        conf = smoke_conf(cache_dir, f"data={source}", f"data.root={folder}", "data.fraction=0.1", *sizes)
         train = load_datasets(conf.data).train
         n = len(train)
         want = {

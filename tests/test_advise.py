@@ -2,46 +2,23 @@
 override refused in one line before anything runs; its "where the time goes" split on figures given by hand."""
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SideBySide, holds_unless_disturbed, new_store
+from tests.advising_overrides import SLOW_READS, advise_overrides
+from tests.conftest import SideBySide, holds_unless_disturbed
 from wif.advisor.answer import PHASES, Bound, where_time_goes
 from wif.advisor.runner import Measured
 from wif.measure.epochs import EPOCH_KEYS
 
-ROOT = Path(__file__).resolve().parents[1]
-SLOW_READS = [
-    "preset=smoke",
-    "data=custom",
-    "data._target_=wif.advisor.examples.slow_reads",
-    "data.fraction=0.05",
-    "+data.kwargs.delay_ms=3",
-]
-
-
-def _advise(tmp_path: Path, *args: str, timeout: float = 300, refused: bool = False) -> subprocess.CompletedProcess:
-    """wif-advise into tmp_path's store: a new empty one, or (`refused`) a path where a refusal must leave none."""
-    env = {**os.environ, "WIF_CACHE_DIR": str(tmp_path / "cache")}
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}" if refused else new_store(tmp_path)
-    return subprocess.run(
-        [sys.executable, "-m", "wif.advisor.advise_cli", *args, f"tracking.uri={store}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
 
 def test_a_bad_override_is_refused_in_one_line_before_anything_runs(tmp_path: Path, side_by_side: SideBySide) -> None:
     # the two refusals at once: each times nothing, and pays seconds of imports
-    side_by_side.start("override", lambda: _advise(tmp_path, "preset=smoke", "loader.num_workerz=2", refused=True))
-    side_by_side.start("option", lambda: _advise(tmp_path, "preset=smoke", "--max-blocks", "1", refused=True))
+    side_by_side.start(
+        "override", lambda: advise_overrides(tmp_path, "preset=smoke", "loader.num_workerz=2", refused=True)
+    )
+    side_by_side.start("option", lambda: advise_overrides(tmp_path, "preset=smoke", "--max-blocks", "1", refused=True))
     out, bad_option = side_by_side.result("override"), side_by_side.result("option")
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
@@ -56,7 +33,7 @@ def test_advise_finds_the_data_bound_and_races_a_worker_setting(tmp_path):
     # Its items sleep: others' CPU does not change which setting is faster, so here no run counts as contended
     # (tests/test_advise_folder.py tests what contention does to the race).
     reads = [o if o != "data.fraction=0.05" else "data.fraction=0.03" for o in SLOW_READS]  # epochs of ~0.8 s
-    out = _advise(
+    out = advise_overrides(
         tmp_path,
         *reads,
         "measure.contended_pct=10000",

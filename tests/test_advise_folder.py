@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.advising_overrides import SLOW_READS, advise_overrides
 from tests.conftest import ROOT, _as_in_a_terminal, new_store
 from tests.images import data_cfg
-from tests.test_advise import SLOW_READS, _advise
 from wif.data.folder import folder_files
 
 SMALL = ("--images", "24", "--held-out", "6", "--classes", "2", "--size", "40")
@@ -49,7 +49,7 @@ def test_the_held_out_split_is_found_under_its_usual_names(tmp_path: Path, name:
 def test_a_folder_without_a_held_out_split_is_refused_in_one_line_before_anything_runs(tmp_path: Path) -> None:
     root = make_folder(tmp_path / "images")
     (root / "validation").rename(root / "holdout")
-    out = _advise(tmp_path, "preset=smoke", "data=folder", f"data.root={root}", timeout=300, refused=True)
+    out = advise_overrides(tmp_path, "preset=smoke", "data=folder", f"data.root={root}", timeout=300, refused=True)
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wif-advise: data=folder") and "val/ or validation/" in lines[0]
@@ -62,7 +62,7 @@ def folder_advice(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("advise-folder")
     root = make_folder(tmp / "images")
     t0 = time.monotonic()
-    out = _advise(
+    out = advise_overrides(
         tmp,
         "preset=smoke",
         "data=folder",
@@ -141,7 +141,7 @@ def test_the_minutes_count_from_the_commands_start_not_from_the_first_step() -> 
 @pytest.mark.alone
 @pytest.mark.slow
 def test_an_epoch_that_is_not_data_bound_settles_the_answer_without_trials(tmp_path: Path) -> None:
-    out = _advise(tmp_path, "preset=smoke", "data=synthetic", "model=googlenet", "--epochs", "2", timeout=900)
+    out = advise_overrides(tmp_path, "preset=smoke", "data=synthetic", "model=googlenet", "--epochs", "2", timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Not data-bound" in out.stdout and "2/4 candidates: none tried (not data-bound" in out.stdout
     roles = {r.data.tags["wif.advise_role"] for r in advise_runs(tmp_path / "mlflow.db")}
@@ -155,7 +155,7 @@ def test_contended_runs_are_run_again_and_never_decide_the_race(tmp_path: Path) 
     and no race decides from one: no pick, and the output says so with the figure."""
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        out = _advise(
+        out = advise_overrides(
             tmp_path,
             *SLOW_READS,
             "--epochs",

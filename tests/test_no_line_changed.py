@@ -6,7 +6,6 @@ tests/test_no_line_changed_frameworks.py."""
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -18,10 +17,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import holds_unless_disturbed, new_store
+from tests.watching import epochs, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 STEADY = ("epoch_time_s", "data_wait_s")  # per epoch, the first (the warm-up) left out
-EPOCH = re.compile(r"wif\.watch: epoch (\d+): ([\d.]+) s, (\d+) batches.*?(?:waited for data ([\d.]+) s|\((\d+)% of)")
 
 # A loop as people write it, with no wif in it: a training loader and a validation loader under no_grad (the
 # watch must pick the first), items that wait 4 ms (a read that takes no CPU), `--watch`: the same loop with
@@ -55,32 +54,6 @@ for epoch in range(int(sys.argv[1])):
 print(f"trained; held-out right {held}")
 sys.exit(3)
 """
-
-
-def watch(tmp_path: Path, *command: str, loader: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
-    """`wif-watch -- COMMAND` with WIF_WATCH=print: each watched epoch's line on stderr, nothing logged."""
-    env = {**os.environ, "WIF_WATCH": "print", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    env.pop("WIF_WATCH_ORDERS", None)
-    named = ["--loader", loader] if loader else []
-    return subprocess.run(
-        [sys.executable, "-m", "wif.watcher.hook", *named, "--", *command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def epochs(stderr: str) -> List[Dict[str, float]]:
-    """The watch's epoch lines: time, batches, the wait (0 where it did not wait) and whether it ended early."""
-    out = []
-    for line in stderr.splitlines():
-        m = EPOCH.search(line)
-        if m:
-            wait = float(m.group(4)) if m.group(4) else 0.0
-            out.append({"time": float(m.group(2)), "batches": int(m.group(3)), "wait": wait, "early": "early" in line})
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 from tests.advising import advise, runs
 from tests.conftest import SideBySide, holds_unless_disturbed, selected_cases
-from tests.test_no_line_changed import epochs, watch
+from tests.watching import epochs, watch
 from wif.advisor.script.mode import paste
 
 FRAMEWORKS = {

@@ -5,38 +5,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.watching import run_script, watch_runs
 from wif.run.loop import samples_in
 from wif.watcher.watch import find_dataloader
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_script(
-    tmp_path: Path, store: str, script: str, *args: str, env: Dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess:
-    """A script as a user runs it: its own process, its working directory, the store in the environment."""
-    full = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), **(env or {})}
-    full.pop("WIF_WATCH_ORDERS", None)
-    argv = [script] if os.path.isabs(script) else ["-m", f"examples.{script}"]
-    return subprocess.run(
-        [sys.executable, *argv, *args], cwd=tmp_path, env=full, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def watch_runs(store: str) -> list:
-    client = MlflowClient(store)
-    exp = client.get_experiment_by_name("who_is_faster")
-    return [] if exp is None else client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'watch'")
 
 
 def history(store: str, run_id: str, key: str) -> List[float]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.test_no_line_changed import ROOT, epochs, watch
-from tests.test_watch_loops import run, watch_runs
+from tests.conftest import ROOT
+from tests.watching import epochs, run_loop, watch, watch_runs
 from wif.watcher.hook import BOOT
 from wif.watcher.orders import ENV
 
@@ -101,7 +101,7 @@ for epoch in range(30):
 def test_a_generator_made_anew_each_epoch_is_one_run(tmp_path: Path, store: str) -> None:
     """A generator of batches made each epoch inside `wif.watch(...)`: one MLflow run of its 30 epochs (before:
     30 runs of one window each, every one "epoch 1")."""
-    done = run(tmp_path, GENERATOR, store)
+    done = run_loop(tmp_path, GENERATOR, store)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line.split(":")[1] for line in done.stderr.splitlines() if line.startswith("wif.watch: epoch")]
     assert lines == [f" epoch {i}" for i in range(1, 31)], done.stderr[-2000:]
@@ -137,7 +137,7 @@ print("run", found.info.status, int(found.data.metrics.get("epochs_run", 0)))
 def test_a_loop_that_is_gone_ends_its_session_before_the_script(tmp_path: Path, store: str) -> None:
     """A loop in a function, its loader dropped as it returns: its sampler thread ends and its run is closed,
     3 epochs logged, while the script works on (before: both lasted to the script's end)."""
-    done = run(tmp_path, DROPPED, store)
+    done = run_loop(tmp_path, DROPPED, store)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["training", "1", "after", "0", "run", "FINISHED", "3"], done.stderr[-2000:]
     (found,) = watch_runs(store)

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_train, train_runs
-from tests.test_watch import run_script, watch_runs
+from tests.watching import run_script, watch_runs
 from wif.config import MeasureConfig
 
 ITEMS, DELAY_MS, BATCH = 64, 20, 32  # 1.28 s of sleep an epoch, a few tens of ms of CPU

@@ -10,51 +10,16 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
-from typing import Optional
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.servers import MlflowServer, silent_uri
+from tests.watching import HEAD, run_loop, watch_runs
 from wif.watcher.orders import ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAD = """
-import sys, time, torch, wif
-from torch.utils.data import DataLoader, Dataset
-
-class Slow(Dataset):  # items that wait 2 ms, as a read from storage does
-    def __len__(self):
-        return 96
-    def __getitem__(self, i):
-        time.sleep(0.002)
-        return torch.full((4,), float(i)), i % 2
-
-data = Slow()
-loader = DataLoader(data, batch_size=16)
-"""
-
-
-def run(tmp_path: Path, body: str, store: str, orders: Optional[dict] = None, timeout: float = 300):
-    script = tmp_path / "train.py"
-    script.write_text(HEAD + textwrap.dedent(body))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-    env.pop(ENV, None)
-    if orders is not None:
-        env[ENV] = json.dumps(orders)
-    return subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def watch_runs(store: str) -> list:
-    client = MlflowClient(store)
-    exp = client.get_experiment_by_name("who_is_faster")
-    return [] if exp is None else client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'watch'")
-
-
 LOOPS = """
 from tqdm import tqdm
 
@@ -79,7 +44,7 @@ def test_a_new_iterable_each_epoch_is_one_watch(tmp_path: Path, store: str) -> N
     """A new tqdm around the loader, a new generator over it, or a new DataLoader over the same dataset, every
     epoch: one watch each, its 3 epochs in one run (before: a new watch each epoch, three runs of one epoch)."""
     pytest.importorskip("tqdm")
-    done = run(tmp_path, LOOPS, store)
+    done = run_loop(tmp_path, LOOPS, store)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line.split(":")[1] for line in done.stderr.splitlines() if line.startswith("wif.watch: epoch")]
     assert lines == [" epoch 1", " epoch 2", " epoch 3"] * 3, done.stderr
@@ -113,7 +78,7 @@ def test_a_loop_that_breaks_out_of_each_epoch_ends_its_measurement(tmp_path: Pat
         "batches": 50,
         "epochs": 2,
     }
-    done = run(tmp_path, body, store, orders)
+    done = run_loop(tmp_path, body, store, orders)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["validated", "0", "validated", "1"]  # left at the third epoch's start
     history = client.get_metric_history(run_id, "batches")
@@ -133,7 +98,7 @@ def test_a_store_that_cannot_be_written_never_ends_the_training(tmp_path: Path) 
     (tmp_path / "a-file").write_text("")  # a store under a file: no folder can be made there, even by root
     for store in (f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}", silent_uri()):  # a server that is down
         # MLflow's client retried a server that is down for minutes, in the loop: the timeout is below that
-        done = run(tmp_path, body, store, timeout=120)
+        done = run_loop(tmp_path, body, store, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.split() == ["trained", "0", "trained", "1", "trained", "2"]
         said = [line for line in done.stderr.splitlines() if "cannot be written" in line]
@@ -157,7 +122,7 @@ def test_a_tracking_server_that_dies_mid_run_never_holds_the_scripts_exit(
     server = MlflowServer(tmp_path).start()
     monkeypatch.setenv("SERVER_PGID", str(server.proc.pid))
     try:
-        done = run(tmp_path, body, server.uri, timeout=120)
+        done = run_loop(tmp_path, body, server.uri, timeout=120)
     finally:
         server.stop()
     assert done.returncode == 0 and done.stdout.split()[-1] == "3", done.stderr[-2000:]
@@ -186,7 +151,7 @@ def test_the_orders_go_to_the_training_loader_not_a_sanity_pass(tmp_path: Path, 
             pass
     """
     out = tmp_path / "probed.json"
-    done = run(tmp_path, body, store, {"uri": "", "run_id": None, "mode": "probe", "out": str(out)})
+    done = run_loop(tmp_path, body, store, {"uri": "", "run_id": None, "mode": "probe", "out": str(out)})
     assert done.returncode == 0, done.stderr[-2000:]
     probed = json.loads(out.read_text())
     assert probed["dataset"] == "Slow" and probed["batch_size"] == 16 and probed["has_dataloader"]

@@ -10,11 +10,12 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import pytest
 
 from tests.advising import advise, runs
+from tests.answers import assert_data_bound_on_a_cpu
 from tests.conftest import SideBySide, holds_unless_disturbed, selected_cases
 from tests.watching import epochs, watch
 from wif.advisor.script.mode import paste
@@ -160,13 +161,3 @@ def test_an_unchanged_hf_trainer_script_is_advised_on_its_training_loader(tmp_pa
     holds_unless_disturbed("Pick: w" in out, found, "workers overlap the sleeps: a worker setting is picked")
     assert "TrainingArguments(<your" in out, out[-2000:]
     assert_data_bound_on_a_cpu(found)
-
-
-def assert_data_bound_on_a_cpu(found: List[Any]) -> None:
-    """The advice's parent run: limited by data, its interference logged, and no GPU figure on a CPU."""
-    parent = next(r for r in found if r.data.tags["wif.advise_role"] == "parent")
-    assert (
-        parent.data.tags["wif.advise.limit"] == "data"
-        and {"interference", "interference_s"} <= parent.data.metrics.keys()
-    )
-    assert "gpu_busy_step" not in parent.data.metrics  # CUDA only: never a false 0 on a CPU

@@ -24,8 +24,7 @@ from typing import Sequence
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.test_no_line_changed_frameworks import assert_data_bound_on_a_cpu
-from tests.test_real_scripts import advise, assert_answered_and_stored
+from tests.answers import advise_command, assert_answered_and_stored, assert_data_bound_on_a_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERVAL = r"95% interval \d+\.\d+-\d+\.\d+"
@@ -42,7 +41,7 @@ QUICK = [
 def advise_driver(tmp_path: Path, store: str, driver: str, *args: str) -> str:
     """`wif-advise QUICK -- python -m tests.package_scripts.DRIVER --epochs 40 ARGS` from tmp_path: its output."""
     command = [sys.executable, "-m", f"tests.package_scripts.{driver}", "--epochs", "40", *args]
-    return advise(tmp_path, store, QUICK, command, PYTHONPATH=str(ROOT))
+    return advise_command(tmp_path, store, QUICK, command, PYTHONPATH=str(ROOT))
 
 
 def assert_raced_with_orders_in_effect(out: str, store: str, found: Sequence[str], terms: str = "") -> None:

@@ -15,26 +15,19 @@ saying so (SOURCES.md says where each comes from and its SHA-256); one whose pac
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import re
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Sequence
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from benchmarks.timm_folder import make_folder
+from tests.answers import advise_command, assert_answered_and_stored
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORED = ROOT / "tests" / "real_scripts"
-PICK = re.compile(r"^Pick: .+ \(95% interval \d+\.\d+-\d+\.\d+\)", re.M)
-KEEP = re.compile(r"^Keep what you have: ", re.M)
 
 
 @dataclass(frozen=True)
@@ -93,50 +86,6 @@ def one_line_changed(real: Real, tmp_path: Path, changed: bool = True) -> Path:
     return script
 
 
-def advise(tmp_path: Path, store: str, options: Sequence[str], command: Sequence[str], **env: str) -> str:
-    """`wif-advise OPTIONS -- COMMAND` from tmp_path on the store; its output (stdout then stderr), said."""
-    environ = {**os.environ, "MLFLOW_TRACKING_URI": store, "PYTHONUNBUFFERED": "1", **env}
-    environ.pop("WIF_WATCH_ORDERS", None)
-    t0 = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "wif.advisor.advise_cli", *options, "--", *command],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    wall = time.monotonic() - t0
-    (tmp_path / "advise.out").write_text(done.stdout + "\n--- stderr\n" + done.stderr)
-    tail = "\n".join(done.stdout.strip().splitlines()[-15:])
-    print(f"\n--- wif-advise on {command[1]}: exit {done.returncode}, {wall:.0f} s\n{tail}")
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
-    return done.stdout
-
-
-def assert_answered_and_stored(out: str, store: str) -> None:
-    assert PICK.search(out) or KEEP.search(out), out[-3000:]
-    client = MlflowClient(store)
-    exp = client.get_experiment_by_name("who_is_faster")
-    assert exp is not None, "no experiment in the store"
-    found = client.search_runs([exp.experiment_id], "tags.`wif.kind` = 'advise'")
-    roles: Dict[str, int] = {}
-    for r in found:
-        roles[r.data.tags["wif.advise_role"]] = roles.get(r.data.tags["wif.advise_role"], 0) + 1
-    assert roles.get("parent") == 1 and roles.get("measure"), roles
-    # every run ended; the ones the advice stopped when its --minutes ran out are FAILED, each said in its output
-    status = [(r.info.run_name, r.info.status) for r in found]
-    assert all(s in ("FINISHED", "FAILED") for _, s in status), status
-    assert any(r.data.tags["wif.advise_role"] == "measure" and r.info.status == "FINISHED" for r in found), status
-    stopped = len(re.findall(r"the advice's --minutes ran out", out))
-    assert sum(s == "FAILED" for _, s in status) == stopped, (status, stopped)
-    said = re.search(r"^(\d+) runs in \d+ s, nested under MLflow run (\w+)", out, re.M)
-    assert said, out[-2000:]
-    parent = next(r for r in found if r.data.tags["wif.advise_role"] == "parent")
-    assert parent.info.run_id == said.group(2) and len(found) == int(said.group(1)) + 1, (said.group(0), roles)
-    assert all(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in found if r is not parent)
-
-
 # Every test: no rerun of a run others disturbed (the answer is what is checked here, not its timings), a small
 # epoch, and the race short; each script is given epochs enough for it and stopped by the advice.
 QUICK = ["--epochs", "2", "--race-candidates", "1", "--max-blocks", "2", "measure.contended_pct=1000"]
@@ -147,7 +96,7 @@ def advise_imagenet(tmp_path: Path, store: str, *, changed: bool, images: int, e
     pytest.importorskip("torchvision")
     script = one_line_changed(IMAGENET, tmp_path, changed)
     make_folder(tmp_path / "data", images=images, held_out=8, classes=4, size=32, held_out_name="val")
-    return advise(
+    return advise_command(
         tmp_path,
         store,
         ["--minutes", minutes, "--batches", "3", *QUICK],
@@ -185,7 +134,7 @@ def test_timm_train(tmp_path: Path, store: str, changed: bool) -> None:
     pytest.importorskip("timm")
     script = one_line_changed(TIMM, tmp_path, changed)
     make_folder(tmp_path / "data", images=48, held_out=8, classes=4, size=32, held_out_name="validation")
-    out = advise(
+    out = advise_command(
         tmp_path,
         store,
         ["--minutes", "1.5", "--batches", "3", *QUICK],
@@ -248,7 +197,7 @@ def test_accelerate_cv_example(tmp_path: Path, store: str, changed: bool) -> Non
     pets_folder(tmp_path / "pets")
     hub_id = timm.models.get_pretrained_cfg("resnet50d").hf_hub_id
     hf = hub_cache_with(tmp_path / "hf", hub_id, "resnet50d")
-    out = advise(
+    out = advise_command(
         tmp_path,
         store,
         ["--minutes", "2", *QUICK],

@@ -5,14 +5,12 @@ stops the run before training with one line."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, needs, run_train, train_runs
 from tests.images import data_cfg, jpeg_folder
+from tests.packs import lmdb_put, small_lmdb_pack, truncate_tar_member
 from wif.data.datasets import load_datasets
 from wif.data.formats.pack import PackError, crc, open_pack
 from wif.data.formats.splits import format_datasets
@@ -130,28 +129,6 @@ def test_a_pack_killed_half_way_is_rebuilt_not_used(tmp_path: Path, store: str) 
     assert [r.info.status for r in train_runs(store)] == ["FINISHED"]
 
 
-def _lmdb_put(path: Path, key: bytes, value: bytes) -> None:
-    lmdb = pytest.importorskip("lmdb")
-    env = lmdb.open(str(path), subdir=True)
-    with env.begin(write=True) as txn:
-        txn.put(key, value)
-    env.close()
-
-
-def _truncate_tar_member(shard: Path) -> str:
-    """Rewrite a shard with its first image cut in half; returns that member's name."""
-    with tarfile.open(shard) as tar:
-        members = [(m, tar.extractfile(m).read()) for m in tar]
-    first = next(m for m, _ in members if not m.name.endswith(".cls"))
-    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for m, data in members:
-            if m is first:
-                data = data[: len(data) // 2]
-                m.size = len(data)
-            tar.addfile(m, io.BytesIO(data))
-    return first.name
-
-
 @needs("lmdb")
 @pytest.mark.slow
 def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(
@@ -182,7 +159,7 @@ def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(
         f.write(b"\xff" * 8192)  # both meta pages
     cut_shards = tmp_path / "cut-shards"
     shutil.copytree(made["shards"], cut_shards)
-    member = _truncate_tar_member(cut_shards / "train-000000.tar")
+    member = truncate_tar_member(cut_shards / "train-000000.tar")
     cases = [
         (corrupt, "lmdb", "data.mdb cannot be read by LMDB"),
         (cut_shards, "shards", f"record train/{member.split('.')[0]} is"),
@@ -197,34 +174,14 @@ def test_a_corrupt_pack_and_a_truncated_record_stop_the_run_before_training(
     assert train_runs(store) == []  # stopped before any run was created, let alone trained
 
 
-def _small_lmdb_pack(tmp_path: Path) -> Path:
-    root = jpeg_folder(tmp_path / "images", per_class=2, test_per_class=1)
-    out = tmp_path / "pack"
-    assert (
-        wif_pack(
-            [
-                "data=folder",
-                f"data.root={root}",
-                f"data.cache_dir={tmp_path / 'cache'}",
-                "--to",
-                "lmdb",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    return out
-
-
 @needs("lmdb")
 def test_a_truncated_lmdb_record_is_named(tmp_path: Path) -> None:
-    out = _small_lmdb_pack(tmp_path)
+    out = small_lmdb_pack(tmp_path)
     env = pytest.importorskip("lmdb").open(str(out), subdir=True, readonly=True, lock=False)
     with env.begin() as txn:
         value = txn.get(b"train/00000004")
     env.close()
-    _lmdb_put(out, b"train/00000004", value[: len(value) // 2])
+    lmdb_put(out, b"train/00000004", value[: len(value) // 2])
     with pytest.raises(PackError) as err:
         check_pack(open_pack(out), str(tmp_path / "cache"))
     message = str(err.value)
@@ -234,9 +191,9 @@ def test_a_truncated_lmdb_record_is_named(tmp_path: Path) -> None:
 
 @needs("lmdb")
 def test_a_record_that_does_not_decode_is_named(tmp_path: Path) -> None:
-    out = _small_lmdb_pack(tmp_path)
+    out = small_lmdb_pack(tmp_path)
     garbage = b"this is no image"
-    _lmdb_put(out, b"train/00000003", (0).to_bytes(4, "little") + garbage)  # a well-formed record ...
+    lmdb_put(out, b"train/00000003", (0).to_bytes(4, "little") + garbage)  # a well-formed record ...
     index = json.loads((out / "index.json").read_text())
     index["train"]["lengths"][3], index["train"]["crc32"][3], index["train"]["labels"][3] = (
         len(garbage),

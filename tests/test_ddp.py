@@ -16,16 +16,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import (
-    compose_cfg,
-    left_in_session,
-    new_store,
-    run_train,
-    sigkill_and_expect_gone,
-    start_train,
-    train_runs,
-)
+from tests.conftest import compose_cfg, new_store, run_train, start_train, train_runs
 from tests.launchers import compose_hydra, sbatch_script
+from tests.processes import left_in_session, sigkill_and_expect_gone
 from wif.config import ConfigError, validate, warnings_for
 from wif.config.targets import typed
 from wif.measure.tracking import config_hash

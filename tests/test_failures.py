@@ -14,18 +14,9 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import (
-    ROOT,
-    SideBySide,
-    new_store,
-    run_train,
-    selected_params,
-    session_of,
-    start_train,
-    train_runs,
-    wait_for_workers,
-)
+from tests.conftest import ROOT, SideBySide, new_store, run_train, selected_params, start_train, train_runs
 from tests.images import image_folder
+from tests.processes import session_of, wait_for_workers
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_train, sigkill_and_expect_gone, start_train, train_runs, wait_for_workers
+from tests.conftest import run_train, start_train, train_runs
+from tests.processes import sigkill_and_expect_gone, wait_for_workers
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,8 @@ from tests.conftest import (
     selected_params,
     start_train,
     train_runs,
-    wait_for_workers,
 )
+from tests.processes import wait_for_workers
 from wif.decide.race import FractionState, RaceRules, look, replay
 from wif.report.report_cli import main as report_main
 

@@ -1,6 +1,5 @@
-"""Runs with known figures, logged as train.py logs them, into a store that `new_store` makes with the study's
-experiment (tests/test_report.py, tests/test_report_options.py, tests/test_bandwidth.py, ...); a run's figures
-read back (`samples_per_epoch`: tests/test_engines.py, tests/test_dali.py)."""
+"""Runs of known figures logged as train.py logs them, into a store with the study's experiment (`new_store`), and a
+run's samples per epoch read back (tests/test_report*.py, tests/test_bandwidth.py, tests/test_engines.py, ...)."""
 
 from __future__ import annotations
 

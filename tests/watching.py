@@ -1,6 +1,5 @@
-"""Scripts run under the watch in subprocesses, and what they said and logged: `watch` (`wif-watch -- COMMAND`,
-printing) and `epochs` (its epoch lines), `run_script` (an example or a script file), `run_loop` (HEAD's loader and
-a loop), `watch_runs` (tests/test_watch*.py, tests/test_no_line_changed*.py)."""
+"""Scripts run under the watch in subprocesses (`watch`: wif-watch -- COMMAND, printing; `run_script`; `run_loop`)
+and what they said or logged (`epochs`, `watch_runs`): tests/test_watch*.py, tests/test_no_line_changed*.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runs of known figures logged as train.py logs them, into a store with the study's experiment (`new_store`), and a
+"""Runs of known figures logged as train.py logs them, into a store with the study's experiment (`study_store`), and a
 run's samples per epoch read back (tests/test_report*.py, tests/test_bandwidth.py, tests/test_engines.py, ...)."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def log_run(client: MlflowClient, exp_id: str, loader: str, fraction: float, blo
     return run_id
 
 
-def new_store(path) -> tuple[MlflowClient, str, str]:
+def study_store(path) -> tuple[MlflowClient, str, str]:
     uri = f"sqlite:///{path}/mlflow.db"
     client = MlflowClient(uri)
     return client, uri, client.create_experiment("who_is_faster", artifact_location=str(path / "artifacts"))

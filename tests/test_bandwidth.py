@@ -16,7 +16,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, run_train, train_runs
-from tests.stores import GPU, log_run, new_store
+from tests.stores import GPU, log_run, study_store
 from wif.config import TransferConfig
 from wif.data.loaders import FixedBatches
 from wif.data.transfer import StreamPrefetcher, batch_nbytes, copies_from_host, make_transfer, on_device
@@ -134,7 +134,7 @@ def test_copy_ms_at_bandwidth_divides_by_the_newest_matching_rate() -> None:
 
 
 def test_the_report_shows_copy_cost_only_where_a_bandwidth_run_matches(tmp_path: Path) -> None:
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     for block in range(2):
         for name, pin in (("baseline", "False"), ("pin_nb", "True")):
             run_id = log_run(client, exp_id, name, 0.1, block, 10.0 + block)

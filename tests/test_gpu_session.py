@@ -102,9 +102,9 @@ def test_gpu_checks_sets_each_advices_interference_against_the_measured_gap(tmp_
     """scripts/gpu_checks.py, the GPU step issue's last test read from a store: an advice's interference (1.4 s an
     epoch at 0.7, 0.5 s at 0.4) against the study's baseline - gpu_resident step gap (1.5 s at both). Known
     answers: 0.93 of the gap, within 25%; 0.33, not within."""
-    from tests.stores import log_run, new_store
+    from tests.stores import log_run, study_store
 
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     for fraction in (0.4, 0.7):
         for block in range(2):
             log_run(client, exp_id, "baseline", fraction, block=block, time=11.0 + block, compute=10.5, busy=25.0)

@@ -207,10 +207,10 @@ def test_cold_epochs_read_storage_or_the_run_says_it_was_not_cold(tmp_path: Path
 
 def test_the_report_warns_of_a_run_whose_cold_epochs_were_not_cold(tmp_path: Path) -> None:
     """An engine's own long-lived workers may still map a pack: such a run is tagged, and the report says so."""
-    from tests.stores import log_run, new_store
+    from tests.stores import log_run, study_store
     from wif.report.report_cli import main as report_main
 
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     for block in range(2):
         for loader, time in (("baseline", 2.0), ("pin_nb_w4_pf2", 1.0)):
             run_id = log_run(client, exp_id, loader, 0.1, block, time * (1 + 0.01 * block), device="cpu")

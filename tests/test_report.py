@@ -12,7 +12,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats as sps
 
-from tests.stores import GPU, log_run, new_store
+from tests.stores import GPU, log_run, study_store
 from wif.decide import model
 from wif.report import plots
 from wif.report.report_cli import main
@@ -38,7 +38,7 @@ ONE_04 = np.array([45.0])
 def study(tmp_path_factory):
     """A GPU study with a clear and an unclear case at two fractions, plus failed and running runs."""
     path = tmp_path_factory.mktemp("study")
-    client, uri, exp_id = new_store(path)
+    client, uri, exp_id = study_store(path)
     pos = iter(range(1000))
     for block in range(5):
         for name, times in (("baseline", BASE_01), ("pin_nb", FAST_01), ("bg", NOISY_01), ("pin", NEAR_01)):
@@ -182,7 +182,7 @@ def test_plots_and_report_run(study):
 
 def test_many_cells_give_taller_plots_with_every_loader_named(study, tmp_path):
     """A knobs-sized study (40 cells with long names) grows the bar charts instead of squeezing them."""
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     names = ["baseline"] + [f"pin_nb_w8_pf{i}+persistent+out_of_order+forkserver" for i in range(39)]
     for block in range(2):
         for i, name in enumerate(names):

@@ -9,13 +9,13 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.stores import GPU, log_run, new_store
+from tests.stores import GPU, log_run, study_store
 from wif.report.report_cli import main
 from wif.report.runs import RunFilter, load_runs
 
 
 def test_contended_runs_are_left_out_unless_kept_and_outliers_are_flagged(tmp_path):
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     drift = [1.0, 1.1, 0.95, 1.05, 1.0]
     for block, d in enumerate(drift):
         for i, (name, t) in enumerate((("baseline", 10.0), ("fast", 5.0), ("mid", 8.0), ("same", 10.0))):
@@ -41,7 +41,7 @@ def test_contended_runs_are_left_out_unless_kept_and_outliers_are_flagged(tmp_pa
 
 
 def test_median_is_the_default_and_mean_is_a_choice(tmp_path):
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     for block in range(3):
         for name, t in (("baseline", 10.0), ("a", 5.0)):
             hiccup = 3.0 if (name, block) == ("a", 1) else 1.0  # one slow epoch raised this run's mean only
@@ -73,7 +73,7 @@ def test_the_step_beside_each_loader_is_set_against_the_bounds_at_its_fraction(t
     """The GPU step issue, item 1b in the study: each loader's step time against the upper bound's at the same
     fraction (as many batches), and NVML's busy share beside it. Known answers: steps of 5 and 6 s against a
     bound of 4 s are +25% and +50%; the bound's runs at another fraction or batch size are not its reference."""
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     for block in range(2):
         log_run(client, exp_id, "baseline", 0.4, block, 8.0 + block, compute=6.0, busy=25.0)
         log_run(client, exp_id, "gpu_resident", 0.4, block, 6.0 + block, compute=5.0, busy=31.0)
@@ -96,7 +96,7 @@ def test_the_step_beside_each_loader_is_set_against_the_bounds_at_its_fraction(t
 
 
 def test_cpu_and_gpu_runs_are_never_pooled(tmp_path, capsys):
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     for block in range(2):
         for name, gpu_time, cpu_time in (("baseline", 10.0, 100.0), ("pin_nb", 5.0, 90.0)):
             log_run(client, exp_id, name, 0.1, block, gpu_time + block)
@@ -124,7 +124,7 @@ def test_cpu_and_gpu_runs_are_never_pooled(tmp_path, capsys):
 
 
 def test_no_runs_or_unknown_experiment_exit_2(tmp_path, capsys):
-    client, uri, exp_id = new_store(tmp_path)
+    client, uri, exp_id = study_store(tmp_path)
     assert main(["--tracking-uri", uri, "--out", str(tmp_path / "r"), "--no-log"]) == 2
     assert "no training runs" in capsys.readouterr().err
     client.create_run(exp_id, tags={"wif.kind": "watch"})  # a wif.watch user's store: said what it holds

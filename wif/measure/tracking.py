@@ -71,7 +71,14 @@ RETRIED = frozenset((408, 429, 500, 502, 503, 504))  # mlflow.utils.request_util
 
 
 def check_server_answers(uri: str, within_s: float = ANSWER_WITHIN_S) -> None:
-    """ConfigError where an http(s) tracking server gives no answer within `within_s`; other stores pass.
+    """ConfigError, saying why, where `server_silence` finds the tracking server silent; other stores pass."""
+    why = server_silence(uri, within_s)
+    if why:
+        raise ConfigError(why)
+
+
+def server_silence(uri: str, within_s: float = ANSWER_WITHIN_S) -> str:
+    """Why an http(s) tracking server cannot be used, as one line; '' where it answered, and for other stores.
 
     MLflow's client retries a request for minutes before it fails. So every command asks once, briefly, before it
     starts anything, and the watch asks once in the loop. An answer passes, a refusal of credentials too; silence
@@ -81,19 +88,19 @@ def check_server_answers(uri: str, within_s: float = ANSWER_WITHIN_S) -> None:
     import requests  # as MLflow's client reaches the server: its proxies and CA bundle
 
     if urlparse(uri).scheme not in ("http", "https"):
-        return
+        return ""
     if uri not in _SILENT:  # asked once a process: a loop that makes its data anew each epoch waits once
         try:
             with requests.get(uri.rstrip("/") + "/health", timeout=within_s) as answer:
                 if answer.status_code not in RETRIED:
-                    return
+                    return ""
                 why = f"answered HTTP {answer.status_code}, which MLflow's client would retry for minutes"
         except requests.exceptions.SSLError:  # a TLS handshake is an answer: MLflow's own settings may verify it
-            return
+            return ""
         except requests.exceptions.RequestException as err:  # refused, unresolved, timed out
             why = f"gave no answer within {within_s:g} s ({type(err).__name__})"
         _SILENT[uri] = f"the tracking server {uri} {why}: start it, or set MLFLOW_TRACKING_URI to a store that answers"
-    raise ConfigError(_SILENT[uri])
+    return _SILENT[uri]
 
 
 @contextlib.contextmanager

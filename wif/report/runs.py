@@ -16,10 +16,9 @@ import pandas as pd
 from mlflow.entities import Run, ViewType
 from mlflow.tracking import MlflowClient
 
-from wif.config import ConfigError
 from wif.measure import names
 from wif.measure.names import Cell
-from wif.measure.tracking import check_server_answers
+from wif.measure.tracking import server_silence
 
 DEFAULT_EXPERIMENT = "who_is_faster"
 FINISHED = "FINISHED"
@@ -115,10 +114,9 @@ class RunFilter:
 
 def open_store(uri: str) -> MlflowClient:
     """A client on an existing store: MLflow would silently create an empty SQLite file where none is."""
-    try:
-        check_server_answers(uri)
-    except ConfigError as err:
-        raise ReportInputError(str(err)) from None
+    silence = server_silence(uri)
+    if silence:
+        raise ReportInputError(silence)
     if uri.startswith("sqlite:///"):
         path = Path(uri[len("sqlite:///") :]).expanduser()
         if not path.is_file():

@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 from wif.config import Augment, ConfigError, DataConfig, DataSource
 from wif.data.folder import Decoder, HeldImages, ImageFiles, JpegBlob, folder_files, read_image
 from wif.data.folder_check import unreadable
-from wif.data.synthetic import encoded_arrays, synthetic_arrays
+from wif.data.synthetic import encoded_arrays, rows_of, synthetic_arrays
 
 # Images are scaled to [0, 1] and then centred like this on every channel.
 NORMALIZE_MEAN, NORMALIZE_STD = 0.5, 0.25
@@ -208,8 +208,9 @@ def load_datasets(cfg: DataConfig, uint8: bool = False) -> Datasets:
     if decoders is not None:
         return decoded_datasets(cfg=cfg, decoders=decoders, labels=labels, num_classes=num_classes, uint8=uint8)
     picks = split_picks(cfg, len(labels["train"]), len(labels["test"]))
-    splits = {  # fancy indexing copies: a mapped file's images are read into memory here
-        name: _to_split(arrays[f"{p.part}_x"][p.indices], labels[p.part][p.indices], uint8) for name, p in picks.items()
+    splits = {  # a mapped file's images are read into memory here
+        name: _to_split(rows_of(arrays[f"{p.part}_x"], p.indices), labels[p.part][p.indices], uint8)
+        for name, p in picks.items()
     }
     return Datasets(**splits, num_classes=num_classes)
 

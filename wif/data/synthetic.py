@@ -10,7 +10,10 @@ Each is made once per parameter set, checksummed, and renamed into place when co
 # skips the hashing; any write to a file changes its stamp, and the next read checks it again. As git's index
 # does, a file written within RACY_S of the check is not stamped: a second write in the same clock tick would
 # leave its times as they were. Bits that rot on disk with no write are not caught after the first check. The
-# study's set is then mapped, not read: a run copies only the images its fraction uses.
+# study's set is then mapped, not read: a run copies only the images its fraction uses. Both the check and the
+# copy read the files, never the mapping: a mapping's pages count in the run's RSS and USS until it is closed,
+# and touching a few maps their cached neighbours too. A run of a tenth of 117 MB logged a USS peak of 290 MB
+# one time in three, 160 the others.
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from wif.config import DataConfig
 log = logging.getLogger(__name__)
 VERIFIED = "verified.json"  # each file's stamp when its checksum last matched. See NOTE [ A cache checked once ]
 RACY_S = 2.0  # a file modified this recently is checked again next time
+CHUNK = 4 << 20  # bytes hashed at a time
 
 
 def synthetic_key(cfg: DataConfig) -> Dict[str, float]:
@@ -71,6 +75,40 @@ def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(memoryview(np.ascontiguousarray(array)).cast("B")).hexdigest()
 
 
+def _file_digest(path: Path) -> str:
+    """`_digest` of the array saved at `path`, read from the file: a mapped array read whole would stay in the
+    run's RSS and USS (NOTE [ A cache checked once ]). ValueError where the header is no plain .npy one."""
+    headers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    sha, chunk = hashlib.sha256(), bytearray(CHUNK)
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version not in headers or headers[version](f)[1]:  # [1]: Fortran order, never written here
+            raise ValueError(f"{path.name} is not a C-ordered .npy file of version 1 or 2")
+        while size := f.readinto(chunk):
+            sha.update(memoryview(chunk)[:size])
+    return sha.hexdigest()
+
+
+def rows_of(array: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """`array[indices]`, in memory; a mapped file's rows read from the file (NOTE [ A cache checked once ]).
+
+    Indexing the mapping maps its neighbours too: 900 of 10,000 images brought all 117 MB into the run's USS.
+    """
+    if not isinstance(array, np.memmap) or array.filename is None:
+        return array[indices]
+    out = np.empty((len(indices), *array.shape[1:]), array.dtype)
+    if not len(indices):
+        return out
+    row, flat = out[:1].nbytes, memoryview(out.reshape(-1).view(np.uint8))
+    breaks = np.flatnonzero(np.diff(indices) != 1) + 1  # runs of consecutive rows: one read each
+    with open(array.filename, "rb") as f:
+        for lo, hi in zip([0, *breaks], [*breaks, len(indices)]):
+            f.seek(array.offset + int(indices[lo]) * row)
+            if f.readinto(flat[lo * row : hi * row]) != (hi - lo) * row:
+                raise ValueError(f"{Path(array.filename).name} is shorter than its header says")
+    return out
+
+
 def _write_cache(folder: Path, arrays: Dict[str, np.ndarray], key: Dict[str, float]) -> None:
     """Write into a temporary folder, then rename: readers never see a half-written cache."""
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -95,8 +133,8 @@ def _read_cache(folder: Path, mmap: bool = False) -> Dict[str, np.ndarray]:
         raise ValueError(f"unreadable: {err}") from err
     if _read_stamp(folder) == stamp:
         return arrays
-    for name, arr in arrays.items():
-        if _digest(arr) != manifest["sha256"].get(name):
+    for name in arrays:
+        if _file_digest(folder / f"{name}.npy") != manifest["sha256"].get(name):
             raise ValueError(f"checksum mismatch in {name}.npy")
     _write_stamp(folder, stamp)
     return arrays

@@ -1,12 +1,14 @@
 """The process that forks runs, made ready once: a sweep's jobs, wif-tune's trials, wif-advise's runs.
 
-It is made warm and serial (`serial_parent`). `interrupt` ends a supervisor, run or rank on SIGTERM as Ctrl-C
+It is made warm and serial (`serial_parent`), and its objects are frozen while a run lives (`freeze_for_run`).
+`interrupt` ends a supervisor, run or rank on SIGTERM as Ctrl-C
 does. `said_error` is what a run or a rank says when an error ends it.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import signal
 import traceback
 from typing import Any, Dict
@@ -77,3 +79,20 @@ def parent_threads_back() -> None:
     """Give a process wif borrowed its threads back once its runs are done: `wif.advise()` in a notebook."""
     if _PARENT_THREADS:
         torch.set_num_threads(_PARENT_THREADS.pop())
+
+
+# NOTE [ The supervisor's objects frozen while a run lives ]
+# A forked run shares the supervisor's pages until either writes to them. A garbage collection writes into the
+# header of every object it traces, so one in the supervisor, while it logged the run's epochs, made 130 MB of
+# shared pages the run's own: the run's USS peak read 300 MB where it read 150 when no collection fell within
+# it. gc.freeze() keeps the objects there at the fork out of both processes' collections until the run ends.
+
+
+def freeze_for_run() -> None:
+    """Just before forking a run: the supervisor's objects out of the collector's reach. See the NOTE above."""
+    gc.freeze()
+
+
+def thaw_after_run() -> None:
+    """Once the run's process has ended: the supervisor's objects collected again, garbage among them freed."""
+    gc.unfreeze()

@@ -23,7 +23,7 @@ from wif.measure.lifetime import die_with_parent, how_it_ended, said_if_raised, 
 from wif.measure.nvml import memory_baselines
 from wif.measure.sampler import TreeSampler
 from wif.measure.tracking import FAILED, FINISHED, KILLED, Tracker
-from wif.run.forking import forked_run_threads, interrupt, said_error
+from wif.run.forking import forked_run_threads, freeze_for_run, interrupt, said_error, thaw_after_run
 from wif.run.noise import read_between
 from wif.run.record import RunRecord, stop_rule
 from wif.run.training import train
@@ -148,6 +148,7 @@ def start_child(conf: Config, device: str, label: str) -> Child:
         target=said_if_raised, args=(target, child_end, conf, device, child_end, os.getpid()), name=f"wif-run {label}"
     )  # a Python error outside the run's own reporting: its reason too
     baselines = memory_baselines() if device == "cuda" else {}  # before the run's CUDA context and uploads exist
+    freeze_for_run()
     t_spawn = time.monotonic()
     proc.start()
     child_end.close()
@@ -182,6 +183,7 @@ def stop_interrupted(child: Child, run: RunRecord) -> Outcome:
     stop_tree(child.sampler.seen())
     child.proc.join()
     child.sampler.stop()
+    thaw_after_run()
     return Outcome(
         status=KILLED,
         error={"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C, SIGTERM, or SIGUSR2)"},
@@ -194,6 +196,7 @@ def end_child(child: Child) -> None:
     child.proc.join()
     child.sampler.stop()
     stop_tree(child.sampler.seen())
+    thaw_after_run()
 
 
 def outcome(child: Child, run: RunRecord, t_end: float) -> Outcome:

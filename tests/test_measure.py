@@ -90,8 +90,9 @@ def test_worker_start_up_shows_in_first_batch_time(worker_runs: WorkerRuns) -> N
 def test_ram_figures_are_ordered_and_grow_with_workers(worker_runs: WorkerRuns) -> None:
     """Every worker adds its private pages: RSS and PSS grow with the worker count, USS <= PSS <= RSS.
 
-    PSS is compared on persistent workers: they live through every sample, while workers restarted for
-    epochs of a fraction of a second may fall between two PSS reads (each read keeps only a still tree).
+    Both are compared on persistent workers: they live through every sample, while workers restarted for
+    epochs of a fraction of a second may fall between two PSS reads (each read keeps only a still tree), and
+    on CI's runner their RSS peaks read 719 MB at 2 and 716 at 4 (here: 1994 and 3022).
     """
     m = {key: run.data.metrics for key, run in worker_runs.runs.items()}
     assert len(m) == 5
@@ -100,8 +101,10 @@ def test_ram_figures_are_ordered_and_grow_with_workers(worker_runs: WorkerRuns) 
         assert run["sampler_cpu_pct"] < 25
     plain = [m[(w, "False")] for w in ("0", "2", "4")]
     assert [run["workers_peak"] for run in plain] == [0, 2, 4]
-    assert plain[0]["ram_peak_rss_mb"] < plain[1]["ram_peak_rss_mb"] < plain[2]["ram_peak_rss_mb"]
-    pss = [plain[0]["ram_peak_pss_mb"]] + [m[(w, "True")]["ram_peak_pss_mb"] for w in ("2", "4")]
+    assert plain[0]["ram_peak_rss_mb"] < min(run["ram_peak_rss_mb"] for run in plain[1:])  # restarted ones count
+    kept = [plain[0]] + [m[(w, "True")] for w in ("2", "4")]
+    rss, pss = ([run[key] for run in kept] for key in ("ram_peak_rss_mb", "ram_peak_pss_mb"))
+    assert rss[0] < rss[1] < rss[2], rss
     busy = max(run["host_other_cpu_pct"] for run in m.values())
     if busy > 25 and not pss[0] < pss[1] < pss[2]:  # a loaded machine delays the sampler's PSS reads
         pytest.skip(

@@ -175,10 +175,11 @@ def test_wif_watch_says_how_much_to_watch(tmp_path: Path, mode: str, lines: int,
 
 
 DDP = """
-import os, sys, time, torch, torch.distributed as dist, wif
+import atexit, os, sys, time, torch, torch.distributed as dist, wif
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+atexit.register(lambda: print(f"rank {rank} has a process group at exit: {dist.is_initialized()}", flush=True))
 data = TensorDataset(torch.randn(64, 4), torch.zeros(64, dtype=torch.long))
 loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
@@ -200,7 +201,8 @@ dist.destroy_process_group()
 def test_a_torchrun_job_is_one_run_and_its_ranks_leave_together(tmp_path: Path, store: str) -> None:
     """Two ranks on gloo under orders for 3 epochs: both leave at the same epoch (before: each at its own, and
     a rank left behind waited in its next all-reduce for good), into one run with the job's epochs, the slow
-    rank's, and each rank's beside them (before: both ranks wrote their own figures into the one run)."""
+    rank's, and each rank's beside them (before: both ranks wrote their own figures into the one run). Their
+    process group is destroyed at exit (before: left to the interpreter's teardown, where gloo aborted a rank)."""
     client = MlflowClient(store)
     run_id = client.create_run(client.create_experiment("who_is_faster")).info.run_id
     script = tmp_path / "ddp.py"
@@ -219,6 +221,8 @@ def test_a_torchrun_job_is_one_run_and_its_ranks_leave_together(tmp_path: Path, 
     assert done.returncode == 0, done.stderr[-3000:]
     finished = sorted(re.findall(r"rank \d epoch \d done", done.stdout))  # the ranks' lines may interleave
     assert finished == [f"rank {r} epoch {e} done" for r in (0, 1) for e in (0, 1)], done.stdout  # left together
+    # destroyed, as its own last line would have: left to the teardown, gloo aborted a rank on CI
+    assert done.stdout.count("has a process group at exit: False") == 2, done.stdout
     assert len([line for line in done.stderr.splitlines() if line.startswith("wif.watch: epoch")]) == 3  # rank 0's
     run = client.get_run(run_id)
     m = run.data.metrics

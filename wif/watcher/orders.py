@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NoReturn, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -76,7 +76,7 @@ class Orders:
         self.found = {**settings, "has_dataloader": has_dataloader}
         write_json(self.spec["out"], self.found)
         if not has_dataloader:
-            raise SystemExit(0)
+            _end_script()
 
     def sample(self, batches: Any, proven: Callable[[], bool]) -> Iterator[Any]:
         """`probe`: the first batches of the training loop as it runs, each timed with its fetch and its step.
@@ -106,7 +106,7 @@ class Orders:
             steady = times[1:] or times
             self.found["batch_s"] = sorted(steady)[len(steady) // 2]
             write_json(self.spec["out"], self.found)
-        raise SystemExit(0)
+        _end_script()
 
     # ------------------------------------------------------------------ the loader
     def take(self, batches: Any, found: Optional[Found]) -> None:
@@ -198,7 +198,13 @@ class Orders:
     def leave(self, record: Any) -> None:
         """The measurement has what it needs: log, and end the script's process."""
         record.finish()
-        raise SystemExit(0)
+        _end_script()
+
+
+def _end_script() -> NoReturn:
+    """The watch ends the script here: exit 0, its process group destroyed at exit as its own end would have."""
+    ranks.destroy_at_exit()
+    raise SystemExit(0)
 
 
 def write_json(path: str, data: Dict[str, Any]) -> None:

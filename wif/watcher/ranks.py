@@ -8,12 +8,15 @@ Under orders, rank 0 decides when the measurement has what it needs, and every r
 epoch's end. A rank left behind would wait in its next all-reduce for good. Under the watch alone, rank 0's
 clock sets a window's count (`count_for`), so no rank gathers where another does not (NOTE [ Windows ]).
 Only the training loader's epochs meet in these collectives; a validation loop of rank 0 alone is never waited for.
+A rank the watch ends has its process group destroyed at exit, as the script's own end would have (`destroy_at_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -81,6 +84,29 @@ def decided(done: bool) -> bool:
     flag = torch.tensor([1.0 if done else 0.0], device=_device())
     dist.broadcast(flag, src=0)
     return bool(flag.item())
+
+
+def destroy_at_exit() -> None:
+    """Where the watch ends a distributed script, destroy its default process group at exit, as its own end would.
+
+    Left to the interpreter's teardown, gloo's threads free tensors that need the GIL, and the rank aborts:
+    "terminate called without an active exception", SIGABRT, a failed torchrun job (pytorch#179291).
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        atexit.register(_destroy_if_alive)
+
+
+def _destroy_if_alive() -> None:
+    """The default process group destroyed, unless the script's own `finally` did it."""
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception as err:  # noqa: BLE001 - at exit: one line, never a traceback
+        print(f"wif.watch: the process group was not destroyed at exit ({err})", file=sys.stderr)
 
 
 def count_for(rows: List[Dict[str, Any]], seconds: Optional[float]) -> Optional[int]:

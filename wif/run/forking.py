@@ -89,7 +89,7 @@ def parent_threads_back() -> None:
 
 
 def freeze_for_run() -> None:
-    """Just before forking a run: the supervisor's objects out of the collector's reach. See the NOTE above."""
+    """Before forking a run: the supervisor's objects out of the collector's reach. See the NOTE above."""
     gc.freeze()
 
 

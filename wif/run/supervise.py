@@ -116,23 +116,27 @@ def supervise(
     between = (
         read_between(tracker.client, tracker.experiment_id, tags) if tr.auto and tr.auto_target == "auto" else None
     )
-    child = start_child(conf, device, label)
-    run = RunRecord(
-        conf=conf,
-        tracker=tracker,
-        open_run=open_run,
-        label=label,
-        sampler=child.sampler,
-        meter=child.meter,
-        rule=stop_rule(tr, between),
-        t_spawn=child.t_spawn,
-    )
+    freeze_for_run()  # until the run has ended, whatever ends it
     try:
-        t_end = relay_messages(child, run)
-    except KeyboardInterrupt:
-        return stop_interrupted(child, run)
-    end_child(child)
-    return outcome(child, run, t_end=t_end)
+        child = start_child(conf, device, label)
+        run = RunRecord(
+            conf=conf,
+            tracker=tracker,
+            open_run=open_run,
+            label=label,
+            sampler=child.sampler,
+            meter=child.meter,
+            rule=stop_rule(tr, between),
+            t_spawn=child.t_spawn,
+        )
+        try:
+            t_end = relay_messages(child, run)
+        except KeyboardInterrupt:
+            return stop_interrupted(child, run)
+        end_child(child)
+        return outcome(child, run, t_end=t_end)
+    finally:
+        thaw_after_run()
 
 
 def start_child(conf: Config, device: str, label: str) -> Child:
@@ -148,7 +152,6 @@ def start_child(conf: Config, device: str, label: str) -> Child:
         target=said_if_raised, args=(target, child_end, conf, device, child_end, os.getpid()), name=f"wif-run {label}"
     )  # a Python error outside the run's own reporting: its reason too
     baselines = memory_baselines() if device == "cuda" else {}  # before the run's CUDA context and uploads exist
-    freeze_for_run()
     t_spawn = time.monotonic()
     proc.start()
     child_end.close()
@@ -183,7 +186,6 @@ def stop_interrupted(child: Child, run: RunRecord) -> Outcome:
     stop_tree(child.sampler.seen())
     child.proc.join()
     child.sampler.stop()
-    thaw_after_run()
     return Outcome(
         status=KILLED,
         error={"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C, SIGTERM, or SIGUSR2)"},
@@ -196,7 +198,6 @@ def end_child(child: Child) -> None:
     child.proc.join()
     child.sampler.stop()
     stop_tree(child.sampler.seen())
-    thaw_after_run()
 
 
 def outcome(child: Child, run: RunRecord, t_end: float) -> Outcome:

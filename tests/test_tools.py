@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests import user_factories
 from tests.conftest import compose_cfg
 from tests.cuda import gpu_only
 from tests.tools import run_tool, tool_runs
@@ -115,26 +116,18 @@ def test_wif_batch_size_probes_data_custom_with_its_own_first_sample() -> None:
         first_sample(ended)
 
 
-PARENT_STATE: Dict[str, str] = {}  # set in the test's process before a child starts: a forked child inherits it
-
-
-def parent_state_seen() -> Dict[str, list]:
-    """A data=custom factory whose one sample's label says whether its process inherited PARENT_STATE."""
-    return {"train": [(torch.zeros(2), int(bool(PARENT_STATE)))]}
-
-
 def test_wif_batch_size_runs_its_children_in_fresh_processes_that_inherit_nothing() -> None:
     """Issue 47 item 3: a process forked from one that has initialized CUDA (a test session, a user's script)
     cannot use CUDA. The probes and the dataset factory run in fresh interpreters: state set here is not there."""
     from wif.config.targets import typed
     from wif.tools.batch_probe import first_sample
 
-    conf = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=tests.test_tools.parent_state_seen"))
-    PARENT_STATE["cuda"] = "initialized"  # what a fork would carry over: this process's memory
+    conf = typed(compose_cfg("preset=smoke", "data=custom", "data._target_=tests.user_factories.parent_state_seen"))
+    user_factories.PARENT_STATE["cuda"] = "initialized"  # what a fork would carry over: this process's memory
     try:
         sample = first_sample(conf)
     finally:
-        PARENT_STATE.clear()
+        user_factories.PARENT_STATE.clear()
     assert sample.y == 0, "the child inherited its parent's state: it was forked"
 
 

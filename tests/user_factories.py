@@ -2,6 +2,7 @@
 their calls or wait (importable as tests.user_factories from the checkout, as a user's own module would be)."""
 
 import time
+from typing import Dict
 
 import torch
 
@@ -79,3 +80,11 @@ def sleepy_squares(delay_ms: float, n_train: int = 64, n_test: int = 16, size: i
     from examples.datasets import noisy_squares
 
     return {name: Sleepy(ds, delay_ms / 1000) for name, ds in noisy_squares(n_train, n_test, size).items()}
+
+
+PARENT_STATE: Dict[str, str] = {}  # set in the test's process before a child starts: a forked child inherits it
+
+
+def parent_state_seen() -> Dict[str, list]:
+    """A data=custom factory whose one sample's label says whether its process inherited PARENT_STATE."""
+    return {"train": [(torch.zeros(2), int(bool(PARENT_STATE)))]}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -245,6 +246,10 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
         "race.max_blocks=2",
     )
     assert "Race done" in out
+    report = re.search(
+        r"The runs are in sqlite:///mlflow.db, experiment who_is_faster: `(wif-report)` tables them", out
+    )
+    assert report, out[-2000:]  # the sweep's last lines say where its runs are, and the command run below
     run(
         "wif-advise",
         "--config-dir",
@@ -266,7 +271,7 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
         "measure.contended_pct=1000",  # no run again: beside other tests every run may be contended
     )
     plan = start("wif-plan", "--config-dir", "myconf", "loader=baseline,mine", *smoke, "repeat=0,1")
-    run("wif-report", "--keep-contended", "--out", "report")  # on a busy machine every run may be contended
+    run(report.group(1), "--keep-contended", "--out", "report")  # on a busy machine every run may be contended
     assert "fixed grid: 4 runs" in finish(plan)
     assert (work / "report" / "summary.md").is_file()
 

@@ -209,9 +209,22 @@ class SweepCallback(Callback):
             f"Sweep done: {t.finished} finished, {t.failed} failed, {t.killed} killed, {t.skipped} skipped "
             f"(already finished; resume=false reruns them); spent {spent / 60:.1f} min wall{budget}."
         )
+        if t.finished or t.skipped:
+            log.info(where_runs_are(config.tracking.uri, config.tracking.experiment))
         for line in t.failures:
             log.error("  failed: %s", line)
         for pos, why in sorted(LOST.items()):
             log.error("  killed: job #%d: %s", pos, why)
         if t.failed or t.killed:
             raise SystemExit(EXIT_FAILED)
+
+
+def where_runs_are(uri: str, experiment: str) -> str:
+    """The line that says where a sweep's runs are, and the commands that show them from this folder."""
+    report = "wif-report"
+    if uri != os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"):
+        report += f" --tracking-uri {uri}"
+    if experiment != "who_is_faster":
+        report += f" --experiment {experiment}"
+    browse = f"open {uri}" if uri.startswith(("http://", "https://")) else f"mlflow ui --backend-store-uri {uri}"
+    return f"The runs are in {uri}, experiment {experiment}: `{report}` tables them, `{browse}` browses them."

@@ -227,7 +227,7 @@ def test_the_wheel_runs_every_command_from_an_empty_folder(tmp_path: Path, cache
     ]
     where, pip_check, usage = (finish(proc) for proc in beside[:3])
     refused = finish(beside[3], status=2)
-    finish(first)
+    assert "The runs are in sqlite:///mlflow.db" in finish(first)  # a single run says where it went, too
     assert where.split() == [str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/wif/__init__.py")] + [
         str(p) for p in (tmp_path / "venv").glob("lib/python*/site-packages/hydra_plugins/wif_sweeper/__init__.py")
     ] + ["None"], f"the checkout is importable: {where}"

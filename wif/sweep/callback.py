@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -172,11 +173,17 @@ def blocks_line(jobs: Sequence[Any]) -> str:
 
 
 class SweepCallback(Callback):
-    """Counts a multirun's jobs and checks them before the first starts; says how they ended."""
+    """Counts a multirun's jobs and checks them before the first starts; says how they ended, and where they are."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Refuse a single run (exit 2) whose tracking server does not answer."""
         refuse_silent_store(config)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Say where a single run that ended went, and what shows it."""
+        done = kwargs.get("job_return")
+        if done is not None and done.status == JobStatus.COMPLETED:
+            log.info(where_runs_are(config.tracking.uri, config.tracking.experiment))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Count the jobs, and refuse the sweep (exit 2) before its first job if any job cannot run."""

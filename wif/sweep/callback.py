@@ -228,10 +228,13 @@ class SweepCallback(Callback):
 
 def where_runs_are(uri: str, experiment: str) -> str:
     """The line that says where a sweep's runs are, and the commands that show them from this folder."""
+    from wif.config import TrackingConfig
+    from wif.measure.tracking import default_tracking_uri
+
     report = "wif-report"
-    if uri != os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"):
+    if uri != default_tracking_uri():  # wif-report's own defaults
         report += f" --tracking-uri {uri}"
-    if experiment != "who_is_faster":
+    if experiment != TrackingConfig.experiment:
         report += f" --experiment {experiment}"
     browse = f"open {uri}" if uri.startswith(("http://", "https://")) else f"mlflow ui --backend-store-uri {uri}"
     return f"The runs are in {uri}, experiment {experiment}: `{report}` tables them, `{browse}` browses them."

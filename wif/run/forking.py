@@ -1,8 +1,8 @@
 """The process that forks runs, made ready once: a sweep's jobs, wif-tune's trials, wif-advise's runs.
 
 It is made warm and serial (`serial_parent`), and its objects are frozen while a run lives (`freeze_for_run`).
-`interrupt` ends a supervisor, run or rank on SIGTERM as Ctrl-C
-does. `said_error` is what a run or a rank says when an error ends it.
+`interrupt` ends a supervisor, run or rank on SIGTERM as Ctrl-C does. `said_error` is what a run or a rank says
+when an error ends it.
 """
 
 from __future__ import annotations
